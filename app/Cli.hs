@@ -1,0 +1,92 @@
+-- | Command-line parsing for @herd@. Every flag is validated here, and a
+-- bad one is reported with its name and the values it accepts.
+module Cli
+  ( run
+  ) where
+
+import qualified Bench.Models as Models
+import Data.Char (isDigit)
+import qualified Demo
+import Herd.Launch.Topology (parseCpuList)
+import Herd.Worker (WorkerOptions (..), parseHostPort, runWorker)
+import Options.Applicative
+
+data Command
+  = DemoCmd Demo.Options
+  | BenchModels Models.Options
+  | WorkerCmd WorkerOptions
+
+-- | Parse the command line and run the command.
+run :: IO ()
+run = do
+  cmd <- execParser (info (commands <**> helper)
+           (fullDesc <> progDesc "Scale pure Haskell computations over one GHC runtime per core"
+                     <> header "herd - a task farm over many GHC runtimes"))
+  case cmd of
+    DemoCmd o -> Demo.run o
+    BenchModels o -> Models.run o
+    WorkerCmd o -> runWorker o
+
+commands :: Parser Command
+commands = hsubparser
+  ( command "demo" (info (DemoCmd <$> demoOptions)
+      (progDesc "Run the HaLVM study's Fibonacci farm on one worker, then on every core"))
+ <> command "bench" (info benchCommands (progDesc "Run a benchmark (see: herd bench --help)"))
+ <> command "worker" (info (WorkerCmd <$> workerOptions)
+      (progDesc "Join a running master as a worker")) )
+
+benchCommands :: Parser Command
+benchCommands = hsubparser
+  ( command "models" (info (BenchModels <$> modelsOptions)
+      (progDesc "The HaLVM study's Table 1 and Figure 3: one Fibonacci farm under five parallel models")) )
+
+positiveInt :: String -> Int -> ReadM Int
+positiveInt what limit = eitherReader $ \s ->
+  if not (null s) && all isDigit s && length s < 10 && read s >= (1 :: Int) && read s <= limit
+    then Right (read s)
+    else Left ("expected " ++ what ++ ": a whole number from 1 to " ++ show limit ++ ", got " ++ show s)
+
+fibArg :: ReadM Int
+fibArg = eitherReader $ \s ->
+  if not (null s) && all isDigit s && length s < 4 && read s <= (60 :: Int)
+    then Right (read s)
+    else Left ("expected a Fibonacci argument from 0 to 60, got " ++ show s)
+
+coreListArg :: ReadM [Int]
+coreListArg = eitherReader $ \s -> case parseCpuList s of
+  Right cs | not (null cs), all (>= 1) cs, all (<= 4096) cs -> Right cs
+  Right _ -> Left ("core counts must be from 1 to 4096, got " ++ show s)
+  Left why -> Left ("expected core counts such as 1,2 or 1-4: " ++ why)
+
+demoOptions :: Parser Demo.Options
+demoOptions = Demo.Options
+  <$> option fibArg (long "fib" <> metavar "N" <> value 36 <> showDefault
+                     <> help "Fibonacci argument of each task")
+  <*> option (positiveInt "a task count" 100000) (long "tasks" <> metavar "K" <> value 24 <> showDefault
+                     <> help "number of tasks")
+  <*> optional (option (positiveInt "a worker count" 4096) (long "workers" <> metavar "N"
+                     <> help "workers for the parallel run (default: one per physical core)"))
+
+modelsOptions :: Parser Models.Options
+modelsOptions = Models.Options
+  <$> option fibArg (long "fib" <> metavar "N" <> value 37 <> showDefault
+                     <> help "Fibonacci argument of each task")
+  <*> option (positiveInt "a task count" 100000) (long "tasks" <> metavar "K" <> value 10 <> showDefault
+                     <> help "number of tasks (the study used 10)")
+  <*> optional (option coreListArg (long "cores" <> metavar "LIST"
+                     <> help "core counts to run, e.g. 1,2 (default: 1 up to the physical cores)"))
+  <*> switch (long "json" <> help "end with one line of JSON")
+
+workerOptions :: Parser WorkerOptions
+workerOptions = mk
+  <$> option (eitherReader parseHostPort) (long "connect" <> metavar "HOST:PORT"
+                     <> help "the master's address, as it printed it")
+  <*> optional (option cpuArg (long "cpu" <> metavar "N" <> help "pin this worker to CPU N"))
+  where
+    mk (host, port) cpu = WorkerOptions host port cpu False
+
+cpuArg :: ReadM Int
+cpuArg = eitherReader $ \s ->
+  if not (null s) && all isDigit s && length s < 6 && read s < (4096 :: Int)
+    then Right (read s)
+    else Left ("expected a CPU number from 0 to 4095, got " ++ show s)

@@ -1,0 +1,67 @@
+/* System helpers for herd workers that must work even while the Haskell
+ * scheduler is stuck in a non-allocating computation: they run on plain
+ * OS threads or are plain system calls, never on a Haskell capability. */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <errno.h>
+#include <sys/syscall.h>
+#include "herd_sys.h"
+
+/* Pin every thread that exists now to one CPU. sched_setaffinity acts on a
+ * single thread, and the GHC runtime has already started several by the
+ * time Haskell code runs; threads started later inherit the mask. Returns
+ * 0 on success or the errno of the first failure. */
+int herd_pin_process_threads(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    DIR *dir = opendir("/proc/self/task");
+    if (dir == NULL) {
+        return sched_setaffinity(0, sizeof set, &set) == 0 ? 0 : errno;
+    }
+    int result = 0;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        if (entry->d_name[0] == '.') continue;
+        pid_t tid = (pid_t) atoi(entry->d_name);
+        if (sched_setaffinity(tid, sizeof set, &set) != 0 && result == 0
+            && errno != ESRCH) {
+            result = errno;
+        }
+    }
+    closedir(dir);
+    return result;
+}
+
+static void *watch_parent(void *arg)
+{
+    int fd = (int)(long) arg;
+    char buf[64];
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n == 0 || (n < 0 && errno != EINTR)) {
+            /* The master's end of the pipe closed: it exited or was killed.
+             * Exit at once, whatever the Haskell threads are doing. */
+            _exit(70);
+        }
+    }
+    return NULL;
+}
+
+/* Start a detached OS thread that ends the process when fd reaches end of
+ * file. Returns 0 on success or the pthread error code. */
+int herd_start_parent_watchdog(int fd)
+{
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&thread, &attr, watch_parent, (void *)(long) fd);
+    pthread_attr_destroy(&attr);
+    return rc;
+}

@@ -1,0 +1,5 @@
+#ifndef HERD_SYS_H
+#define HERD_SYS_H
+int herd_pin_process_threads(int cpu);
+int herd_start_parent_watchdog(int fd);
+#endif

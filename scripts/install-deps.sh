@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install the Debian packages herd builds with, only those that are missing.
+# Hackage is not used: every library comes from Debian's libghc-*-dev packages.
+set -euo pipefail
+packages=(
+  ghc cabal-install
+  libghc-store-dev libghc-network-dev libghc-async-dev
+  libghc-optparse-applicative-dev libghc-parallel-dev
+  libghc-cryptonite-dev libghc-memory-dev libghc-clock-dev libghc-primitive-dev
+  libghc-hspec-dev libghc-quickcheck2-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "installing missing Debian packages: ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+$sudo apt-get update -qq
+if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"; then
+  # A half-configured dpkg state makes apt fail with missing .deb files.
+  $sudo dpkg --configure -a
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+fi

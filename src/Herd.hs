@@ -1,0 +1,80 @@
+-- | herd: run a pure function over a lot of work on every core, as many
+-- separate GHC runtimes (one pinned to each physical core) coordinated by a
+-- master over message passing.
+--
+-- = A farm in one page
+--
+-- Wrap the function in a 'Task' inside a @static@ form, at top level of a
+-- module other than @Main@:
+--
+-- > {-# LANGUAGE StaticPointers #-}
+-- > module Work (fibTask) where
+-- > import Herd
+-- > fib :: Int -> Int
+-- > fib n = if n < 2 then n else fib (n - 1) + fib (n - 2)
+-- > fibTask :: StaticPtr (Task Int Int)
+-- > fibTask = static (task fib)
+--
+-- Then start a cluster and farm out the work:
+--
+-- > main :: IO ()
+-- > main = withCluster defaultConfig $ \cluster -> do
+-- >   ys <- farm cluster fibTask [30 .. 40]   -- results in input order
+-- >   print ys
+--
+-- The same executable is master and worker: 'withCluster' starts one worker
+-- process per physical core by re-running the executable, and in those
+-- processes it serves the master instead of running the body. Link with
+-- @-threaded -rtsopts@ so workers get their RTS options.
+--
+-- = Promises
+--
+-- * No result is lost or duplicated: each task's result is delivered
+--   exactly once; a lost worker's unfinished tasks run on another.
+-- * No worker process is leaked: workers exit when the master does, even
+--   when the master is killed with SIGKILL.
+-- * No caller waits forever: if every worker is lost, the call throws.
+-- * Nothing from a peer is decoded before it passes the handshake
+--   (protocol version and build identity), and every length in a frame is
+--   checked against the bytes present before anything is allocated.
+module Herd
+  ( -- * Clusters
+    withCluster
+  , Cluster
+  , clusterAddress
+  , clusterWorkerCount
+  , clusterWorkerInfo
+  , WorkerInfo (..)
+  , waitForWorkers
+  , serveIfWorker
+    -- * Configuration
+  , Config (..)
+  , defaultConfig
+  , Pinning (..)
+  , Batching (..)
+    -- * Tasks
+  , Task
+  , task
+  , named
+  , StaticPtr
+    -- * Farms
+  , farm
+  , farmWithStats
+  , farmAsCompleted
+    -- * Statistics
+  , FarmStats
+  , JobStats (..)
+  , WorkerStats (..)
+  , renderStats
+    -- * Errors
+  , HerdError (..)
+  ) where
+
+import GHC.StaticPtr (StaticPtr)
+import Herd.Config
+import Herd.Error
+import Herd.Farm
+import Herd.Master
+import Herd.Stats
+import Herd.Task
+import Herd.Worker (serveIfWorker)

@@ -1,0 +1,54 @@
+-- | The errors herd reports to its callers.
+--
+-- Every failure a caller can see is one constructor of 'HerdError', thrown
+-- as an exception from the API call that hit it. Each carries enough to act
+-- on: the task index, the function's name, the worker, or the offending
+-- setting.
+module Herd.Error
+  ( HerdError (..)
+  ) where
+
+import Control.Exception (Exception (..))
+
+-- | Something went wrong in a herd call.
+data HerdError
+  = TaskFailed
+      { failedTaskIndex :: !Int      -- ^ position of the task in the input list (from 0)
+      , failedFunction  :: !String   -- ^ the static function's name
+      , failedMessage   :: !String   -- ^ the exception the function threw, shown
+      }
+    -- ^ The user's function threw an exception on one task.
+  | RemoteFunctionError
+      { remoteFunction :: !String    -- ^ the static function's name
+      , remoteReason   :: !String    -- ^ why the worker refused it
+      }
+    -- ^ A worker could not run the function: its static key is unknown to
+    -- the worker's binary, or its argument and result types differ.
+  | AllWorkersLost
+      { lostDetail :: !String }
+    -- ^ Every worker went away while work remained.
+  | NoWorkers
+    -- ^ A job was submitted to a cluster that has no worker.
+  | ResultDecodeError
+      { decodeTaskIndex :: !Int, decodeFunction :: !String, decodeReason :: !String }
+    -- ^ A result came back that does not decode as the function's result type.
+  | ConfigError
+      { configField :: !String, configReason :: !String }
+    -- ^ A configuration value, flag or environment variable is invalid.
+  | LaunchError
+      { launchReason :: !String }
+    -- ^ Workers could not be started or did not connect in time.
+  | ClusterClosed
+    -- ^ The cluster was used after 'Herd.withCluster' returned.
+  deriving (Eq, Show)
+
+instance Exception HerdError where
+  displayException err = case err of
+    TaskFailed i f m -> "herd: task " ++ show i ++ " of " ++ f ++ " failed: " ++ m
+    RemoteFunctionError f r -> "herd: worker cannot run " ++ f ++ ": " ++ r
+    AllWorkersLost d -> "herd: every worker was lost before the job finished (" ++ d ++ ")"
+    NoWorkers -> "herd: the cluster has no workers"
+    ResultDecodeError i f r -> "herd: result of task " ++ show i ++ " of " ++ f ++ " does not decode: " ++ r
+    ConfigError f r -> "herd: invalid " ++ f ++ ": " ++ r
+    LaunchError r -> "herd: could not start workers: " ++ r
+    ClusterClosed -> "herd: the cluster is closed"

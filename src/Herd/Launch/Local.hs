@@ -1,0 +1,96 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | Starting local workers: the same executable, re-run in worker mode,
+-- one per selected core.
+--
+-- Each worker gets its master's address, its CPU and its RTS options
+-- through the environment (never the command line, so the program's own
+-- arguments reach it unchanged), standard output sent to @/dev/null@ (a
+-- worker's copy of the program must not print the master's output twice),
+-- standard error shared with the master, and a pipe on standard input that
+-- the master never writes: when the master exits, even by SIGKILL, the
+-- kernel closes that pipe and the worker exits (see "Herd.Worker").
+module Herd.Launch.Local
+  ( LocalWorker (..)
+  , planCpus
+  , spawnLocalWorkers
+  , stopLocalWorkers
+  ) where
+
+import Control.Concurrent (threadDelay)
+import Control.Exception
+import Control.Monad (forM, forM_)
+import Herd.Config
+import Herd.Error (HerdError (..))
+import Herd.Launch.Topology (allowedCpus, physicalCores)
+import Herd.Worker (workerEnvConnect, workerEnvCpu, workerEnvWatch)
+import System.Environment (getArgs, getEnvironment, getExecutablePath)
+import System.IO
+import System.Process
+
+-- | A started local worker process.
+data LocalWorker = LocalWorker
+  { localCpu    :: Maybe Int
+  , localHandle :: ProcessHandle
+  , localStdin  :: Handle   -- ^ kept open while the master lives
+  }
+
+-- | The CPU of each local worker to start (@Nothing@: unpinned), given the
+-- configuration. More workers than CPUs share CPUs round robin.
+planCpus :: Config -> IO [Maybe Int]
+planCpus cfg = do
+  cpus <- case configPinning cfg of
+    PinPhysicalCores -> physicalCores
+    PinLogicalCores -> allowedCpus
+    PinCores cs -> do
+      allowed <- allowedCpus
+      case filter (`notElem` allowed) cs of
+        [] -> pure cs
+        bad -> throwIO (ConfigError "configPinning"
+                 ("CPUs " ++ show bad ++ " are not available to this process (allowed: "
+                  ++ show allowed ++ ")"))
+    NoPinning -> physicalCores
+  let count = maybe (length cpus) id (configWorkers cfg)
+  pure $ case configPinning cfg of
+    NoPinning -> replicate count Nothing
+    _ -> take count (map Just (cycle cpus))
+
+-- | Start one worker per planned CPU, connecting to the given port on
+-- loopback.
+spawnLocalWorkers :: Config -> Int -> [Maybe Int] -> IO [LocalWorker]
+spawnLocalWorkers cfg port plan = do
+  exe <- getExecutablePath
+  args <- getArgs
+  baseEnv <- filter (\(k, _) -> k `notElem` ourVars) <$> getEnvironment
+  forM plan $ \cpu -> do
+    -- createProcess closes a handle given as UseHandle, so each worker gets its own
+    devNull <- openFile "/dev/null" WriteMode
+    let env = baseEnv ++
+          [ (workerEnvConnect, "127.0.0.1:" ++ show port)
+          , (workerEnvWatch, "1")
+          , ("GHCRTS", unwords (configWorkerRtsOptions cfg)) ] ++
+          [ (workerEnvCpu, show c) | Just c <- [cpu] ]
+    (Just stdinH, _, _, ph) <- createProcess (proc exe args)
+      { env = Just env, std_in = CreatePipe, std_out = UseHandle devNull
+      , std_err = Inherit, close_fds = True }
+    pure (LocalWorker cpu ph stdinH)
+  where ourVars = [workerEnvConnect, workerEnvCpu, workerEnvWatch, "GHCRTS"]
+
+-- | Stop local workers: close their pipes (they exit on end of file), give
+-- them a moment, then kill any that remain, and reap them all.
+stopLocalWorkers :: [LocalWorker] -> IO ()
+stopLocalWorkers workers = do
+  forM_ workers $ \w -> hClose (localStdin w) `catch` \(_ :: IOException) -> pure ()
+  let waitAll :: Int -> IO ()
+      waitAll 0 = pure ()
+      waitAll n = do
+        codes <- mapM (getProcessExitCode . localHandle) workers
+        if all (/= Nothing) codes then pure () else threadDelay 10000 >> waitAll (n - 1)
+  waitAll (200 :: Int)
+  forM_ workers $ \w -> do
+    code <- getProcessExitCode (localHandle w)
+    case code of
+      Just _ -> pure ()
+      Nothing -> do
+        terminateProcess (localHandle w)
+        _ <- waitForProcess (localHandle w)
+        pure ()

@@ -1,0 +1,351 @@
+{-# LANGUAGE BangPatterns #-}
+-- | The task farm's scheduler: a pure state machine.
+--
+-- The master loop feeds it 'Event's (a worker joined or left, a job was
+-- submitted, a batch came back) with the time they happened, and carries
+-- out the 'Command's it returns (send a batch, keep or drop a batch's
+-- results, end a job). It never does IO, so every scheduling decision can be
+-- replayed in a QuickCheck property.
+--
+-- Invariants, upheld by 'step' and checked by the properties:
+--
+-- * INV-PARTITION: the unfinished tasks of the current job are exactly the
+--   pending ranges plus the job's outstanding batches, with no overlap; so
+--   every task's result is accepted exactly once.
+-- * INV-BUSY: while pending tasks remain, every live worker has at least
+--   one batch outstanding.
+-- * INV-LOST: a lost worker's unfinished batches go back to the front of
+--   the pending queue; results of a batch that is not outstanding (a lost
+--   worker's, or one from an aborted job) are dropped.
+--
+-- Batch sizes adapt: with no estimate yet a worker gets one task; after
+-- that a batch holds about 'jobTarget' seconds of work at the measured
+-- seconds per task, but never more than the pending tasks divided by twice
+-- the live workers (factoring), so the job's tail is shared out in ever
+-- smaller pieces. Short tasks also get one batch prefetched per worker, so a
+-- worker does not sit idle during a round trip.
+module Herd.Scheduler
+  ( -- * Identifiers
+    WorkerId
+  , BatchId
+  , JobId
+  , Range (..)
+  , rangeSize
+  , rangeIndices
+    -- * The machine
+  , Sched
+  , emptySched
+  , Event (..)
+  , Command (..)
+  , JobFailure (..)
+  , step
+    -- * Statistics
+  , WorkerStats (..)
+  , JobStats (..)
+    -- * Inspection (for tests and the master loop)
+  , liveWorkers
+  , outstandingFor
+  , pendingTasks
+  , jobActive
+  , batchSizeFor
+  ) where
+
+import Data.List (sortOn)
+import qualified Data.Map.Strict as M
+import Data.Maybe (fromMaybe, isJust)
+import Data.Sequence (Seq, ViewL (..), viewl, (<|))
+import qualified Data.Sequence as Seq
+import Data.Word (Word64)
+import Herd.Config (Batching (..))
+
+-- | A worker's number, unique for the life of a cluster.
+type WorkerId = Int
+
+-- | A batch's number, unique for the life of a cluster.
+type BatchId = Word64
+
+-- | A job's number, unique for the life of a cluster.
+type JobId = Word64
+
+-- | Task indices @[lo, hi)@.
+data Range = Range !Int !Int
+  deriving (Eq, Show)
+
+-- | How many tasks a range holds.
+rangeSize :: Range -> Int
+rangeSize (Range lo hi) = hi - lo
+
+-- | The task indices of some ranges, in order.
+rangeIndices :: [Range] -> [Int]
+rangeIndices = concatMap (\(Range lo hi) -> [lo .. hi - 1])
+
+data Batch = Batch
+  { batchJob    :: !JobId
+  , batchRanges :: ![Range]
+  , batchTasks  :: !Int
+  } deriving (Show)
+
+data Worker = Worker
+  { workerOutstanding :: !(M.Map BatchId Batch)
+  } deriving (Show)
+
+-- | What one worker did during a job.
+data WorkerStats = WorkerStats
+  { statWorker   :: !WorkerId
+  , statTasks    :: !Int     -- ^ tasks whose results were accepted
+  , statBatches  :: !Int     -- ^ batches accepted
+  , statBusy     :: !Double  -- ^ seconds spent computing, as the worker measured
+  , statWaiting  :: !Double  -- ^ seconds present during the job but not computing
+  , statLost     :: !Bool    -- ^ the worker was lost during the job
+  } deriving (Eq, Show)
+
+-- | Statistics of a finished job.
+data JobStats = JobStats
+  { jobElapsed     :: !Double          -- ^ seconds from submission to the last result
+  , jobTaskCount   :: !Int
+  , jobWorkerStats :: ![WorkerStats]   -- ^ by worker number
+  } deriving (Eq, Show)
+
+data Presence = Presence
+  { presFrom  :: !Double
+  , presUntil :: !(Maybe Double)
+  , presTasks :: !Int
+  , presBatches :: !Int
+  , presBusy  :: !Double
+  } deriving (Show)
+
+data Job = Job
+  { jobId        :: !JobId
+  , jobTotal     :: !Int
+  , jobPending   :: !(Seq Range)
+  , jobPendingN  :: !Int
+  , jobDone      :: !Int
+  , jobStart     :: !Double
+  , jobBatching  :: !Batching
+  , jobTarget    :: !Double
+  , jobEstimate  :: !(Maybe Double)   -- ^ seconds per task, moving average
+  , jobPresence  :: !(M.Map WorkerId Presence)
+  } deriving (Show)
+
+-- | The scheduler's state.
+data Sched = Sched
+  { schedWorkers   :: !(M.Map WorkerId Worker)
+  , schedJob       :: !(Maybe Job)
+  , schedNextBatch :: !BatchId
+  } deriving (Show)
+
+-- | A scheduler with no workers and no job.
+emptySched :: Sched
+emptySched = Sched M.empty Nothing 1
+
+-- | Why a job ended without all its results.
+data JobFailure
+  = TaskError !Int !String        -- ^ task index and the exception's text
+  | FunctionRefused !String       -- ^ a worker could not run the function
+  | NoWorkersLeft                 -- ^ no live worker remained
+  deriving (Eq, Show)
+
+-- | Something that happened.
+data Event
+  = WorkerJoined !WorkerId
+  | WorkerLost !WorkerId
+  | JobSubmitted !JobId !Int !Batching !Double
+    -- ^ a job of this many tasks, with a batching policy and target seconds per batch
+  | BatchCompleted !WorkerId !BatchId !Double !(Maybe (Int, String))
+    -- ^ a batch's results arrived, with the worker's busy seconds and the
+    -- first failed task (position within the batch, message), if any
+  | BatchRefused !WorkerId !BatchId !String
+    -- ^ the worker could not run the function at all
+  | JobCancelled !JobId
+    -- ^ the caller gave up on the job; its outstanding batches become stale
+  deriving (Eq, Show)
+
+-- | Something the master loop must do.
+data Command
+  = SendBatch !WorkerId !BatchId ![Range]
+    -- ^ send these tasks to this worker as one batch
+  | AcceptResults !BatchId ![Range]
+    -- ^ the batch's results are for these tasks: deliver them
+  | DropResults !BatchId
+    -- ^ the batch's results are stale or unwanted: drop them
+  | FinishJob !JobId !JobStats
+  | AbortJob !JobId !JobFailure !JobStats
+  deriving (Eq, Show)
+
+-- | The workers known to the scheduler.
+liveWorkers :: Sched -> [WorkerId]
+liveWorkers = M.keys . schedWorkers
+
+-- | Outstanding batches of a worker, with their tasks.
+outstandingFor :: WorkerId -> Sched -> [(BatchId, [Range])]
+outstandingFor w s = maybe [] (map (\(b, x) -> (b, batchRanges x)) . M.toList . workerOutstanding)
+                               (M.lookup w (schedWorkers s))
+
+-- | Tasks of the current job not yet given to any worker.
+pendingTasks :: Sched -> Int
+pendingTasks = maybe 0 jobPendingN . schedJob
+
+-- | Whether a job is running.
+jobActive :: Sched -> Bool
+jobActive = isJust . schedJob
+
+-- | Advance the machine by one event at the given time (seconds, from any
+-- fixed origin).
+step :: Double -> Event -> Sched -> (Sched, [Command])
+step now ev s = case ev of
+  WorkerJoined w
+    | M.member w (schedWorkers s) -> (s, [])
+    | otherwise ->
+        let s1 = s { schedWorkers = M.insert w (Worker M.empty) (schedWorkers s)
+                   , schedJob = fmap (joinPresence now w) (schedJob s) }
+        in assign s1 []
+
+  WorkerLost w -> case M.lookup w (schedWorkers s) of
+    Nothing -> (s, [])
+    Just worker ->
+      let s1 = s { schedWorkers = M.delete w (schedWorkers s) }
+          returned = [ b | b <- M.elems (workerOutstanding worker)
+                         , Just j <- [schedJob s], batchJob b == jobId j ]
+          requeue j = j { jobPending = foldr (\b q -> foldr (<|) q (batchRanges b)) (jobPending j) returned
+                        , jobPendingN = jobPendingN j + sum (map batchTasks returned)
+                        , jobPresence = M.adjust (\p -> p { presUntil = Just now }) w (jobPresence j) }
+          s2 = s1 { schedJob = fmap requeue (schedJob s1) }
+      in case schedJob s2 of
+           Just j | M.null (schedWorkers s2) ->
+             (s2 { schedJob = Nothing }, [AbortJob (jobId j) NoWorkersLeft (statsOf now j)])
+           _ -> assign s2 []
+
+  JobSubmitted jid n batching target ->
+    let job = Job { jobId = jid, jobTotal = n, jobPending = if n > 0 then Seq.singleton (Range 0 n) else Seq.empty
+                  , jobPendingN = n, jobDone = 0, jobStart = now, jobBatching = batching
+                  , jobTarget = target, jobEstimate = Nothing
+                  , jobPresence = M.fromList [ (w, Presence now Nothing 0 0 0) | w <- M.keys (schedWorkers s) ] }
+    in case schedJob s of
+         Just _ -> error "Herd.Scheduler: a job was submitted while another was running"
+         Nothing
+           | n == 0 -> (s, [FinishJob jid (statsOf now job)])
+           | M.null (schedWorkers s) -> (s, [AbortJob jid NoWorkersLeft (statsOf now job)])
+           | otherwise -> assign s { schedJob = Just job } []
+
+  BatchCompleted w bid busy failure -> case takeBatch w bid s of
+    Nothing -> (s, [DropResults bid])
+    Just (b, s1) -> case schedJob s1 of
+      Just j | batchJob b == jobId j -> case failure of
+        Just (pos, msg) ->
+          let j1 = credit w b busy j
+              idx = rangeIndices (batchRanges b) !! max 0 (min (batchTasks b - 1) pos)
+          in (s1 { schedJob = Nothing }, [DropResults bid, AbortJob (jobId j) (TaskError idx msg) (statsOf now j1)])
+        Nothing ->
+          let j1 = (credit w b busy j) { jobDone = jobDone j + batchTasks b
+                                       , jobEstimate = Just (estimate (jobEstimate j) busy (batchTasks b)) }
+              accept = AcceptResults bid (batchRanges b)
+          in if jobDone j1 == jobTotal j1
+               then (s1 { schedJob = Nothing }, [accept, FinishJob (jobId j1) (statsOf now j1)])
+               else assign s1 { schedJob = Just j1 } [accept]
+      _ -> assign s1 [DropResults bid]
+
+  JobCancelled jid -> case schedJob s of
+    Just j | jobId j == jid -> (s { schedJob = Nothing }, [])
+    _ -> (s, [])
+
+  BatchRefused w bid why -> case takeBatch w bid s of
+    Nothing -> (s, [])
+    Just (b, s1) -> case schedJob s1 of
+      Just j | batchJob b == jobId j ->
+        (s1 { schedJob = Nothing }, [AbortJob (jobId j) (FunctionRefused why) (statsOf now j)])
+      _ -> assign s1 []
+
+-- Remove an outstanding batch from a worker.
+takeBatch :: WorkerId -> BatchId -> Sched -> Maybe (Batch, Sched)
+takeBatch w bid s = do
+  worker <- M.lookup w (schedWorkers s)
+  b <- M.lookup bid (workerOutstanding worker)
+  let worker' = worker { workerOutstanding = M.delete bid (workerOutstanding worker) }
+  pure (b, s { schedWorkers = M.insert w worker' (schedWorkers s) })
+
+credit :: WorkerId -> Batch -> Double -> Job -> Job
+credit w b busy j = j { jobPresence = M.adjust add w (jobPresence j) }
+  where add p = p { presTasks = presTasks p + batchTasks b, presBatches = presBatches p + 1
+                  , presBusy = presBusy p + max 0 busy }
+
+joinPresence :: Double -> WorkerId -> Job -> Job
+joinPresence now w j = j { jobPresence = M.insertWith (\_ old -> old { presUntil = Nothing }) w
+                                                      (Presence now Nothing 0 0 0) (jobPresence j) }
+
+estimate :: Maybe Double -> Double -> Int -> Double
+estimate old busy n =
+  let sample = max 1e-9 (busy / fromIntegral (max 1 n))
+  in maybe sample (\e -> 0.5 * e + 0.5 * sample) old
+
+statsOf :: Double -> Job -> JobStats
+statsOf now j = JobStats
+  { jobElapsed = now - jobStart j
+  , jobTaskCount = jobTotal j
+  , jobWorkerStats = [ WorkerStats w (presTasks p) (presBatches p) (presBusy p)
+                                   (max 0 (fromMaybe now (presUntil p) - presFrom p - presBusy p))
+                                   (isJust (presUntil p))
+                     | (w, p) <- M.toList (jobPresence j) ]
+  }
+
+-- | The batch size the job would hand out now, with this many live workers.
+batchSizeFor :: Int -> Sched -> Int
+batchSizeFor live s = maybe 1 (sizeOf live) (schedJob s)
+
+sizeOf :: Int -> Job -> Int
+sizeOf live j = case jobBatching j of
+  FixedBatch n -> n
+  Adaptive -> case jobEstimate j of
+    Nothing -> 1
+    Just e ->
+      let byTime = floor (min 1e9 (jobTarget j / e)) :: Int
+          factoring = (jobPendingN j + 2 * live - 1) `div` (2 * max 1 live)
+      in max 1 (min byTime factoring)
+
+-- Whether a worker with these outstanding batches should get another now.
+wantsWork :: Job -> Worker -> Bool
+wantsWork j worker = case M.size (workerOutstanding worker) of
+  0 -> True
+  1 -> case (jobBatching j, jobEstimate j) of
+         (FixedBatch _, _) -> True
+         (Adaptive, Just e) -> e <= jobTarget j / 2
+         (Adaptive, Nothing) -> False
+  _ -> False
+
+-- Hand out pending tasks: first to workers with nothing outstanding (fewest
+-- first), then a prefetch to those that want one.
+assign :: Sched -> [Command] -> (Sched, [Command])
+assign s acc = case schedJob s of
+  Nothing -> (s, acc)
+  Just _ -> go s (sortOn (M.size . workerOutstanding . snd) (M.toList (schedWorkers s))) acc
+  where
+    go st [] out = (st, out)
+    go st ((w, _) : rest) out = case schedJob st of
+      Just j | jobPendingN j > 0
+             , Just worker <- M.lookup w (schedWorkers st)
+             , wantsWork j worker ->
+          let live = M.size (schedWorkers st)
+              (ranges, n, pending') = takeTasks (sizeOf live j) (jobPending j)
+              bid = schedNextBatch st
+              worker' = worker { workerOutstanding = M.insert bid (Batch (jobId j) ranges n)
+                                                              (workerOutstanding worker) }
+              st' = st { schedWorkers = M.insert w worker' (schedWorkers st)
+                       , schedJob = Just j { jobPending = pending', jobPendingN = jobPendingN j - n }
+                       , schedNextBatch = bid + 1 }
+              -- a worker that can take a prefetch stays in line for one more
+              again = [ (w, worker') | M.size (workerOutstanding worker') < 2 ]
+          in go st' (rest ++ again) (out ++ [SendBatch w bid ranges])
+      _ -> go st rest out
+
+-- Take up to n tasks from the front of the pending ranges.
+takeTasks :: Int -> Seq Range -> ([Range], Int, Seq Range)
+takeTasks want = go [] 0
+  where
+    go acc !got q
+      | got >= want = (reverse acc, got, q)
+      | otherwise = case viewl q of
+          EmptyL -> (reverse acc, got, q)
+          r@(Range lo hi) :< rest
+            | rangeSize r <= want - got -> go (r : acc) (got + rangeSize r) rest
+            | otherwise ->
+                let cut = lo + (want - got)
+                in (reverse (Range lo cut : acc), want, Range cut hi <| rest)

@@ -1,0 +1,151 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | Functions that can run on a worker: the closures of herd.
+--
+-- A function crosses the wire as the key of a GHC static pointer, so only
+-- code compiled into the binary can ever run on a worker. A bare
+-- @StaticPtr (a -> b)@ is not enough: GHC's static pointer table keeps only
+-- the value, so a worker given a key could neither decode the argument nor
+-- check that the types are the ones the master meant. A 'Task' is the
+-- function together with its codecs and the fingerprints of its argument and
+-- result types, captured where the types are known:
+--
+-- > fibTask :: StaticPtr (Task Int Integer)
+-- > fibTask = static (task fib)
+--
+-- Bind such pointers at top level, best in a module other than @Main@ (GHC
+-- 9.0 can fail to link a @static@ form inside @Main@ under @-O@).
+--
+-- Promise: a worker never runs a function whose key it does not hold or
+-- whose types differ from the caller's; it answers with an error naming the
+-- function instead.
+module Herd.Task
+  ( -- * Building tasks
+    Task
+  , task
+  , named
+    -- * Using tasks (for the master and worker drivers)
+  , TaskRef (..)
+  , taskRef
+  , taskEncodeArg
+  , taskDecodeResult
+  , Runner (..)
+  , lookupRunner
+  , describeRef
+  ) where
+
+import Control.Exception
+  (SomeAsyncException, SomeException, evaluate, fromException, throwIO, try, displayException)
+import qualified Data.ByteString as B
+import Data.Store (Store, decode, encode)
+import Data.Typeable (Proxy (..), Typeable, typeRep)
+import GHC.Fingerprint (Fingerprint (..))
+import GHC.StaticPtr
+  (StaticKey, StaticPtr, StaticPtrInfo (..), deRefStaticPtr, staticKey, staticPtrInfo,
+   unsafeLookupStaticPtr)
+import Data.Typeable (typeRepFingerprint)
+
+-- | A function from @a@ to @b@ that a worker can run, with what it takes to
+-- ship its arguments and results. Build one with 'task' inside a @static@
+-- form.
+data Task a b = Task
+  { taskLabel   :: !(Maybe String)
+  , taskEncode  :: a -> B.ByteString
+  , taskDecode  :: B.ByteString -> Either String b
+  , taskRunner  :: !Runner
+  }
+
+-- | The type-erased side of a task that a worker runs: it only ever sees
+-- bytes.
+data Runner = Runner
+  { runnerArgType     :: !Fingerprint  -- ^ fingerprint of the argument type
+  , runnerResultType  :: !Fingerprint  -- ^ fingerprint of the result type
+  , runnerTypes       :: !String       -- ^ the function's type, for messages
+  , runnerRun         :: B.ByteString -> IO (Either String B.ByteString)
+    -- ^ decode an argument, apply the function, force and encode the result;
+    -- any exception the function throws comes back as 'Left' with its text.
+  }
+
+-- | Wrap a function so that it can be shipped as a static pointer.
+task :: forall a b. (Store a, Store b, Typeable a, Typeable b) => (a -> b) -> Task a b
+task f = Task
+  { taskLabel  = Nothing
+  , taskEncode = encode
+  , taskDecode = either (Left . displayException) Right . decode
+  , taskRunner = Runner
+      { runnerArgType    = typeRepFingerprint (typeRep (Proxy :: Proxy a))
+      , runnerResultType = typeRepFingerprint (typeRep (Proxy :: Proxy b))
+      , runnerTypes      = show (typeRep (Proxy :: Proxy a)) ++ " -> "
+                             ++ show (typeRep (Proxy :: Proxy b))
+      , runnerRun        = run
+      }
+  }
+  where
+    run bytes = case decode bytes of
+      Left err -> pure (Left ("argument does not decode: " ++ displayException err))
+      Right (x :: a) -> do
+        outcome <- try (evaluate (encode (f x)))
+        case outcome of
+          Right encoded -> pure (Right encoded)
+          Left (e :: SomeException)
+            | Just (_ :: SomeAsyncException) <- fromException e -> throwIO e
+            | otherwise -> pure (Left (displayException e))
+
+-- | Give a task a human name, used in error messages and statistics.
+named :: String -> Task a b -> Task a b
+named label t = t { taskLabel = Just label }
+
+-- | What a master sends to name a function: its static key, a readable
+-- name, and the fingerprints of the types it expects.
+data TaskRef = TaskRef
+  { refKey        :: !StaticKey
+  , refName       :: !String
+  , refArgType    :: !Fingerprint
+  , refResultType :: !Fingerprint
+  } deriving (Eq, Show)
+
+-- | The reference a master sends for a static task.
+taskRef :: StaticPtr (Task a b) -> TaskRef
+taskRef ptr = TaskRef
+  { refKey        = staticKey ptr
+  , refName       = describe
+  , refArgType    = runnerArgType runner
+  , refResultType = runnerResultType runner
+  }
+  where
+    t = deRefStaticPtr ptr
+    runner = taskRunner t
+    info = staticPtrInfo ptr
+    place = spInfoModuleName info ++ ":" ++ show (fst (spInfoSrcLoc info))
+            ++ ":" ++ show (snd (spInfoSrcLoc info))
+    describe = maybe ("static task at " ++ place) (\l -> l ++ " (" ++ place ++ ")") (taskLabel t)
+
+-- | Encode one argument on the master.
+taskEncodeArg :: StaticPtr (Task a b) -> a -> B.ByteString
+taskEncodeArg ptr = taskEncode (deRefStaticPtr ptr)
+
+-- | Decode one result on the master.
+taskDecodeResult :: StaticPtr (Task a b) -> B.ByteString -> Either String b
+taskDecodeResult ptr = taskDecode (deRefStaticPtr ptr)
+
+-- | Find the runner for a reference in this binary's static pointer table,
+-- checking the types. 'Left' says why it cannot run, naming the function.
+--
+-- Keys are trusted to point at tasks once the peer has passed the build
+-- handshake: a master of the same build only sends keys of @StaticPtr (Task
+-- a b)@ values, which the compiler typed.
+lookupRunner :: TaskRef -> IO (Either String Runner)
+lookupRunner ref = do
+  found <- unsafeLookupStaticPtr (refKey ref)
+  pure $ case found of
+    Nothing -> Left ("unknown static key " ++ show (refKey ref) ++ " for " ++ refName ref
+                     ++ ": this worker's binary has no such function")
+    Just (ptr :: StaticPtr (Task () ())) ->
+      let runner = taskRunner (deRefStaticPtr ptr)
+      in if runnerArgType runner /= refArgType ref || runnerResultType runner /= refResultType ref
+           then Left ("type mismatch for " ++ refName ref ++ ": the worker's function has type "
+                      ++ runnerTypes runner ++ ", the caller expected other types")
+           else Right runner
+
+-- | A short description of a reference, for messages.
+describeRef :: TaskRef -> String
+describeRef = refName

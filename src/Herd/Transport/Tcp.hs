@@ -1,0 +1,146 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | The TCP transport: framed messages between two processes, across hosts.
+--
+-- A frame is a 4-byte big-endian length and that many bytes. The receiver
+-- checks the length against its cap before allocating anything for the
+-- body (INV-CAP), and a frame cut short by the peer is an error, not a
+-- short message (INV-WHOLE). Sockets have TCP_NODELAY set, since herd's
+-- messages are already batched and latency matters more than packet count.
+-- Sends on one connection are serialised by a lock, so frames from
+-- concurrent senders never interleave (INV-SEND).
+module Herd.Transport.Tcp
+  ( Connection
+  , connPeer
+  , TransportError (..)
+  , listenTcp
+  , listenPort
+  , acceptConnection
+  , connectTcp
+  , sendFrame
+  , recvFrame
+  , closeConnection
+  ) where
+
+import Control.Concurrent.MVar
+import Control.Exception
+import Control.Monad (when)
+import Data.Bits (shiftL, (.|.))
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Builder as BB
+import qualified Data.ByteString.Lazy as BL
+import Data.IORef
+import Network.Socket
+import qualified Network.Socket.ByteString as NSB
+import qualified Network.Socket.ByteString.Lazy as NSL
+
+-- | One framed, bidirectional connection.
+data Connection = Connection
+  { connSocket   :: !Socket
+  , connPending  :: !(IORef B.ByteString)  -- ^ bytes read past the last frame
+  , connSendLock :: !(MVar ())
+  , connPeer     :: !String                -- ^ the peer's address, for log lines
+  }
+
+-- | Why a frame could not be received.
+data TransportError
+  = FrameTooLarge { frameClaimed :: !Int, frameLimit :: !Int }
+    -- ^ the length prefix exceeds the receiver's cap
+  | TruncatedFrame { frameExpected :: !Int, frameGot :: !Int }
+    -- ^ the peer closed the connection in the middle of a frame
+  deriving (Eq, Show)
+
+instance Exception TransportError where
+  displayException (FrameTooLarge n cap) =
+    "frame of " ++ show n ++ " bytes exceeds the limit of " ++ show cap
+  displayException (TruncatedFrame want got) =
+    "connection closed mid-frame (" ++ show got ++ " of " ++ show want ++ " bytes)"
+
+-- | Listen on a host and port (0 for any free port).
+listenTcp :: String -> Int -> IO Socket
+listenTcp host port = do
+  let hints = defaultHints { addrFlags = [AI_PASSIVE, AI_NUMERICSERV], addrSocketType = Stream }
+  addr : _ <- getAddrInfo (Just hints) (Just host) (Just (show port))
+  bracketOnError (socket (addrFamily addr) Stream defaultProtocol) close $ \sock -> do
+    setSocketOption sock ReuseAddr 1
+    withFdSocket sock setCloseOnExecIfNeeded
+    bind sock (addrAddress addr)
+    listen sock 1024
+    pure sock
+
+-- | The port a listening socket is bound to.
+listenPort :: Socket -> IO Int
+listenPort sock = fromIntegral <$> socketPort sock
+
+-- | Accept one connection.
+acceptConnection :: Socket -> IO Connection
+acceptConnection lsock = do
+  (sock, peer) <- accept lsock
+  withFdSocket sock setCloseOnExecIfNeeded
+  wrap sock (show peer)
+
+-- | Connect to a master.
+connectTcp :: String -> Int -> IO Connection
+connectTcp host port = do
+  let hints = defaultHints { addrFlags = [AI_NUMERICSERV], addrSocketType = Stream }
+  addr : _ <- getAddrInfo (Just hints) (Just host) (Just (show port))
+  bracketOnError (socket (addrFamily addr) Stream defaultProtocol) close $ \sock -> do
+    withFdSocket sock setCloseOnExecIfNeeded
+    connect sock (addrAddress addr)
+    wrap sock (host ++ ":" ++ show port)
+
+wrap :: Socket -> String -> IO Connection
+wrap sock peer = do
+  setSocketOption sock NoDelay 1
+  pending <- newIORef B.empty
+  lock <- newMVar ()
+  pure (Connection sock pending lock peer)
+
+-- | Send one frame.
+sendFrame :: Connection -> BL.ByteString -> IO ()
+sendFrame conn body = withMVar (connSendLock conn) $ \_ ->
+  NSL.sendAll (connSocket conn) $
+    BB.toLazyByteString (BB.word32BE (fromIntegral (BL.length body))) <> body
+
+-- | Receive one frame of at most the given size. 'Nothing' means the peer
+-- closed the connection cleanly between frames; a frame over the cap or cut
+-- short throws 'TransportError'.
+recvFrame :: Int -> Connection -> IO (Maybe B.ByteString)
+recvFrame cap conn = do
+  header <- recvExactly conn 4
+  case header of
+    Left 0 -> pure Nothing
+    Left got -> throwIO (TruncatedFrame 4 got)
+    Right h -> do
+      let len = B.foldl' (\acc w -> (acc `shiftL` 8) .|. fromIntegral w) 0 h
+      when (len > cap) $ throwIO (FrameTooLarge len cap)
+      body <- recvExactly conn len
+      case body of
+        Left got -> throwIO (TruncatedFrame len got)
+        Right b -> pure (Just b)
+
+-- Read exactly n bytes, or 'Left' with the count read before end of file.
+recvExactly :: Connection -> Int -> IO (Either Int B.ByteString)
+recvExactly conn n = do
+  pending <- readIORef (connPending conn)
+  if B.length pending >= n
+    then do
+      let (now, later) = B.splitAt n pending
+      writeIORef (connPending conn) later
+      pure (Right now)
+    else go [pending] (B.length pending)
+  where
+    go acc have
+      | have >= n = do
+          let whole = B.concat (reverse acc)
+              (now, later) = B.splitAt n whole
+          writeIORef (connPending conn) later
+          pure (Right now)
+      | otherwise = do
+          chunk <- NSB.recv (connSocket conn) (max 65536 (min (n - have) (4 * 1024 * 1024)))
+          if B.null chunk
+            then writeIORef (connPending conn) B.empty >> pure (Left have)
+            else go (chunk : acc) (have + B.length chunk)
+
+-- | Close the connection; safe to call more than once.
+closeConnection :: Connection -> IO ()
+closeConnection conn = close (connSocket conn) `catch` \(_ :: SomeException) -> pure ()

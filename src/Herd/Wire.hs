@@ -1,0 +1,208 @@
+-- | herd's protocol: the handshake and the messages between master and
+-- worker, with their encodings.
+--
+-- The handshake is decoded by hand from a frame of at most
+-- 'handshakeFrameLimit' bytes, so nothing a peer sends is given to @store@
+-- before its protocol version and build identity have been accepted. After
+-- the handshake every message is an envelope decoded by "Herd.Wire.Codec"
+-- (lengths and counts checked against the bytes present); only the task
+-- arguments and results inside are @store@-encoded user values.
+module Herd.Wire
+  ( -- * Handshake
+    protocolVersion
+  , handshakeFrameLimit
+  , WorkerHello (..)
+  , MasterReply (..)
+  , encodeWorkerHello
+  , decodeWorkerHello
+  , encodeMasterReply
+  , decodeMasterReply
+  , checkHello
+    -- * Messages
+  , ToWorker (..)
+  , FromWorker (..)
+  , TaskOutcome
+  , encodeToWorker
+  , decodeToWorker
+  , encodeFromWorker
+  , decodeFromWorker
+  ) where
+
+import Control.Monad (replicateM, unless, when)
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Builder as BB
+import qualified Data.ByteString.Char8 as BC
+import qualified Data.ByteString.Lazy as BL
+import Data.Text (Text)
+import qualified Data.Text as T
+import Data.Word (Word16, Word32, Word64)
+import GHC.Fingerprint (Fingerprint (..))
+import Herd.Task (TaskRef (..))
+import Herd.Wire.Codec
+
+-- | Version of this protocol; peers must match exactly.
+protocolVersion :: Word16
+protocolVersion = 1
+
+-- | Largest handshake frame either side accepts.
+handshakeFrameLimit :: Int
+handshakeFrameLimit = 4096
+
+magic :: B.ByteString
+magic = BC.pack "HERD"
+
+-- | The first frame a worker sends.
+data WorkerHello = WorkerHello
+  { helloVersion :: !Word16
+  , helloBuild   :: !B.ByteString  -- ^ build identity of the worker's binary
+  , helloPid     :: !Word32
+  , helloHost    :: !Text
+  } deriving (Eq, Show)
+
+-- | The master's answer to a hello.
+data MasterReply
+  = Welcome
+      { welcomeBuild    :: !B.ByteString  -- ^ the master's build identity
+      , welcomeWorkerId :: !Word32
+      , welcomeMaxFrame :: !Word32        -- ^ the frame cap the worker should apply too
+      }
+  | Refused { refusedReason :: !Text }
+  deriving (Eq, Show)
+
+-- | Encode a hello.
+encodeWorkerHello :: WorkerHello -> B.ByteString
+encodeWorkerHello h = buildStrict $
+  BB.byteString magic <> putWord16 (helloVersion h) <> putSizedBytes (helloBuild h)
+  <> putWord32 (helloPid h) <> putText (helloHost h)
+
+-- | Decode a hello, checking the magic bytes.
+decodeWorkerHello :: B.ByteString -> Either String WorkerHello
+decodeWorkerHello = runGet $ do
+  m <- getBytes 4
+  unless (m == magic) $ failGet "not a herd peer (bad magic bytes)"
+  WorkerHello <$> getWord16 <*> getSizedBytes <*> getWord32 <*> getText
+
+-- | Decide whether to accept a hello, given the master's build identity.
+checkHello :: B.ByteString -> WorkerHello -> Either String ()
+checkHello ourBuild h
+  | helloVersion h /= protocolVersion =
+      Left ("protocol version " ++ show (helloVersion h) ++ " differs from the master's "
+            ++ show protocolVersion)
+  | helloBuild h /= ourBuild =
+      Left ("worker binary is a different build (worker " ++ short (helloBuild h)
+            ++ ", master " ++ short ourBuild ++ "); run the same executable on both sides")
+  | otherwise = Right ()
+  where short = take 16 . concatMap hex2 . B.unpack
+        hex2 w = [digits !! fromIntegral (w `div` 16), digits !! fromIntegral (w `mod` 16)]
+        digits = "0123456789abcdef"
+
+-- | Encode the master's reply.
+encodeMasterReply :: MasterReply -> B.ByteString
+encodeMasterReply r = buildStrict $ BB.byteString magic <> putWord16 protocolVersion <> case r of
+  Welcome b w f -> putWord8 0 <> putSizedBytes b <> putWord32 w <> putWord32 f
+  Refused why -> putWord8 1 <> putText why
+
+-- | Decode the master's reply.
+decodeMasterReply :: B.ByteString -> Either String MasterReply
+decodeMasterReply = runGet $ do
+  m <- getBytes 4
+  unless (m == magic) $ failGet "not a herd master (bad magic bytes)"
+  v <- getWord16
+  when (v /= protocolVersion) $
+    failGet ("master speaks protocol " ++ show v ++ ", this worker " ++ show protocolVersion)
+  tag <- getWord8
+  case tag of
+    0 -> Welcome <$> getSizedBytes <*> getWord32 <*> getWord32
+    1 -> Refused <$> getText
+    _ -> failGet ("unknown reply tag " ++ show tag)
+
+-- | Outcome of one task: the encoded result, or the text of the exception.
+type TaskOutcome = Either Text B.ByteString
+
+-- | Messages from master to worker.
+data ToWorker
+  = RunBatch
+      { runBatchId :: !Word64
+      , runRef     :: !TaskRef
+      , runArgs    :: [B.ByteString]  -- ^ @store@-encoded arguments, in task order
+      }
+  | Shutdown
+  deriving (Eq, Show)
+
+-- | Messages from worker to master.
+data FromWorker
+  = BatchResult
+      { resultBatchId :: !Word64
+      , resultBusyNs  :: !Word64          -- ^ time spent computing the batch
+      , resultOutcomes :: [TaskOutcome]    -- ^ one per task, in task order
+      }
+  | BatchRejected
+      { rejectedBatchId :: !Word64
+      , rejectedReason  :: !Text          -- ^ why the function cannot run here
+      }
+  deriving (Eq, Show)
+
+putFingerprint :: Fingerprint -> BB.Builder
+putFingerprint (Fingerprint a b) = putWord64 a <> putWord64 b
+
+getFingerprint :: Get Fingerprint
+getFingerprint = Fingerprint <$> getWord64 <*> getWord64
+
+-- | Encode a message to a worker (lazily, so big batches are not copied).
+encodeToWorker :: ToWorker -> BL.ByteString
+encodeToWorker msg = BB.toLazyByteString $ case msg of
+  RunBatch bid ref args ->
+    putWord8 1 <> putWord64 bid
+    <> putFingerprint (refKey ref) <> putText (T.pack (refName ref))
+    <> putFingerprint (refArgType ref) <> putFingerprint (refResultType ref)
+    <> putWord32 (fromIntegral (length args)) <> foldMap putSizedBytes args
+  Shutdown -> putWord8 2
+
+-- | Decode a message to a worker.
+decodeToWorker :: B.ByteString -> Either String ToWorker
+decodeToWorker = runGet $ do
+  tag <- getWord8
+  case tag of
+    1 -> do
+      bid <- getWord64
+      key <- getFingerprint
+      name <- getText
+      argT <- getFingerprint
+      resT <- getFingerprint
+      n <- getCount 4
+      args <- replicateM n getSizedBytes
+      pure (RunBatch bid (TaskRef key (T.unpack name) argT resT) args)
+    2 -> pure Shutdown
+    _ -> failGet ("unknown message tag " ++ show tag)
+
+-- | Encode a message from a worker.
+encodeFromWorker :: FromWorker -> BL.ByteString
+encodeFromWorker msg = BB.toLazyByteString $ case msg of
+  BatchResult bid busy outcomes ->
+    putWord8 1 <> putWord64 bid <> putWord64 busy
+    <> putWord32 (fromIntegral (length outcomes)) <> foldMap putOutcome outcomes
+  BatchRejected bid why -> putWord8 2 <> putWord64 bid <> putText why
+  where
+    putOutcome (Right bytes) = putWord8 0 <> putSizedBytes bytes
+    putOutcome (Left err) = putWord8 1 <> putText err
+
+-- | Decode a message from a worker.
+decodeFromWorker :: B.ByteString -> Either String FromWorker
+decodeFromWorker = runGet $ do
+  tag <- getWord8
+  case tag of
+    1 -> do
+      bid <- getWord64
+      busy <- getWord64
+      n <- getCount 5
+      outcomes <- replicateM n getOutcome
+      pure (BatchResult bid busy outcomes)
+    2 -> BatchRejected <$> getWord64 <*> getText
+    _ -> failGet ("unknown message tag " ++ show tag)
+  where
+    getOutcome = do
+      status <- getWord8
+      case status of
+        0 -> Right <$> getSizedBytes
+        1 -> Left <$> getText
+        _ -> failGet ("unknown task status " ++ show status)

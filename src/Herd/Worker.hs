@@ -1,0 +1,191 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | The worker side: connect to a master, prove the build, run batches.
+--
+-- A worker is the user's own executable started in worker mode (by
+-- 'Herd.withCluster' through environment variables, or by hand with
+-- @herd worker --connect HOST:PORT@). It never runs the program's body. It
+-- answers every batch, either with one outcome per task (stopping at the
+-- first task that throws) or with a refusal naming the function when its
+-- static key or types do not match. It exits when the master closes the
+-- connection, asks it to stop, or (for local workers) when the master
+-- process dies, even mid-task: a C thread watches a pipe from the master,
+-- so this holds while a non-allocating computation keeps the Haskell
+-- scheduler from running.
+module Herd.Worker
+  ( serveIfWorker
+  , runWorker
+  , WorkerOptions (..)
+  , parseHostPort
+  , workerEnvConnect
+  , workerEnvCpu
+  , workerEnvWatch
+  ) where
+
+import Control.Exception
+import Control.Monad (forM_, unless, when)
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Lazy as BL
+import Data.IORef
+import Data.Word (Word64)
+import qualified Data.Map.Strict as M
+import qualified Data.Text as T
+import Foreign.C.Types (CInt (..))
+import GHC.Fingerprint (Fingerprint)
+import Herd.BuildId (buildIdentity)
+import Herd.Task (Runner (..), TaskRef (..), lookupRunner)
+import Herd.Transport.Tcp
+import Herd.Wire
+import System.Posix.Unistd (getSystemID, nodeName)
+import System.Clock (Clock (Monotonic), getTime, toNanoSecs)
+import System.Environment (lookupEnv)
+import System.Exit
+import System.IO (hPutStrLn, stderr)
+import System.Posix.Process (getProcessID)
+import Text.Read (readMaybe)
+
+foreign import ccall unsafe "herd_pin_process_threads"
+  c_pinProcessThreads :: CInt -> IO CInt
+
+foreign import ccall unsafe "herd_start_parent_watchdog"
+  c_startParentWatchdog :: CInt -> IO CInt
+
+-- | Environment variable that puts a process in worker mode: @HOST:PORT@ of
+-- the master.
+workerEnvConnect :: String
+workerEnvConnect = "HERD_WORKER"
+
+-- | Environment variable naming the CPU a local worker pins itself to.
+workerEnvCpu :: String
+workerEnvCpu = "HERD_WORKER_CPU"
+
+-- | Environment variable that, set to @1@, makes a worker exit when its
+-- standard input reaches end of file (the master's pipe closed).
+workerEnvWatch :: String
+workerEnvWatch = "HERD_WATCH_STDIN"
+
+-- | How a worker runs.
+data WorkerOptions = WorkerOptions
+  { workerHost       :: String     -- ^ master's host
+  , workerPort       :: Int        -- ^ master's port
+  , workerCpu        :: Maybe Int  -- ^ CPU to pin to
+  , workerWatchStdin :: Bool       -- ^ exit when standard input closes
+  } deriving (Eq, Show)
+
+-- | Parse @HOST:PORT@, naming what is wrong.
+parseHostPort :: String -> Either String (String, Int)
+parseHostPort s = case break (== ':') (reverse s) of
+  (rport, ':' : rhost)
+    | null rhost -> Left ("no host in " ++ show s ++ " (expected HOST:PORT)")
+    | Just p <- readMaybe (reverse rport), p > 0, p < 65536 -> Right (stripBrackets (reverse rhost), p)
+    | otherwise -> Left ("bad port in " ++ show s ++ " (expected a number 1..65535)")
+  _ -> Left ("no port in " ++ show s ++ " (expected HOST:PORT)")
+  where
+    stripBrackets h@('[' : rest) | not (null rest), last rest == ']' = init rest
+                                 | otherwise = h
+    stripBrackets h = h
+
+-- | If this process was started as a herd worker, serve the master and exit
+-- without returning; otherwise return at once. 'Herd.withCluster' calls it
+-- first; call it at the top of @main@ if @main@ does work before that.
+serveIfWorker :: IO ()
+serveIfWorker = do
+  connectTo <- lookupEnv workerEnvConnect
+  case connectTo of
+    Nothing -> pure ()
+    Just addr -> do
+      (host, port) <- either (die' . ((workerEnvConnect ++ ": ") ++)) pure (parseHostPort addr)
+      cpuText <- lookupEnv workerEnvCpu
+      cpu <- case cpuText of
+        Nothing -> pure Nothing
+        Just t | Just n <- readMaybe t, n >= 0 -> pure (Just n)
+               | otherwise -> die' (workerEnvCpu ++ ": not a CPU number: " ++ show t)
+      watch <- (== Just "1") <$> lookupEnv workerEnvWatch
+      runWorker (WorkerOptions host port cpu watch)
+      exitSuccess
+  where die' msg = hPutStrLn stderr ("herd worker: " ++ msg) >> exitWith (ExitFailure 2)
+
+-- | Run a worker until the master lets it go. Exits the process with a
+-- non-zero code if the master refuses it or breaks the protocol.
+runWorker :: WorkerOptions -> IO ()
+runWorker opts = do
+  when (workerWatchStdin opts) $ do
+    rc <- c_startParentWatchdog 0
+    when (rc /= 0) $ warn ("cannot watch the master's pipe (error " ++ show rc ++ ")")
+  forM_ (workerCpu opts) $ \cpu -> do
+    rc <- c_pinProcessThreads (fromIntegral cpu)
+    when (rc /= 0) $ warn ("cannot pin to CPU " ++ show cpu ++ " (errno " ++ show rc ++ "); running unpinned")
+  build <- buildIdentity
+  conn <- connectTcp (workerHost opts) (workerPort opts) `catch` \(e :: IOException) ->
+    failWith 3 ("cannot connect to master at " ++ where_ ++ ": " ++ displayException e)
+  pid <- getProcessID
+  host <- nodeName <$> getSystemID
+  sendFrame conn (lazy (encodeWorkerHello (WorkerHello protocolVersion build (fromIntegral pid) (T.pack host))))
+  reply <- recvFrame handshakeFrameLimit conn `catch` \(e :: SomeException) ->
+    failWith 3 ("handshake with " ++ where_ ++ " failed: " ++ displayException e)
+  case fmap decodeMasterReply reply of
+    Nothing -> failWith 3 ("master at " ++ where_ ++ " closed the connection during the handshake")
+    Just (Left why) -> failWith 3 ("bad handshake from " ++ where_ ++ ": " ++ why)
+    Just (Right (Refused why)) -> failWith 3 ("refused by master at " ++ where_ ++ ": " ++ T.unpack why)
+    Just (Right (Welcome theirBuild _ maxFrame)) -> do
+      unless (theirBuild == build) $
+        failWith 3 ("master at " ++ where_ ++ " is a different build; refusing to serve it")
+      cache <- newIORef M.empty
+      serve conn (fromIntegral maxFrame) cache `finally` closeConnection conn
+  where
+    where_ = workerHost opts ++ ":" ++ show (workerPort opts)
+    warn msg = hPutStrLn stderr ("herd worker: " ++ msg)
+
+failWith :: Int -> String -> IO a
+failWith code msg = hPutStrLn stderr ("herd worker: " ++ msg) >> exitWith (ExitFailure code)
+
+lazy :: B.ByteString -> BL.ByteString
+lazy = BL.fromStrict
+
+type RunnerCache = IORef (M.Map (Fingerprint, Fingerprint, Fingerprint) (Either String Runner))
+
+serve :: Connection -> Int -> RunnerCache -> IO ()
+serve conn maxFrame cache = loop
+  where
+    loop = do
+      frame <- recvFrame maxFrame conn `catch` \(e :: SomeException) ->
+        failWith 4 ("connection to master broke: " ++ displayException e)
+      case frame of
+        Nothing -> pure ()  -- the master is gone: stop quietly
+        Just bytes -> case decodeToWorker bytes of
+          Left why -> failWith 4 ("bad message from master: " ++ why)
+          Right Shutdown -> pure ()
+          Right (RunBatch bid ref args) -> do
+            runner <- cachedRunner cache ref
+            reply <- case runner of
+              Left why -> pure (BatchRejected bid (T.pack why))
+              Right r -> runBatch bid r args
+            sendFrame conn (encodeFromWorker reply)
+            loop
+
+cachedRunner :: RunnerCache -> TaskRef -> IO (Either String Runner)
+cachedRunner cache ref = do
+  let k = (refKey ref, refArgType ref, refResultType ref)
+  known <- M.lookup k <$> readIORef cache
+  case known of
+    Just r -> pure r
+    Nothing -> do
+      r <- lookupRunner ref
+      modifyIORef' cache (M.insert k r)
+      pure r
+
+-- Run every task of a batch in order, stopping at the first that throws
+-- (the master aborts the job on it, so later tasks would be wasted work).
+runBatch :: Word64 -> Runner -> [B.ByteString] -> IO FromWorker
+runBatch bid runner args = do
+  start <- getTime Monotonic
+  outcomes <- go args []
+  end <- getTime Monotonic
+  let busy = fromIntegral (max 0 (toNanoSecs end - toNanoSecs start))
+  pure (BatchResult bid busy outcomes)
+  where
+    go [] acc = pure (reverse acc)
+    go (x : xs) acc = do
+      outcome <- runnerRun runner x
+      case outcome of
+        Right bytes -> go xs (Right bytes : acc)
+        Left err -> pure (reverse (Left (T.pack err) : acc))

@@ -1,0 +1,245 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | Integration tests with real worker processes (copies of this test
+-- executable started in worker mode) over real TCP on loopback.
+module ClusterSpec (spec, orphanMasterMain) where
+
+import Control.Concurrent
+import Control.Exception
+import Control.Monad
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Char8 as BC
+import qualified Data.ByteString.Lazy as BL
+import Data.IORef
+import Data.List (isInfixOf, sort)
+import qualified Data.Text as T
+import GHC.Fingerprint (Fingerprint (..))
+import Herd
+import Herd.BuildId (buildIdentity)
+import Herd.Task (TaskRef (..), taskRef)
+import Herd.Transport.Tcp
+import Herd.Wire
+import Network.Socket
+import qualified Network.Socket.ByteString as NSB
+import System.Directory (doesFileExist, getTemporaryDirectory, removeFile, copyFile, getPermissions, setPermissions, setOwnerExecutable)
+import System.Environment (getEnvironment, getExecutablePath)
+import System.Exit
+import System.IO
+import System.Posix.Signals (sigKILL, signalProcess)
+import System.Process
+import Test.Hspec
+import TestTasks
+
+-- A configuration for tests: two workers, log lines kept for inspection.
+withTestCluster :: Int -> (IORef [String] -> Cluster -> IO a) -> IO a
+withTestCluster n body = do
+  logs <- newIORef []
+  let cfg = defaultConfig { configWorkers = Just n
+                          , configLog = \l -> atomicModifyIORef' logs (\ls -> (l : ls, ())) }
+  withCluster cfg (body logs)
+
+logsContain :: IORef [String] -> String -> IO Bool
+logsContain logs needle = any (needle `isInfixOf`) <$> readIORef logs
+
+-- Poll until the condition holds or about five seconds pass.
+eventually :: IO Bool -> IO Bool
+eventually cond = go (100 :: Int)
+  where go 0 = cond
+        go k = do ok <- cond
+                  if ok then pure True else threadDelay 50000 >> go (k - 1)
+
+spec :: Spec
+spec = describe "a cluster of local worker processes" $ do
+  it "farms tasks and returns results in input order" $
+    withTestCluster 2 $ \_ cluster -> do
+      ys <- farm cluster squareTask [1 .. 2000]
+      ys `shouldBe` map (\x -> x * x) [1 .. 2000]
+
+  it "runs many tiny tasks and reports per-worker statistics" $
+    withTestCluster 2 $ \_ cluster -> do
+      (ys, stats) <- farmWithStats cluster squareTask [0 .. 99999]
+      sum ys `shouldBe` sum (map (\x -> x * x) [0 .. 99999 :: Int])
+      sum (map statTasks (jobWorkerStats stats)) `shouldBe` 100000
+      length (jobWorkerStats stats) `shouldBe` 2
+
+  it "hands back each result once as it completes" $
+    withTestCluster 2 $ \_ cluster -> do
+      seen <- newIORef []
+      _ <- farmAsCompleted cluster squareTask [0 .. 499] $ \i y -> modifyIORef' seen ((i, y) :)
+      got <- sort <$> readIORef seen
+      got `shouldBe` [ (i, i * i) | i <- [0 .. 499] ]
+
+  it "reports the user's exception with the task index and message" $
+    withTestCluster 2 $ \_ cluster -> do
+      r <- try (farm cluster failAt13Task [0 .. 40])
+      case r of
+        Left (TaskFailed i name msg) -> do
+          i `shouldBe` 13
+          name `shouldContain` "failAt13"
+          msg `shouldContain` "unlucky thirteen"
+        other -> expectationFailure ("expected TaskFailed, got " ++ show (fmap length other))
+      -- the cluster still works after a failed job
+      farm cluster squareTask [1, 2, 3] `shouldReturn` [1, 4, 9]
+
+  it "still returns every result when a worker is killed with SIGKILL mid-farm" $
+    withTestCluster 2 $ \logs cluster -> do
+      [victim, _] <- clusterWorkerInfo cluster
+      killed <- newIORef False
+      results <- newIORef []
+      stats <- farmAsCompleted cluster sleepySquareTask [ (20, x) | x <- [0 .. 59] ] $ \i y -> do
+        modifyIORef' results ((i, y) :)
+        already <- readIORef killed
+        unless already $ do
+          writeIORef killed True
+          signalProcess sigKILL (fromIntegral (infoPid victim))
+      got <- sort <$> readIORef results
+      got `shouldBe` [ (i, i * i) | i <- [0 .. 59] ]
+      any statLost (jobWorkerStats stats) `shouldBe` True
+      logsContain logs "lost" `shouldReturn` True
+
+  it "throws AllWorkersLost when every worker dies, instead of waiting" $
+    withTestCluster 2 $ \_ cluster -> do
+      workers <- clusterWorkerInfo cluster
+      r <- try $ farmAsCompleted cluster sleepySquareTask [ (50, x) | x <- [0 .. 99] ] $ \_ _ ->
+        forM_ workers $ \w -> signalProcess sigKILL (fromIntegral (infoPid w)) `catch` \(_ :: IOException) -> pure ()
+      case r of
+        Left (AllWorkersLost _) -> pure ()
+        other -> expectationFailure ("expected AllWorkersLost, got " ++ show (fmap (const ()) other))
+
+  it "refuses a worker from a different build, with a clear message on both sides" $
+    withTestCluster 0 $ \logs cluster -> do
+      exe <- getExecutablePath
+      tmp <- getTemporaryDirectory
+      let other = tmp ++ "/herd-other-build"
+      copyFile exe other
+      B.appendFile other (BC.pack "a different build")
+      p <- getPermissions other
+      setPermissions other (setOwnerExecutable True p)
+      let (_, port) = clusterAddress cluster
+      env <- getEnvironment
+      (code, _, err) <- readCreateProcessWithExitCode
+        (proc other []) { env = Just (("HERD_WORKER", "127.0.0.1:" ++ show port) : env) } ""
+      removeFile other
+      code `shouldNotBe` ExitSuccess
+      err `shouldContain` "different build"
+      eventually (logsContain logs "different build") `shouldReturn` True
+      clusterWorkerCount cluster `shouldReturn` 0
+
+  it "names the function when a worker does not know its static key or types" $ do
+    -- Play master to a real worker process and send it bad references.
+    exe <- getExecutablePath
+    build <- buildIdentity
+    lsock <- listenTcp "127.0.0.1" 0
+    port <- listenPort lsock
+    env <- getEnvironment
+    (_, _, _, ph) <- createProcess (proc exe []) { env = Just (("HERD_WORKER", "127.0.0.1:" ++ show port) : env) }
+    conn <- acceptConnection lsock
+    Just hello <- recvFrame handshakeFrameLimit conn
+    fmap helloBuild (decodeWorkerHello hello) `shouldBe` Right build
+    sendFrame conn (BL.fromStrict (encodeMasterReply (Welcome build 1 1000000)))
+    let real = taskRef squareTask
+        unknown = real { refKey = Fingerprint 1 2, refName = "ghostFunction" }
+        mistyped = real { refArgType = Fingerprint 3 4 }
+        ask r = do
+          sendFrame conn (encodeToWorker (RunBatch 7 r []))
+          Just reply <- recvFrame 1000000 conn
+          pure (decodeFromWorker reply)
+    ask unknown >>= \r -> case r of
+      Right (BatchRejected 7 why) -> do
+        T.unpack why `shouldContain` "ghostFunction"
+        T.unpack why `shouldContain` "unknown static key"
+      other -> expectationFailure (show other)
+    ask mistyped >>= \r -> case r of
+      Right (BatchRejected 7 why) -> do
+        T.unpack why `shouldContain` "square"
+        T.unpack why `shouldContain` "type mismatch"
+      other -> expectationFailure (show other)
+    sendFrame conn (encodeToWorker Shutdown)
+    waitForProcess ph `shouldReturn` ExitSuccess
+    closeConnection conn
+    close lsock
+
+  it "throws RemoteFunctionError to the caller when a worker refuses the function" $
+    withTestCluster 0 $ \_ cluster -> do
+      -- A worker that refuses everything, speaking the protocol by hand.
+      build <- buildIdentity
+      let (_, port) = clusterAddress cluster
+      conn <- connectTcp "127.0.0.1" port
+      sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "fake"))))
+      Just _ <- recvFrame handshakeFrameLimit conn
+      fake <- forkIO $ forever $ do
+        Just frame <- recvFrame 1000000 conn
+        case decodeToWorker frame of
+          Right (RunBatch bid r _) -> sendFrame conn (encodeFromWorker
+                                        (BatchRejected bid (T.pack ("unknown static key for " ++ refName r))))
+          _ -> pure ()
+      True <- waitForWorkers cluster 1 5
+      r <- try (farm cluster squareTask [1, 2, 3])
+      killThread fake
+      closeConnection conn
+      case r of
+        Left (RemoteFunctionError name why) -> do
+          name `shouldContain` "square"
+          why `shouldContain` "unknown static key"
+        other -> expectationFailure (show other)
+
+  it "closes connections that send garbage, oversized or truncated frames, and keeps working" $
+    withTestCluster 2 $ \logs cluster -> do
+      let (_, port) = clusterAddress cluster
+          attack bytes = do
+            conn <- connectTcp "127.0.0.1" port
+            sendFrame conn (BL.fromStrict bytes) `catch` \(_ :: IOException) -> pure ()
+            closeConnection conn
+          rawAttack bytes = do
+            addr : _ <- getAddrInfo Nothing (Just "127.0.0.1") (Just (show port))
+            sock <- socket (addrFamily addr) Stream defaultProtocol
+            connect sock (addrAddress addr)
+            NSB.sendAll sock bytes
+            close sock
+      -- garbage in a well-formed frame, and a wrong handshake
+      attack (BC.pack "GET / HTTP/1.0\r\n\r\n")
+      attack (B.take 10 (encodeWorkerHello (WorkerHello protocolVersion (B.replicate 32 0) 1 (T.pack "x"))))
+      -- a length prefix claiming 2 GiB
+      rawAttack (B.pack [0x7F, 0xFF, 0xFF, 0xFF, 1, 2, 3])
+      -- a frame cut short: 100 bytes promised, 10 sent
+      rawAttack (B.pack [0, 0, 0, 100] <> B.replicate 10 0x41)
+      eventually (logsContain logs "not a herd peer") `shouldReturn` True
+      eventually (logsContain logs "exceeds the limit") `shouldReturn` True
+      eventually (logsContain logs "mid-frame") `shouldReturn` True
+      farm cluster squareTask [1 .. 100] `shouldReturn` map (\x -> x * x) [1 .. 100]
+      clusterWorkerCount cluster `shouldReturn` 2
+
+  it "leaves no worker behind when the master is killed with SIGKILL mid-task" $ do
+    exe <- getExecutablePath
+    env <- getEnvironment
+    (_, Just out, _, master) <- createProcess (proc exe [])
+      { env = Just (("HERD_TEST_ROLE", "orphan-master") : env), std_out = CreatePipe }
+    line <- hGetLine out
+    let pids = map read (words line) :: [Int]
+    length pids `shouldBe` 2
+    threadDelay 300000
+    Just masterPid <- getPid master
+    signalProcess sigKILL masterPid
+    _ <- waitForProcess master
+    gone <- eventually (and <$> mapM (fmap not . alive) pids)
+    gone `shouldBe` True
+  where
+    alive pid = do
+      let statPath = "/proc/" ++ show pid ++ "/stat"
+      exists <- doesFileExist statPath
+      if not exists then pure False else do
+        stat <- readFile statPath `catch` \(_ :: IOException) -> pure ""
+        -- a zombie is dead: only its exit status remains
+        pure (case words (drop 1 (dropWhile (/= ')') stat)) of
+                (state : _) -> state /= "Z"
+                [] -> False)
+
+-- | The master of the orphan test: starts two workers, prints their pids,
+-- and keeps them busy with a long non-allocating task until it is killed.
+orphanMasterMain :: IO ()
+orphanMasterMain =
+  withCluster defaultConfig { configWorkers = Just 2 } $ \cluster -> do
+    workers <- clusterWorkerInfo cluster
+    putStrLn (unwords (map (show . infoPid) workers))
+    hFlush stdout
+    _ <- farm cluster spinTask (replicate 8 4000000000)
+    exitWith (ExitFailure 9)

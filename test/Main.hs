@@ -1,0 +1,26 @@
+-- | The test suite. This executable is also the worker binary of its own
+-- integration tests, and the master of the orphan test, so it first checks
+-- whether it was started in one of those roles.
+module Main (main) where
+
+import qualified ClusterSpec
+import qualified CodecSpec
+import qualified ConfigSpec
+import Herd (serveIfWorker)
+import qualified SchedulerSpec
+import System.Environment (lookupEnv)
+import Test.Hspec
+import qualified WireSpec
+
+main :: IO ()
+main = do
+  serveIfWorker
+  role <- lookupEnv "HERD_TEST_ROLE"
+  case role of
+    Just "orphan-master" -> ClusterSpec.orphanMasterMain
+    _ -> hspec $ do
+      CodecSpec.spec
+      WireSpec.spec
+      ConfigSpec.spec
+      SchedulerSpec.spec
+      ClusterSpec.spec

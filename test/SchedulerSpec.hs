@@ -1,0 +1,160 @@
+-- | Properties of the pure scheduler, driven by simulated workers: every
+-- task's result is accepted exactly once and lands in order, with and
+-- without workers failing; no worker is idle while tasks are unassigned;
+-- batch sizes follow measured task times.
+module SchedulerSpec (spec) where
+
+import Data.List (foldl')
+import qualified Data.Map.Strict as M
+import Herd.Config (Batching (..))
+import Herd.Scheduler
+import Test.Hspec
+import Test.QuickCheck
+
+-- | A simulation's state.
+data Sim = Sim
+  { simSched    :: Sched
+  , simTime     :: Double
+  , simAccepted :: M.Map Int Int     -- task index -> its result (index squared)
+  , simDup      :: Bool              -- a task was accepted twice
+  , simIdleBad  :: Bool              -- INV-BUSY was broken at some step
+  , simEnd      :: Maybe Command     -- FinishJob or AbortJob
+  , simNextW    :: WorkerId
+  , simBatchSizes :: [Int]
+  }
+
+apply :: Event -> Sim -> Sim
+apply ev sim =
+  let t = simTime sim + 0.001
+      (s', cmds) = step t ev (simSched sim)
+      sim1 = foldl' command sim { simSched = s', simTime = t } cmds
+      idle = jobActive s' && pendingTasks s' > 0
+             && any (\w -> null (outstandingFor w s')) (liveWorkers s')
+  in sim1 { simIdleBad = simIdleBad sim1 || idle }
+  where
+    command s c = case c of
+      AcceptResults _ ranges ->
+        foldl' (\acc i -> if M.member i (simAccepted acc) then acc { simDup = True }
+                          else acc { simAccepted = M.insert i (i * i) (simAccepted acc) })
+               s (rangeIndices ranges)
+      SendBatch _ _ ranges -> s { simBatchSizes = sum (map rangeSize ranges) : simBatchSizes s }
+      FinishJob _ _ -> s { simEnd = Just c }
+      AbortJob {} -> s { simEnd = Just c }
+      DropResults _ -> s
+
+-- | Start a simulation with some workers and a job.
+start :: Int -> Int -> Batching -> Sim
+start workers tasks batching =
+  let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) []
+      s1 = foldl' (flip apply) s0 [ WorkerJoined w | w <- [1 .. workers] ]
+  in apply (JobSubmitted 1 tasks batching 0.02) s1
+
+-- | The outstanding batches, in a fixed order.
+outstanding :: Sim -> [(WorkerId, BatchId, Int)]
+outstanding sim = [ (w, b, sum (map rangeSize rs))
+                  | w <- liveWorkers (simSched sim), (b, rs) <- outstandingFor w (simSched sim) ]
+
+-- | One random happening, chosen by a number.
+data Move = Finish Int | Kill Int | Join
+  deriving (Show)
+
+instance Arbitrary Move where
+  arbitrary = frequency [(8, Finish <$> arbitrary), (1, Kill <$> arbitrary), (1, pure Join)]
+
+-- | Play moves, then finish every outstanding batch until the job ends.
+play :: Double -> Bool -> [Move] -> Sim -> Sim
+play cost killLast moves sim0 = drain (playOnly cost killLast moves sim0) (10000 :: Int)
+  where
+    done sim = simEnd sim /= Nothing
+    drain sim fuel
+      | done sim || fuel == 0 = sim
+      | otherwise = drain (finishOne cost 0 sim) (fuel - 1)
+
+-- | Finish the k-th outstanding batch (modulo their number).
+finishOne :: Double -> Int -> Sim -> Sim
+finishOne cost k sim = case outstanding sim of
+  [] -> sim
+  obs -> let (w, b, n) = obs !! (abs k `mod` length obs)
+         in apply (BatchCompleted w b (cost * fromIntegral n) Nothing) sim
+
+-- | Play moves only.
+playOnly :: Double -> Bool -> [Move] -> Sim -> Sim
+playOnly cost killLast moves sim0 = foldl' move sim0 moves
+  where
+    done sim = simEnd sim /= Nothing
+    move sim m
+      | done sim = sim
+      | otherwise = case m of
+          Finish k -> finishOne cost k sim
+          Kill k -> let live = liveWorkers (simSched sim)
+                    in if length live > 1 || (killLast && not (null live))
+                         then apply (WorkerLost (live !! (abs k `mod` length live))) sim
+                         else sim
+          Join -> apply (WorkerJoined (simNextW sim)) sim { simNextW = simNextW sim + 1 }
+
+complete :: Int -> Sim -> Property
+complete n sim =
+  counterexample ("end: " ++ show (simEnd sim)) $
+    conjoin
+      [ isFinish (simEnd sim) === True
+      , simDup sim === False
+      , M.elems (simAccepted sim) === map (\i -> i * i) [0 .. n - 1]
+      , simIdleBad sim === False ]
+  where isFinish (Just (FinishJob _ _)) = True
+        isFinish _ = False
+
+spec :: Spec
+spec = describe "Herd.Scheduler" $ do
+  it "accepts every result exactly once, in order, with no failures" $
+    property $ \(Positive w0) (NonNegative n) moves ->
+      let w = 1 + w0 `mod` 16
+          sim = play 1e-4 False [ m | m@(Finish _) <- moves ] (start w n Adaptive)
+      in complete n sim
+
+  it "accepts every result exactly once when workers die and join mid-job" $
+    property $ \(Positive w0) (NonNegative n) moves ->
+      let w = 2 + w0 `mod` 8
+      in complete n (play 1e-3 False moves (start w n Adaptive))
+
+  it "does the same with fixed batches" $
+    property $ \(Positive w0) (NonNegative n) (Positive b) moves ->
+      let w = 1 + w0 `mod` 8
+      in complete n (play 1e-3 False moves (start w n (FixedBatch (1 + b `mod` 50))))
+
+  it "aborts with NoWorkersLeft, never hangs, when every worker dies" $
+    property $ \(Positive n) ->
+      let sim0 = start 2 (n + 10) Adaptive
+          sim = apply (WorkerLost 2) (apply (WorkerLost 1) sim0)
+      in case simEnd sim of
+           Just (AbortJob _ NoWorkersLeft _) -> property True
+           other -> counterexample (show other) False
+
+  it "gives a worker no results of a batch it does not hold" $ do
+    let sim0 = start 2 10 Adaptive
+        sim = apply (BatchCompleted 1 999 0.1 Nothing) sim0
+    M.size (simAccepted sim) `shouldBe` 0
+
+  it "reports the first failed task by its index in the job" $ do
+    let sim0 = start 1 5 (FixedBatch 5)
+        [(w, b, _)] = outstanding sim0
+        sim = apply (BatchCompleted w b 0.1 (Just (3, "boom"))) sim0
+    case simEnd sim of
+      Just (AbortJob _ (TaskError 3 "boom") _) -> pure ()
+      other -> expectationFailure (show other)
+
+  it "sizes batches of a million 1-microsecond tasks in the thousands" $ do
+    let sim = play 1e-6 False (replicate 40 (Finish 0)) (start 2 1000000 Adaptive)
+    maximum (simBatchSizes sim) `shouldSatisfy` (>= 5000)
+    M.size (simAccepted sim) `shouldBe` 1000000
+    simDup sim `shouldBe` False
+
+  it "gives forty 5-second tasks out one at a time" $ do
+    let sim = play 5 False [] (start 2 40 Adaptive)
+    maximum (simBatchSizes sim) `shouldBe` 1
+    length (simBatchSizes sim) `shouldBe` 40
+
+  it "prefetches a second batch for short tasks only" $ do
+    let short = playOnly 1e-6 False (replicate 4 (Finish 0)) (start 1 100000 Adaptive)
+        long = playOnly 5 False (replicate 4 (Finish 0)) (start 1 40 Adaptive)
+    length (outstanding short) `shouldBe` 2
+    length (outstanding long) `shouldBe` 1

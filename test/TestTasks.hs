@@ -1,0 +1,52 @@
+{-# LANGUAGE StaticPointers #-}
+-- | Static tasks used by the integration tests. They live outside Main so
+-- their static pointers link under optimisation.
+module TestTasks
+  ( squareTask
+  , failAt13Task
+  , sleepySquareTask
+  , spinTask
+  ) where
+
+import Control.Concurrent (threadDelay)
+import Herd
+import System.IO.Unsafe (unsafePerformIO)
+
+square :: Int -> Int
+square x = x * x
+
+failAt13 :: Int -> Int
+failAt13 x
+  | x == 13 = error "unlucky thirteen"
+  | otherwise = x + 1
+
+-- A square that takes about the given milliseconds of wall time, so a test
+-- can kill a worker while tasks are in flight.
+sleepySquare :: (Int, Int) -> Int
+sleepySquare (ms, x) = unsafePerformIO (threadDelay (ms * 1000) >> pure (x * x))
+{-# NOINLINE sleepySquare #-}
+
+-- A loop that allocates nothing and never yields: a worker running it
+-- cannot run Haskell threads until it ends.
+spin :: Int -> Int
+spin n = go n 0
+  where
+    go :: Int -> Int -> Int
+    go 0 acc = acc
+    go k acc = go (k - 1) (acc + k `mod` 7)
+
+-- | Square an Int.
+squareTask :: StaticPtr (Task Int Int)
+squareTask = static (named "square" (task square))
+
+-- | Throws on 13.
+failAt13Task :: StaticPtr (Task Int Int)
+failAt13Task = static (named "failAt13" (task failAt13))
+
+-- | Slow square.
+sleepySquareTask :: StaticPtr (Task (Int, Int) Int)
+sleepySquareTask = static (named "sleepySquare" (task sleepySquare))
+
+-- | Long non-allocating loop.
+spinTask :: StaticPtr (Task Int Int)
+spinTask = static (named "spin" (task spin))

@@ -1,0 +1,56 @@
+-- | The protocol's encodings round-trip, and decoding arbitrary or hostile
+-- bytes is total: a 'Left', never an exception, a hang or a huge
+-- allocation.
+module WireSpec (spec) where
+
+import Control.Exception (evaluate)
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Lazy as BL
+import qualified Data.Text as T
+import Data.Word (Word64, Word8)
+import GHC.Fingerprint (Fingerprint (..))
+import Herd.Task (TaskRef (..))
+import Herd.Wire
+import Herd.Wire.Codec (buildStrict, putWord32, putWord64, putWord8)
+import Test.Hspec
+import Test.QuickCheck
+
+ref :: TaskRef
+ref = TaskRef (Fingerprint 1 2) "square (Test:1:1)" (Fingerprint 3 4) (Fingerprint 5 6)
+
+spec :: Spec
+spec = describe "Herd.Wire" $ do
+  it "round-trips batches" $ property $ \(bid :: Word64', args :: [[Word8]]) ->
+    let msg = RunBatch (unW bid) ref (map B.pack args)
+    in decodeToWorker (BL.toStrict (encodeToWorker msg)) === Right msg
+  it "round-trips results" $ property $ \(bid :: Word64', busy :: Word64', outs :: [Either String [Word8]]) ->
+    let msg = BatchResult (unW bid) (unW busy) (map (either (Left . T.pack) (Right . B.pack)) outs)
+    in decodeFromWorker (BL.toStrict (encodeFromWorker msg)) === Right msg
+  it "round-trips the handshake" $ do
+    let hello = WorkerHello protocolVersion (B.replicate 32 7) 1234 (T.pack "host")
+    decodeWorkerHello (encodeWorkerHello hello) `shouldBe` Right hello
+    let reply = Welcome (B.replicate 32 7) 3 65536
+    decodeMasterReply (encodeMasterReply reply) `shouldBe` Right reply
+  it "decodes arbitrary bytes totally" $ property $ \(bytes :: [Word8]) -> ioProperty $ do
+    let b = B.pack bytes
+    _ <- evaluate (either (const ()) (const ()) (decodeFromWorker b))
+    _ <- evaluate (either (const ()) (const ()) (decodeToWorker b))
+    _ <- evaluate (either (const ()) (const ()) (decodeWorkerHello b))
+    pure True
+  it "rejects a result claiming four billion outcomes in a few bytes" $ do
+    let hostile = buildStrict (putWord8 1 <> putWord64 1 <> putWord64 0 <> putWord32 4000000000)
+    decodeFromWorker hostile `shouldSatisfy` either (const True) (const False)
+  it "refuses a hello from another build or protocol version" $ do
+    let ours = B.replicate 32 1
+    checkHello ours (WorkerHello protocolVersion ours 1 T.empty) `shouldBe` Right ()
+    checkHello ours (WorkerHello protocolVersion (B.replicate 32 2) 1 T.empty)
+      `shouldSatisfy` either (const True) (const False)
+    checkHello ours (WorkerHello (protocolVersion + 1) ours 1 T.empty)
+      `shouldSatisfy` either (const True) (const False)
+  it "rejects garbage in place of a hello" $
+    decodeWorkerHello (B.pack [71, 69, 84, 32, 47]) `shouldSatisfy` either (const True) (const False)
+
+newtype Word64' = W { unW :: Word64 } deriving (Show)
+
+instance Arbitrary Word64' where
+  arbitrary = W . fromIntegral <$> (arbitrary :: Gen Int)
