@@ -5,6 +5,7 @@ module Cli
   ) where
 
 import qualified Bench.Models as Models
+import qualified Bench.Nursery as Nursery
 import Data.Char (isDigit)
 import qualified Demo
 import Herd.Launch.Topology (parseCpuList)
@@ -14,6 +15,7 @@ import Options.Applicative
 data Command
   = DemoCmd Demo.Options
   | BenchModels Models.Options
+  | BenchNursery Nursery.Options
   | WorkerCmd WorkerOptions
 
 -- | Parse the command line and run the command.
@@ -25,6 +27,7 @@ run = do
   case cmd of
     DemoCmd o -> Demo.run o
     BenchModels o -> Models.run o
+    BenchNursery o -> Nursery.run o
     WorkerCmd o -> runWorker o
 
 commands :: Parser Command
@@ -38,7 +41,29 @@ commands = hsubparser
 benchCommands :: Parser Command
 benchCommands = hsubparser
   ( command "models" (info (BenchModels <$> modelsOptions)
-      (progDesc "The HaLVM study's Table 1 and Figure 3: one Fibonacci farm under five parallel models")) )
+      (progDesc "The HaLVM study's Table 1 and Figure 3: one Fibonacci farm under five parallel models"))
+ <> command "nursery" (info (BenchNursery <$> nurseryOptions)
+      (progDesc "Time an allocation-heavy farm under several worker nursery sizes (+RTS -A)")) )
+
+nurseryOptions :: Parser Nursery.Options
+nurseryOptions = Nursery.Options
+  <$> option sizeListArg (long "sizes" <> metavar "LIST" <> value ["1m", "4m", "16m", "64m"]
+                          <> showDefaultWith (const "1m,4m,16m,64m")
+                          <> help "nursery sizes, a number and k or m each")
+  <*> option (positiveInt "a task count" 100000) (long "tasks" <> metavar "K" <> value 16 <> showDefault
+                          <> help "number of tasks")
+  <*> option (positiveInt "a key count" 100000000) (long "keys" <> metavar "N" <> value 200000 <> showDefault
+                          <> help "keys inserted per task")
+  <*> switch (long "json" <> help "end with one line of JSON")
+
+sizeListArg :: ReadM [String]
+sizeListArg = eitherReader $ \s ->
+  let items = words (map (\c -> if c == ',' then ' ' else c) s)
+      ok item = case span isDigit item of
+        (ds@(_ : _), unit) -> unit `elem` ["k", "m", "K", "M"] && length ds < 6
+        _ -> False
+  in if not (null items) && all ok items then Right items
+     else Left ("expected nursery sizes such as 1m,4m,16m (a number then k or m), got " ++ show s)
 
 positiveInt :: String -> Int -> ReadM Int
 positiveInt what limit = eitherReader $ \s ->

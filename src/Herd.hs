@@ -9,6 +9,7 @@
 --
 -- > {-# LANGUAGE StaticPointers #-}
 -- > module Work (fibTask) where
+-- > import GHC.StaticPtr (StaticPtr)
 -- > import Herd
 -- > fib :: Int -> Int
 -- > fib n = if n < 2 then n else fib (n - 1) + fib (n - 2)
@@ -56,7 +57,6 @@ module Herd
   , Task
   , task
   , named
-  , StaticPtr
     -- * Farms
   , farm
   , farmWithStats
@@ -70,7 +70,6 @@ module Herd
   , HerdError (..)
   ) where
 
-import GHC.StaticPtr (StaticPtr)
 import Herd.Config
 import Herd.Error
 import Herd.Farm

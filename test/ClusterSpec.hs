@@ -18,6 +18,7 @@ import Herd.BuildId (buildIdentity)
 import Herd.Task (TaskRef (..), taskRef)
 import Herd.Transport.Tcp
 import Herd.Wire
+import Data.Store (encode)
 import Network.Socket
 import qualified Network.Socket.ByteString as NSB
 import System.Directory (doesFileExist, getTemporaryDirectory, removeFile, copyFile, getPermissions, setPermissions, setOwnerExecutable)
@@ -140,7 +141,7 @@ spec = describe "a cluster of local worker processes" $ do
         unknown = real { refKey = Fingerprint 1 2, refName = "ghostFunction" }
         mistyped = real { refArgType = Fingerprint 3 4 }
         ask r = do
-          sendFrame conn (encodeToWorker (RunBatch 7 r []))
+          sendFrame conn (encodeToWorker (RunBatch 7 r 0 (encode ([] :: [Int]))))
           Just reply <- recvFrame 1000000 conn
           pure (decodeFromWorker reply)
     ask unknown >>= \r -> case r of
@@ -152,6 +153,12 @@ spec = describe "a cluster of local worker processes" $ do
       Right (BatchRejected 7 why) -> do
         T.unpack why `shouldContain` "square"
         T.unpack why `shouldContain` "type mismatch"
+      other -> expectationFailure (show other)
+    -- arguments that are not what the batch claims: refused, naming the function
+    sendFrame conn (encodeToWorker (RunBatch 8 real 5 (B.pack [1, 2, 3])))
+    Just garbled <- recvFrame 1000000 conn
+    case decodeFromWorker garbled of
+      Right (BatchRejected 8 why) -> T.unpack why `shouldContain` "square"
       other -> expectationFailure (show other)
     sendFrame conn (encodeToWorker Shutdown)
     waitForProcess ph `shouldReturn` ExitSuccess
@@ -169,7 +176,7 @@ spec = describe "a cluster of local worker processes" $ do
       fake <- forkIO $ forever $ do
         Just frame <- recvFrame 1000000 conn
         case decodeToWorker frame of
-          Right (RunBatch bid r _) -> sendFrame conn (encodeFromWorker
+          Right (RunBatch bid r _ _) -> sendFrame conn (encodeFromWorker
                                         (BatchRejected bid (T.pack ("unknown static key for " ++ refName r))))
           _ -> pure ()
       True <- waitForWorkers cluster 1 5

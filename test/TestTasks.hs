@@ -9,6 +9,7 @@ module TestTasks
   ) where
 
 import Control.Concurrent (threadDelay)
+import GHC.StaticPtr (StaticPtr)
 import Herd
 import System.IO.Unsafe (unsafePerformIO)
 

@@ -7,7 +7,7 @@ import Control.Exception (evaluate)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Lazy as BL
 import qualified Data.Text as T
-import Data.Word (Word64, Word8)
+import Data.Word (Word32, Word64, Word8)
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Task (TaskRef (..))
 import Herd.Wire
@@ -20,11 +20,11 @@ ref = TaskRef (Fingerprint 1 2) "square (Test:1:1)" (Fingerprint 3 4) (Fingerpri
 
 spec :: Spec
 spec = describe "Herd.Wire" $ do
-  it "round-trips batches" $ property $ \(bid :: Word64', args :: [[Word8]]) ->
-    let msg = RunBatch (unW bid) ref (map B.pack args)
+  it "round-trips batches" $ property $ \(bid :: Word64', count :: Word32, args :: [Word8]) ->
+    let msg = RunBatch (unW bid) ref count (B.pack args)
     in decodeToWorker (BL.toStrict (encodeToWorker msg)) === Right msg
-  it "round-trips results" $ property $ \(bid :: Word64', busy :: Word64', outs :: [Either String [Word8]]) ->
-    let msg = BatchResult (unW bid) (unW busy) (map (either (Left . T.pack) (Right . B.pack)) outs)
+  it "round-trips results" $ property $ \(bid :: Word64', busy :: Word64', out :: Either (Word32, String) [Word8]) ->
+    let msg = BatchResult (unW bid) (unW busy) (either (\(p, m) -> Left (p, T.pack m)) (Right . B.pack) out)
     in decodeFromWorker (BL.toStrict (encodeFromWorker msg)) === Right msg
   it "round-trips the handshake" $ do
     let hello = WorkerHello protocolVersion (B.replicate 32 7) 1234 (T.pack "host")
@@ -37,8 +37,8 @@ spec = describe "Herd.Wire" $ do
     _ <- evaluate (either (const ()) (const ()) (decodeToWorker b))
     _ <- evaluate (either (const ()) (const ()) (decodeWorkerHello b))
     pure True
-  it "rejects a result claiming four billion outcomes in a few bytes" $ do
-    let hostile = buildStrict (putWord8 1 <> putWord64 1 <> putWord64 0 <> putWord32 4000000000)
+  it "rejects a result claiming four gigabytes in a few bytes" $ do
+    let hostile = buildStrict (putWord8 1 <> putWord64 1 <> putWord64 0 <> putWord8 0 <> putWord32 4000000000)
     decodeFromWorker hostile `shouldSatisfy` either (const True) (const False)
   it "refuses a hello from another build or protocol version" $ do
     let ours = B.replicate 32 1

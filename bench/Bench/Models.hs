@@ -1,3 +1,7 @@
+{-# OPTIONS_GHC -fno-full-laziness -fno-cse #-}
+-- (Without those two flags GHC shares @map fib inputs@ between models and
+-- core counts, and every run after the first measures nothing.)
+
 -- | @herd bench models@: the HaLVM study's Table 1 and Figure 3 on Linux.
 --
 -- One Fibonacci farm (K tasks of fib N) run under five models: sequential

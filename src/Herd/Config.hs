@@ -64,9 +64,13 @@ data Config = Config
   }
 
 -- | RTS options every local worker gets unless told otherwise: one
--- capability (a worker is one core) and a nursery sized by measurement.
+-- capability (a worker is one core; more made messaging slower here) and a
+-- 32 MB nursery. @herd bench nursery@ measured an allocation-heavy farm on
+-- a 2-core machine at 1.3-1.7x the best time with -A1m or -A4m, and within
+-- about 6% of the best with -A32m; -A64m and -A128m were no better than
+-- that noise while doubling and quadrupling each worker's nursery.
 defaultWorkerRtsOptions :: [String]
-defaultWorkerRtsOptions = ["-N1", "-A4m"]
+defaultWorkerRtsOptions = ["-N1", "-A32m"]
 
 -- | Sensible defaults: one worker per physical core, pinned, adaptive
 -- batches, 64 MiB frame cap, loopback listener on a free port.

@@ -67,21 +67,22 @@ runFarm :: Cluster -> StaticPtr (Task a b) -> [a] -> ([(Int, b)] -> IO ()) -> IO
 runFarm cluster f xs sink = do
   let n = length xs
       args = arrayFromListN n xs
-      encodeArg = taskEncodeArg f
-      decodeResult = taskDecodeResult f
+      encodeArgs = taskEncodeArgs f
+      decodeResults = taskDecodeResults f
       ref = taskRef f
       spec = JobSpec
         { specTasks = n
         , specRef = ref
-        , specEncode = \ranges -> [ encodeArg (indexArray args i) | i <- rangeIndices ranges ]
-        , specDeliver = \ranges results -> do
+        , specEncode = \ranges -> encodeArgs [ indexArray args i | i <- rangeIndices ranges ]
+        , specDeliver = \ranges blob -> do
             let indices = rangeIndices ranges
-                decoded = zipWith (\i bytes -> (i, decodeResult bytes)) indices results
-            case [ (i, why) | (i, Left why) <- decoded ] of
-              ((i, why) : _) -> pure (Just (ResultDecodeError i (refName ref) why))
-              [] -> do
-                sink [ (i, b) | (i, Right b) <- decoded ]
-                pure Nothing
+                firstIndex = case indices of { (i : _) -> i; [] -> 0 }
+            case decodeResults blob of
+              Left why -> pure (Just (ResultDecodeError firstIndex (refName ref) why))
+              Right ys
+                | length ys /= length indices -> pure (Just (ResultDecodeError firstIndex (refName ref)
+                    (show (length ys) ++ " results for a batch of " ++ show (length indices))))
+                | otherwise -> sink (zip indices ys) >> pure Nothing
         }
   result <- runJob cluster spec
   either throwIO pure result

@@ -73,9 +73,9 @@ data Cluster = Cluster
 data JobSpec = JobSpec
   { specTasks    :: !Int
   , specRef      :: !TaskRef
-  , specEncode   :: [Range] -> [B.ByteString]
-    -- ^ the encoded arguments of these tasks, in order
-  , specDeliver  :: [Range] -> [B.ByteString] -> IO (Maybe HerdError)
+  , specEncode   :: [Range] -> B.ByteString
+    -- ^ the encoded arguments of these tasks, in order, as one list
+  , specDeliver  :: [Range] -> B.ByteString -> IO (Maybe HerdError)
     -- ^ take the encoded results of these tasks; 'Just' aborts the job
   }
 
@@ -249,14 +249,18 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False) `finally` p
           pure st { lsStopping = True }
         Message wid msg -> case msg of
           BatchRejected bid why -> drive t (BatchRefused wid bid (T.unpack why)) st Nothing
-          BatchResult bid busyNs outcomes -> case lookup bid (outstandingFor wid (lsSched st)) of
+          BatchResult bid busyNs outcome -> case lookup bid (outstandingFor wid (lsSched st)) of
             Nothing -> drive t (BatchCompleted wid bid 0 Nothing) st Nothing  -- stale: dropped
-            Just ranges -> case checkOutcomes (sum (map rangeSize ranges)) outcomes of
-              Left why -> do
-                atomically $ writeTQueue (clInbox cluster) (Lost wid ("bad batch result: " ++ why))
-                pure st
-              Right failure ->
-                drive t (BatchCompleted wid bid (fromIntegral busyNs / 1e9) failure) st (Just outcomes)
+            Just ranges
+              | Left (pos, _) <- outcome, fromIntegral pos >= sum (map rangeSize ranges) -> do
+                  atomically $ writeTQueue (clInbox cluster)
+                    (Lost wid ("bad batch result: failure at position " ++ show pos
+                               ++ " of a batch of " ++ show (sum (map rangeSize ranges))))
+                  pure st
+              | otherwise ->
+                  let failure = either (\(pos, msg) -> Just (fromIntegral pos, T.unpack msg)) (const Nothing) outcome
+                  in drive t (BatchCompleted wid bid (fromIntegral busyNs / 1e9) failure) st
+                           (either (const Nothing) Just outcome)
 
     -- Step the scheduler and carry out its commands.
     drive t ev st outcomes = do
@@ -266,13 +270,14 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False) `finally` p
     execute t outcomes st cmd = case cmd of
       SendBatch wid bid ranges -> case (M.lookup wid (lsLinks st), lsRunning st) of
         (Just l, Just r) -> do
-          let msg = RunBatch bid (specRef (runSpec r)) (specEncode (runSpec r) ranges)
+          let msg = RunBatch bid (specRef (runSpec r)) (fromIntegral (sum (map rangeSize ranges)))
+                             (specEncode (runSpec r) ranges)
           atomically $ writeTQueue (linkOutbox l) (Just (encodeToWorker msg))
           pure st
         _ -> pure st
       AcceptResults _ ranges -> case (lsRunning st, outcomes) of
-        (Just r, Just os) -> do
-          problem <- specDeliver (runSpec r) ranges [ b | Right b <- os ]
+        (Just r, Just blob) -> do
+          problem <- specDeliver (runSpec r) ranges blob
                        `catch` \(e :: SomeException) -> pure (Just (LaunchError (displayException e)))
           case problem of
             Nothing -> pure st
@@ -300,18 +305,6 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False) `finally` p
       atomically $ writeTQueue (linkOutbox l) Nothing
       closeConnection (linkConn l)
       mapM_ cancel (linkThreads l)
-
--- A batch result must have one outcome per task, or stop at its first
--- failure. Returns the failure (position, message), if any.
-checkOutcomes :: Int -> [TaskOutcome] -> Either String (Maybe (Int, String))
-checkOutcomes size outcomes = case break isLeft' outcomes of
-  (oks, [])
-    | length oks == size -> Right Nothing
-    | otherwise -> Left (show (length oks) ++ " results for a batch of " ++ show size)
-  (oks, [Left msg])
-    | length oks < size -> Right (Just (length oks, T.unpack msg))
-  _ -> Left "results continue after a failed task"
-  where isLeft' = either (const True) (const False)
 
 readerThread :: Cluster -> WorkerId -> Connection -> IO ()
 readerThread cluster wid conn = loop `catch` \(e :: SomeException) ->

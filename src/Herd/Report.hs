@@ -25,8 +25,7 @@ renderTable header rows = unlines (line header : rule : map line rows)
     pad w c
       | isNumeric c = replicate (w - length c) ' ' ++ c
       | otherwise = c ++ replicate (w - length c) ' '
-    isNumeric (c : _) = c `elem` "0123456789-"
-    isNumeric [] = False
+    isNumeric c = any (`elem` "0123456789") c && all (`elem` "0123456789.-+e%") c
 
 -- | A JSON value.
 data Json

@@ -26,9 +26,10 @@ module Herd.Task
     -- * Using tasks (for the master and worker drivers)
   , TaskRef (..)
   , taskRef
-  , taskEncodeArg
-  , taskDecodeResult
+  , taskEncodeArgs
+  , taskDecodeResults
   , Runner (..)
+  , BatchFailure (..)
   , lookupRunner
   , describeRef
   ) where
@@ -49,8 +50,8 @@ import Data.Typeable (typeRepFingerprint)
 -- form.
 data Task a b = Task
   { taskLabel   :: !(Maybe String)
-  , taskEncode  :: a -> B.ByteString
-  , taskDecode  :: B.ByteString -> Either String b
+  , taskEncode  :: [a] -> B.ByteString
+  , taskDecode  :: B.ByteString -> Either String [b]
   , taskRunner  :: !Runner
   }
 
@@ -60,10 +61,18 @@ data Runner = Runner
   { runnerArgType     :: !Fingerprint  -- ^ fingerprint of the argument type
   , runnerResultType  :: !Fingerprint  -- ^ fingerprint of the result type
   , runnerTypes       :: !String       -- ^ the function's type, for messages
-  , runnerRun         :: B.ByteString -> IO (Either String B.ByteString)
-    -- ^ decode an argument, apply the function, force and encode the result;
-    -- any exception the function throws comes back as 'Left' with its text.
+  , runnerRun         :: Int -> B.ByteString -> IO (Either BatchFailure B.ByteString)
+    -- ^ decode a batch of this many arguments, apply the function to each,
+    -- force and encode the results as one list.
   }
+
+-- | Why a batch produced no results.
+data BatchFailure
+  = ArgumentsUndecodable String
+    -- ^ the arguments did not decode as the expected count of the argument type
+  | TaskThrew Int String
+    -- ^ the function threw on the task at this position in the batch
+  deriving (Eq, Show)
 
 -- | Wrap a function so that it can be shipped as a static pointer.
 task :: forall a b. (Store a, Store b, Typeable a, Typeable b) => (a -> b) -> Task a b
@@ -80,15 +89,36 @@ task f = Task
       }
   }
   where
-    run bytes = case decode bytes of
-      Left err -> pure (Left ("argument does not decode: " ++ displayException err))
-      Right (x :: a) -> do
-        outcome <- try (evaluate (encode (f x)))
-        case outcome of
-          Right encoded -> pure (Right encoded)
-          Left (e :: SomeException)
-            | Just (_ :: SomeAsyncException) <- fromException e -> throwIO e
-            | otherwise -> pure (Left (displayException e))
+    -- One decode and one encode per batch, not per task: per-task buffers
+    -- cost more than a microsecond task itself. Only when the batch throws
+    -- are the results forced one by one, to find the task that threw.
+    run count bytes = case decode bytes of
+      Left err -> pure (Left (ArgumentsUndecodable (displayException err)))
+      Right (xs :: [a])
+        | length xs /= count -> pure (Left (ArgumentsUndecodable
+            (show (length xs) ++ " arguments where the batch has " ++ show count)))
+        | otherwise -> do
+            let ys = map f xs
+            whole <- tryUser (evaluate (encode ys))
+            case whole of
+              Right encoded -> pure (Right encoded)
+              Left _ -> Left <$> firstFailure (zip [0 ..] ys)
+    firstFailure [] = pure (TaskThrew 0 "the batch failed to encode")
+    firstFailure ((i, y) : rest) = do
+      one <- tryUser (evaluate (encode y))
+      case one of
+        Left msg -> pure (TaskThrew i msg)
+        Right _ -> firstFailure rest
+
+-- Run an action, turning any synchronous exception into its text.
+tryUser :: IO x -> IO (Either String x)
+tryUser act = do
+  outcome <- try act
+  case outcome of
+    Right x -> pure (Right x)
+    Left (e :: SomeException)
+      | Just (_ :: SomeAsyncException) <- fromException e -> throwIO e
+      | otherwise -> pure (Left (displayException e))
 
 -- | Give a task a human name, used in error messages and statistics.
 named :: String -> Task a b -> Task a b
@@ -119,13 +149,13 @@ taskRef ptr = TaskRef
             ++ ":" ++ show (snd (spInfoSrcLoc info))
     describe = maybe ("static task at " ++ place) (\l -> l ++ " (" ++ place ++ ")") (taskLabel t)
 
--- | Encode one argument on the master.
-taskEncodeArg :: StaticPtr (Task a b) -> a -> B.ByteString
-taskEncodeArg ptr = taskEncode (deRefStaticPtr ptr)
+-- | Encode a batch of arguments on the master.
+taskEncodeArgs :: StaticPtr (Task a b) -> [a] -> B.ByteString
+taskEncodeArgs ptr = taskEncode (deRefStaticPtr ptr)
 
--- | Decode one result on the master.
-taskDecodeResult :: StaticPtr (Task a b) -> B.ByteString -> Either String b
-taskDecodeResult ptr = taskDecode (deRefStaticPtr ptr)
+-- | Decode a batch of results on the master.
+taskDecodeResults :: StaticPtr (Task a b) -> B.ByteString -> Either String [b]
+taskDecodeResults ptr = taskDecode (deRefStaticPtr ptr)
 
 -- | Find the runner for a reference in this binary's static pointer table,
 -- checking the types. 'Left' says why it cannot run, naming the function.

@@ -28,7 +28,7 @@ module Herd.Wire
   , decodeFromWorker
   ) where
 
-import Control.Monad (replicateM, unless, when)
+import Control.Monad (unless, when)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Builder as BB
 import qualified Data.ByteString.Char8 as BC
@@ -116,15 +116,18 @@ decodeMasterReply = runGet $ do
     1 -> Refused <$> getText
     _ -> failGet ("unknown reply tag " ++ show tag)
 
--- | Outcome of one task: the encoded result, or the text of the exception.
-type TaskOutcome = Either Text B.ByteString
+-- | Outcome of a batch: the results, in task order, as one @store@-encoded
+-- list; or the position in the batch of the first task that threw, with the
+-- exception's text.
+type TaskOutcome = Either (Word32, Text) B.ByteString
 
 -- | Messages from master to worker.
 data ToWorker
   = RunBatch
       { runBatchId :: !Word64
       , runRef     :: !TaskRef
-      , runArgs    :: [B.ByteString]  -- ^ @store@-encoded arguments, in task order
+      , runCount   :: !Word32         -- ^ number of tasks in the batch
+      , runArgs    :: !B.ByteString   -- ^ the arguments, in task order, as one @store@-encoded list
       }
   | Shutdown
   deriving (Eq, Show)
@@ -134,7 +137,7 @@ data FromWorker
   = BatchResult
       { resultBatchId :: !Word64
       , resultBusyNs  :: !Word64          -- ^ time spent computing the batch
-      , resultOutcomes :: [TaskOutcome]    -- ^ one per task, in task order
+      , resultOutcome :: !TaskOutcome     -- ^ all results, or the first failure
       }
   | BatchRejected
       { rejectedBatchId :: !Word64
@@ -151,11 +154,11 @@ getFingerprint = Fingerprint <$> getWord64 <*> getWord64
 -- | Encode a message to a worker (lazily, so big batches are not copied).
 encodeToWorker :: ToWorker -> BL.ByteString
 encodeToWorker msg = BB.toLazyByteString $ case msg of
-  RunBatch bid ref args ->
+  RunBatch bid ref count args ->
     putWord8 1 <> putWord64 bid
     <> putFingerprint (refKey ref) <> putText (T.pack (refName ref))
     <> putFingerprint (refArgType ref) <> putFingerprint (refResultType ref)
-    <> putWord32 (fromIntegral (length args)) <> foldMap putSizedBytes args
+    <> putWord32 count <> putSizedBytes args
   Shutdown -> putWord8 2
 
 -- | Decode a message to a worker.
@@ -169,22 +172,20 @@ decodeToWorker = runGet $ do
       name <- getText
       argT <- getFingerprint
       resT <- getFingerprint
-      n <- getCount 4
-      args <- replicateM n getSizedBytes
-      pure (RunBatch bid (TaskRef key (T.unpack name) argT resT) args)
+      count <- getWord32
+      args <- getSizedBytes
+      pure (RunBatch bid (TaskRef key (T.unpack name) argT resT) count args)
     2 -> pure Shutdown
     _ -> failGet ("unknown message tag " ++ show tag)
 
 -- | Encode a message from a worker.
 encodeFromWorker :: FromWorker -> BL.ByteString
 encodeFromWorker msg = BB.toLazyByteString $ case msg of
-  BatchResult bid busy outcomes ->
-    putWord8 1 <> putWord64 bid <> putWord64 busy
-    <> putWord32 (fromIntegral (length outcomes)) <> foldMap putOutcome outcomes
+  BatchResult bid busy outcome ->
+    putWord8 1 <> putWord64 bid <> putWord64 busy <> case outcome of
+      Right bytes -> putWord8 0 <> putSizedBytes bytes
+      Left (pos, err) -> putWord8 1 <> putWord32 pos <> putText err
   BatchRejected bid why -> putWord8 2 <> putWord64 bid <> putText why
-  where
-    putOutcome (Right bytes) = putWord8 0 <> putSizedBytes bytes
-    putOutcome (Left err) = putWord8 1 <> putText err
 
 -- | Decode a message from a worker.
 decodeFromWorker :: B.ByteString -> Either String FromWorker
@@ -194,15 +195,11 @@ decodeFromWorker = runGet $ do
     1 -> do
       bid <- getWord64
       busy <- getWord64
-      n <- getCount 5
-      outcomes <- replicateM n getOutcome
-      pure (BatchResult bid busy outcomes)
+      status <- getWord8
+      outcome <- case status of
+        0 -> Right <$> getSizedBytes
+        1 -> (\p t -> Left (p, t)) <$> getWord32 <*> getText
+        _ -> failGet ("unknown batch status " ++ show status)
+      pure (BatchResult bid busy outcome)
     2 -> BatchRejected <$> getWord64 <*> getText
     _ -> failGet ("unknown message tag " ++ show tag)
-  where
-    getOutcome = do
-      status <- getWord8
-      case status of
-        0 -> Right <$> getSizedBytes
-        1 -> Left <$> getText
-        _ -> failGet ("unknown task status " ++ show status)

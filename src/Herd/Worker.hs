@@ -32,7 +32,7 @@ import qualified Data.Text as T
 import Foreign.C.Types (CInt (..))
 import GHC.Fingerprint (Fingerprint)
 import Herd.BuildId (buildIdentity)
-import Herd.Task (Runner (..), TaskRef (..), lookupRunner)
+import Herd.Task (BatchFailure (..), Runner (..), TaskRef (..), lookupRunner)
 import Herd.Transport.Tcp
 import Herd.Wire
 import System.Posix.Unistd (getSystemID, nodeName)
@@ -154,11 +154,11 @@ serve conn maxFrame cache = loop
         Just bytes -> case decodeToWorker bytes of
           Left why -> failWith 4 ("bad message from master: " ++ why)
           Right Shutdown -> pure ()
-          Right (RunBatch bid ref args) -> do
+          Right (RunBatch bid ref count args) -> do
             runner <- cachedRunner cache ref
             reply <- case runner of
               Left why -> pure (BatchRejected bid (T.pack why))
-              Right r -> runBatch bid r args
+              Right r -> runBatch bid ref r (fromIntegral count) args
             sendFrame conn (encodeFromWorker reply)
             loop
 
@@ -173,19 +173,16 @@ cachedRunner cache ref = do
       modifyIORef' cache (M.insert k r)
       pure r
 
--- Run every task of a batch in order, stopping at the first that throws
--- (the master aborts the job on it, so later tasks would be wasted work).
-runBatch :: Word64 -> Runner -> [B.ByteString] -> IO FromWorker
-runBatch bid runner args = do
+-- Run a batch and time it. Arguments that do not decode mean master and
+-- worker disagree about the function, so the batch is refused, naming it.
+runBatch :: Word64 -> TaskRef -> Runner -> Int -> B.ByteString -> IO FromWorker
+runBatch bid ref runner count args = do
   start <- getTime Monotonic
-  outcomes <- go args []
+  outcome <- runnerRun runner count args
   end <- getTime Monotonic
   let busy = fromIntegral (max 0 (toNanoSecs end - toNanoSecs start))
-  pure (BatchResult bid busy outcomes)
-  where
-    go [] acc = pure (reverse acc)
-    go (x : xs) acc = do
-      outcome <- runnerRun runner x
-      case outcome of
-        Right bytes -> go xs (Right bytes : acc)
-        Left err -> pure (reverse (Left (T.pack err) : acc))
+  pure $ case outcome of
+    Right results -> BatchResult bid busy (Right results)
+    Left (TaskThrew pos msg) -> BatchResult bid busy (Left (fromIntegral pos, T.pack msg))
+    Left (ArgumentsUndecodable why) ->
+      BatchRejected bid (T.pack ("arguments for " ++ refName ref ++ " do not decode: " ++ why))
