@@ -85,7 +85,7 @@ coreListArg = eitherReader $ \s -> case parseCpuList s of
 
 demoOptions :: Parser Demo.Options
 demoOptions = Demo.Options
-  <$> option fibArg (long "fib" <> metavar "N" <> value 36 <> showDefault
+  <$> option fibArg (long "fib" <> metavar "N" <> value 37 <> showDefault
                      <> help "Fibonacci argument of each task")
   <*> option (positiveInt "a task count" 100000) (long "tasks" <> metavar "K" <> value 24 <> showDefault
                      <> help "number of tasks")
@@ -94,7 +94,7 @@ demoOptions = Demo.Options
 
 modelsOptions :: Parser Models.Options
 modelsOptions = Models.Options
-  <$> option fibArg (long "fib" <> metavar "N" <> value 37 <> showDefault
+  <$> option fibArg (long "fib" <> metavar "N" <> value 40 <> showDefault
                      <> help "Fibonacci argument of each task")
   <*> option (positiveInt "a task count" 100000) (long "tasks" <> metavar "K" <> value 10 <> showDefault
                      <> help "number of tasks (the study used 10)")
