@@ -10,7 +10,7 @@ import Data.IORef
 import Herd
 import Herd.Examples.Fib (fib, fibTask)
 import Herd.Report (fixed, renderTable)
-import System.Clock (Clock (Monotonic), getTime, toNanoSecs)
+import Herd.Clock (monotonicSeconds)
 import System.IO
 
 -- | What the demo runs.
@@ -62,7 +62,7 @@ run o = do
         pure (end - start, stats, s)
 
 now :: IO Double
-now = (\t -> fromIntegral (toNanoSecs t) / 1e9) <$> getTime Monotonic
+now = monotonicSeconds
 
 -- Redraw a one-line progress bar on a terminal; elsewhere (a log) print a
 -- line at every tenth of the job instead.

@@ -24,7 +24,7 @@ import Herd
 import Herd.Examples.Fib (fib, fibTask)
 import Herd.Launch.Topology (physicalCores)
 import Herd.Report
-import System.Clock (Clock (Monotonic), getTime, toNanoSecs)
+import Herd.Clock (monotonicSeconds)
 import System.IO
 
 -- | Benchmark settings.
@@ -44,7 +44,7 @@ data Row = Row
   }
 
 now :: IO Double
-now = (\t -> fromIntegral (toNanoSecs t) / 1e9) <$> getTime Monotonic
+now = monotonicSeconds
 
 timed :: IO a -> IO (a, Double)
 timed act = do

@@ -10,7 +10,7 @@ import Control.Monad (forM, when)
 import Herd
 import Herd.Examples.Alloc (mapBuildTask)
 import Herd.Report
-import System.Clock (Clock (Monotonic), getTime, toNanoSecs)
+import Herd.Clock (monotonicSeconds)
 import System.IO
 
 -- | Benchmark settings.
@@ -22,7 +22,7 @@ data Options = Options
   }
 
 now :: IO Double
-now = (\t -> fromIntegral (toNanoSecs t) / 1e9) <$> getTime Monotonic
+now = monotonicSeconds
 
 -- | Run the benchmark and print its table (and JSON line).
 run :: Options -> IO ()

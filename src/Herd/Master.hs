@@ -47,7 +47,7 @@ import Herd.Wire
 import Herd.Worker (serveIfWorker)
 import Network.Socket (Socket, close)
 import System.Process (getProcessExitCode)
-import System.Clock (Clock (Monotonic), getTime, toNanoSecs)
+import Herd.Clock (monotonicSeconds)
 import System.Timeout (timeout)
 
 -- | What the master knows about a connected worker.
@@ -126,9 +126,6 @@ waitForWorkers c n secs = do
     ws <- readTVar (clWorkers c)
     unless (M.size ws >= n) retry
   pure (r == Just ())
-
-now' :: IO Double
-now' = (\t -> fromIntegral (toNanoSecs t) / 1e9) <$> getTime Monotonic
 
 -- | Start a cluster, run the body with it, and stop it, leaving no worker
 -- process behind.
@@ -215,7 +212,7 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False) `finally` p
       go st'
 
     handle st input = do
-      t <- now'
+      t <- monotonicSeconds
       case input of
         Connected wid conn info -> do
           outbox <- newTQueueIO
