@@ -6,6 +6,7 @@ module TestTasks
   , failAt13Task
   , sleepySquareTask
   , spinTask
+  , unitTask
   ) where
 
 import Control.Concurrent (threadDelay)
@@ -47,6 +48,10 @@ failAt13Task = static (named "failAt13" (task failAt13))
 -- | Slow square.
 sleepySquareTask :: StaticPtr (Task (Int, Int) Int)
 sleepySquareTask = static (named "sleepySquare" (task sleepySquare))
+
+-- | A task whose arguments and results take no bytes at all.
+unitTask :: StaticPtr (Task () ())
+unitTask = static (named "unit" (task id))
 
 -- | Long non-allocating loop.
 spinTask :: StaticPtr (Task Int Int)

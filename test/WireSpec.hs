@@ -9,7 +9,8 @@ import qualified Data.ByteString.Lazy as BL
 import qualified Data.Text as T
 import Data.Word (Word32, Word64, Word8)
 import GHC.Fingerprint (Fingerprint (..))
-import Herd.Task (TaskRef (..))
+import Herd.Task (BatchFailure (..), Runner (..), TaskRef (..), lookupRunner, taskDecodeResults, taskRef)
+import TestTasks (unitTask)
 import Herd.Wire
 import Herd.Wire.Codec (buildStrict, putWord32, putWord64, putWord8)
 import Test.Hspec
@@ -47,6 +48,16 @@ spec = describe "Herd.Wire" $ do
       `shouldSatisfy` either (const True) (const False)
     checkHello ours (WorkerHello (protocolVersion + 1) ours 1 T.empty)
       `shouldSatisfy` either (const True) (const False)
+  it "refuses a list of zero-size values claiming more elements than the batch holds" $ do
+    -- store alone would loop for the claimed 2^62 elements of ()
+    let hostile = B.pack [0, 0, 0, 0, 0, 0, 0, 0x40]
+    taskDecodeResults unitTask 3 hostile `shouldSatisfy` either (const True) (const False)
+    taskDecodeResults unitTask 3 (B.pack [3, 0, 0, 0, 0, 0, 0, 0]) `shouldBe` Right [(), (), ()]
+    Right runner <- lookupRunner (taskRef unitTask)
+    r <- runnerRun runner 2 hostile
+    case r of
+      Left (ArgumentsUndecodable why) -> why `shouldContain` "claims"
+      other -> expectationFailure (show other)
   it "rejects garbage in place of a hello" $
     decodeWorkerHello (B.pack [71, 69, 84, 32, 47]) `shouldSatisfy` either (const True) (const False)
 

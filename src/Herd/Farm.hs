@@ -77,12 +77,9 @@ runFarm cluster f xs sink = do
         , specDeliver = \ranges blob -> do
             let indices = rangeIndices ranges
                 firstIndex = case indices of { (i : _) -> i; [] -> 0 }
-            case decodeResults blob of
+            case decodeResults (length indices) blob of
               Left why -> pure (Just (ResultDecodeError firstIndex (refName ref) why))
-              Right ys
-                | length ys /= length indices -> pure (Just (ResultDecodeError firstIndex (refName ref)
-                    (show (length ys) ++ " results for a batch of " ++ show (length indices))))
-                | otherwise -> sink (zip indices ys) >> pure Nothing
+              Right ys -> sink (zip indices ys) >> pure Nothing
         }
   result <- runJob cluster spec
   either throwIO pure result

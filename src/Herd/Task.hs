@@ -51,7 +51,7 @@ import Data.Typeable (typeRepFingerprint)
 data Task a b = Task
   { taskLabel   :: !(Maybe String)
   , taskEncode  :: [a] -> B.ByteString
-  , taskDecode  :: B.ByteString -> Either String [b]
+  , taskDecode  :: Int -> B.ByteString -> Either String [b]
   , taskRunner  :: !Runner
   }
 
@@ -79,7 +79,9 @@ task :: forall a b. (Store a, Store b, Typeable a, Typeable b) => (a -> b) -> Ta
 task f = Task
   { taskLabel  = Nothing
   , taskEncode = encode
-  , taskDecode = either (Left . displayException) Right . decode
+  , taskDecode = \count bytes -> do
+      checkListLength count bytes
+      either (Left . displayException) Right (decode bytes)
   , taskRunner = Runner
       { runnerArgType    = typeRepFingerprint (typeRep (Proxy :: Proxy a))
       , runnerResultType = typeRepFingerprint (typeRep (Proxy :: Proxy b))
@@ -92,12 +94,9 @@ task f = Task
     -- One decode and one encode per batch, not per task: per-task buffers
     -- cost more than a microsecond task itself. Only when the batch throws
     -- are the results forced one by one, to find the task that threw.
-    run count bytes = case decode bytes of
-      Left err -> pure (Left (ArgumentsUndecodable (displayException err)))
-      Right (xs :: [a])
-        | length xs /= count -> pure (Left (ArgumentsUndecodable
-            (show (length xs) ++ " arguments where the batch has " ++ show count)))
-        | otherwise -> do
+    run count bytes = case checkListLength count bytes >> firstLeft (decode bytes) of
+      Left err -> pure (Left (ArgumentsUndecodable err))
+      Right (xs :: [a]) -> do
             let ys = map f xs
             whole <- tryUser (evaluate (encode ys))
             case whole of
@@ -109,6 +108,21 @@ task f = Task
       case one of
         Left msg -> pure (TaskThrew i msg)
         Right _ -> firstFailure rest
+
+    firstLeft = either (Left . displayException) Right
+
+-- | Check the element count a @store@-encoded list claims (its first eight
+-- bytes, little-endian) against the count the envelope promised, before
+-- @store@ sees it: store would otherwise allocate or loop for whatever
+-- count a peer claims (a list of zero-size elements costs no bytes).
+checkListLength :: Int -> B.ByteString -> Either String ()
+checkListLength count bytes
+  | B.length bytes < 8 = Left "list shorter than its length field"
+  | claimed /= toInteger count =
+      Left ("list claims " ++ show claimed ++ " elements where the batch has " ++ show count)
+  | otherwise = Right ()
+  where
+    claimed = foldr (\w acc -> acc * 256 + toInteger w) 0 (B.unpack (B.take 8 bytes)) :: Integer
 
 -- Run an action, turning any synchronous exception into its text.
 tryUser :: IO x -> IO (Either String x)
@@ -153,8 +167,8 @@ taskRef ptr = TaskRef
 taskEncodeArgs :: StaticPtr (Task a b) -> [a] -> B.ByteString
 taskEncodeArgs ptr = taskEncode (deRefStaticPtr ptr)
 
--- | Decode a batch of results on the master.
-taskDecodeResults :: StaticPtr (Task a b) -> B.ByteString -> Either String [b]
+-- | Decode a batch of results on the master, given how many it must hold.
+taskDecodeResults :: StaticPtr (Task a b) -> Int -> B.ByteString -> Either String [b]
 taskDecodeResults ptr = taskDecode (deRefStaticPtr ptr)
 
 -- | Find the runner for a reference in this binary's static pointer table,
