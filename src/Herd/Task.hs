@@ -31,7 +31,6 @@ module Herd.Task
   , Runner (..)
   , BatchFailure (..)
   , lookupRunner
-  , describeRef
   ) where
 
 import Control.Exception
@@ -189,7 +188,3 @@ lookupRunner ref = do
            then Left ("type mismatch for " ++ refName ref ++ ": the worker's function has type "
                       ++ runnerTypes runner ++ ", the caller expected other types")
            else Right runner
-
--- | A short description of a reference, for messages.
-describeRef :: TaskRef -> String
-describeRef = refName
