@@ -249,10 +249,10 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False) `finally` p
           BatchResult bid busyNs outcome -> case lookup bid (outstandingFor wid (lsSched st)) of
             Nothing -> drive t (BatchCompleted wid bid 0 Nothing) st Nothing  -- stale: dropped
             Just ranges
-              | Left (pos, _) <- outcome, fromIntegral pos >= sum (map rangeSize ranges) -> do
+              | Left (pos, _) <- outcome, fromIntegral pos >= batchSize ranges -> do
                   atomically $ writeTQueue (clInbox cluster)
                     (Lost wid ("bad batch result: failure at position " ++ show pos
-                               ++ " of a batch of " ++ show (sum (map rangeSize ranges))))
+                               ++ " of a batch of " ++ show (batchSize ranges)))
                   pure st
               | otherwise ->
                   let failure = either (\(pos, msg) -> Just (fromIntegral pos, T.unpack msg)) (const Nothing) outcome
@@ -267,7 +267,7 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False) `finally` p
     execute t outcomes st cmd = case cmd of
       SendBatch wid bid ranges -> case (M.lookup wid (lsLinks st), lsRunning st) of
         (Just l, Just r) -> do
-          let msg = RunBatch bid (specRef (runSpec r)) (fromIntegral (sum (map rangeSize ranges)))
+          let msg = RunBatch bid (specRef (runSpec r)) (fromIntegral (batchSize ranges))
                              (specEncode (runSpec r) ranges)
           atomically $ writeTQueue (linkOutbox l) (Just (encodeToWorker msg))
           pure st
@@ -275,7 +275,9 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False) `finally` p
       AcceptResults _ ranges -> case (lsRunning st, outcomes) of
         (Just r, Just blob) -> do
           problem <- specDeliver (runSpec r) ranges blob
-                       `catch` \(e :: SomeException) -> pure (Just (LaunchError (displayException e)))
+                       `catch` \(e :: SomeException) ->
+                         pure (Just (ResultDecodeError (firstTask ranges) (refName (specRef (runSpec r)))
+                                                       (displayException e)))
           case problem of
             Nothing -> pure st
             Just err -> do
@@ -297,6 +299,9 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False) `finally` p
       TaskError i msg -> TaskFailed i name msg
       FunctionRefused why -> RemoteFunctionError name why
       NoWorkersLeft -> AllWorkersLost "the cluster has no live worker"
+
+    batchSize = sum . map rangeSize
+    firstTask ranges = case ranges of { (Range lo _ : _) -> lo; [] -> 0 }
 
     dropLink l = do
       atomically $ writeTQueue (linkOutbox l) Nothing

@@ -100,13 +100,14 @@ task f = Task
             whole <- tryUser (evaluate (encode ys))
             case whole of
               Right encoded -> pure (Right encoded)
-              Left _ -> Left <$> firstFailure (zip [0 ..] ys)
-    firstFailure [] = pure (TaskThrew 0 "the batch failed to encode")
-    firstFailure ((i, y) : rest) = do
+              Left batchMsg -> Left <$> firstFailure batchMsg (zip [0 ..] ys)
+    -- If no single result throws on its own, report the batch's own error.
+    firstFailure batchMsg [] = pure (TaskThrew 0 batchMsg)
+    firstFailure batchMsg ((i, y) : rest) = do
       one <- tryUser (evaluate (encode y))
       case one of
         Left msg -> pure (TaskThrew i msg)
-        Right _ -> firstFailure rest
+        Right _ -> firstFailure batchMsg rest
 
     firstLeft = either (Left . displayException) Right
 
