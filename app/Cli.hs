@@ -8,6 +8,7 @@ import qualified Bench.Models as Models
 import qualified Bench.Nursery as Nursery
 import Data.Char (isDigit)
 import qualified Demo
+import Herd.Config (SecretSource (..), parseHostList)
 import Herd.Launch.Topology (parseCpuList)
 import Herd.Worker (WorkerOptions (..), parseHostPort, runWorker)
 import Options.Applicative
@@ -89,8 +90,51 @@ demoOptions = Demo.Options
                      <> help "Fibonacci argument of each task")
   <*> option (positiveInt "a task count" 100000) (long "tasks" <> metavar "K" <> value 24 <> showDefault
                      <> help "number of tasks")
-  <*> optional (option (positiveInt "a worker count" 4096) (long "workers" <> metavar "N"
-                     <> help "workers for the parallel run (default: one per physical core)"))
+  <*> optional (option (nonNegativeInt "a worker count" 4096) (long "workers" <> metavar "N"
+                     <> help "local workers for the parallel run (default: one per physical core; \
+                             \with cluster options, 0)"))
+  <*> clusterOptions
+
+clusterOptions :: Parser Demo.ClusterOptions
+clusterOptions = Demo.ClusterOptions
+  <$> option (eitherReader parseHostList) (long "hosts" <> metavar "HOST[:N],..." <> value []
+                     <> help "start N workers on each host over ssh (no N: one per physical core)")
+  <*> optional (strOption (long "hosts-file" <> metavar "FILE"
+                     <> help "more ssh hosts, one per line: HOST [N]"))
+  <*> switch (long "slurm" <> help "start one worker per task of the enclosing SLURM allocation (srun)")
+  <*> optional (option listenArg (long "listen" <> metavar "HOST[:PORT]"
+                     <> help "address to listen on (default: loopback, or all interfaces with --hosts/--slurm)"))
+  <*> optional (strOption (long "advertise" <> metavar "HOST"
+                     <> help "address workers connect to (default: the listen address or this host's name)"))
+  <*> option (nonNegativeInt "a worker count" 100000) (long "wait-workers" <> metavar "N" <> value 0
+                     <> help "wait until N workers have joined (e.g. by herd worker --connect) before starting")
+  <*> optional (strOption (long "secret-file" <> metavar "FILE"
+                     <> help "the shared secret (default: $HERD_SECRET, else ~/.herd/cookie)"))
+  <*> switch (long "ship" <> help "copy this executable to each ssh host first")
+  <*> switch (long "allow-partial" <> help "go on with the hosts that started if some fail")
+  <*> optional (strOption (long "ssh" <> metavar "COMMAND"
+                     <> help "the ssh command and its options (default: ssh)"))
+  <*> optional (option (secondsArg 1 3600) (long "liveness" <> metavar "SECONDS"
+                     <> help "a link silent this long counts as lost (default: 4)"))
+  <*> optional (option (secondsArg 0.1 86400) (long "start-timeout" <> metavar "SECONDS"
+                     <> help "time for launched workers to connect (default: 30)"))
+
+listenArg :: ReadM (String, Int)
+listenArg = eitherReader $ \s -> case parseHostPort s of
+  Right hp -> Right hp
+  Left _ | ':' `notElem` s, not (null s) -> Right (s, 0)
+  Left why -> Left why
+
+secondsArg :: Double -> Double -> ReadM Double
+secondsArg lo hi = eitherReader $ \s -> case reads s of
+  [(x, "")] | x >= lo && x <= hi -> Right x
+  _ -> Left ("expected seconds from " ++ show lo ++ " to " ++ show hi ++ ", got " ++ show s)
+
+nonNegativeInt :: String -> Int -> ReadM Int
+nonNegativeInt what limit = eitherReader $ \s ->
+  if not (null s) && all isDigit s && length s < 10 && read s <= limit
+    then Right (read s)
+    else Left ("expected " ++ what ++ ": a whole number from 0 to " ++ show limit ++ ", got " ++ show s)
 
 modelsOptions :: Parser Models.Options
 modelsOptions = Models.Options
@@ -107,8 +151,10 @@ workerOptions = mk
   <$> option (eitherReader parseHostPort) (long "connect" <> metavar "HOST:PORT"
                      <> help "the master's address, as it printed it")
   <*> optional (option cpuArg (long "cpu" <> metavar "N" <> help "pin this worker to CPU N"))
+  <*> optional (strOption (long "secret-file" <> metavar "FILE"
+                     <> help "the shared secret (default: $HERD_SECRET, else ~/.herd/cookie)"))
   where
-    mk (host, port) cpu = WorkerOptions host port cpu False
+    mk (host, port) cpu secret = WorkerOptions host port cpu False (maybe SecretAuto SecretFile secret) ""
 
 cpuArg :: ReadM Int
 cpuArg = eitherReader $ \s ->

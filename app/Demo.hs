@@ -1,13 +1,20 @@
 -- | @herd demo@: the HaLVM study's Fibonacci farm, first on one worker and
--- then on every core, with a progress bar and a closing table.
+-- then on every core, with a progress bar and a closing table. Given
+-- cluster options (ssh hosts, SLURM, a listen address, or workers to wait
+-- for), it runs the farm once on that cluster instead, with time-stamped
+-- log lines so a run can be followed across machines.
 module Demo
   ( Options (..)
+  , ClusterOptions (..)
   , run
   ) where
 
-import Control.Monad (when)
+import Control.Monad (unless, when)
 import Data.IORef
+import Data.Time.Clock.POSIX (getPOSIXTime)
 import Herd
+import Herd.Config (parseHostsFile)
+import System.Exit (exitWith, ExitCode (..))
 import Herd.Examples.Fib (fib, fibTask)
 import Herd.Report (fixed, renderTable)
 import Herd.Clock (monotonicSeconds)
@@ -18,10 +25,32 @@ data Options = Options
   { optFib     :: Int        -- ^ Fibonacci argument of each task
   , optTasks   :: Int        -- ^ number of tasks
   , optWorkers :: Maybe Int  -- ^ workers of the parallel run
+  , optCluster :: ClusterOptions
   }
+
+-- | Where the workers of a cluster run come from.
+data ClusterOptions = ClusterOptions
+  { coHosts        :: [HostSpec]       -- ^ ssh hosts
+  , coHostsFile    :: Maybe FilePath   -- ^ more ssh hosts, from a file
+  , coSlurm        :: Bool             -- ^ one worker per task of the SLURM allocation
+  , coListen       :: Maybe (String, Int)  -- ^ address to listen on
+  , coAdvertise    :: Maybe String     -- ^ address workers connect to
+  , coWaitWorkers  :: Int              -- ^ workers to wait for (joining by hand)
+  , coSecretFile   :: Maybe FilePath
+  , coShip         :: Bool
+  , coAllowPartial :: Bool
+  , coSsh          :: Maybe String     -- ^ the ssh command, split on spaces
+  , coLiveness     :: Maybe Double
+  , coStartTimeout :: Maybe Double
+  }
+
+isClusterRun :: ClusterOptions -> Bool
+isClusterRun co = not (null (coHosts co)) || coHostsFile co /= Nothing || coSlurm co
+                  || coListen co /= Nothing || coWaitWorkers co > 0
 
 -- | Run the demo.
 run :: Options -> IO ()
+run o | isClusterRun (optCluster o) = runCluster o
 run o = do
   hSetBuffering stdout LineBuffering
   putStrLn ("herd demo: fib " ++ show (optFib o) ++ " computed " ++ show (optTasks o)
@@ -77,3 +106,67 @@ progress tty k total secs
     bar = "  [" ++ replicate filled '#' ++ replicate (width - filled) '.' ++ "] "
           ++ show k ++ "/" ++ show total ++ "  " ++ fixed 1 secs ++ " s"
 
+
+-- One run on the cluster the options describe.
+runCluster :: Options -> IO ()
+runCluster o = do
+  hSetBuffering stdout LineBuffering
+  let co = optCluster o
+  fileHosts <- case coHostsFile co of
+    Nothing -> pure []
+    Just path -> do
+      text <- readFile path
+      case parseHostsFile text of
+        Left why -> failWith ("--hosts-file " ++ path ++ ": " ++ why)
+        Right hs -> pure hs
+  let hosts = coHosts co ++ fileHosts
+      cfg = defaultConfig
+        { configWorkers = Just (maybe 0 id (optWorkers o))
+        , configHosts = hosts
+        , configSlurm = coSlurm co
+        , configListenHost = fmap fst (coListen co)
+        , configListenPort = maybe 0 snd (coListen co)
+        , configAdvertiseHost = coAdvertise co
+        , configSecret = maybe (configSecret defaultConfig) SecretFile (coSecretFile co)
+        , configShip = coShip co
+        , configAllowPartialStart = coAllowPartial co
+        , configSshCommand = maybe (configSshCommand defaultConfig) words (coSsh co)
+        , configLivenessTimeout = maybe (configLivenessTimeout defaultConfig) id (coLiveness co)
+        , configStartTimeout = maybe (configStartTimeout defaultConfig) id (coStartTimeout co)
+        , configLog = stampedLog
+        }
+  putStrLn ("herd demo: fib " ++ show (optFib o) ++ " computed " ++ show (optTasks o) ++ " times on a cluster")
+  withCluster cfg $ \cluster -> do
+    let want = max 1 (coWaitWorkers co)
+    have <- clusterWorkerCount cluster
+    when (have < want) $ do
+      stampedLog ("herd demo: waiting for " ++ show (want - have) ++ " more worker(s) to join")
+      ok <- waitForWorkers cluster want (maybe 600 id (coStartTimeout co))
+      unless ok $ failWith ("fewer than " ++ show want ++ " workers joined in time")
+    infos <- clusterWorkerInfo cluster
+    stampedLog ("herd demo: starting with " ++ show (length infos) ++ " workers: "
+                ++ unwords [ infoHost i ++ "/" ++ show (infoPid i) | i <- infos ])
+    total <- newIORef 0
+    done <- newIORef (0 :: Int)
+    start <- now
+    stats <- farmAsCompleted cluster fibTask (replicate (optTasks o) (optFib o)) $ \_ v -> do
+      modifyIORef' total (+ v)
+      k <- atomicModifyIORef' done (\d -> (d + 1, d + 1))
+      t <- now
+      progress False k (optTasks o) (t - start)
+    end <- now
+    s <- readIORef total
+    let ok = s == optTasks o * fib (optFib o)
+    putStrLn ("herd demo: " ++ show (optTasks o) ++ " tasks in " ++ fixed 2 (end - start) ++ " s; results "
+              ++ (if ok then "complete and correct" else "WRONG"))
+    putStr (renderStats stats)
+    unless ok $ exitWith (ExitFailure 1)
+  where
+    failWith msg = hPutStrLn stderr ("herd demo: " ++ msg) >> exitWith (ExitFailure 2)
+
+-- Log lines on standard error, prefixed with the wall-clock time in seconds
+-- (so lines from several machines can be lined up).
+stampedLog :: String -> IO ()
+stampedLog line = do
+  t <- getPOSIXTime
+  hPutStrLn stderr (fixed 3 (realToFrac t :: Double) ++ " " ++ line)

@@ -9,6 +9,9 @@
 #include <unistd.h>
 #include <errno.h>
 #include <sys/syscall.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include "herd_sys.h"
 
 /* Pin every thread that exists now to one CPU. sched_setaffinity acts on a
@@ -64,4 +67,22 @@ int herd_start_parent_watchdog(int fd)
     int rc = pthread_create(&thread, &attr, watch_parent, (void *)(long) fd);
     pthread_attr_destroy(&attr);
     return rc;
+}
+
+/* Make the kernel judge a TCP connection's liveness: keepalive probes after
+ * idle_s seconds of silence, every interval_s seconds, and TCP_USER_TIMEOUT
+ * so the connection fails once nothing has been acknowledged or received
+ * for timeout_ms (covering both an idle link and one with unacknowledged
+ * data). The peer's kernel answers the probes, so a worker stuck in a long
+ * non-allocating computation still counts as alive, while a dead host or a
+ * cut link is noticed within about timeout_ms. Returns 0 or an errno. */
+int herd_set_liveness(int fd, int idle_s, int interval_s, int count, unsigned int timeout_ms)
+{
+    int on = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0) return errno;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s) != 0) return errno;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s) != 0) return errno;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count) != 0) return errno;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout_ms, sizeof timeout_ms) != 0) return errno;
+    return 0;
 }

@@ -2,4 +2,5 @@
 #define HERD_SYS_H
 int herd_pin_process_threads(int cpu);
 int herd_start_parent_watchdog(int fd);
+int herd_set_liveness(int fd, int idle_s, int interval_s, int count, unsigned int timeout_ms);
 #endif

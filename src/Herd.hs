@@ -43,16 +43,21 @@ module Herd
     withCluster
   , Cluster
   , clusterAddress
+  , clusterJoinCommand
   , clusterWorkerCount
   , clusterWorkerInfo
   , WorkerInfo (..)
   , waitForWorkers
+  , ConnectionCounters (..)
+  , clusterCounters
   , serveIfWorker
     -- * Configuration
   , Config (..)
   , defaultConfig
   , Pinning (..)
   , Batching (..)
+  , HostSpec (..)
+  , SecretSource (..)
     -- * Tasks
   , Task
   , task

@@ -14,6 +14,7 @@ import Data.List (isInfixOf, sort)
 import qualified Data.Text as T
 import GHC.Fingerprint (Fingerprint (..))
 import Herd
+import Herd.Auth
 import Herd.BuildId (buildIdentity)
 import Herd.Task (TaskRef (..), taskRef)
 import Herd.Transport.Tcp
@@ -30,13 +31,39 @@ import System.Process
 import Test.Hspec
 import TestTasks
 
--- A configuration for tests: two workers, log lines kept for inspection.
+-- The secret of the test clusters.
+testSecretText :: String
+testSecretText = "herd test secret, not for production"
+
+testSecret :: Secret
+testSecret = either error id (mkSecret (BC.pack testSecretText))
+
+-- A configuration for tests: n local workers, log lines kept for inspection.
 withTestCluster :: Int -> (IORef [String] -> Cluster -> IO a) -> IO a
-withTestCluster n body = do
+withTestCluster n = withTestClusterConfig n id
+
+withTestClusterConfig :: Int -> (Config -> Config) -> (IORef [String] -> Cluster -> IO a) -> IO a
+withTestClusterConfig n tweak body = do
   logs <- newIORef []
-  let cfg = defaultConfig { configWorkers = Just n
-                          , configLog = \l -> atomicModifyIORef' logs (\ls -> (l : ls, ())) }
+  let cfg = tweak defaultConfig
+        { configWorkers = Just n
+        , configSecret = SecretValue (BC.pack testSecretText)
+        , configLog = \l -> atomicModifyIORef' logs (\ls -> (l : ls, ())) }
   withCluster cfg (body logs)
+
+-- Connect to a test cluster and pass authentication, as a worker would.
+connectAuthenticated :: Int -> IO Connection
+connectAuthenticated port = do
+  conn <- connectTcp "127.0.0.1" port
+  authenticateToMaster testSecret conn `shouldReturn` Right ()
+  pure conn
+
+-- The environment of a worker process started by hand for a test cluster.
+workerEnv :: Int -> IO [(String, String)]
+workerEnv port = do
+  env <- getEnvironment
+  pure (("HERD_WORKER", "127.0.0.1:" ++ show port) : ("HERD_SECRET", testSecretText)
+        : filter ((`notElem` ["HERD_WORKER", "HERD_SECRET"]) . fst) env)
 
 logsContain :: IORef [String] -> String -> IO Bool
 logsContain logs needle = any (needle `isInfixOf`) <$> readIORef logs
@@ -116,9 +143,8 @@ spec = describe "a cluster of local worker processes" $ do
       p <- getPermissions other
       setPermissions other (setOwnerExecutable True p)
       let (_, port) = clusterAddress cluster
-      env <- getEnvironment
-      (code, _, err) <- readCreateProcessWithExitCode
-        (proc other []) { env = Just (("HERD_WORKER", "127.0.0.1:" ++ show port) : env) } ""
+      env <- workerEnv port
+      (code, _, err) <- readCreateProcessWithExitCode (proc other []) { env = Just env } ""
       removeFile other
       code `shouldNotBe` ExitSuccess
       err `shouldContain` "different build"
@@ -131,12 +157,13 @@ spec = describe "a cluster of local worker processes" $ do
     build <- buildIdentity
     lsock <- listenTcp "127.0.0.1" 0
     port <- listenPort lsock
-    env <- getEnvironment
-    (_, _, _, ph) <- createProcess (proc exe []) { env = Just (("HERD_WORKER", "127.0.0.1:" ++ show port) : env) }
+    env <- workerEnv port
+    (_, _, _, ph) <- createProcess (proc exe []) { env = Just env }
     conn <- acceptConnection lsock
+    authenticateWorker testSecret conn `shouldReturn` Right ()
     Just hello <- recvFrame handshakeFrameLimit conn
     fmap helloBuild (decodeWorkerHello hello) `shouldBe` Right build
-    sendFrame conn (BL.fromStrict (encodeMasterReply (Welcome build 1 1000000)))
+    sendFrame conn (BL.fromStrict (encodeMasterReply (Welcome build 1 1000000 4000)))
     let real = taskRef squareTask
         unknown = real { refKey = Fingerprint 1 2, refName = "ghostFunction" }
         mistyped = real { refArgType = Fingerprint 3 4 }
@@ -170,8 +197,8 @@ spec = describe "a cluster of local worker processes" $ do
       -- A worker that refuses everything, speaking the protocol by hand.
       build <- buildIdentity
       let (_, port) = clusterAddress cluster
-      conn <- connectTcp "127.0.0.1" port
-      sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "fake"))))
+      conn <- connectAuthenticated port
+      sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "fake") T.empty)))
       Just _ <- recvFrame handshakeFrameLimit conn
       fake <- forkIO $ forever $ do
         Just frame <- recvFrame 1000000 conn
@@ -193,7 +220,7 @@ spec = describe "a cluster of local worker processes" $ do
     withTestCluster 2 $ \logs cluster -> do
       let (_, port) = clusterAddress cluster
           attack bytes = do
-            conn <- connectTcp "127.0.0.1" port
+            conn <- connectAuthenticated port
             sendFrame conn (BL.fromStrict bytes) `catch` \(_ :: IOException) -> pure ()
             closeConnection conn
           rawAttack bytes = do
@@ -204,7 +231,7 @@ spec = describe "a cluster of local worker processes" $ do
             close sock
       -- garbage in a well-formed frame, and a wrong handshake
       attack (BC.pack "GET / HTTP/1.0\r\n\r\n")
-      attack (B.take 10 (encodeWorkerHello (WorkerHello protocolVersion (B.replicate 32 0) 1 (T.pack "x"))))
+      attack (B.take 10 (encodeWorkerHello (WorkerHello protocolVersion (B.replicate 32 0) 1 (T.pack "x") T.empty)))
       -- a length prefix claiming 2 GiB
       rawAttack (B.pack [0x7F, 0xFF, 0xFF, 0xFF, 1, 2, 3])
       -- a frame cut short: 100 bytes promised, 10 sent
@@ -214,6 +241,75 @@ spec = describe "a cluster of local worker processes" $ do
       eventually (logsContain logs "mid-frame") `shouldReturn` True
       farm cluster squareTask [1 .. 100] `shouldReturn` map (\x -> x * x) [1 .. 100]
       clusterWorkerCount cluster `shouldReturn` 2
+
+  it "refuses a peer with the wrong secret before any of its messages reaches the scheduler" $
+    withTestCluster 0 $ \logs cluster -> do
+      build <- buildIdentity
+      let (_, port) = clusterAddress cluster
+          wrong = either error id (mkSecret (BC.pack "a secret that is not the cluster's"))
+      conn <- connectTcp "127.0.0.1" port
+      Just challenge <- recvFrame handshakeFrameLimit conn
+      Right (Challenge nm) <- pure (decodeMasterReply challenge)
+      let nw = B.replicate 32 9
+      -- the answer, then a hello and a result pipelined behind it
+      sendFrame conn (BL.fromStrict (encodeAuthResponse nw (workerProof wrong nm nw)))
+      sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "intruder") T.empty)))
+      sendFrame conn (encodeFromWorker (BatchResult 1 0 (Right (encode [1 :: Int]))))
+      -- a refusal (unless the master's close, with our unread frames, reset
+      -- the connection first), then the end of the connection
+      answer <- try (recvFrame handshakeFrameLimit conn)
+      case answer of
+        Right (Just bytes) -> do
+          case decodeMasterReply bytes of
+            Right (Refused why) -> T.unpack why `shouldContain` "secret"
+            other -> expectationFailure ("expected a refusal, got " ++ show other)
+          rest <- try (recvFrame handshakeFrameLimit conn)
+          either (\(_ :: IOException) -> Nothing) id rest `shouldBe` Nothing
+        Right Nothing -> expectationFailure "closed without a refusal"
+        Left (_ :: IOException) -> pure ()
+      closeConnection conn
+      eventually (logsContain logs "authentication failed") `shouldReturn` True
+      counters <- clusterCounters cluster
+      countAuthFailures counters `shouldBe` 1
+      countJoined counters `shouldBe` 0
+      countWorkerMessages counters `shouldBe` 0
+      clusterWorkerCount cluster `shouldReturn` 0
+
+  it "stops a worker process with the wrong secret, with a clear message on both sides" $
+    withTestCluster 0 $ \logs cluster -> do
+      exe <- getExecutablePath
+      let (_, port) = clusterAddress cluster
+      env <- map (\(k, v) -> if k == "HERD_SECRET" then (k, "some other secret entirely") else (k, v)) <$> workerEnv port
+      (code, _, err) <- readCreateProcessWithExitCode (proc exe []) { env = Just env } ""
+      code `shouldBe` ExitFailure 3
+      err `shouldContain` "secret differs"
+      eventually (logsContain logs "authentication failed") `shouldReturn` True
+      clusterWorkerCount cluster `shouldReturn` 0
+
+  it "closes stalled handshakes after the timeout and survives a flood while a job runs" $
+    withTestClusterConfig 2 (\c -> c { configHandshakeTimeout = 0.5, configMaxPendingHandshakes = 20 }) $
+      \logs cluster -> do
+        let (_, port) = clusterAddress cluster
+        -- connections that never say anything: twenty stall, the rest are closed at once
+        stalled <- forM [1 .. 200 :: Int] $ \_ -> do
+          addr : _ <- getAddrInfo Nothing (Just "127.0.0.1") (Just (show port))
+          sock <- socket (addrFamily addr) Stream defaultProtocol
+          connect sock (addrAddress addr)
+          pure sock
+        ys <- farm cluster squareTask [1 .. 5000]
+        ys `shouldBe` map (\x -> x * x) [1 .. 5000]
+        eventually (logsContain logs "no handshake within") `shouldReturn` True
+        counters <- clusterCounters cluster
+        countBusyRefused counters `shouldSatisfy` (> 0)
+        mapM_ close stalled
+        -- a real worker can still join afterwards
+        exe <- getExecutablePath
+        env <- workerEnv port
+        (_, _, _, ph) <- createProcess (proc exe []) { env = Just env }
+        waitForWorkers cluster 3 10 `shouldReturn` True
+        farm cluster squareTask [1 .. 100] `shouldReturn` map (\x -> x * x) [1 .. 100]
+        terminateProcess ph
+        void (waitForProcess ph)
 
   it "leaves no worker behind when the master is killed with SIGKILL mid-task" $ do
     exe <- getExecutablePath
@@ -244,7 +340,7 @@ spec = describe "a cluster of local worker processes" $ do
 -- and keeps them busy with a long non-allocating task until it is killed.
 orphanMasterMain :: IO ()
 orphanMasterMain =
-  withCluster defaultConfig { configWorkers = Just 2 } $ \cluster -> do
+  withCluster defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack testSecretText) } $ \cluster -> do
     workers <- clusterWorkerInfo cluster
     putStrLn (unwords (map (show . infoPid) workers))
     hFlush stdout

@@ -6,6 +6,7 @@ module Main (main) where
 import qualified ClusterSpec
 import qualified CodecSpec
 import qualified ConfigSpec
+import qualified AuthSpec
 import Herd (serveIfWorker)
 import qualified SchedulerSpec
 import System.Environment (lookupEnv)
@@ -22,5 +23,6 @@ main = do
       CodecSpec.spec
       WireSpec.spec
       ConfigSpec.spec
+      AuthSpec.spec
       SchedulerSpec.spec
       ClusterSpec.spec

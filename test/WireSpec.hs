@@ -4,6 +4,7 @@
 module WireSpec (spec) where
 
 import Control.Exception (evaluate)
+import Control.Monad (forM_)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Lazy as BL
 import qualified Data.Text as T
@@ -28,25 +29,32 @@ spec = describe "Herd.Wire" $ do
     let msg = BatchResult (unW bid) (unW busy) (either (\(p, m) -> Left (p, T.pack m)) (Right . B.pack) out)
     in decodeFromWorker (BL.toStrict (encodeFromWorker msg)) === Right msg
   it "round-trips the handshake" $ do
-    let hello = WorkerHello protocolVersion (B.replicate 32 7) 1234 (T.pack "host")
+    let hello = WorkerHello protocolVersion (B.replicate 32 7) 1234 (T.pack "host") (T.pack "ssh:host")
     decodeWorkerHello (encodeWorkerHello hello) `shouldBe` Right hello
-    let reply = Welcome (B.replicate 32 7) 3 65536
-    decodeMasterReply (encodeMasterReply reply) `shouldBe` Right reply
+    forM_ [ Welcome (B.replicate 32 7) 3 65536 4000, Refused (T.pack "no"), Challenge (B.replicate 32 1)
+          , AuthAccepted (B.replicate 32 2) ] $ \reply ->
+      decodeMasterReply (encodeMasterReply reply) `shouldBe` Right reply
+    decodeAuthResponse (encodeAuthResponse (B.replicate 32 3) (B.replicate 32 4))
+      `shouldBe` Right (B.replicate 32 3, B.replicate 32 4)
+    decodeAuthResponse (encodeAuthResponse (B.replicate 31 3) (B.replicate 32 4))
+      `shouldSatisfy` either (const True) (const False)
   it "decodes arbitrary bytes totally" $ property $ \(bytes :: [Word8]) -> ioProperty $ do
     let b = B.pack bytes
     _ <- evaluate (either (const ()) (const ()) (decodeFromWorker b))
     _ <- evaluate (either (const ()) (const ()) (decodeToWorker b))
     _ <- evaluate (either (const ()) (const ()) (decodeWorkerHello b))
+    _ <- evaluate (either (const ()) (const ()) (decodeAuthResponse b))
+    _ <- evaluate (either (const ()) (const ()) (decodeMasterReply b))
     pure True
   it "rejects a result claiming four gigabytes in a few bytes" $ do
     let hostile = buildStrict (putWord8 1 <> putWord64 1 <> putWord64 0 <> putWord8 0 <> putWord32 4000000000)
     decodeFromWorker hostile `shouldSatisfy` either (const True) (const False)
   it "refuses a hello from another build or protocol version" $ do
     let ours = B.replicate 32 1
-    checkHello ours (WorkerHello protocolVersion ours 1 T.empty) `shouldBe` Right ()
-    checkHello ours (WorkerHello protocolVersion (B.replicate 32 2) 1 T.empty)
+    checkHello ours (WorkerHello protocolVersion ours 1 T.empty T.empty) `shouldBe` Right ()
+    checkHello ours (WorkerHello protocolVersion (B.replicate 32 2) 1 T.empty T.empty)
       `shouldSatisfy` either (const True) (const False)
-    checkHello ours (WorkerHello (protocolVersion + 1) ours 1 T.empty)
+    checkHello ours (WorkerHello (protocolVersion + 1) ours 1 T.empty T.empty)
       `shouldSatisfy` either (const True) (const False)
   it "refuses a list of zero-size values claiming more elements than the batch holds" $ do
     -- store alone would loop for the claimed 2^62 elements of ()

@@ -8,12 +8,20 @@ module Herd.Config
   ( Config (..)
   , Pinning (..)
   , Batching (..)
+  , HostSpec (..)
+  , parseHostList
+  , parseHostsFile
+  , SecretSource (..)
+  , hasRemoteLaunch
+  , listenHostFor
   , defaultConfig
   , defaultWorkerRtsOptions
   , validateConfig
   ) where
 
+import Data.Char (isDigit, isSpace)
 import Data.List (nub)
+import Herd.Auth (SecretSource (..))
 import Herd.Error (HerdError (..))
 import System.IO (hPutStrLn, stderr)
 
@@ -35,6 +43,58 @@ data Batching
     -- ^ always this many tasks (the last batch may be smaller)
   deriving (Eq, Show)
 
+-- | A host to start workers on over ssh: @[USER\@]HOST@ and how many
+-- workers (by default one per physical core of that host).
+data HostSpec = HostSpec
+  { hostTarget :: String      -- ^ what ssh connects to, e.g. @node7@ or @alice\@node7@
+  , hostSlots  :: Maybe Int   -- ^ workers to start there
+  } deriving (Eq, Show)
+
+-- | Parse @a:8,b:8,c@ (a host without a count gets one worker per physical
+-- core), naming the entry that does not parse.
+parseHostList :: String -> Either String [HostSpec]
+parseHostList s = case filter (not . null) (splitOn ',' (filter (not . isSpace) s)) of
+  [] -> Left "no hosts given (expected HOST[:WORKERS],...)"
+  entries -> mapM (parseEntry ':') entries
+
+-- | Parse a hosts file: one host per line, @HOST [WORKERS]@ or
+-- @HOST:WORKERS@; blank lines and text after @#@ are ignored. Errors name
+-- the line.
+parseHostsFile :: String -> Either String [HostSpec]
+parseHostsFile text = do
+  specs <- sequence
+    [ either (\why -> Left ("line " ++ show n ++ ": " ++ why)) Right (parseLine l)
+    | (n, raw) <- zip [1 :: Int ..] (lines text)
+    , let l = unwords (words (takeWhile (/= '#') raw))
+    , not (null l) ]
+  if null specs then Left "the hosts file lists no host" else Right specs
+  where
+    parseLine l = case words l of
+      [one] -> parseEntry ':' one
+      [h, n] -> parseEntry ':' (h ++ ":" ++ n)
+      _ -> Left ("expected HOST [WORKERS], got " ++ show l)
+
+parseEntry :: Char -> String -> Either String HostSpec
+parseEntry sep entry = case break (== sep) entry of
+  (host, []) -> HostSpec <$> checkHost host <*> pure Nothing
+  (host, _ : count)
+    | not (null count), all isDigit count, length count < 6, read count >= (1 :: Int) ->
+        HostSpec <$> checkHost host <*> pure (Just (read count))
+    | otherwise -> Left ("bad worker count in host entry " ++ show entry
+                         ++ " (expected HOST:N with N a whole number from 1)")
+  where
+    checkHost h
+      | null h = Left ("no host name in entry " ++ show entry)
+      | head h == '-' = Left ("host name may not start with '-': " ++ show entry)
+      | any (\c -> isSpace c || c `elem` "'\"`$;&|<>()\\") h =
+          Left ("host name has a character that is not allowed: " ++ show entry)
+      | otherwise = Right h
+
+splitOn :: Char -> String -> [String]
+splitOn c s = case break (== c) s of
+  (a, []) -> [a]
+  (a, _ : rest) -> a : splitOn c rest
+
 -- | Settings of a cluster.
 data Config = Config
   { configWorkers          :: Maybe Int
@@ -55,8 +115,34 @@ data Config = Config
     -- ^ seconds to wait for local workers to connect
   , configHandshakeTimeout :: Double
     -- ^ seconds a new connection gets to complete the handshake
-  , configListenHost       :: String
-    -- ^ address the master listens on (default loopback)
+  , configListenHost       :: Maybe String
+    -- ^ address the master listens on; by default loopback when every
+    -- worker is local, all interfaces when workers are started on other
+    -- hosts (ssh or SLURM)
+  , configAdvertiseHost    :: Maybe String
+    -- ^ address workers are told to connect to; by default the listen
+    -- address, or this machine's host name when listening on all interfaces
+  , configSecret           :: SecretSource
+    -- ^ the shared secret every connection must prove (see "Herd.Auth")
+  , configLivenessTimeout  :: Double
+    -- ^ seconds of silence on a link (no data and no answer to the
+    -- kernel's keepalive probes) after which its worker counts as lost
+  , configMaxPendingHandshakes :: Int
+    -- ^ connections allowed to be in the handshake at once; more are
+    -- closed at once, so a flood cannot exhaust the master
+  , configHosts            :: [HostSpec]
+    -- ^ hosts to start workers on over ssh (see "Herd.Launch.Ssh")
+  , configSshCommand       :: [String]
+    -- ^ the ssh client and its options, e.g. @["ssh", "-p", "2222"]@
+  , configShip             :: Bool
+    -- ^ copy this executable to each ssh host first (to @~/.herd/bin@)
+    -- instead of assuming it exists there at the same path
+  , configSlurm            :: Bool
+    -- ^ start one worker per task of the enclosing SLURM allocation with
+    -- @srun@ (see "Herd.Launch.Slurm")
+  , configAllowPartialStart :: Bool
+    -- ^ when some hosts fail to start, go on with the workers that did
+    -- (the default is to stop with an error naming the hosts)
   , configListenPort       :: Int
     -- ^ port the master listens on; 0 picks a free one
   , configLog              :: String -> IO ()
@@ -72,8 +158,22 @@ data Config = Config
 defaultWorkerRtsOptions :: [String]
 defaultWorkerRtsOptions = ["-N1", "-A32m"]
 
+-- | Whether workers are started on other hosts (ssh or SLURM).
+hasRemoteLaunch :: Config -> Bool
+hasRemoteLaunch c = configSlurm c || not (null (configHosts c))
+
+-- | The address to listen on, given the defaults described at
+-- 'configListenHost'.
+listenHostFor :: Config -> String
+listenHostFor c = case configListenHost c of
+  Just h -> h
+  Nothing | hasRemoteLaunch c -> "0.0.0.0"
+          | otherwise -> "127.0.0.1"
+
 -- | Sensible defaults: one worker per physical core, pinned, adaptive
--- batches, 64 MiB frame cap, loopback listener on a free port.
+-- batches, 64 MiB frame cap, loopback listener on a free port, the secret
+-- from @HERD_SECRET@ or @~/.herd/cookie@, links declared dead after 4 s of
+-- silence.
 defaultConfig :: Config
 defaultConfig = Config
   { configWorkers          = Nothing
@@ -84,7 +184,16 @@ defaultConfig = Config
   , configBatchTarget      = 0.02
   , configStartTimeout     = 30
   , configHandshakeTimeout = 5
-  , configListenHost       = "127.0.0.1"
+  , configListenHost       = Nothing
+  , configAdvertiseHost    = Nothing
+  , configSecret           = SecretAuto
+  , configLivenessTimeout  = 4
+  , configMaxPendingHandshakes = 256
+  , configHosts            = []
+  , configSshCommand       = ["ssh"]
+  , configShip             = False
+  , configSlurm            = False
+  , configAllowPartialStart = False
   , configListenPort       = 0
   , configLog              = hPutStrLn stderr
   }
@@ -115,8 +224,21 @@ validateConfig c
       bad "configHandshakeTimeout" "must be positive"
   | configListenPort c < 0 || configListenPort c > 65535 =
       bad "configListenPort" ("must be 0..65535, got " ++ show (configListenPort c))
-  | null (configListenHost c) =
+  | Just "" <- configListenHost c =
       bad "configListenHost" "must not be empty"
+  | Just "" <- configAdvertiseHost c =
+      bad "configAdvertiseHost" "must not be empty"
+  | not (configLivenessTimeout c >= 1 && configLivenessTimeout c <= 3600) =
+      bad "configLivenessTimeout" ("must be between 1 and 3600 seconds, got "
+                                   ++ show (configLivenessTimeout c))
+  | configMaxPendingHandshakes c < 1 =
+      bad "configMaxPendingHandshakes" "must be at least 1"
+  | null (configSshCommand c) || any null (configSshCommand c) =
+      bad "configSshCommand" "must name the ssh program"
+  | configShip c && null (configHosts c) =
+      bad "configShip" "shipping the executable needs hosts to ship it to (configHosts)"
+  | configSlurm c && not (null (configHosts c)) =
+      bad "configSlurm" "use either SLURM or a list of ssh hosts, not both"
   | any (\o -> null o || head o /= '-') (configWorkerRtsOptions c) =
       bad "configWorkerRtsOptions" ("each option must start with '-', got "
                                     ++ show (configWorkerRtsOptions c))

@@ -8,18 +8,30 @@
 -- never blocks the loop. A connection that sends bytes that do not decode,
 -- an oversized or truncated frame, or a reply that does not match its batch
 -- is logged and closed; the scheduler sees the worker as lost and its
--- unfinished tasks run elsewhere. New connections must complete the
--- handshake within 'configHandshakeTimeout', each in its own thread, so a
--- stalled or hostile peer cannot hold up the others.
+-- unfinished tasks run elsewhere.
+--
+-- New connections must prove the shared secret ("Herd.Auth") and then pass
+-- the handshake (protocol version, build identity) within
+-- 'configHandshakeTimeout', each in its own thread; at most
+-- 'configMaxPendingHandshakes' may be in progress, further ones are closed
+-- at once. Nothing a connection sends reaches the scheduler until it has
+-- passed both, so an unauthenticated peer, a stalled one, or a flood of
+-- them cannot disturb running workers. A link silent for
+-- 'configLivenessTimeout' (judged by the kernel's keepalive probes, which a
+-- busy worker's kernel still answers) counts as lost, and its tasks run
+-- elsewhere.
 module Herd.Master
   ( -- * Clusters
     Cluster
   , withCluster
   , clusterAddress
+  , clusterJoinCommand
   , clusterWorkerCount
   , waitForWorkers
   , WorkerInfo (..)
   , clusterWorkerInfo
+  , ConnectionCounters (..)
+  , clusterCounters
     -- * Jobs (used by "Herd.Farm")
   , JobSpec (..)
   , runJob
@@ -36,16 +48,23 @@ import Data.IORef
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Data.Word (Word64)
+import Data.List (intercalate)
+import Herd.Auth
 import Herd.BuildId (buildIdentity)
 import Herd.Config
 import Herd.Error
 import Herd.Launch.Local
+import Herd.Launch.Process (Launch (..))
+import Herd.Launch.Slurm
+import Herd.Launch.Ssh
 import Herd.Scheduler
 import Herd.Task (TaskRef (..))
 import Herd.Transport.Tcp
 import Herd.Wire
 import Herd.Worker (serveIfWorker)
 import Network.Socket (Socket, close)
+import System.Environment (getEnvironment, getProgName, getExecutablePath)
+import System.Posix.Unistd (getSystemID, nodeName)
 import System.Process (getProcessExitCode)
 import Herd.Clock (monotonicSeconds)
 import System.Timeout (timeout)
@@ -56,7 +75,21 @@ data WorkerInfo = WorkerInfo
   , infoPid  :: !Int
   , infoHost :: !String
   , infoPeer :: !String   -- ^ the connection's address
+  , infoGroup :: !String  -- ^ the launch that started it (@local@, @ssh:HOST@, @slurm@; empty: joined by hand)
   } deriving (Eq, Show)
+
+-- | What happened to connections since the cluster started.
+data ConnectionCounters = ConnectionCounters
+  { countAccepted       :: !Int  -- ^ connections accepted
+  , countBusyRefused    :: !Int  -- ^ closed at once: too many handshakes in progress
+  , countAuthFailures   :: !Int  -- ^ peers that could not prove the secret
+  , countHandshakeFailures :: !Int  -- ^ other failed handshakes: timeouts, bad frames, wrong build
+  , countJoined         :: !Int  -- ^ workers that passed the handshake
+  , countWorkerMessages :: !Int  -- ^ messages from joined workers handed to the scheduler
+  } deriving (Eq, Show)
+
+noCounters :: ConnectionCounters
+noCounters = ConnectionCounters 0 0 0 0 0 0
 
 -- | A running set of workers and the master that drives them.
 data Cluster = Cluster
@@ -67,6 +100,8 @@ data Cluster = Cluster
   , clWorkers  :: !(TVar (M.Map WorkerId WorkerInfo))
   , clNextJob  :: !(IORef Word64)
   , clClosed   :: !(TVar Bool)
+  , clAdvertise :: !String
+  , clCounters :: !(IORef ConnectionCounters)
   }
 
 -- | A job as the loop runs it: how to encode tasks and where results go.
@@ -104,11 +139,31 @@ data LoopState = LoopState
   , lsLinks   :: !(M.Map WorkerId Link)
   , lsRunning :: !(Maybe Running)
   , lsStopping :: !Bool   -- ^ shutting down: losing workers is expected
+  , lsRequeued :: ![(WorkerId, Double, [Range])]
+    -- ^ tasks of lost workers not yet sent elsewhere, for the log
   }
 
 -- | The address workers connect to: host and port.
 clusterAddress :: Cluster -> (String, Int)
-clusterAddress c = (configListenHost (clConfig c), clPort c)
+clusterAddress c = (clAdvertise c, clPort c)
+
+-- | The shell command that adds a worker to this cluster from another
+-- machine (which needs the same secret: the same @~/.herd/cookie@, or
+-- @HERD_SECRET@).
+clusterJoinCommand :: Cluster -> IO String
+clusterJoinCommand c = do
+  prog <- getProgName
+  exe <- getExecutablePath
+  let addr = clAdvertise c ++ ":" ++ show (clPort c)
+  pure $ if prog == "herd" then "herd worker --connect " ++ addr
+         else "HERD_WORKER=" ++ addr ++ " " ++ exe
+
+-- | Connection counters, for monitoring and tests.
+clusterCounters :: Cluster -> IO ConnectionCounters
+clusterCounters c = readIORef (clCounters c)
+
+bump :: Cluster -> (ConnectionCounters -> ConnectionCounters) -> IO ()
+bump c f = atomicModifyIORef' (clCounters c) (\x -> (f x, ()))
 
 -- | How many workers are connected now.
 clusterWorkerCount :: Cluster -> IO Int
@@ -132,31 +187,110 @@ waitForWorkers c n secs = do
 --
 -- In a process started by herd as a worker this never runs the body: it
 -- serves the master and exits. Otherwise it validates the configuration
--- (throwing 'ConfigError'), listens, starts the local workers the
--- configuration asks for and waits for them to connect (throwing
--- 'LaunchError' if they do not within 'configStartTimeout').
+-- and loads the secret (throwing 'ConfigError'), listens, starts the
+-- workers the configuration asks for (local ones, one agent per ssh host,
+-- one @srun@) and waits until each launch has connected all its workers or
+-- failed, within 'configStartTimeout'. A failed launch throws
+-- 'LaunchError' naming it, after stopping everything started, unless
+-- 'configAllowPartialStart' is set and some worker did connect. Workers
+-- may also join by hand at any time ('clusterJoinCommand').
 withCluster :: Config -> (Cluster -> IO r) -> IO r
 withCluster config body = do
   serveIfWorker
   cfg <- either throwIO pure (validateConfig config)
+  secret <- loadSecret (configSecret cfg) >>= either (throwIO . ConfigError "configSecret") pure
   plan <- planCpus cfg
-  bracket (listenTcp (configListenHost cfg) (configListenPort cfg)) close $ \lsock -> do
+  slurmTasks <- if not (configSlurm cfg) then pure Nothing else
+    either (throwIO . LaunchError) (pure . Just) . slurmTaskCount =<< getEnvironment
+  let host = listenHostFor cfg
+  bracket (listenTcp host (configListenPort cfg)) close $ \lsock -> do
     port <- listenPort lsock
+    advertise <- case configAdvertiseHost cfg of
+      Just a -> pure a
+      Nothing | isWildcard host -> nodeName <$> getSystemID
+              | otherwise -> pure host
     cluster <- Cluster cfg <$> newTQueueIO <*> newMVar () <*> pure port <*> newTVarIO M.empty
-                       <*> newIORef 1 <*> newTVarIO False
+                       <*> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newIORef noCounters
     build <- buildIdentity
     withAsync (masterLoop cluster) $ \loop ->
-      withAsync (acceptLoop cluster build lsock) $ \_ ->
-        bracket (spawnLocalWorkers cfg port plan) stopLocalWorkers $ \locals -> do
-          link loop
-          ok <- waitForWorkers cluster (length plan) (configStartTimeout cfg)
-          unless ok $ do
-            have <- clusterWorkerCount cluster
-            exited <- length . filter (/= Nothing) <$> mapM (getProcessExitCode . localHandle) locals
-            throwIO (LaunchError (show have ++ " of " ++ show (length plan) ++ " local workers connected within "
-                                  ++ show (configStartTimeout cfg) ++ " s (" ++ show exited
-                                  ++ " exited early; their errors are on standard error above)"))
-          body cluster `finally` shutdown cluster
+      withAsync (acceptLoop cluster secret build lsock) $ \_ -> do
+        link loop
+        when (not (isLoopback host) || (null plan && not (hasRemoteLaunch cfg))) $ do
+          joinCmd <- clusterJoinCommand cluster
+          configLog cfg ("herd: master listening on " ++ host ++ ":" ++ show port
+                         ++ "; to add a worker run: " ++ joinCmd)
+        let localAddr = (if isWildcard host then "127.0.0.1" else host) ++ ":" ++ show port
+            remoteAddr = advertise ++ ":" ++ show port
+        bracket (startLaunches cfg secret plan slurmTasks localAddr remoteAddr) (mapM_ launchStop) $
+          \launches -> do
+            awaitLaunches cluster launches
+            body cluster `finally` shutdown cluster
+  where
+    isWildcard h = h `elem` ["0.0.0.0", "::", "*"]
+    isLoopback h = h `elem` ["127.0.0.1", "::1", "localhost"]
+
+-- Start every launch the configuration asks for; none waits for another.
+startLaunches :: Config -> Secret -> [Maybe Int] -> Maybe Int -> String -> String -> IO [Launch]
+startLaunches cfg secret plan slurmTasks localAddr remoteAddr = do
+  locals <- if null plan then pure [] else do
+    ws <- spawnLocalWorkers (LocalLaunch localAddr (configWorkerRtsOptions cfg) "local" secret) plan
+    pure [localLaunch ws]
+  hosts <- forM (configHosts cfg) $ startSshLaunch SshLaunch
+    { sshCommand = configSshCommand cfg, sshAddress = remoteAddr
+    , sshRtsOptions = configWorkerRtsOptions cfg, sshSecret = secret
+    , sshShip = configShip cfg, sshLog = configLog cfg }
+  slurm <- forM (maybe [] pure slurmTasks) $ startSlurmLaunch SlurmLaunch
+    { slurmAddress = remoteAddr, slurmRtsOptions = configWorkerRtsOptions cfg
+    , slurmSecret = secret, slurmLog = configLog cfg }
+  pure (locals ++ hosts ++ slurm)
+
+localLaunch :: [LocalWorker] -> Launch
+localLaunch ws = Launch
+  { launchName = "local"
+  , launchExpected = pure (Just (length ws))
+  , launchFailure = do
+      exited <- length . filter (/= Nothing) <$> mapM (getProcessExitCode . localHandle) ws
+      pure $ if exited == 0 then Nothing
+             else Just (show exited ++ " of " ++ show (length ws)
+                        ++ " local workers exited early; their errors are on standard error above")
+  , launchStop = stopLocalWorkers ws
+  }
+
+-- Wait until every launch has all its workers connected or has failed, or
+-- the start timeout passes; then go on or throw as 'withCluster' says.
+awaitLaunches :: Cluster -> [Launch] -> IO ()
+awaitLaunches cluster launches = do
+  let cfg = clConfig cluster
+  deadline <- (+ configStartTimeout cfg) <$> monotonicSeconds
+  let connectedOf l infos = length (filter ((== launchName l) . infoGroup) infos)
+      poll = do
+        infos <- M.elems <$> readTVarIO (clWorkers cluster)
+        states <- forM launches $ \l -> do
+          want <- launchExpected l
+          failed <- launchFailure l
+          pure $ case (want, failed) of
+            (Just n, _) | connectedOf l infos >= n -> Right ()
+            (_, Just why) -> Left (Just (launchName l ++ ": " ++ why))
+            _ -> Left Nothing
+        t <- monotonicSeconds
+        if all (either (/= Nothing) (const True)) states
+          then pure states
+          else if t >= deadline
+            then forM (zip launches states) $ \(l, st) -> case st of
+              Left Nothing -> do
+                want <- launchExpected l
+                pure (Left (Just (launchName l ++ ": " ++ show (connectedOf l infos) ++ " of "
+                                  ++ maybe "its" show want ++ " workers connected within "
+                                  ++ show (configStartTimeout cfg) ++ " s")))
+              other -> pure other
+            else threadDelay 20000 >> poll
+  states <- poll
+  let failures = [ why | Left (Just why) <- states ]
+  have <- clusterWorkerCount cluster
+  unless (null failures) $
+    if configAllowPartialStart cfg && have > 0
+      then forM_ failures $ \why -> configLog cfg ("herd: going on without a launch that failed: " ++ why)
+      else throwIO (LaunchError (intercalate "; " failures))
 
 -- Mark the cluster closed and ask every worker to stop.
 shutdown :: Cluster -> IO ()
@@ -166,45 +300,82 @@ shutdown cluster = do
   atomically $ writeTQueue (clInbox cluster) (Stop done)
   void (timeout 2000000 (takeMVar done))
 
--- Accept connections forever; each handshake runs in its own thread.
-acceptLoop :: Cluster -> B.ByteString -> Socket -> IO ()
-acceptLoop cluster build lsock = do
+-- Accept connections forever; each handshake runs in its own thread, and at
+-- most 'configMaxPendingHandshakes' run at once.
+acceptLoop :: Cluster -> Secret -> B.ByteString -> Socket -> IO ()
+acceptLoop cluster secret build lsock = do
   nextId <- newIORef (1 :: Int)
+  pending <- newIORef (0 :: Int)
+  let cfg = clConfig cluster
+      cap = configMaxPendingHandshakes cfg
   forever $ do
-    conn <- acceptConnection lsock
-    void $ forkIO $ handshake cluster build nextId conn
+    accepted <- try (acceptConnection lsock)
+    case accepted of
+      Left (e :: IOException) -> do
+        -- e.g. out of file descriptors under a flood: wait, do not die
+        configLog cfg ("herd: accepting a connection failed: " ++ displayException e)
+        threadDelay 50000
+      Right conn -> do
+        bump cluster (\c -> c { countAccepted = countAccepted c + 1 })
+        admitted <- atomicModifyIORef' pending (\k -> if k >= cap then (k, False) else (k + 1, True))
+        if admitted
+          then void $ forkIO $ handshake cluster secret build nextId conn
+                                 `finally` atomicModifyIORef' pending (\k -> (k - 1, ()))
+          else do
+            n <- countBusyRefused <$> clusterCounters cluster
+            bump cluster (\c -> c { countBusyRefused = countBusyRefused c + 1 })
+            when (n == 0 || n `mod` 1000 == 0) $
+              configLog cfg ("herd: closing connection from " ++ connPeer conn ++ ": "
+                             ++ show cap ++ " handshakes already in progress")
+            closeConnection conn
 
-handshake :: Cluster -> B.ByteString -> IORef Int -> Connection -> IO ()
-handshake cluster build nextId conn = do
+handshake :: Cluster -> Secret -> B.ByteString -> IORef Int -> Connection -> IO ()
+handshake cluster secret build nextId conn = do
   let cfg = clConfig cluster
       logLine = configLog cfg
-      refuse why = do
+      failed why = do
+        bump cluster (\c -> c { countHandshakeFailures = countHandshakeFailures c + 1 })
         logLine ("herd: refused connection from " ++ connPeer conn ++ ": " ++ why)
+      refuse why = do
+        failed why
         _ <- try (sendFrame conn (BL.fromStrict (encodeMasterReply (Refused (T.pack why)))))
                :: IO (Either SomeException ())
         closeConnection conn
-  r <- try (timeout (round (configHandshakeTimeout cfg * 1e6)) (recvFrame handshakeFrameLimit conn))
+  rc <- setLiveness (configLivenessTimeout cfg) conn
+  when (rc /= 0) $ logLine ("herd: cannot set keepalive on " ++ connPeer conn ++ " (errno " ++ show rc ++ ")")
+  r <- try $ timeout (round (configHandshakeTimeout cfg * 1e6)) $ do
+    auth <- authenticateWorker secret conn
+    case auth of
+      Left failure -> pure (Left failure)
+      Right () -> Right <$> recvFrame handshakeFrameLimit conn
   case r of
     Left (e :: SomeException) -> refuse ("bad handshake frame: " ++ displayException e)
     Right Nothing -> refuse ("no handshake within " ++ show (configHandshakeTimeout cfg) ++ " s")
-    Right (Just Nothing) -> logLine ("herd: connection from " ++ connPeer conn ++ " closed before its handshake")
-                            >> closeConnection conn
-    Right (Just (Just bytes)) -> case decodeWorkerHello bytes >>= \h -> fmap (const h) (checkHello build h) of
+    Right (Just (Left (WrongSecret why))) -> do
+      bump cluster (\c -> c { countAuthFailures = countAuthFailures c + 1 })
+      logLine ("herd: refused connection from " ++ connPeer conn ++ ": authentication failed: " ++ why)
+      closeConnection conn
+    Right (Just (Left (AuthProtocol why))) -> failed why >> closeConnection conn
+    Right (Just (Right Nothing)) -> failed "closed the connection before its hello" >> closeConnection conn
+    Right (Just (Right (Just bytes))) -> case decodeWorkerHello bytes >>= \h -> fmap (const h) (checkHello build h) of
       Left why -> refuse why
       Right hello -> do
         wid <- atomicModifyIORef' nextId (\n -> (n + 1, n))
         sent <- try (sendFrame conn (BL.fromStrict (encodeMasterReply
-                       (Welcome build (fromIntegral wid) (fromIntegral (configMaxFrameBytes cfg))))))
+                       (Welcome build (fromIntegral wid) (fromIntegral (configMaxFrameBytes cfg))
+                                (round (configLivenessTimeout cfg * 1000))))))
         case sent of
-          Left (e :: SomeException) -> logLine ("herd: lost " ++ connPeer conn ++ " during handshake: "
-                                                 ++ displayException e) >> closeConnection conn
-          Right () -> atomically $ writeTQueue (clInbox cluster) $
-            Connected wid conn (WorkerInfo wid (fromIntegral (helloPid hello)) (T.unpack (helloHost hello))
-                                           (connPeer conn))
+          Left (e :: SomeException) -> failed ("lost during handshake: " ++ displayException e)
+                                       >> closeConnection conn
+          Right () -> do
+            bump cluster (\c -> c { countJoined = countJoined c + 1 })
+            atomically $ writeTQueue (clInbox cluster) $
+              Connected wid conn (WorkerInfo wid (fromIntegral (helloPid hello)) (T.unpack (helloHost hello))
+                                             (connPeer conn) (T.unpack (helloGroup hello)))
 
 -- The loop: the only owner of the scheduler state.
 masterLoop :: Cluster -> IO ()
-masterLoop cluster = go (LoopState emptySched M.empty Nothing False) `finally` pure ()
+masterLoop cluster = go (LoopState emptySched M.empty Nothing False [])
   where
     go st = do
       input <- atomically (readTQueue (clInbox cluster))
@@ -224,11 +395,16 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False) `finally` p
         Lost wid why -> case M.lookup wid (lsLinks st) of
           Nothing -> pure st
           Just l -> do
+            let unfinished = concatMap snd (outstandingFor wid (lsSched st))
             unless (lsStopping st) $
-              configLog (clConfig cluster) ("herd: worker " ++ show wid ++ " lost: " ++ why)
+              configLog (clConfig cluster) ("herd: worker " ++ show wid ++ " lost: " ++ why
+                ++ (if null unfinished then "" else "; its " ++ show (sum (map rangeSize unfinished))
+                                                     ++ " unfinished tasks will run elsewhere"))
             dropLink l
             atomically $ modifyTVar' (clWorkers cluster) (M.delete wid)
-            drive t (WorkerLost wid) st { lsLinks = M.delete wid (lsLinks st) } Nothing
+            let requeued = [ (wid, t, unfinished) | not (null unfinished), not (lsStopping st) ]
+            drive t (WorkerLost wid) st { lsLinks = M.delete wid (lsLinks st)
+                                        , lsRequeued = requeued ++ lsRequeued st } Nothing
         Submit jid spec reply ->
           drive t (JobSubmitted jid (specTasks spec) (configBatching (clConfig cluster))
                                 (configBatchTarget (clConfig cluster)))
@@ -244,7 +420,7 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False) `finally` p
             writeTQueue (linkOutbox l) Nothing
           putMVar done ()
           pure st { lsStopping = True }
-        Message wid msg -> case msg of
+        Message wid msg -> bump cluster (\c -> c { countWorkerMessages = countWorkerMessages c + 1 }) >> case msg of
           BatchRejected bid why -> drive t (BatchRefused wid bid (T.unpack why)) st Nothing
           BatchResult bid busyNs outcome -> case lookup bid (outstandingFor wid (lsSched st)) of
             Nothing -> drive t (BatchCompleted wid bid 0 Nothing) st Nothing  -- stale: dropped
@@ -270,7 +446,7 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False) `finally` p
           let msg = RunBatch bid (specRef (runSpec r)) (fromIntegral (batchSize ranges))
                              (specEncode (runSpec r) ranges)
           atomically $ writeTQueue (linkOutbox l) (Just (encodeToWorker msg))
-          pure st
+          if null (lsRequeued st) then pure st else noteRerun t wid ranges st
         _ -> pure st
       AcceptResults _ ranges -> case (lsRunning st, outcomes) of
         (Just r, Just blob) -> do
@@ -299,6 +475,17 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False) `finally` p
       TaskError i msg -> TaskFailed i name msg
       FunctionRefused why -> RemoteFunctionError name why
       NoWorkersLeft -> AllWorkersLost "the cluster has no live worker"
+
+    -- Log when tasks of a lost worker are sent to another one.
+    noteRerun t wid ranges st = do
+      let overlaps rs = or [ lo < hi' && lo' < hi | Range lo hi <- ranges, Range lo' hi' <- rs ]
+          (hit, rest) = foldr (\e@(_, _, rs) (a, b) -> if overlaps rs then (e : a, b) else (a, e : b))
+                              ([], []) (lsRequeued st)
+      forM_ hit $ \(lostWid, lostAt, _) ->
+        configLog (clConfig cluster) ("herd: tasks of lost worker " ++ show lostWid ++ " re-sent to worker "
+                                      ++ show wid ++ " " ++ showMs (t - lostAt) ++ " after the loss was noticed")
+      pure st { lsRequeued = rest }
+    showMs secs = show (round (secs * 1000) :: Int) ++ " ms"
 
     batchSize = sum . map rangeSize
     firstTask ranges = case ranges of { (Range lo _ : _) -> lo; [] -> 0 }

@@ -18,6 +18,8 @@ module Herd.Wire
   , encodeMasterReply
   , decodeMasterReply
   , checkHello
+  , encodeAuthResponse
+  , decodeAuthResponse
     -- * Messages
   , ToWorker (..)
   , FromWorker (..)
@@ -42,7 +44,7 @@ import Herd.Wire.Codec
 
 -- | Version of this protocol; peers must match exactly.
 protocolVersion :: Word16
-protocolVersion = 1
+protocolVersion = 2
 
 -- | Largest handshake frame either side accepts.
 handshakeFrameLimit :: Int
@@ -57,30 +59,54 @@ data WorkerHello = WorkerHello
   , helloBuild   :: !B.ByteString  -- ^ build identity of the worker's binary
   , helloPid     :: !Word32
   , helloHost    :: !Text
+  , helloGroup   :: !Text          -- ^ the launch that started it (empty: joined by hand)
   } deriving (Eq, Show)
 
--- | The master's answer to a hello.
+-- | The master's handshake frames: the authentication challenge, the proof
+-- that accepts the worker's answer, and the answer to a hello.
 data MasterReply
   = Welcome
       { welcomeBuild    :: !B.ByteString  -- ^ the master's build identity
       , welcomeWorkerId :: !Word32
       , welcomeMaxFrame :: !Word32        -- ^ the frame cap the worker should apply too
+      , welcomeLiveness :: !Word32        -- ^ milliseconds of silence after which a link is dead
       }
   | Refused { refusedReason :: !Text }
+  | Challenge { challengeNonce :: !B.ByteString }  -- ^ the master's nonce ("Herd.Auth")
+  | AuthAccepted { acceptedProof :: !B.ByteString } -- ^ the master's proof of the secret
   deriving (Eq, Show)
 
 -- | Encode a hello.
 encodeWorkerHello :: WorkerHello -> B.ByteString
 encodeWorkerHello h = buildStrict $
   BB.byteString magic <> putWord16 (helloVersion h) <> putSizedBytes (helloBuild h)
-  <> putWord32 (helloPid h) <> putText (helloHost h)
+  <> putWord32 (helloPid h) <> putText (helloHost h) <> putText (helloGroup h)
 
 -- | Decode a hello, checking the magic bytes.
 decodeWorkerHello :: B.ByteString -> Either String WorkerHello
 decodeWorkerHello = runGet $ do
   m <- getBytes 4
   unless (m == magic) $ failGet "not a herd peer (bad magic bytes)"
-  WorkerHello <$> getWord16 <*> getSizedBytes <*> getWord32 <*> getText
+  WorkerHello <$> getWord16 <*> getSizedBytes <*> getWord32 <*> getText <*> getText
+
+-- | Encode the worker's answer to a challenge: its nonce and its proof.
+encodeAuthResponse :: B.ByteString -> B.ByteString -> B.ByteString
+encodeAuthResponse nonce proof = buildStrict $
+  BB.byteString magic <> putWord16 protocolVersion <> putSizedBytes nonce <> putSizedBytes proof
+
+-- | Decode the worker's answer to a challenge; both parts must be 32 bytes.
+decodeAuthResponse :: B.ByteString -> Either String (B.ByteString, B.ByteString)
+decodeAuthResponse = runGet $ do
+  m <- getBytes 4
+  unless (m == magic) $ failGet "not a herd peer (bad magic bytes)"
+  v <- getWord16
+  when (v /= protocolVersion) $
+    failGet ("peer speaks protocol " ++ show v ++ ", this master " ++ show protocolVersion)
+  nonce <- getSizedBytes
+  proof <- getSizedBytes
+  unless (B.length nonce == 32 && B.length proof == 32) $
+    failGet "malformed authentication answer (nonce and proof must be 32 bytes each)"
+  pure (nonce, proof)
 
 -- | Decide whether to accept a hello, given the master's build identity.
 checkHello :: B.ByteString -> WorkerHello -> Either String ()
@@ -99,8 +125,10 @@ checkHello ourBuild h
 -- | Encode the master's reply.
 encodeMasterReply :: MasterReply -> B.ByteString
 encodeMasterReply r = buildStrict $ BB.byteString magic <> putWord16 protocolVersion <> case r of
-  Welcome b w f -> putWord8 0 <> putSizedBytes b <> putWord32 w <> putWord32 f
+  Welcome b w f l -> putWord8 0 <> putSizedBytes b <> putWord32 w <> putWord32 f <> putWord32 l
   Refused why -> putWord8 1 <> putText why
+  Challenge n -> putWord8 2 <> putSizedBytes n
+  AuthAccepted p -> putWord8 3 <> putSizedBytes p
 
 -- | Decode the master's reply.
 decodeMasterReply :: B.ByteString -> Either String MasterReply
@@ -112,8 +140,10 @@ decodeMasterReply = runGet $ do
     failGet ("master speaks protocol " ++ show v ++ ", this worker " ++ show protocolVersion)
   tag <- getWord8
   case tag of
-    0 -> Welcome <$> getSizedBytes <*> getWord32 <*> getWord32
+    0 -> Welcome <$> getSizedBytes <*> getWord32 <*> getWord32 <*> getWord32
     1 -> Refused <$> getText
+    2 -> Challenge <$> getSizedBytes
+    3 -> AuthAccepted <$> getSizedBytes
     _ -> failGet ("unknown reply tag " ++ show tag)
 
 -- | Outcome of a batch: the results, in task order, as one @store@-encoded

@@ -7,10 +7,12 @@
 -- arguments reach it unchanged), standard output sent to @/dev/null@ (a
 -- worker's copy of the program must not print the master's output twice),
 -- standard error shared with the master, and a pipe on standard input that
--- the master never writes: when the master exits, even by SIGKILL, the
--- kernel closes that pipe and the worker exits (see "Herd.Worker").
+-- carries the secret in its first line and nothing after: when the master
+-- (or the agent that started the worker) exits, even by SIGKILL, the kernel
+-- closes that pipe and the worker exits (see "Herd.Worker").
 module Herd.Launch.Local
   ( LocalWorker (..)
+  , LocalLaunch (..)
   , planCpus
   , spawnLocalWorkers
   , stopLocalWorkers
@@ -19,10 +21,11 @@ module Herd.Launch.Local
 import Control.Concurrent (threadDelay)
 import Control.Exception
 import Control.Monad (forM, forM_)
+import Herd.Auth (Secret, secretToLine)
 import Herd.Config
 import Herd.Error (HerdError (..))
+import Herd.Launch.Env
 import Herd.Launch.Topology (allowedCpus, physicalCores)
-import Herd.Worker (workerEnvConnect, workerEnvCpu, workerEnvWatch)
 import System.Environment (getArgs, getEnvironment, getExecutablePath)
 import System.IO
 import System.Process
@@ -54,26 +57,38 @@ planCpus cfg = do
     NoPinning -> replicate count Nothing
     _ -> take count (map Just (cycle cpus))
 
--- | Start one worker per planned CPU, connecting to the given port on
--- loopback.
-spawnLocalWorkers :: Config -> Int -> [Maybe Int] -> IO [LocalWorker]
-spawnLocalWorkers cfg port plan = do
+-- | What every worker of one local launch shares.
+data LocalLaunch = LocalLaunch
+  { launchAddress    :: String    -- ^ @HOST:PORT@ of the master
+  , launchRtsOptions :: [String]  -- ^ the workers' RTS options
+  , launchGroup      :: String    -- ^ the launch's name, reported in each hello
+  , launchSecret     :: Secret
+  }
+
+-- | Start one worker per planned CPU.
+spawnLocalWorkers :: LocalLaunch -> [Maybe Int] -> IO [LocalWorker]
+spawnLocalWorkers launch plan = do
   exe <- getExecutablePath
   args <- getArgs
-  baseEnv <- filter (\(k, _) -> k `notElem` ourVars) <$> getEnvironment
+  baseEnv <- filter (\(k, _) -> k `notElem` ("GHCRTS" : herdVariables)) <$> getEnvironment
   forM plan $ \cpu -> do
     -- createProcess closes a handle given as UseHandle, so each worker gets its own
     devNull <- openFile "/dev/null" WriteMode
     let env = baseEnv ++
-          [ (workerEnvConnect, "127.0.0.1:" ++ show port)
-          , (workerEnvWatch, "1")
-          , ("GHCRTS", unwords (configWorkerRtsOptions cfg)) ] ++
-          [ (workerEnvCpu, show c) | Just c <- [cpu] ]
+          [ (envConnect, launchAddress launch)
+          , (envWatchStdin, "1")
+          , (envSecretStdin, "1")
+          , (envGroup, launchGroup launch)
+          , ("GHCRTS", unwords (launchRtsOptions launch)) ] ++
+          [ (envCpu, show c) | Just c <- [cpu] ]
     (Just stdinH, _, _, ph) <- createProcess (proc exe args)
       { env = Just env, std_in = CreatePipe, std_out = UseHandle devNull
       , std_err = Inherit, close_fds = True }
+    -- A worker that died at once has closed its end; it is reported by
+    -- its exit code, not by this write.
+    (hPutStrLn stdinH (secretToLine (launchSecret launch)) >> hFlush stdinH)
+      `catch` \(_ :: IOException) -> pure ()
     pure (LocalWorker cpu ph stdinH)
-  where ourVars = [workerEnvConnect, workerEnvCpu, workerEnvWatch, "GHCRTS"]
 
 -- | Stop local workers: close their pipes (they exit on end of file), give
 -- them a moment, then kill any that remain, and reap them all.

@@ -19,6 +19,7 @@ module Herd.Transport.Tcp
   , sendFrame
   , recvFrame
   , closeConnection
+  , setLiveness
   ) where
 
 import Control.Concurrent.MVar
@@ -29,6 +30,7 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Builder as BB
 import qualified Data.ByteString.Lazy as BL
 import Data.IORef
+import Foreign.C.Types (CInt (..), CUInt (..))
 import Network.Socket
 import qualified Network.Socket.ByteString as NSB
 import qualified Network.Socket.ByteString.Lazy as NSL
@@ -54,6 +56,20 @@ instance Exception TransportError where
     "frame of " ++ show n ++ " bytes exceeds the limit of " ++ show cap
   displayException (TruncatedFrame want got) =
     "connection closed mid-frame (" ++ show got ++ " of " ++ show want ++ " bytes)"
+
+foreign import ccall unsafe "herd_set_liveness"
+  c_setLiveness :: CInt -> CInt -> CInt -> CInt -> CUInt -> IO CInt
+
+-- | Declare the connection dead after this many seconds (at least 1) in
+-- which the peer's kernel answered nothing: no data, no acknowledgement,
+-- no answer to a keepalive probe. Probes go out every third of that time.
+-- Receives and sends then fail with a timeout error. Returns the errno of a
+-- failed socket option, or 0.
+setLiveness :: Double -> Connection -> IO Int
+setLiveness secs conn = withFdSocket (connSocket conn) $ \fd -> do
+  let whole = max 1 (floor (secs / 3)) :: Int
+  rc <- c_setLiveness fd (fromIntegral whole) (fromIntegral whole) 3 (round (secs * 1000))
+  pure (fromIntegral rc)
 
 -- | Listen on a host and port (0 for any free port).
 listenTcp :: String -> Int -> IO Socket

@@ -1,0 +1,281 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | Authentication: a shared secret, and the mutual HMAC-SHA256
+-- challenge-response every connection must pass before anything else it
+-- sends is looked at.
+--
+-- The exchange, on a fresh connection (each frame at most
+-- 'handshakeFrameLimit' bytes, decoded by hand):
+--
+-- 1. master → worker: a fresh 32-byte nonce @Nm@ ('Challenge');
+-- 2. worker → master: its own fresh nonce @Nw@ and
+--    @HMAC(secret, "herd-worker" <> Nm <> Nw)@ ('AuthResponse');
+-- 3. master → worker: @HMAC(secret, "herd-master" <> Nw <> Nm)@
+--    ('AuthAccepted'), or a refusal.
+--
+-- Each side proves the secret over a nonce the other chose, so a recorded
+-- exchange cannot be replayed, and the two proofs carry different labels,
+-- so one side's proof can never be reflected back as the other's. Proofs
+-- are compared in constant time. The secret itself never crosses the
+-- connection.
+--
+-- Where the secret comes from ('SecretSource'): by default the environment
+-- variable @HERD_SECRET@ if it is set, otherwise the file @~/.herd/cookie@,
+-- which is created with 32 random bytes and mode 0600 on first use. A
+-- secret file that others can read, or that another user owns, is refused.
+module Herd.Auth
+  ( -- * Secrets
+    Secret
+  , mkSecret
+  , SecretSource (..)
+  , loadSecret
+  , secretEnvVar
+  , defaultCookiePath
+  , secretToLine
+  , secretFromLine
+    -- * Proofs (pure)
+  , Nonce
+  , nonceLength
+  , newNonce
+  , workerProof
+  , masterProof
+  , proofMatches
+    -- * The exchange over a connection
+  , AuthFailure (..)
+  , authenticateWorker
+  , authenticateToMaster
+  ) where
+
+import Control.Exception
+import Control.Monad (unless, when)
+import Crypto.Hash.Algorithms (SHA256)
+import Crypto.MAC.HMAC (HMAC, hmac)
+import Crypto.Random (getRandomBytes)
+import Data.Bits ((.&.))
+import qualified Data.ByteArray as BA
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Char8 as BC
+import qualified Data.ByteString.Lazy as BL
+import Data.Char (isSpace)
+import qualified Data.Text as T
+import Herd.Transport.Tcp
+import Herd.Wire
+import Numeric (showHex, showOct)
+import System.Directory (createDirectoryIfMissing, doesFileExist, getHomeDirectory, removeFile)
+import System.Environment (lookupEnv)
+import System.FilePath (takeDirectory, (</>))
+import System.Posix.Files
+import System.Posix.User (getEffectiveUserID)
+
+-- | A shared secret. Its 'Show' instance never reveals it.
+newtype Secret = Secret B.ByteString
+
+instance Show Secret where
+  show _ = "<secret>"
+
+instance Eq Secret where
+  Secret a == Secret b = B.length a == B.length b && BA.constEq a b
+
+-- | Where a secret comes from.
+data SecretSource
+  = SecretAuto
+    -- ^ @HERD_SECRET@ if set and non-empty, else 'defaultCookiePath'
+    -- (created on first use)
+  | SecretFile FilePath
+    -- ^ this file, which must exist and be readable by its owner only
+  | SecretValue B.ByteString
+    -- ^ this value
+  | SecretGiven Secret
+    -- ^ a secret already loaded
+  deriving (Eq)
+
+-- Written by hand so that no log line or error can print a secret.
+instance Show SecretSource where
+  show SecretAuto = "SecretAuto"
+  show (SecretFile p) = "SecretFile " ++ show p
+  show (SecretValue _) = "SecretValue <secret>"
+  show (SecretGiven _) = "SecretGiven <secret>"
+
+-- | The environment variable 'SecretAuto' reads first.
+secretEnvVar :: String
+secretEnvVar = "HERD_SECRET"
+
+minimumSecretBytes :: Int
+minimumSecretBytes = 16
+
+-- | Make a secret from bytes, surrounding white space removed; at least 16
+-- bytes must remain.
+mkSecret :: B.ByteString -> Either String Secret
+mkSecret raw
+  | B.length s < minimumSecretBytes =
+      Left ("a secret must be at least " ++ show minimumSecretBytes ++ " bytes, got "
+            ++ show (B.length s))
+  | otherwise = Right (Secret s)
+  where s = BC.dropWhileEnd isSpace (BC.dropWhile isSpace raw)
+
+-- | @~/.herd/cookie@.
+defaultCookiePath :: IO FilePath
+defaultCookiePath = (</> ".herd" </> "cookie") <$> getHomeDirectory
+
+-- | Load a secret, creating the default cookie file if it is missing. The
+-- 'Left' names the source and what is wrong with it.
+loadSecret :: SecretSource -> IO (Either String Secret)
+loadSecret source = case source of
+  SecretValue v -> pure (either (Left . ("the configured secret: " ++)) Right (mkSecret v))
+  SecretFile path -> readSecretFile path
+  SecretGiven s -> pure (Right s)
+  SecretAuto -> do
+    fromEnv <- lookupEnv secretEnvVar
+    case fromEnv of
+      Just v | not (null v) ->
+        pure (either (Left . ((secretEnvVar ++ ": ") ++)) Right (mkSecret (BC.pack v)))
+      _ -> do
+        path <- defaultCookiePath
+        exists <- doesFileExist path
+        unless exists (createCookie path)
+        readSecretFile path
+
+-- Refuse a file others could read or that someone else owns: whoever can
+-- read the secret can join the run and receive its tasks.
+readSecretFile :: FilePath -> IO (Either String Secret)
+readSecretFile path = do
+  r <- try $ do
+    st <- getFileStatus path
+    me <- getEffectiveUserID
+    let mode = fileMode st .&. 0o777
+    if fileOwner st /= me
+      then pure (Left ("is owned by user " ++ show (fileOwner st) ++ ", not by this user"))
+      else if mode .&. 0o077 /= 0
+        then pure (Left ("is readable or writable by others (mode " ++ showOctal mode
+                         ++ "); run: chmod 600 " ++ path))
+        else either Left Right . mkSecret <$> B.readFile path
+  pure $ case r of
+    Left (e :: IOException) -> Left ("secret file " ++ path ++ ": " ++ displayException e)
+    Right (Left why) -> Left ("secret file " ++ path ++ " " ++ prefixFor why)
+    Right (Right s) -> Right s
+  where
+    prefixFor why | take 2 why == "a " = "holds no usable secret: " ++ why
+                  | otherwise = why
+    showOctal m = '0' : showOct m ""
+
+-- Write 32 random bytes, hex-encoded, to a new file of mode 0600. The file
+-- is written under a temporary name and linked into place, so a process
+-- racing to create the same cookie reads either nothing (and creates its
+-- own, then loses the link and reads the winner's) or the whole secret.
+createCookie :: FilePath -> IO ()
+createCookie path = do
+  createDirectoryIfMissing True (takeDirectory path)
+  setFileMode (takeDirectory path) 0o700 `catch` \(_ :: IOException) -> pure ()
+  bytes <- getRandomBytes 32 :: IO B.ByteString
+  let tmp = path ++ ".tmp" ++ hexOf (B.take 4 bytes)
+  B.writeFile tmp B.empty
+  setFileMode tmp 0o600
+  B.writeFile tmp (BC.pack (hexOf bytes ++ "\n"))
+  r <- try (createLink tmp path)
+  removeFile tmp
+  case r of
+    Left (_ :: IOException) -> pure ()  -- another process created it first
+    Right () -> pure ()
+
+hexOf :: B.ByteString -> String
+hexOf = concatMap (\w -> let h = showHex w "" in if length h == 1 then '0' : h else h) . B.unpack
+
+-- | The secret as one line of hex, for handing to a worker through a pipe.
+secretToLine :: Secret -> String
+secretToLine (Secret s) = hexOf s
+
+-- | Read a secret written by 'secretToLine'.
+secretFromLine :: String -> Either String Secret
+secretFromLine line = do
+  let hex = filter (not . isSpace) line
+  when (odd (length hex)) $ Left "the secret line has an odd number of hex digits"
+  bytes <- mapM pair (chunks hex)
+  mkSecret (B.pack bytes)
+  where
+    chunks (a : b : rest) = [a, b] : chunks rest
+    chunks _ = []
+    pair [a, b] = (\x y -> fromIntegral (x * 16 + y)) <$> digit a <*> digit b
+    pair _ = Left "the secret line is not hex"
+    digit c = case lookup c (zip "0123456789abcdef" [0 :: Int ..] ++ zip "ABCDEF" [10 ..]) of
+      Just d -> Right d
+      Nothing -> Left ("the secret line has a character that is not hex: " ++ show c)
+
+-- | A random value used once per connection.
+type Nonce = B.ByteString
+
+-- | Bytes in a nonce.
+nonceLength :: Int
+nonceLength = 32
+
+-- | A fresh nonce from the system's random source.
+newNonce :: IO Nonce
+newNonce = getRandomBytes nonceLength
+
+mac :: Secret -> B.ByteString -> B.ByteString
+mac (Secret key) msg = BA.convert (hmac key msg :: HMAC SHA256)
+
+-- | The worker's proof: over the master's nonce, then its own.
+workerProof :: Secret -> Nonce -> Nonce -> B.ByteString
+workerProof s masterNonce workerNonce = mac s (BC.pack "herd-worker" <> masterNonce <> workerNonce)
+
+-- | The master's proof: over the worker's nonce, then its own.
+masterProof :: Secret -> Nonce -> Nonce -> B.ByteString
+masterProof s masterNonce workerNonce = mac s (BC.pack "herd-master" <> workerNonce <> masterNonce)
+
+-- | Compare a received proof with the expected one in constant time.
+proofMatches :: B.ByteString -> B.ByteString -> Bool
+proofMatches expected got = B.length expected == B.length got && BA.constEq expected got
+
+-- | Why an exchange failed.
+data AuthFailure
+  = WrongSecret String     -- ^ the peer could not prove the secret
+  | AuthProtocol String    -- ^ the peer broke the exchange (bad frame, closed, refused)
+  deriving (Eq, Show)
+
+-- | The master's side of the exchange on a new connection. On 'WrongSecret'
+-- the peer has been sent a refusal; the caller closes the connection
+-- either way. The caller bounds the time it takes.
+authenticateWorker :: Secret -> Connection -> IO (Either AuthFailure ())
+authenticateWorker secret conn = do
+  nm <- newNonce
+  sendFrame conn (BL.fromStrict (encodeMasterReply (Challenge nm)))
+  reply <- recvFrame handshakeFrameLimit conn
+  case fmap decodeAuthResponse reply of
+    Nothing -> pure (Left (AuthProtocol "closed the connection before answering the challenge"))
+    Just (Left why) -> pure (Left (AuthProtocol why))
+    Just (Right (nw, proof))
+      | proofMatches (workerProof secret nm nw) proof -> do
+          sendFrame conn (BL.fromStrict (encodeMasterReply (AuthAccepted (masterProof secret nm nw))))
+          pure (Right ())
+      | otherwise -> do
+          _ <- try (sendFrame conn (BL.fromStrict (encodeMasterReply
+                 (Refused (T.pack "this worker's secret differs from the master's")))))
+                 :: IO (Either SomeException ())
+          pure (Left (WrongSecret "its proof does not match the master's secret (wrong or missing secret)"))
+
+-- | The worker's side of the exchange, right after connecting.
+authenticateToMaster :: Secret -> Connection -> IO (Either AuthFailure ())
+authenticateToMaster secret conn = do
+  challenge <- recvFrame handshakeFrameLimit conn
+  case fmap decodeMasterReply challenge of
+    Nothing -> pure (Left (AuthProtocol "the master closed the connection before its challenge"))
+    Just (Left why) -> pure (Left (AuthProtocol why))
+    Just (Right (Refused why)) -> pure (Left (AuthProtocol ("refused: " ++ T.unpack why)))
+    Just (Right (Challenge nm)) -> do
+      nw <- newNonce
+      sendFrame conn (BL.fromStrict (encodeAuthResponse nw (workerProof secret nm nw)))
+      answer <- recvFrame handshakeFrameLimit conn
+      pure $ case fmap decodeMasterReply answer of
+        Nothing -> Left (AuthProtocol "the master closed the connection during authentication")
+        Just (Left why) -> Left (AuthProtocol why)
+        Just (Right (Refused why)) -> Left (WrongSecret (T.unpack why))
+        Just (Right (AuthAccepted proof))
+          | proofMatches (masterProof secret nm nw) proof -> Right ()
+          | otherwise -> Left (WrongSecret "the master could not prove the secret (wrong secret, or not our master)")
+        Just (Right other) -> Left (AuthProtocol ("unexpected " ++ replyName other ++ " during authentication"))
+    Just (Right other) -> pure (Left (AuthProtocol ("expected a challenge, got " ++ replyName other)))
+  where
+    replyName r = case r of
+      Welcome {} -> "a welcome"
+      Refused {} -> "a refusal"
+      Challenge {} -> "a challenge"
+      AuthAccepted {} -> "an acceptance"

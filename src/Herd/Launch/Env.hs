@@ -1,0 +1,43 @@
+-- | The environment variables through which herd starts a process in one of
+-- its roles. Only names live here, so every launcher and the worker agree on
+-- them. Values travel in the environment, never on a command line, except
+-- the secret, which travels in the first line of standard input.
+module Herd.Launch.Env
+  ( envConnect
+  , envCpu
+  , envWatchStdin
+  , envSecretStdin
+  , envGroup
+  , envAgent
+  , herdVariables
+  ) where
+
+-- | @HOST:PORT@ of the master; its presence puts a process in worker mode.
+envConnect :: String
+envConnect = "HERD_WORKER"
+
+-- | The CPU a local worker pins itself to.
+envCpu :: String
+envCpu = "HERD_WORKER_CPU"
+
+-- | @1@: exit when standard input reaches end of file (the launcher died).
+envWatchStdin :: String
+envWatchStdin = "HERD_WATCH_STDIN"
+
+-- | @1@: the first line of standard input is the secret, in hex.
+envSecretStdin :: String
+envSecretStdin = "HERD_SECRET_STDIN"
+
+-- | The launch a worker belongs to (@local@, @ssh:HOST@, @slurm@), so the
+-- master can count each launch's workers.
+envGroup :: String
+envGroup = "HERD_GROUP"
+
+-- | A worker count or @auto@: run as the per-host agent that starts that
+-- many local workers (see "Herd.Launch.Agent").
+envAgent :: String
+envAgent = "HERD_AGENT"
+
+-- | Every variable above, to strip from an inherited environment.
+herdVariables :: [String]
+herdVariables = [envConnect, envCpu, envWatchStdin, envSecretStdin, envGroup, envAgent]

@@ -1,0 +1,73 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | Starting workers inside a SLURM allocation.
+--
+-- Run the master inside @salloc@ or an @sbatch@ script: it reads the
+-- allocation from @SLURM_*@ variables and starts one worker per allocated
+-- task with a single @srun@, the same executable on every node. Each
+-- worker pins itself to a physical core chosen by its @SLURM_LOCALID@
+-- among the CPUs SLURM lets it use. The secret reaches every task through
+-- @srun@'s standard input (broadcast to all tasks), never a command line;
+-- when the master ends, that input closes and every worker exits with it.
+module Herd.Launch.Slurm
+  ( SlurmLaunch (..)
+  , slurmTaskCount
+  , startSlurmLaunch
+  ) where
+
+import Control.Concurrent (forkIO)
+import Control.Exception
+import Control.Monad (forever, void)
+import qualified Data.ByteString as B
+import Data.Char (isDigit)
+import Herd.Auth (Secret, secretToLine)
+import Herd.Launch.Env
+import Herd.Launch.Process
+import System.Environment (getArgs, getEnvironment, getExecutablePath)
+import System.IO
+import System.Process
+
+-- | What the SLURM launch needs from the cluster.
+data SlurmLaunch = SlurmLaunch
+  { slurmAddress    :: String       -- ^ @HOST:PORT@ the workers connect to
+  , slurmRtsOptions :: [String]
+  , slurmSecret     :: Secret
+  , slurmLog        :: String -> IO ()
+  }
+
+-- | The number of tasks in the enclosing allocation, from an environment;
+-- the 'Left' says what is missing or wrong.
+slurmTaskCount :: [(String, String)] -> Either String Int
+slurmTaskCount env = case lookup "SLURM_JOB_ID" env of
+  Nothing -> Left "not inside a SLURM allocation (SLURM_JOB_ID is not set); run under salloc or sbatch"
+  Just _ -> case (lookup "SLURM_NTASKS" env, lookup "SLURM_NPROCS" env) of
+    (Just n, _) -> count "SLURM_NTASKS" n
+    (Nothing, Just n) -> count "SLURM_NPROCS" n
+    (Nothing, Nothing) -> Left "SLURM_NTASKS is not set; ask for tasks, e.g. salloc -n 8 or sbatch -n 8"
+  where
+    count var n
+      | not (null n), all isDigit n, length n < 7, read n >= (1 :: Int) = Right (read n)
+      | otherwise = Left (var ++ " is not a task count: " ++ show n)
+
+-- | Start one worker per task with @srun@.
+startSlurmLaunch :: SlurmLaunch -> Int -> IO Launch
+startSlurmLaunch cfg tasks = do
+  exe <- getExecutablePath
+  args <- getArgs
+  baseEnv <- filter (\(k, _) -> k `notElem` ("GHCRTS" : herdVariables)) <$> getEnvironment
+  let env = baseEnv ++
+        [ (envConnect, slurmAddress cfg), (envSecretStdin, "1"), (envWatchStdin, "1")
+        , (envGroup, "slurm"), ("GHCRTS", unwords (slurmRtsOptions cfg)) ]
+      srunArgs = [ "--ntasks=" ++ show tasks, "--kill-on-bad-exit=0", "--input=all"
+                 , "--job-name=herd-workers", exe ] ++ args
+  lp <- startLogged (slurmLog cfg) "slurm" "srun" (proc "srun" srunArgs) { env = Just env }
+  -- Workers print nothing, but drain srun's output so it can never block.
+  void $ forkIO $ handle (\(_ :: IOException) -> pure ()) $ forever $
+    B.hGetSome (loggedStdout lp) 65536 >>= \b -> if B.null b then throwIO (userError "eof") else pure ()
+  (hPutStrLn (loggedStdin lp) (secretToLine (slurmSecret cfg)) >> hFlush (loggedStdin lp))
+    `catch` \(_ :: IOException) -> pure ()
+  pure Launch
+    { launchName = "slurm"
+    , launchExpected = pure (Just tasks)
+    , launchFailure = loggedFailure lp
+    , launchStop = stopLogged lp
+    }
