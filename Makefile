@@ -20,6 +20,9 @@ demo: build
 
 test: build
 	$$($(CABAL) list-bin $(CABAL_FLAGS) spec)
+	@for t in ssh netns slurm; do \
+	  HERD_BIN=$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bash tests/integration/$$t.sh || exit 1; \
+	done
 
 bench-models: build
 	$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bench models --json

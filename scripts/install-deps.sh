@@ -8,6 +8,9 @@ packages=(
   libghc-optparse-applicative-dev libghc-parallel-dev
   libghc-cryptonite-dev libghc-memory-dev libghc-clock-dev libghc-primitive-dev
   libghc-hspec-dev libghc-quickcheck2-dev
+  # the integration tests start real components: sshd, SLURM with munge,
+  # and network namespaces
+  openssh-server openssh-client slurm-wlm munge iproute2
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# herd across hosts, with network namespaces as the hosts: a master in one
+# namespace, a worker in each of two others, joined by veth pairs, each
+# worker connecting over its own address. Mid-run one worker's link is cut
+# (ip link set down). The master must notice within its liveness timeout
+# (default 4 s), run that worker's tasks on the other, and return complete
+# results. Prints the time from the cut to the tasks running elsewhere.
+source "$(dirname "$0")/lib.sh"
+need_root
+
+tag=$$
+M=herd-m-$tag; A=herd-a-$tag; B=herd-b-$tag
+for ns in $M $A $B; do
+  ip netns add $ns
+  cleanup "ip netns del $ns"
+  ip -n $ns link set lo up
+done
+ip link add va-$tag netns $M type veth peer name veth0 netns $A
+ip link add vb-$tag netns $M type veth peer name veth0 netns $B
+ip -n $M addr add 10.231.1.1/24 dev va-$tag
+ip -n $A addr add 10.231.1.2/24 dev veth0
+ip -n $M addr add 10.231.2.1/24 dev vb-$tag
+ip -n $B addr add 10.231.2.2/24 dev veth0
+ip -n $M link set va-$tag up; ip -n $M link set vb-$tag up
+ip -n $A link set veth0 up; ip -n $B link set veth0 up
+make_secret
+PORT=7411
+
+# About 10 s of work for two workers (fib 31 takes a few milliseconds), so
+# the job is still running well after the cut.
+ip netns exec $M timeout 120 "$HERD_BIN" demo --fib 31 --tasks 900 --listen 0.0.0.0:$PORT \
+  --wait-workers 2 --secret-file "$WORK/secret" >"$WORK/out" 2>"$WORK/err" &
+MASTER=$!
+cleanup "kill $MASTER"
+for i in $(seq 100); do grep -q "master listening" "$WORK/err" && break; sleep 0.05; done
+grep -q "master listening" "$WORK/err" || fail "the master did not start: $(cat "$WORK/err")"
+
+ip netns exec $A "$HERD_BIN" worker --connect 10.231.1.1:$PORT --secret-file "$WORK/secret" 2>"$WORK/a.err" &
+WA=$!; cleanup "kill -9 $WA"
+ip netns exec $B "$HERD_BIN" worker --connect 10.231.2.1:$PORT --secret-file "$WORK/secret" 2>"$WORK/b.err" &
+WB=$!; cleanup "kill -9 $WB"
+
+for i in $(seq 200); do grep -q "starting with 2 workers" "$WORK/err" && break; sleep 0.05; done
+grep -q "starting with 2 workers" "$WORK/err" || fail "workers did not join: $(cat "$WORK/err" "$WORK/a.err" "$WORK/b.err")"
+sleep 2
+cut=$(date +%s.%N)
+ip -n $A link set veth0 down
+log "cut the link of the worker in namespace A"
+
+wait $MASTER || fail "the master failed: $(cat "$WORK/err")"
+grep -q "complete and correct" "$WORK/out" || fail "results incomplete: $(cat "$WORK/out")"
+lost=$(grep -m1 "herd: worker .* lost" "$WORK/err" | cut -d' ' -f1)
+rerun=$(grep -m1 "re-sent to worker" "$WORK/err" | cut -d' ' -f1)
+[ -n "$lost" ] || fail "the master never noticed the cut: $(cat "$WORK/err")"
+[ -n "$rerun" ] || fail "the lost worker's tasks were never re-sent: $(cat "$WORK/err")"
+noticed=$(awk -v a="$lost" -v b="$cut" 'BEGIN { printf "%.3f", a - b }')
+moved=$(awk -v a="$rerun" -v b="$cut" 'BEGIN { printf "%.3f", a - b }')
+printf '     netns: link cut -> worker declared lost: %.2f s; -> its tasks running elsewhere: %.2f s (liveness timeout 4 s)\n' "$noticed" "$moved"
+grep "tasks in" "$WORK/out" | sed "s/^/     /"
+awk -v m="$moved" 'BEGIN { exit !(m <= 6.0) }' || fail "took $moved s to re-run the lost worker's tasks (limit 6 s)"

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# herd over ssh: a real sshd from Debian's openssh-server on a high loopback
+# port, with a key made for the test. Checks that workers start through it
+# (at the same path, and shipped with --ship), that a host that cannot be
+# reached stops the run with an error naming it (or is skipped with
+# --allow-partial), that a bad hosts entry is named, and that no worker
+# process is left behind.
+source "$(dirname "$0")/lib.sh"
+need_root
+
+mkdir -p /run/sshd
+ssh-keygen -q -t ed25519 -N '' -f "$WORK/host_key"
+ssh-keygen -q -t ed25519 -N '' -f "$WORK/user_key"
+cp "$WORK/user_key.pub" "$WORK/authorized_keys"
+PORT=$(free_port)
+cat > "$WORK/sshd_config" <<CONF
+ListenAddress 127.0.0.1
+HostKey $WORK/host_key
+PidFile $WORK/sshd.pid
+AuthorizedKeysFile $WORK/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+CONF
+# A root account whose password field is '!' is "locked" and refused even with a key.
+if [ "$(getent shadow root | cut -d: -f2)" = "!" ]; then usermod -p '*' root; fi
+/usr/sbin/sshd -D -e -f "$WORK/sshd_config" -p "$PORT" 2>"$WORK/sshd.log" &
+SSHD=$!
+cleanup "kill $SSHD; wait $SSHD"
+wait_port "$PORT" 10 || fail "sshd did not start: $(cat "$WORK/sshd.log")"
+SSH="ssh -p $PORT -i $WORK/user_key -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+$SSH root@127.0.0.1 true || fail "ssh with the test key does not work: $(cat "$WORK/sshd.log")"
+make_secret
+before=$(herd_processes | wc -l)
+
+run_demo() {
+  timeout 120 "$HERD_BIN" demo --fib 25 --tasks 60 --secret-file "$WORK/secret" --ssh "$SSH" \
+    --start-timeout 20 "$@"
+}
+
+log "two workers on one host over ssh"
+run_demo --hosts root@127.0.0.1:2 >"$WORK/out" 2>"$WORK/err" || { cat "$WORK/err"; fail "ssh run failed"; }
+grep -q "complete and correct" "$WORK/out" || fail "results not complete: $(cat "$WORK/out")"
+grep -q "starting with 2 workers" "$WORK/err" || fail "expected 2 workers: $(cat "$WORK/err")"
+
+log "the same with the executable shipped first"
+shipped_dir=/root/.herd/bin
+existing=$(ls "$shipped_dir" 2>/dev/null || true)
+cleanup "cd $shipped_dir && for f in *; do case \" $existing \" in *\" \$f \"*) ;; *) rm -f \"\$f\";; esac; done"
+run_demo --hosts root@127.0.0.1:2 --ship >"$WORK/out" 2>"$WORK/err" || { cat "$WORK/err"; fail "shipped run failed"; }
+grep -q "complete and correct" "$WORK/out" || fail "results not complete after --ship"
+ls "$shipped_dir" | grep -q -- "-" || fail "no shipped executable in $shipped_dir"
+
+log "a host that cannot be reached stops the run, naming it"
+if run_demo --hosts root@127.0.0.1:1,nohost.invalid:1 >"$WORK/out" 2>"$WORK/err"; then
+  fail "a run with an unreachable host succeeded without --allow-partial"
+fi
+grep -q "nohost.invalid" "$WORK/err" || fail "the error does not name the host: $(cat "$WORK/err")"
+
+log "with --allow-partial the run goes on with the hosts that started"
+run_demo --hosts root@127.0.0.1:1,nohost.invalid:1 --allow-partial >"$WORK/out" 2>"$WORK/err" \
+  || { cat "$WORK/err"; fail "partial run failed"; }
+grep -q "complete and correct" "$WORK/out" || fail "partial run incomplete"
+grep -q "going on without.*nohost.invalid" "$WORK/err" || fail "partial run does not name the failed host"
+
+log "a hosts entry that does not parse is named"
+if "$HERD_BIN" demo --hosts "good:2,bad:x" >"$WORK/out" 2>"$WORK/err"; then fail "bad hosts entry accepted"; fi
+grep -q "bad:x" "$WORK/err" || fail "the error does not name the entry: $(cat "$WORK/err")"
+
+sleep 0.5
+after=$(herd_processes | wc -l)
+[ "$after" -le "$before" ] || fail "herd processes left behind: $(herd_processes | xargs -r ps -o pid,args -p)"
