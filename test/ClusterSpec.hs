@@ -311,6 +311,24 @@ spec = describe "a cluster of local worker processes" $ do
         terminateProcess ph
         void (waitForProcess ph)
 
+  it "gives work at once to a worker that joins by hand mid-job" $
+    withTestCluster 1 $ \_ cluster -> do
+      exe <- getExecutablePath
+      let (_, port) = clusterAddress cluster
+      env <- workerEnv port
+      started <- newIORef False
+      joiner <- newIORef Nothing
+      stats <- farmAsCompleted cluster sleepySquareTask [ (20, x) | x <- [0 .. 79] ] $ \_ _ -> do
+        already <- readIORef started
+        unless already $ do
+          writeIORef started True
+          (_, _, _, ph) <- createProcess (proc exe []) { env = Just env }
+          writeIORef joiner (Just ph)
+      readIORef joiner >>= mapM_ (\ph -> terminateProcess ph >> void (waitForProcess ph))
+      let perWorker = filter (> 0) (map statTasks (jobWorkerStats stats))
+      length perWorker `shouldBe` 2
+      sum perWorker `shouldBe` 80
+
   it "leaves no worker behind when the master is killed with SIGKILL mid-task" $ do
     exe <- getExecutablePath
     env <- getEnvironment
