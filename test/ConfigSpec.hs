@@ -2,7 +2,11 @@
 module ConfigSpec (spec) where
 
 import Herd
-import Herd.Config (validateConfig)
+import Data.List (isInfixOf)
+import Herd.Config (listenHostFor, parseHostList, parseHostsFile, validateConfig)
+import Herd.Launch.Agent (parseAgentCount)
+import Herd.Launch.Slurm (slurmTaskCount)
+import Herd.Launch.Ssh (remoteAgentCommand)
 import Herd.Launch.Topology (parseCpuList)
 import Herd.Worker (parseHostPort)
 import Test.Hspec
@@ -49,6 +53,51 @@ spec = do
       parseHostPort "h:0" `shouldSatisfy` isLeft
       parseHostPort "h:99999" `shouldSatisfy` isLeft
       parseHostPort "h:http" `shouldSatisfy` isLeft
+  describe "host lists" $ do
+    it "parse HOST[:N] entries" $
+      parseHostList "a:8, alice@b:2,c" `shouldBe`
+        Right [HostSpec "a" (Just 8), HostSpec "alice@b" (Just 2), HostSpec "c" Nothing]
+    it "name the entry that does not parse" $ do
+      parseHostList "a:8,b:x" `shouldSatisfy` either ("\"b:x\"" `isInfixOf`) (const False)
+      parseHostList "a:0" `shouldSatisfy` isLeft
+      parseHostList "" `shouldSatisfy` isLeft
+      parseHostList "-oProxyCommand=x" `shouldSatisfy` isLeft
+      parseHostList "a;rm:2" `shouldSatisfy` isLeft
+    it "read a hosts file with comments, naming a bad line" $ do
+      parseHostsFile "# cluster\nnode1 8\n\nnode2:4  # spare\nnode3\n" `shouldBe`
+        Right [HostSpec "node1" (Just 8), HostSpec "node2" (Just 4), HostSpec "node3" Nothing]
+      parseHostsFile "node1 8\nnode2 eight\n" `shouldSatisfy` either ("line 2" `isInfixOf`) (const False)
+      parseHostsFile "# nothing\n" `shouldSatisfy` isLeft
+  describe "remote launch settings" $ do
+    it "listen on loopback for local workers and on all interfaces for remote ones" $ do
+      listenHostFor defaultConfig `shouldBe` "127.0.0.1"
+      listenHostFor defaultConfig { configHosts = [HostSpec "a" Nothing] } `shouldBe` "0.0.0.0"
+      listenHostFor defaultConfig { configSlurm = True } `shouldBe` "0.0.0.0"
+      listenHostFor defaultConfig { configSlurm = True, configListenHost = Just "10.0.0.1" } `shouldBe` "10.0.0.1"
+    it "refuse contradictory or empty launch settings" $ do
+      fieldOf (validateConfig defaultConfig { configShip = True }) `shouldBe` Just "configShip"
+      fieldOf (validateConfig defaultConfig { configSlurm = True, configHosts = [HostSpec "a" Nothing] })
+        `shouldBe` Just "configSlurm"
+      fieldOf (validateConfig defaultConfig { configSshCommand = [] }) `shouldBe` Just "configSshCommand"
+      fieldOf (validateConfig defaultConfig { configLivenessTimeout = 0.5 }) `shouldBe` Just "configLivenessTimeout"
+    it "read the task count of a SLURM allocation, or say what is missing" $ do
+      slurmTaskCount [("SLURM_JOB_ID", "7"), ("SLURM_NTASKS", "16")] `shouldBe` Right 16
+      slurmTaskCount [("SLURM_JOB_ID", "7"), ("SLURM_NPROCS", "4")] `shouldBe` Right 4
+      slurmTaskCount [("SLURM_NTASKS", "16")] `shouldSatisfy` either ("SLURM_JOB_ID" `isInfixOf`) (const False)
+      slurmTaskCount [("SLURM_JOB_ID", "7")] `shouldSatisfy` isLeft
+      slurmTaskCount [("SLURM_JOB_ID", "7"), ("SLURM_NTASKS", "many")] `shouldSatisfy` isLeft
+    it "parse the agent's worker count" $ do
+      parseAgentCount "auto" `shouldBe` Right Nothing
+      parseAgentCount "8" `shouldBe` Right (Just 8)
+      parseAgentCount "0" `shouldSatisfy` isLeft
+    it "quote every word of the remote command and keep the secret off it" $ do
+      let cmd = remoteAgentCommand "m:7000" (Just 8) "ssh:a" ["-N1"] "/home/it's" (Left "/opt/my prog")
+                                   ["--x", "a'b"]
+      cmd `shouldContain` "'/opt/my prog'"
+      cmd `shouldContain` "'/home/it'\\''s'"
+      cmd `shouldContain` "'a'\\''b'"
+      cmd `shouldContain` "HERD_SECRET_STDIN=1"
+      cmd `shouldNotContain` "HERD_SECRET="
   where
     isLeft = either (const True) (const False)
     commas [] = ""
