@@ -99,7 +99,8 @@ splitOn c s = case break (== c) s of
 data Config = Config
   { configWorkers          :: Maybe Int
     -- ^ local worker processes to start; 'Nothing' starts one per selected
-    -- core, @Just 0@ starts none (workers then join by hand)
+    -- core, or none when workers are started on other hosts (ssh or
+    -- SLURM); @Just 0@ starts none (workers then join by hand)
   , configPinning          :: Pinning
     -- ^ CPUs the local workers are pinned to
   , configWorkerRtsOptions :: [String]

@@ -52,7 +52,10 @@ planCpus cfg = do
                  ("CPUs " ++ show bad ++ " are not available to this process (allowed: "
                   ++ show allowed ++ ")"))
     NoPinning -> physicalCores
-  let count = maybe (length cpus) id (configWorkers cfg)
+  let count = case configWorkers cfg of
+        Just n -> n
+        Nothing | hasRemoteLaunch cfg -> 0
+                | otherwise -> length cpus
   pure $ case configPinning cfg of
     NoPinning -> replicate count Nothing
     _ -> take count (map Just (cycle cpus))
