@@ -76,19 +76,26 @@ run o = do
         n <- clusterWorkerCount cluster
         putStrLn ("\n" ++ label ++ ": " ++ show n ++ " worker process" ++ (if n == 1 then "" else "es"))
         tty <- hIsTerminalDevice stdout
-        done <- newIORef (0 :: Int)
-        total <- newIORef 0
-        start <- now
-        stats <- farmAsCompleted cluster fibTask (replicate (optTasks o) (optFib o)) $ \_ v -> do
-          modifyIORef' total (+ v)
-          k <- atomicModifyIORef' done (\d -> (d + 1, d + 1))
-          t <- now
-          progress tty k (optTasks o) (t - start)
-        end <- now
+        (secs, stats, s) <- timedFarm o tty cluster
         when tty (putStrLn "")
-        s <- readIORef total
         when (s /= optTasks o * fib (optFib o)) $ hPutStrLn stderr "herd demo: wrong result (this is a bug)"
-        pure (end - start, stats, s)
+        pure (secs, stats, s)
+
+-- Farm the demo's tasks with a progress display; the seconds taken, the
+-- statistics, and the sum of the results.
+timedFarm :: Options -> Bool -> Cluster -> IO (Double, FarmStats, Int)
+timedFarm o tty cluster = do
+  done <- newIORef (0 :: Int)
+  total <- newIORef 0
+  start <- now
+  stats <- farmAsCompleted cluster fibTask (replicate (optTasks o) (optFib o)) $ \_ v -> do
+    modifyIORef' total (+ v)
+    k <- atomicModifyIORef' done (\d -> (d + 1, d + 1))
+    t <- now
+    progress tty k (optTasks o) (t - start)
+  end <- now
+  s <- readIORef total
+  pure (end - start, stats, s)
 
 now :: IO Double
 now = monotonicSeconds
@@ -146,18 +153,9 @@ runCluster o = do
     infos <- clusterWorkerInfo cluster
     stampedLog ("herd demo: starting with " ++ show (length infos) ++ " workers: "
                 ++ unwords [ infoHost i ++ "/" ++ show (infoPid i) | i <- infos ])
-    total <- newIORef 0
-    done <- newIORef (0 :: Int)
-    start <- now
-    stats <- farmAsCompleted cluster fibTask (replicate (optTasks o) (optFib o)) $ \_ v -> do
-      modifyIORef' total (+ v)
-      k <- atomicModifyIORef' done (\d -> (d + 1, d + 1))
-      t <- now
-      progress False k (optTasks o) (t - start)
-    end <- now
-    s <- readIORef total
+    (secs, stats, s) <- timedFarm o False cluster
     let ok = s == optTasks o * fib (optFib o)
-    putStrLn ("herd demo: " ++ show (optTasks o) ++ " tasks in " ++ fixed 2 (end - start) ++ " s; results "
+    putStrLn ("herd demo: " ++ show (optTasks o) ++ " tasks in " ++ fixed 2 secs ++ " s; results "
               ++ (if ok then "complete and correct" else "WRONG"))
     putStr (renderStats stats)
     unless ok $ exitWith (ExitFailure 1)

@@ -8,7 +8,7 @@
 --
 -- 1. master → worker: a fresh 32-byte nonce @Nm@ ('Challenge');
 -- 2. worker → master: its own fresh nonce @Nw@ and
---    @HMAC(secret, "herd-worker" <> Nm <> Nw)@ ('AuthResponse');
+--    @HMAC(secret, "herd-worker" <> Nm <> Nw)@ ('encodeAuthResponse');
 -- 3. master → worker: @HMAC(secret, "herd-master" <> Nw <> Nm)@
 --    ('AuthAccepted'), or a refusal.
 --

@@ -97,11 +97,7 @@ encodeAuthResponse nonce proof = buildStrict $
 -- | Decode the worker's answer to a challenge; both parts must be 32 bytes.
 decodeAuthResponse :: B.ByteString -> Either String (B.ByteString, B.ByteString)
 decodeAuthResponse = runGet $ do
-  m <- getBytes 4
-  unless (m == magic) $ failGet "not a herd peer (bad magic bytes)"
-  v <- getWord16
-  when (v /= protocolVersion) $
-    failGet ("peer speaks protocol " ++ show v ++ ", this master " ++ show protocolVersion)
+  getPreamble "peer" "this master"
   nonce <- getSizedBytes
   proof <- getSizedBytes
   unless (B.length nonce == 32 && B.length proof == 32) $
@@ -130,14 +126,20 @@ encodeMasterReply r = buildStrict $ BB.byteString magic <> putWord16 protocolVer
   Challenge n -> putWord8 2 <> putSizedBytes n
   AuthAccepted p -> putWord8 3 <> putSizedBytes p
 
+-- The magic bytes and protocol version that open the handshake frames
+-- after the hello, naming the sender and the receiver in errors.
+getPreamble :: String -> String -> Get ()
+getPreamble sender receiver = do
+  m <- getBytes 4
+  unless (m == magic) $ failGet ("not a herd " ++ sender ++ " (bad magic bytes)")
+  v <- getWord16
+  when (v /= protocolVersion) $
+    failGet (sender ++ " speaks protocol " ++ show v ++ ", " ++ receiver ++ " " ++ show protocolVersion)
+
 -- | Decode the master's reply.
 decodeMasterReply :: B.ByteString -> Either String MasterReply
 decodeMasterReply = runGet $ do
-  m <- getBytes 4
-  unless (m == magic) $ failGet "not a herd master (bad magic bytes)"
-  v <- getWord16
-  when (v /= protocolVersion) $
-    failGet ("master speaks protocol " ++ show v ++ ", this worker " ++ show protocolVersion)
+  getPreamble "master" "this worker"
   tag <- getWord8
   case tag of
     0 -> Welcome <$> getSizedBytes <*> getWord32 <*> getWord32 <*> getWord32
