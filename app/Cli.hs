@@ -113,7 +113,7 @@ clusterOptions = Demo.ClusterOptions
   <*> switch (long "ship" <> help "copy this executable to each ssh host first")
   <*> switch (long "allow-partial" <> help "go on with the hosts that started if some fail")
   <*> optional (strOption (long "ssh" <> metavar "COMMAND"
-                     <> help "the ssh command and its options (default: ssh)"))
+                     <> help "the ssh command and its options (default: ssh -o BatchMode=yes)"))
   <*> optional (option (secondsArg 1 3600) (long "liveness" <> metavar "SECONDS"
                      <> help "a link silent this long counts as lost (default: 4)"))
   <*> optional (option (secondsArg 0.1 86400) (long "start-timeout" <> metavar "SECONDS"

@@ -10,7 +10,7 @@ packages=(
   libghc-hspec-dev libghc-quickcheck2-dev
   # the integration tests start real components: sshd, SLURM with munge,
   # and network namespaces
-  openssh-server openssh-client slurm-wlm munge iproute2
+  openssh-server openssh-client slurm-wlm munge iproute2 procps
 )
 missing=()
 for p in "${packages[@]}"; do

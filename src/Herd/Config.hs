@@ -134,7 +134,8 @@ data Config = Config
   , configHosts            :: [HostSpec]
     -- ^ hosts to start workers on over ssh (see "Herd.Launch.Ssh")
   , configSshCommand       :: [String]
-    -- ^ the ssh client and its options, e.g. @["ssh", "-p", "2222"]@
+    -- ^ the ssh client and its options (default @ssh -o BatchMode=yes@, so a
+    -- host that asks for a password fails instead of waiting for one)
   , configShip             :: Bool
     -- ^ copy this executable to each ssh host first (to @~/.herd/bin@)
     -- instead of assuming it exists there at the same path
@@ -191,7 +192,7 @@ defaultConfig = Config
   , configLivenessTimeout  = 4
   , configMaxPendingHandshakes = 256
   , configHosts            = []
-  , configSshCommand       = ["ssh"]
+  , configSshCommand       = ["ssh", "-o", "BatchMode=yes"]
   , configShip             = False
   , configSlurm            = False
   , configAllowPartialStart = False

@@ -26,12 +26,14 @@ need_root() {
   [ "$(id -u)" -eq 0 ] || fail "needs root (to start daemons and network namespaces)"
 }
 
-# A free TCP port on loopback.
+# A free TCP port on loopback: one that refuses connections now.
 free_port() {
-  python3 - <<'PY'
-import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()
-PY
+  local port i
+  for (( i=0; i<100; i++ )); do
+    port=$(( 20000 + RANDOM % 40000 ))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then echo "$port"; return 0; fi
+  done
+  fail "no free port found"
 }
 
 # Wait until a TCP port on loopback accepts connections (up to $2 seconds).
