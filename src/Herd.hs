@@ -35,9 +35,20 @@
 -- * No worker process is leaked: workers exit when the master does, even
 --   when the master is killed with SIGKILL.
 -- * No caller waits forever: if every worker is lost, the call throws.
+-- * Nobody joins without the secret: every connection proves a shared
+--   secret (mutual HMAC-SHA256 challenge-response, "Herd.Auth") before
+--   anything else it sends is read.
 -- * Nothing from a peer is decoded before it passes the handshake
 --   (protocol version and build identity), and every length in a frame is
 --   checked against the bytes present before anything is allocated.
+-- * A silent link is noticed: after 'configLivenessTimeout' without an
+--   answer from the worker's host, its tasks run elsewhere.
+--
+-- = Beyond one machine
+--
+-- Set 'configHosts' to start workers over ssh, 'configSlurm' inside a
+-- SLURM allocation, or let workers join by hand ('clusterJoinCommand');
+-- see the README's "Running on a cluster".
 module Herd
   ( -- * Clusters
     withCluster
