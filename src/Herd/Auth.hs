@@ -59,7 +59,8 @@ import Data.Char (isSpace)
 import qualified Data.Text as T
 import Herd.Transport.Tcp
 import Herd.Wire
-import Numeric (showHex, showOct)
+import Herd.BuildId (hexEncode)
+import Numeric (showOct)
 import System.Directory (createDirectoryIfMissing, doesFileExist, getHomeDirectory, removeFile)
 import System.Environment (lookupEnv)
 import System.FilePath (takeDirectory, (</>))
@@ -166,22 +167,19 @@ createCookie path = do
   createDirectoryIfMissing True (takeDirectory path)
   setFileMode (takeDirectory path) 0o700 `catch` \(_ :: IOException) -> pure ()
   bytes <- getRandomBytes 32 :: IO B.ByteString
-  let tmp = path ++ ".tmp" ++ hexOf (B.take 4 bytes)
+  let tmp = path ++ ".tmp" ++ hexEncode (B.take 4 bytes)
   B.writeFile tmp B.empty
   setFileMode tmp 0o600
-  B.writeFile tmp (BC.pack (hexOf bytes ++ "\n"))
+  B.writeFile tmp (BC.pack (hexEncode bytes ++ "\n"))
   r <- try (createLink tmp path)
   removeFile tmp
   case r of
     Left (_ :: IOException) -> pure ()  -- another process created it first
     Right () -> pure ()
 
-hexOf :: B.ByteString -> String
-hexOf = concatMap (\w -> let h = showHex w "" in if length h == 1 then '0' : h else h) . B.unpack
-
 -- | The secret as one line of hex, for handing to a worker through a pipe.
 secretToLine :: Secret -> String
-secretToLine (Secret s) = hexOf s
+secretToLine (Secret s) = hexEncode s
 
 -- | Read a secret written by 'secretToLine'.
 secretFromLine :: String -> Either String Secret

@@ -7,6 +7,8 @@
 module Herd.BuildId
   ( buildIdentity
   , hashFile
+  , hexEncode
+  , shortBuildId
   ) where
 
 import Crypto.Hash (Digest, SHA256, hashlazy)
@@ -23,6 +25,16 @@ buildIdentity = cachedIdentity `seq` pure cachedIdentity
 cachedIdentity :: B.ByteString
 cachedIdentity = unsafePerformIO (getExecutablePath >>= hashFile)
 {-# NOINLINE cachedIdentity #-}
+
+-- | Lower-case hexadecimal, two digits a byte.
+hexEncode :: B.ByteString -> String
+hexEncode = concatMap (\w -> [digits !! fromIntegral (w `div` 16), digits !! fromIntegral (w `mod` 16)]) . B.unpack
+  where digits = "0123456789abcdef"
+
+-- | The first 16 hex digits of a build identity: enough to tell builds
+-- apart in messages and file names.
+shortBuildId :: B.ByteString -> String
+shortBuildId = take 16 . hexEncode
 
 -- | SHA-256 of a file's contents.
 hashFile :: FilePath -> IO B.ByteString

@@ -39,6 +39,7 @@ import Data.Text (Text)
 import qualified Data.Text as T
 import Data.Word (Word16, Word32, Word64)
 import GHC.Fingerprint (Fingerprint (..))
+import Herd.BuildId (shortBuildId)
 import Herd.Task (TaskRef (..))
 import Herd.Wire.Codec
 
@@ -111,12 +112,9 @@ checkHello ourBuild h
       Left ("protocol version " ++ show (helloVersion h) ++ " differs from the master's "
             ++ show protocolVersion)
   | helloBuild h /= ourBuild =
-      Left ("worker binary is a different build (worker " ++ short (helloBuild h)
-            ++ ", master " ++ short ourBuild ++ "); run the same executable on both sides")
+      Left ("worker binary is a different build (worker " ++ shortBuildId (helloBuild h)
+            ++ ", master " ++ shortBuildId ourBuild ++ "); run the same executable on both sides")
   | otherwise = Right ()
-  where short = take 16 . concatMap hex2 . B.unpack
-        hex2 w = [digits !! fromIntegral (w `div` 16), digits !! fromIntegral (w `mod` 16)]
-        digits = "0123456789abcdef"
 
 -- | Encode the master's reply.
 encodeMasterReply :: MasterReply -> B.ByteString

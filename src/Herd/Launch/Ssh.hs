@@ -23,7 +23,7 @@ import Data.IORef
 import Data.List (isPrefixOf)
 import qualified Data.ByteString as B
 import Herd.Auth (Secret, secretToLine)
-import Herd.BuildId (buildIdentity)
+import Herd.BuildId (buildIdentity, shortBuildId)
 import Herd.Config (HostSpec (..))
 import Herd.Launch.Agent (agentReadyPrefix)
 import Herd.Launch.Env
@@ -55,7 +55,7 @@ startSshLaunch cfg host = do
   cwd <- getCurrentDirectory
   build <- buildIdentity
   let name = "ssh:" ++ hostTarget host
-      shippedName = takeFileName localExe ++ "-" ++ take 16 (hexOf build)
+      shippedName = takeFileName localExe ++ "-" ++ shortBuildId build
   failure <- newIORef Nothing
   expected <- newIORef Nothing
   running <- newIORef Nothing
@@ -155,7 +155,3 @@ shipTo cfg host localExe shippedName = do
   where
     ssh' = head (sshCommand cfg)
     show' = map (toEnum . fromIntegral) . B.unpack
-
-hexOf :: B.ByteString -> String
-hexOf = concatMap (\w -> [digits !! fromIntegral (w `div` 16), digits !! fromIntegral (w `mod` 16)]) . B.unpack
-  where digits = "0123456789abcdef"
