@@ -51,6 +51,9 @@ isClusterRun co = not (null (coHosts co)) || coHostsFile co /= Nothing || coSlur
 -- | Run the demo.
 run :: Options -> IO ()
 run o | isClusterRun (optCluster o) = runCluster o
+run o | optWorkers o == Just 0 = do
+  hPutStrLn stderr "herd demo: --workers 0 starts no worker; add --listen or --wait-workers to wait for workers joining by hand"
+  exitWith (ExitFailure 2)
 run o = do
   hSetBuffering stdout LineBuffering
   putStrLn ("herd demo: fib " ++ show (optFib o) ++ " computed " ++ show (optTasks o)

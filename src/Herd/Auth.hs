@@ -148,14 +148,12 @@ readSecretFile path = do
       else if mode .&. 0o077 /= 0
         then pure (Left ("is readable or writable by others (mode " ++ showOctal mode
                          ++ "); run: chmod 600 " ++ path))
-        else either Left Right . mkSecret <$> B.readFile path
+        else either (Left . ("holds no usable secret: " ++)) Right . mkSecret <$> B.readFile path
   pure $ case r of
     Left (e :: IOException) -> Left ("secret file " ++ path ++ ": " ++ displayException e)
-    Right (Left why) -> Left ("secret file " ++ path ++ " " ++ prefixFor why)
+    Right (Left why) -> Left ("secret file " ++ path ++ " " ++ why)
     Right (Right s) -> Right s
   where
-    prefixFor why | take 2 why == "a " = "holds no usable secret: " ++ why
-                  | otherwise = why
     showOctal m = '0' : showOct m ""
 
 -- Write 32 random bytes, hex-encoded, to a new file of mode 0600. The file

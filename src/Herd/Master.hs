@@ -48,7 +48,7 @@ import Data.IORef
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Data.Word (Word64)
-import Data.List (intercalate)
+import Data.List (intercalate, partition)
 import Herd.Auth
 import Herd.BuildId (buildIdentity)
 import Herd.Config
@@ -263,27 +263,22 @@ awaitLaunches cluster launches = do
   let cfg = clConfig cluster
   deadline <- (+ configStartTimeout cfg) <$> monotonicSeconds
   let connectedOf l infos = length (filter ((== launchName l) . infoGroup) infos)
+      -- Right: complete; Left (Just why): failed; Left Nothing: still starting
       poll = do
         infos <- M.elems <$> readTVarIO (clWorkers cluster)
+        t <- monotonicSeconds
         states <- forM launches $ \l -> do
           want <- launchExpected l
           failed <- launchFailure l
+          let have = connectedOf l infos
           pure $ case (want, failed) of
-            (Just n, _) | connectedOf l infos >= n -> Right ()
+            (Just n, _) | have >= n -> Right ()
             (_, Just why) -> Left (Just (launchName l ++ ": " ++ why))
-            _ -> Left Nothing
-        t <- monotonicSeconds
-        if all (either (/= Nothing) (const True)) states
-          then pure states
-          else if t >= deadline
-            then forM (zip launches states) $ \(l, st) -> case st of
-              Left Nothing -> do
-                want <- launchExpected l
-                pure (Left (Just (launchName l ++ ": " ++ show (connectedOf l infos) ++ " of "
-                                  ++ maybe "its" show want ++ " workers connected within "
-                                  ++ show (configStartTimeout cfg) ++ " s")))
-              other -> pure other
-            else threadDelay 20000 >> poll
+            _ | t >= deadline -> Left (Just (launchName l ++ ": " ++ show have ++ " of "
+                                            ++ maybe "its" show want ++ " workers connected within "
+                                            ++ show (configStartTimeout cfg) ++ " s"))
+              | otherwise -> Left Nothing
+        if Left Nothing `elem` states then threadDelay 20000 >> poll else pure states
   states <- poll
   let failures = [ why | Left (Just why) <- states ]
   have <- clusterWorkerCount cluster
@@ -479,8 +474,7 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [])
     -- Log when tasks of a lost worker are sent to another one.
     noteRerun t wid ranges st = do
       let overlaps rs = or [ lo < hi' && lo' < hi | Range lo hi <- ranges, Range lo' hi' <- rs ]
-          (hit, rest) = foldr (\e@(_, _, rs) (a, b) -> if overlaps rs then (e : a, b) else (a, e : b))
-                              ([], []) (lsRequeued st)
+          (hit, rest) = partition (\(_, _, rs) -> overlaps rs) (lsRequeued st)
       forM_ hit $ \(lostWid, lostAt, _) ->
         configLog (clConfig cluster) ("herd: tasks of lost worker " ++ show lostWid ++ " re-sent to worker "
                                       ++ show wid ++ " " ++ showMs (t - lostAt) ++ " after the loss was noticed")
