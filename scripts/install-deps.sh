@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(
   ghc cabal-install
-  libghc-store-dev libghc-network-dev libghc-async-dev
+  libghc-store-dev libghc-store-core-dev libghc-network-dev libghc-async-dev
   libghc-optparse-applicative-dev libghc-parallel-dev
   libghc-cryptonite-dev libghc-memory-dev libghc-clock-dev libghc-primitive-dev
   libghc-hspec-dev libghc-quickcheck2-dev

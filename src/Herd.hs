@@ -77,11 +77,21 @@ module Herd
   , farm
   , farmWithStats
   , farmAsCompleted
+    -- * Stream processes
+  , Process
+  , process
+  , namedProcess
+  , withStream
+  , instantiate
     -- * Statistics
   , FarmStats
   , JobStats (..)
   , WorkerStats (..)
   , renderStats
+  , PeerStats (..)
+  , clusterPacketStats
+  , meanPerPacket
+  , FlushReason (..)
     -- * Errors
   , HerdError (..)
   ) where
@@ -90,6 +100,9 @@ import Herd.Config
 import Herd.Error
 import Herd.Farm
 import Herd.Master
+import Herd.Packet (PeerStats (..), meanPerPacket)
+import Herd.Packet.Policy (FlushReason (..))
 import Herd.Stats
+import Herd.Stream
 import Herd.Task
 import Herd.Worker (serveIfWorker)

@@ -16,6 +16,7 @@ import GHC.Fingerprint (Fingerprint (..))
 import Herd
 import Herd.Auth
 import Herd.BuildId (buildIdentity)
+import Herd.Packet (packetOf, splitPacket)
 import Herd.Task (TaskRef (..), taskRef)
 import Herd.Transport.Tcp
 import Herd.Wire
@@ -163,14 +164,16 @@ spec = describe "a cluster of local worker processes" $ do
     authenticateWorker testSecret conn `shouldReturn` Right ()
     Just hello <- recvFrame handshakeFrameLimit conn
     fmap helloBuild (decodeWorkerHello hello) `shouldBe` Right build
-    sendFrame conn (BL.fromStrict (encodeMasterReply (Welcome build 1 1000000 4000)))
+    sendFrame conn (BL.fromStrict (encodeMasterReply (Welcome build 1 1000000 4000 True 65536 2000 64)))
     let real = taskRef squareTask
         unknown = real { refKey = Fingerprint 1 2, refName = "ghostFunction" }
         mistyped = real { refArgType = Fingerprint 3 4 }
-        ask r = do
-          sendFrame conn (encodeToWorker (RunBatch 7 r 0 (encode ([] :: [Int]))))
+        send msgs = packetOf (map encodeToWorker msgs) >>= sendFrameStrict conn
+        receive = do
           Just reply <- recvFrame 1000000 conn
-          pure (decodeFromWorker reply)
+          Right (m : _) <- pure (splitPacket 1000 reply)
+          pure (decodeFromWorker m)
+        ask r = send [RunBatch 7 r 0] >> receive
     ask unknown >>= \r -> case r of
       Right (BatchRejected 7 why) -> do
         T.unpack why `shouldContain` "ghostFunction"
@@ -182,12 +185,11 @@ spec = describe "a cluster of local worker processes" $ do
         T.unpack why `shouldContain` "type mismatch"
       other -> expectationFailure (show other)
     -- arguments that are not what the batch claims: refused, naming the function
-    sendFrame conn (encodeToWorker (RunBatch 8 real 5 (B.pack [1, 2, 3])))
-    Just garbled <- recvFrame 1000000 conn
-    case decodeFromWorker garbled of
+    send [RunBatch 8 real 1, Arg (B.pack [1, 2, 3])]
+    receive >>= \r -> case r of
       Right (BatchRejected 8 why) -> T.unpack why `shouldContain` "square"
       other -> expectationFailure (show other)
-    sendFrame conn (encodeToWorker Shutdown)
+    send [Shutdown]
     waitForProcess ph `shouldReturn` ExitSuccess
     closeConnection conn
     close lsock
@@ -202,9 +204,10 @@ spec = describe "a cluster of local worker processes" $ do
       Just _ <- recvFrame handshakeFrameLimit conn
       fake <- forkIO $ forever $ do
         Just frame <- recvFrame 1000000 conn
-        case decodeToWorker frame of
-          Right (RunBatch bid r _ _) -> sendFrame conn (encodeFromWorker
-                                        (BatchRejected bid (T.pack ("unknown static key for " ++ refName r))))
+        forM_ (either (const []) id (splitPacket 100000 frame)) $ \m -> case decodeToWorker m of
+          Right (RunBatch bid r _) -> packetOf [encodeFromWorker
+                                        (BatchRejected bid (T.pack ("unknown static key for " ++ refName r)))]
+                                      >>= sendFrameStrict conn
           _ -> pure ()
       True <- waitForWorkers cluster 1 5
       r <- try (farm cluster squareTask [1, 2, 3])
@@ -263,7 +266,7 @@ spec = describe "a cluster of local worker processes" $ do
       _ <- try $ do
         sendFrame conn (BL.fromStrict (encodeAuthResponse nw (workerProof wrong nm nw)))
         sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "intruder") T.empty)))
-        sendFrame conn (encodeFromWorker (BatchResult 1 0 (Right (encode [1 :: Int]))))
+        packetOf [encodeFromWorker (Result (encode (1 :: Int)))] >>= sendFrameStrict conn
         :: IO (Either IOException ())
       -- a refusal (unless the master's close, with our unread frames, reset
       -- the connection first), then the end of the connection

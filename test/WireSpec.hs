@@ -6,12 +6,13 @@ module WireSpec (spec) where
 import Control.Exception (evaluate)
 import Control.Monad (forM_)
 import qualified Data.ByteString as B
-import qualified Data.ByteString.Lazy as BL
 import qualified Data.Text as T
 import Data.Word (Word32, Word64, Word8)
 import GHC.Fingerprint (Fingerprint (..))
-import Herd.Task (BatchFailure (..), Runner (..), TaskRef (..), lookupRunner, taskDecodeResults, taskRef)
-import TestTasks (unitTask)
+import Herd.Packet (Encoder, encoderBytes)
+import Herd.Task (Runner (..), TaskRef (..), lookupRunner, taskResultDecoder, taskRef)
+import Herd.Wire.Value (valueEncoder)
+import TestTasks (squareTask, unitTask)
 import Herd.Wire
 import Herd.Wire.Codec (buildStrict, putWord32, putWord64, putWord8)
 import Test.Hspec
@@ -20,19 +21,38 @@ import Test.QuickCheck
 ref :: TaskRef
 ref = TaskRef (Fingerprint 1 2) "square (Test:1:1)" (Fingerprint 3 4) (Fingerprint 5 6)
 
+roundTrip :: (a -> Encoder) -> (B.ByteString -> Either String a) -> a -> IO (Either String a)
+roundTrip enc dec msg = dec <$> encoderBytes (enc msg)
+
 spec :: Spec
 spec = describe "Herd.Wire" $ do
-  it "round-trips batches" $ property $ \(bid :: Word64', count :: Word32, args :: [Word8]) ->
-    let msg = RunBatch (unW bid) ref count (B.pack args)
-    in decodeToWorker (BL.toStrict (encodeToWorker msg)) === Right msg
-  it "round-trips results" $ property $ \(bid :: Word64', busy :: Word64', out :: Either (Word32, String) [Word8]) ->
-    let msg = BatchResult (unW bid) (unW busy) (either (\(p, m) -> Left (p, T.pack m)) (Right . B.pack) out)
-    in decodeFromWorker (BL.toStrict (encodeFromWorker msg)) === Right msg
+  it "round-trips every message to a worker" $ property $ \(sid :: Word64', n :: Word32, val :: [Word8]) -> ioProperty $ do
+    let v = B.pack (1 : val)
+        msgs = [ RunBatch (unW sid) ref n, Arg v, Shutdown, StreamOpen (unW sid) ref, StreamIn (unW sid) v
+               , StreamEnd (unW sid), StreamCredit (unW sid) n, StreamClose (unW sid) ]
+    outs <- mapM (roundTrip encodeToWorker decodeToWorker) msgs
+    pure (outs === map Right msgs)
+  it "round-trips every message to the master" $ property $ \(sid :: Word64', n :: Word32, why :: String, val :: [Word8]) -> ioProperty $ do
+    let v = B.pack val
+        msgs = [ Result v, BatchDone (unW sid) (unW sid), TaskThrew (unW sid) n (T.pack why)
+               , BatchRejected (unW sid) (T.pack why), StreamOut (unW sid) v, StreamDone (unW sid)
+               , StreamAborted (unW sid) (T.pack why), StreamTaken (unW sid) n ]
+    outs <- mapM (roundTrip encodeFromWorker decodeFromWorker) msgs
+    pure (outs === map Right msgs)
+  it "builds the hot-path messages as the general encoder does" $ property $ \(sid :: Word64', x :: Int) -> ioProperty $ do
+    let val = valueEncoder x
+    bytes <- encoderBytes val
+    a <- encoderBytes (argEncoder val)
+    r <- encoderBytes (resultEncoder val)
+    i <- encoderBytes (streamInEncoder (unW sid) val)
+    o <- encoderBytes (streamOutEncoder (unW sid) val)
+    pure $ (decodeToWorker a, decodeFromWorker r, decodeToWorker i, decodeFromWorker o)
+       === (Right (Arg bytes), Right (Result bytes), Right (StreamIn (unW sid) bytes), Right (StreamOut (unW sid) bytes))
   it "round-trips the handshake" $ do
     let hello = WorkerHello protocolVersion (B.replicate 32 7) 1234 (T.pack "host") (T.pack "ssh:host")
     decodeWorkerHello (encodeWorkerHello hello) `shouldBe` Right hello
-    forM_ [ Welcome (B.replicate 32 7) 3 65536 4000, Refused (T.pack "no"), Challenge (B.replicate 32 1)
-          , AuthAccepted (B.replicate 32 2) ] $ \reply ->
+    forM_ [ Welcome (B.replicate 32 7) 3 65536 4000 True 65536 2000 4096, Refused (T.pack "no")
+          , Challenge (B.replicate 32 1), AuthAccepted (B.replicate 32 2) ] $ \reply ->
       decodeMasterReply (encodeMasterReply reply) `shouldBe` Right reply
     decodeAuthResponse (encodeAuthResponse (B.replicate 32 3) (B.replicate 32 4))
       `shouldBe` Right (B.replicate 32 3, B.replicate 32 4)
@@ -46,8 +66,8 @@ spec = describe "Herd.Wire" $ do
     _ <- evaluate (either (const ()) (const ()) (decodeAuthResponse b))
     _ <- evaluate (either (const ()) (const ()) (decodeMasterReply b))
     pure True
-  it "rejects a result claiming four gigabytes in a few bytes" $ do
-    let hostile = buildStrict (putWord8 1 <> putWord64 1 <> putWord64 0 <> putWord8 0 <> putWord32 4000000000)
+  it "rejects a failure message claiming four gigabytes of text in a few bytes" $ do
+    let hostile = buildStrict (putWord8 3 <> putWord64 1 <> putWord32 0 <> putWord32 4000000000)
     decodeFromWorker hostile `shouldSatisfy` either (const True) (const False)
   it "refuses a hello from another build or protocol version" $ do
     let ours = B.replicate 32 1
@@ -56,16 +76,11 @@ spec = describe "Herd.Wire" $ do
       `shouldSatisfy` either (const True) (const False)
     checkHello ours (WorkerHello (protocolVersion + 1) ours 1 T.empty T.empty)
       `shouldSatisfy` either (const True) (const False)
-  it "refuses a list of zero-size values claiming more elements than the batch holds" $ do
-    -- store alone would loop for the claimed 2^62 elements of ()
-    let hostile = B.pack [0, 0, 0, 0, 0, 0, 0, 0x40]
-    taskDecodeResults unitTask 3 hostile `shouldSatisfy` either (const True) (const False)
-    taskDecodeResults unitTask 3 (B.pack [3, 0, 0, 0, 0, 0, 0, 0]) `shouldBe` Right [(), (), ()]
-    Right runner <- lookupRunner (taskRef unitTask)
-    r <- runnerRun runner 2 hostile
-    case r of
-      Left (ArgumentsUndecodable why) -> why `shouldContain` "claims"
-      other -> expectationFailure (show other)
+  it "refuses a value with bytes left over, or too few bytes" $ do
+    taskResultDecoder unitTask (B.pack [1]) `shouldSatisfy` either (const True) (const False)
+    taskResultDecoder squareTask (B.pack [1, 2, 3]) `shouldSatisfy` either (const True) (const False)
+    Right runner <- lookupRunner (taskRef squareTask)
+    either id (const "decoded") (() <$ runnerApply runner (B.pack [1, 2, 3])) `shouldContain` "bytes"
   it "rejects garbage in place of a hello" $
     decodeWorkerHello (B.pack [71, 69, 84, 32, 47]) `shouldSatisfy` either (const True) (const False)
 

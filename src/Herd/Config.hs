@@ -17,12 +17,14 @@ module Herd.Config
   , defaultConfig
   , defaultWorkerRtsOptions
   , validateConfig
+  , packetPolicyOf
   ) where
 
 import Data.Char (isDigit, isSpace)
 import Data.List (nub)
 import Herd.Auth (SecretSource (..))
 import Herd.Error (HerdError (..))
+import Herd.Packet.Policy (PacketPolicy (..), defaultPacketPolicy)
 import System.IO (hPutStrLn, stderr)
 
 -- | Which CPUs local workers are pinned to.
@@ -149,6 +151,16 @@ data Config = Config
     -- ^ port the master listens on; 0 picks a free one
   , configLog              :: String -> IO ()
     -- ^ where log lines go (default: standard error)
+  , configChunking         :: Bool
+    -- ^ gather small messages into packets (Eden's dynamic chunking); off
+    -- sends every message as its own packet, to measure against
+  , configPacketBytes      :: Int
+    -- ^ capacity of each peer's send buffer, in bytes
+  , configPacketTimeout    :: Double
+    -- ^ seconds the oldest buffered message may wait before its packet leaves
+  , configStreamWindow     :: Int
+    -- ^ stream elements in flight per direction of a stream process before
+    -- the sender waits for the receiver (credit-based flow control)
   }
 
 -- | RTS options every local worker gets unless told otherwise: one
@@ -198,7 +210,15 @@ defaultConfig = Config
   , configAllowPartialStart = False
   , configListenPort       = 0
   , configLog              = hPutStrLn stderr
+  , configChunking         = policyChunking defaultPacketPolicy
+  , configPacketBytes      = policyCapacity defaultPacketPolicy
+  , configPacketTimeout    = policyTimeout defaultPacketPolicy
+  , configStreamWindow     = 4096
   }
+
+-- | The packet policy a configuration asks for.
+packetPolicyOf :: Config -> PacketPolicy
+packetPolicyOf c = PacketPolicy (configChunking c) (configPacketBytes c) (configPacketTimeout c)
 
 -- | Check every field, naming the first that is invalid.
 validateConfig :: Config -> Either HerdError Config
@@ -220,6 +240,13 @@ validateConfig c
       bad "configBatching" ("a fixed batch needs at least 1 task, got " ++ show n)
   | not (configBatchTarget c > 0 && configBatchTarget c <= 60) =
       bad "configBatchTarget" ("must be in (0, 60] seconds, got " ++ show (configBatchTarget c))
+  | configPacketBytes c < 64 || configPacketBytes c > configMaxFrameBytes c - 8 =
+      bad "configPacketBytes" ("must be between 64 and configMaxFrameBytes - 8 ("
+                               ++ show (configMaxFrameBytes c - 8) ++ "), got " ++ show (configPacketBytes c))
+  | not (configPacketTimeout c > 0 && configPacketTimeout c <= 10) =
+      bad "configPacketTimeout" ("must be in (0, 10] seconds, got " ++ show (configPacketTimeout c))
+  | configStreamWindow c < 2 || configStreamWindow c > 1000000 =
+      bad "configStreamWindow" ("must be between 2 and 1000000 elements, got " ++ show (configStreamWindow c))
   | not (configStartTimeout c > 0) =
       bad "configStartTimeout" "must be positive"
   | not (configHandshakeTimeout c > 0) =

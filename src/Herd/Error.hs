@@ -40,6 +40,13 @@ data HerdError
     -- ^ Workers could not be started or did not connect in time.
   | ClusterClosed
     -- ^ The cluster was used after 'Herd.withCluster' returned.
+  | ArgumentError
+      { argumentTaskIndex :: !Int, argumentFunction :: !String, argumentMessage :: !String }
+    -- ^ Evaluating or encoding one of the caller's arguments threw.
+  | StreamFailed
+      { streamFunction :: !String, streamReason :: !String }
+    -- ^ A stream process failed: its function threw, its worker was lost,
+    -- or it could not be started.
   deriving (Eq, Show)
 
 instance Exception HerdError where
@@ -52,3 +59,5 @@ instance Exception HerdError where
     ConfigError f r -> "herd: invalid " ++ f ++ ": " ++ r
     LaunchError r -> "herd: could not start workers: " ++ r
     ClusterClosed -> "herd: the cluster is closed"
+    ArgumentError i f m -> "herd: argument " ++ show i ++ " for " ++ f ++ " cannot be encoded: " ++ m
+    StreamFailed f r -> "herd: stream process " ++ f ++ " failed: " ++ r

@@ -17,12 +17,11 @@ module Herd.Farm
 import Control.Concurrent.STM
 import Control.Concurrent.Async (withAsync, waitCatch)
 import Control.Exception
-import Control.Monad (forM_)
 import Data.Primitive.Array
 import GHC.StaticPtr (StaticPtr)
-import Herd.Error
 import Herd.Master
 import Herd.Scheduler (JobStats, rangeIndices)
+import Herd.Packet (Encoder (..))
 import Herd.Task
 
 -- | Statistics of one farm: elapsed time and, per worker, tasks, busy and
@@ -33,54 +32,60 @@ type FarmStats = JobStats
 farm :: Cluster -> StaticPtr (Task a b) -> [a] -> IO [b]
 farm cluster f xs = fst <$> farmWithStats cluster f xs
 
--- | 'farm', also returning the run's statistics.
+-- | Like 'farm', also returning the job's statistics.
 farmWithStats :: Cluster -> StaticPtr (Task a b) -> [a] -> IO ([b], FarmStats)
 farmWithStats cluster f xs = do
   let n = length xs
   out <- newArray n (error "Herd.Farm: result not delivered")
-  stats <- runFarm cluster f xs $ \pairs -> forM_ pairs (uncurry (writeArray out))
+  -- results go straight into the output array: a task staged twice (its
+  -- first worker was lost) gets the same value again, as tasks are pure
+  stats <- runFarm cluster f xs (writeArray out) (\_ -> pure ())
   done <- unsafeFreezeArray out
   pure ([ indexArray done i | i <- [0 .. n - 1] ], stats)
 
--- | Apply the function to every element, handing each result to the
--- callback (with its index in the input) as soon as its batch arrives.
--- The callback runs in the calling thread, so a slow callback slows only
--- the caller, never the master loop.
+-- | Run the tasks and call the function with each task's index and result
+-- as results arrive (in batches, in no particular order; each task exactly
+-- once). The callback runs on the calling thread; the results of other
+-- tasks keep arriving meanwhile.
 farmAsCompleted :: Cluster -> StaticPtr (Task a b) -> [a] -> (Int -> b -> IO ()) -> IO FarmStats
 farmAsCompleted cluster f xs callback = do
   queue <- newTQueueIO
+  staged <- newArray (length xs) (error "Herd.Farm: result not staged")
   let drain = do
         next <- atomically (readTQueue queue)
         case next of
           Nothing -> pure ()
           Just pairs -> mapM_ (uncurry callback) pairs >> drain
-      produce = runFarm cluster f xs (atomically . writeTQueue queue . Just)
+      accept indices = do
+        pairs <- mapM (\i -> (,) i <$> readArray staged i) indices
+        atomically (writeTQueue queue (Just pairs))
+      produce = runFarm cluster f xs (writeArray staged) accept
                   `finally` atomically (writeTQueue queue Nothing)
   withAsync produce $ \producer -> do
     drain
     r <- waitCatch producer
     either throwIO pure r
 
--- Run a farm job, giving each accepted batch's decoded results to the sink
--- (which must be quick: it runs in the master loop).
-runFarm :: Cluster -> StaticPtr (Task a b) -> [a] -> ([(Int, b)] -> IO ()) -> IO FarmStats
-runFarm cluster f xs sink = do
+-- Run a farm job: stage each decoded result, and report each batch's task
+-- indices once its results are final.
+runFarm :: Cluster -> StaticPtr (Task a b) -> [a] -> (Int -> b -> IO ()) -> ([Int] -> IO ())
+        -> IO FarmStats
+runFarm cluster f xs stage accept = do
   let n = length xs
       args = arrayFromListN n xs
-      encodeArgs = taskEncodeArgs f
-      decodeResults = taskDecodeResults f
-      ref = taskRef f
+      encodeArg = taskArgEncoder f
+      decodeResult = taskResultDecoder f
       spec = JobSpec
         { specTasks = n
-        , specRef = ref
-        , specEncode = \ranges -> encodeArgs [ indexArray args i | i <- rangeIndices ranges ]
-        , specDeliver = \ranges blob -> do
-            let indices = rangeIndices ranges
-                firstIndex = case indices of { (i : _) -> i; [] -> 0 }
-            case decodeResults (length indices) blob of
-              Left why -> pure (Just (ResultDecodeError firstIndex (refName ref) why))
-              Right ys -> sink (zip indices ys) >> pure Nothing
+        , specRef = taskRef f
+        , specArg = \i -> do
+            x <- evaluate (indexArray args i)
+            enc@(Encoder _ _) <- evaluate (encodeArg x)
+            pure enc
+        , specStage = \i bytes -> case decodeResult bytes of
+            Left why -> throwIO (ErrorCall why)
+            Right y -> stage i y
+        , specAccept = accept . rangeIndices
         }
   result <- runJob cluster spec
   either throwIO pure result
-

@@ -32,9 +32,16 @@ module Herd.Master
   , clusterWorkerInfo
   , ConnectionCounters (..)
   , clusterCounters
+  , clusterConfig
+  , clusterPacketStats
     -- * Jobs (used by "Herd.Farm")
   , JobSpec (..)
   , runJob
+    -- * Stream processes (used by "Herd.Stream")
+  , StreamEnds (..)
+  , StreamEvent (..)
+  , openStream
+  , closeStream
   ) where
 
 import Control.Concurrent
@@ -58,7 +65,9 @@ import Herd.Launch.Process (Launch (..))
 import Herd.Launch.Slurm
 import Herd.Launch.Ssh
 import Herd.Scheduler
-import Herd.Task (TaskRef (..))
+import Herd.Packet
+import Herd.Packet.Policy (Urgency (..))
+import Herd.Task (TaskRef (..), tryUser)
 import Herd.Transport.Tcp
 import Herd.Wire
 import Herd.Worker (serveIfWorker)
@@ -98,6 +107,7 @@ data Cluster = Cluster
   , clJobLock  :: !(MVar ())
   , clPort     :: !Int
   , clWorkers  :: !(TVar (M.Map WorkerId WorkerInfo))
+  , clPeers    :: !(TVar (M.Map WorkerId (Sender, IORef PeerStats)))
   , clNextJob  :: !(IORef Word64)
   , clClosed   :: !(TVar Bool)
   , clAdvertise :: !String
@@ -108,30 +118,64 @@ data Cluster = Cluster
 data JobSpec = JobSpec
   { specTasks    :: !Int
   , specRef      :: !TaskRef
-  , specEncode   :: [Range] -> B.ByteString
-    -- ^ the encoded arguments of these tasks, in order, as one list
-  , specDeliver  :: [Range] -> B.ByteString -> IO (Maybe HerdError)
-    -- ^ take the encoded results of these tasks; 'Just' aborts the job
+  , specArg      :: Int -> IO Encoder
+    -- ^ evaluate task @i@'s argument and give its encoder (throws what
+    -- the argument throws)
+  , specStage    :: Int -> B.ByteString -> IO ()
+    -- ^ decode task @i@'s result and keep it (throws if it does not
+    -- decode); a task may be staged twice when its worker was lost
+  , specAccept   :: [Range] -> IO ()
+    -- ^ these tasks' staged results are final; called once per task
   }
+
+-- | A stream process's caller side, as the loop sees it.
+data StreamEnds = StreamEnds
+  { endsOutput  :: !(TQueue StreamEvent)  -- ^ to the caller's output list
+  , endsCredit  :: !(TVar Int)            -- ^ input elements the caller may still send
+  , endsAllowed :: !(IORef Int)           -- ^ output elements the worker may still send
+  }
+
+-- | What the caller of a stream process receives.
+data StreamEvent
+  = StreamElements [B.ByteString]  -- ^ encoded output elements, in order
+  | StreamFinished                 -- ^ the output ended
+  | StreamBroken String            -- ^ the process failed, or its worker was lost
 
 data Input
   = Connected !WorkerId !Connection !WorkerInfo
-  | Message !WorkerId !FromWorker
+  | Received !WorkerId ![B.ByteString]
   | Lost !WorkerId !String
   | Submit !JobId !JobSpec !(MVar (Either HerdError JobStats))
   | Cancel !JobId
+  | OpenStream !Word64 !TaskRef !StreamEnds !(MVar (Either HerdError Sender))
+  | CloseStream !Word64
   | Stop !(MVar ())
 
 data Link = Link
   { linkConn    :: !Connection
-  , linkOutbox  :: !(TQueue (Maybe BL.ByteString))
+  , linkSender  :: !Sender
+  , linkOutbox  :: !(TQueue (Maybe B.ByteString))
+  , linkExpect  :: !(IORef [Expect])  -- ^ batches sent, oldest first, whose results are due
   , linkThreads :: ![Async ()]
+  }
+
+-- A batch whose results are arriving, in order.
+data Expect = Expect
+  { expBatch  :: !BatchId
+  , expNext   :: ![Int]                    -- ^ indices of the results still to come
+  , expGot    :: !Int                      -- ^ results received so far
+  , expStage  :: Int -> B.ByteString -> IO ()
   }
 
 data Running = Running
   { runId    :: !JobId
   , runSpec  :: !JobSpec
   , runReply :: !(MVar (Either HerdError JobStats))
+  }
+
+data OpenedStream = OpenedStream
+  { osWorker :: !WorkerId
+  , osEnds   :: !StreamEnds
   }
 
 data LoopState = LoopState
@@ -141,6 +185,11 @@ data LoopState = LoopState
   , lsStopping :: !Bool   -- ^ shutting down: losing workers is expected
   , lsRequeued :: ![(WorkerId, Double, [Range])]
     -- ^ tasks of lost workers not yet sent elsewhere, for the log
+  , lsReady   :: ![(WorkerId, [B.ByteString])]
+    -- ^ received messages not yet handled, per worker, served round robin
+  , lsStreams :: !(M.Map Word64 OpenedStream)
+  , lsGathered :: !(M.Map Word64 [B.ByteString])
+    -- ^ stream output received in this pass, newest first, not yet handed over
   }
 
 -- | The address workers connect to: host and port.
@@ -210,7 +259,7 @@ withCluster config body = do
       Nothing | isWildcard host -> nodeName <$> getSystemID
               | otherwise -> pure host
     cluster <- Cluster cfg <$> newTQueueIO <*> newMVar () <*> pure port <*> newTVarIO M.empty
-                       <*> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newIORef noCounters
+                       <*> newTVarIO M.empty <*> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newIORef noCounters
     build <- buildIdentity
     withAsync (masterLoop cluster) $ \loop ->
       withAsync (acceptLoop cluster secret build lsock) $ \_ -> do
@@ -358,7 +407,10 @@ handshake cluster secret build nextId conn = do
         wid <- atomicModifyIORef' nextId (\n -> (n + 1, n))
         sent <- try (sendFrame conn (BL.fromStrict (encodeMasterReply
                        (Welcome build (fromIntegral wid) (fromIntegral (configMaxFrameBytes cfg))
-                                (round (configLivenessTimeout cfg * 1000))))))
+                                (round (configLivenessTimeout cfg * 1000)) (configChunking cfg)
+                                (fromIntegral (configPacketBytes cfg))
+                                (round (configPacketTimeout cfg * 1e6))
+                                (fromIntegral (configStreamWindow cfg))))))
         case sent of
           Left (e :: SomeException) -> failed ("lost during handshake: " ++ displayException e)
                                        >> closeConnection conn
@@ -368,97 +420,276 @@ handshake cluster secret build nextId conn = do
               Connected wid conn (WorkerInfo wid (fromIntegral (helloPid hello)) (T.unpack (helloHost hello))
                                              (connPeer conn) (T.unpack (helloGroup hello)))
 
--- The loop: the only owner of the scheduler state.
+-- The loop: the only owner of the scheduler state. Received packets are
+-- split into messages and served round robin, one message per worker per
+-- round, so a chatty worker cannot starve the others; when nothing is left
+-- to do, every send buffer is flushed (the packet layer's idle rule).
 masterLoop :: Cluster -> IO ()
-masterLoop cluster = go (LoopState emptySched M.empty Nothing False [])
+masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empty M.empty)
   where
+    cfg = clConfig cluster
+    inbox = clInbox cluster
+
     go st = do
-      input <- atomically (readTQueue (clInbox cluster))
-      st' <- handle st input
-      go st'
+      inputs <- if null (lsReady st) then waitInput st else drainInbox (64 :: Int)
+      st1 <- foldM handle st inputs
+      st2 <- serveRounds (256 :: Int) st1
+      st3 <- handOver st2
+      go st3
+
+    waitInput st = do
+      ready <- atomically (tryReadTQueue inbox)
+      case ready of
+        Just i -> pure [i]
+        Nothing -> do
+          mapM_ (flushIdle . linkSender) (M.elems (lsLinks st))
+          (: []) <$> atomically (readTQueue inbox)
+
+    drainInbox 0 = pure []
+    drainInbox k = do
+      next <- atomically (tryReadTQueue inbox)
+      case next of
+        Nothing -> pure []
+        Just i -> (i :) <$> drainInbox (k - 1)
+
+    -- one message from each worker that has some, for up to n rounds
+    serveRounds 0 st = pure st
+    serveRounds n st = case lsReady st of
+      [] -> pure st
+      ready -> do
+        (st', rest) <- foldM serveOne (st { lsReady = [] }, []) ready
+        -- messages that arrived for a worker during the round go after its leftovers
+        let merged = foldr (\(w, ms) acc -> addReady w ms acc) (lsReady st') (reverse rest)
+        serveRounds (n - 1) st' { lsReady = merged }
+
+    serveOne (st, rest) (wid, msgs) = case msgs of
+      [] -> pure (st, rest)
+      (m : ms) -> case M.lookup wid (lsLinks st) of
+        Nothing -> pure (st, rest)   -- lost meanwhile: its messages go with it
+        Just l -> do
+          st' <- fromWorker wid l m st
+          pure (st', if null ms then rest else (wid, ms) : rest)
+
+    addReady wid msgs ready = case break ((== wid) . fst) ready of
+      (before, (_, old) : after) -> before ++ (wid, old ++ msgs) : after
+      _ -> ready ++ [(wid, msgs)]
+
+    -- give the callers of stream processes what this pass received
+    handOver st
+      | M.null (lsGathered st) = pure st
+      | otherwise = do
+          forM_ (M.toList (lsGathered st)) $ \(sid, elems) ->
+            forM_ (M.lookup sid (lsStreams st)) $ \os ->
+              atomically $ writeTQueue (endsOutput (osEnds os)) (StreamElements (reverse elems))
+          pure st { lsGathered = M.empty }
 
     handle st input = do
       t <- monotonicSeconds
       case input of
         Connected wid conn info -> do
           outbox <- newTQueueIO
-          reader <- async (readerThread cluster wid conn)
-          writer <- async (writerThread cluster wid conn outbox)
-          atomically $ modifyTVar' (clWorkers cluster) (M.insert wid info)
-          let st1 = st { lsLinks = M.insert wid (Link conn outbox [reader, writer]) (lsLinks st) }
-          drive t (WorkerJoined wid) st1 Nothing
-        Lost wid why -> case M.lookup wid (lsLinks st) of
-          Nothing -> pure st
-          Just l -> do
-            let unfinished = concatMap snd (outstandingFor wid (lsSched st))
-            unless (lsStopping st) $
-              configLog (clConfig cluster) ("herd: worker " ++ show wid ++ " lost: " ++ why
-                ++ (if null unfinished then "" else "; its " ++ show (sum (map rangeSize unfinished))
-                                                     ++ " unfinished tasks will run elsewhere"))
-            dropLink l
-            atomically $ modifyTVar' (clWorkers cluster) (M.delete wid)
-            let requeued = [ (wid, t, unfinished) | not (null unfinished), not (lsStopping st) ]
-            drive t (WorkerLost wid) st { lsLinks = M.delete wid (lsLinks st)
-                                        , lsRequeued = requeued ++ lsRequeued st } Nothing
+          queued <- newIORef (0 :: Int)
+          received <- newIORef noPeerStats
+          let cap = max (64 * 1024 * 1024) (2 * configMaxFrameBytes cfg)
+              out packet = do
+                q <- atomicModifyIORef' queued (\k -> (k + B.length packet, k + B.length packet))
+                if q > cap
+                  then atomically $ writeTQueue inbox (Lost wid ("stopped reading: " ++ show q
+                                                                 ++ " bytes waiting to be sent to it"))
+                  else atomically $ writeTQueue outbox (Just packet)
+          sender <- newSender (packetPolicyOf cfg) out
+          expect <- newIORef []
+          reader <- async (readerThread cluster wid conn received)
+          writer <- async (writerThread cluster wid conn outbox queued)
+          atomically $ do
+            modifyTVar' (clWorkers cluster) (M.insert wid info)
+            modifyTVar' (clPeers cluster) (M.insert wid (sender, received))
+          let st1 = st { lsLinks = M.insert wid (Link conn sender outbox expect [reader, writer]) (lsLinks st) }
+          drive t (WorkerJoined wid) st1
+        Received wid msgs
+          | M.member wid (lsLinks st) -> do
+              bump cluster (\c -> c { countWorkerMessages = countWorkerMessages c + length msgs })
+              pure st { lsReady = addReady wid msgs (lsReady st) }
+          | otherwise -> pure st
+        Lost wid why -> loseWorker t wid why st
         Submit jid spec reply ->
-          drive t (JobSubmitted jid (specTasks spec) (configBatching (clConfig cluster))
-                                (configBatchTarget (clConfig cluster)))
-                st { lsRunning = Just (Running jid spec reply) } Nothing
+          drive t (JobSubmitted jid (specTasks spec) (configBatching cfg) (configBatchTarget cfg))
+                st { lsRunning = Just (Running jid spec reply) }
         Cancel jid -> case lsRunning st of
           Just r | runId r == jid -> do
             let (s', _) = step t (JobCancelled jid) (lsSched st)
             pure st { lsSched = s', lsRunning = Nothing }
           _ -> pure st
+        OpenStream sid ref ends reply -> case placeStream st of
+          Nothing -> putMVar reply (Left NoWorkers) >> pure st
+          Just (wid, l) -> do
+            sendMessage (linkSender l) Bulk (encodeToWorker (StreamOpen sid ref))
+            putMVar reply (Right (linkSender l))
+            pure st { lsStreams = M.insert sid (OpenedStream wid ends) (lsStreams st) }
+        CloseStream sid -> case M.lookup sid (lsStreams st) of
+          Nothing -> pure st
+          Just os -> do
+            forM_ (M.lookup (osWorker os) (lsLinks st)) $ \l ->
+              sendMessage (linkSender l) Urgent (encodeToWorker (StreamClose sid))
+            pure st { lsStreams = M.delete sid (lsStreams st), lsGathered = M.delete sid (lsGathered st) }
         Stop done -> do
-          forM_ (M.elems (lsLinks st)) $ \l -> atomically $ do
-            writeTQueue (linkOutbox l) (Just (encodeToWorker Shutdown))
-            writeTQueue (linkOutbox l) Nothing
+          forM_ (M.elems (lsLinks st)) $ \l -> do
+            sendMessage (linkSender l) Urgent (encodeToWorker Shutdown)
+            atomically $ writeTQueue (linkOutbox l) Nothing
           putMVar done ()
           pure st { lsStopping = True }
-        Message wid msg -> bump cluster (\c -> c { countWorkerMessages = countWorkerMessages c + 1 }) >> case msg of
-          BatchRejected bid why -> drive t (BatchRefused wid bid (T.unpack why)) st Nothing
-          BatchResult bid busyNs outcome -> case lookup bid (outstandingFor wid (lsSched st)) of
-            Nothing -> drive t (BatchCompleted wid bid 0 Nothing) st Nothing  -- stale: dropped
-            Just ranges
-              | Left (pos, _) <- outcome, fromIntegral pos >= batchSize ranges -> do
-                  atomically $ writeTQueue (clInbox cluster)
-                    (Lost wid ("bad batch result: failure at position " ++ show pos
-                               ++ " of a batch of " ++ show (batchSize ranges)))
-                  pure st
-              | otherwise ->
-                  let failure = either (\(pos, msg) -> Just (fromIntegral pos, T.unpack msg)) (const Nothing) outcome
-                  in drive t (BatchCompleted wid bid (fromIntegral busyNs / 1e9) failure) st
-                           (either (const Nothing) Just outcome)
+
+    -- the worker with the fewest open streams (lowest number on a tie)
+    placeStream st = case M.toList (lsLinks st) of
+      [] -> Nothing
+      links ->
+        let load wid = length (filter ((== wid) . osWorker) (M.elems (lsStreams st)))
+            (wid, l) = foldr1 (\a b -> if load (fst a) <= load (fst b) then a else b) links
+        in Just (wid, l)
+
+    loseWorker t wid why st = case M.lookup wid (lsLinks st) of
+      Nothing -> pure st
+      Just l -> do
+        let unfinished = concatMap snd (outstandingFor wid (lsSched st))
+            (broken, kept) = M.partition ((== wid) . osWorker) (lsStreams st)
+        unless (lsStopping st) $
+          configLog cfg ("herd: worker " ++ show wid ++ " lost: " ++ why
+            ++ (if null unfinished then "" else "; its " ++ show (sum (map rangeSize unfinished))
+                                                 ++ " unfinished tasks will run elsewhere"))
+        forM_ (M.toList broken) $ \(sid, os) -> do
+          forM_ (M.lookup sid (lsGathered st)) $ \elems ->
+            atomically $ writeTQueue (endsOutput (osEnds os)) (StreamElements (reverse elems))
+          atomically $ writeTQueue (endsOutput (osEnds os))
+            (StreamBroken ("its worker " ++ show wid ++ " was lost: " ++ why))
+        dropLink l
+        atomically $ do
+          modifyTVar' (clWorkers cluster) (M.delete wid)
+          modifyTVar' (clPeers cluster) (M.delete wid)
+        let requeued = [ (wid, t, unfinished) | not (null unfinished), not (lsStopping st) ]
+        drive t (WorkerLost wid) st { lsLinks = M.delete wid (lsLinks st)
+                                    , lsReady = filter ((/= wid) . fst) (lsReady st)
+                                    , lsStreams = kept
+                                    , lsGathered = M.difference (lsGathered st) broken
+                                    , lsRequeued = requeued ++ lsRequeued st }
+
+    -- a worker broke the protocol: treat it as lost (its work runs elsewhere)
+    badPeer wid l why st = do
+      t <- monotonicSeconds
+      loseWorker t wid ("bad message from " ++ connPeer (linkConn l) ++ ": " ++ why) st
+
+    fromWorker wid l bytes st = case decodeFromWorker bytes of
+      Left why -> badPeer wid l why st
+      Right msg -> case msg of
+        Result value -> do
+          expect <- readIORef (linkExpect l)
+          case expect of
+            (e : later) | (i : next) <- expNext e -> do
+              writeIORef (linkExpect l) (e { expNext = next, expGot = expGot e + 1 } : later)
+              staged <- try (expStage e i value)
+              case staged of
+                Right () -> pure st
+                Left (ex :: SomeException) -> abortRunning st $ \name ->
+                  ResultDecodeError i name (displayException ex)
+            _ -> badPeer wid l "a result that no batch was waiting for" st
+        BatchDone bid busyNs -> popExpect wid l bid st $ \e ->
+          if not (null (expNext e))
+            then badPeer wid l ("batch " ++ show bid ++ " ended after " ++ show (expGot e) ++ " of "
+                                ++ show (expGot e + length (expNext e)) ++ " results") st
+            else completed wid bid (fromIntegral busyNs / 1e9) Nothing st
+        TaskThrew bid pos why -> popExpect wid l bid st $ \e ->
+          if fromIntegral pos /= expGot e
+            then badPeer wid l ("batch " ++ show bid ++ " failed at position " ++ show pos ++ " after "
+                                ++ show (expGot e) ++ " results") st
+            else completed wid bid 0 (Just (fromIntegral pos, T.unpack why)) st
+        BatchRejected bid why -> popExpect wid l bid st $ \_ -> do
+          t <- monotonicSeconds
+          drive t (BatchRefused wid bid (T.unpack why)) st
+        StreamOut sid value -> withStream wid l sid st $ \os -> do
+          left <- atomicModifyIORef' (endsAllowed (osEnds os)) (\k -> (k - 1, k - 1))
+          if left < 0
+            then badPeer wid l ("stream " ++ show sid ++ " sent more elements than its credit") st
+            else pure st { lsGathered = M.insertWith (++) sid [value] (lsGathered st) }
+        StreamDone sid -> withStream wid l sid st $ \os -> finishStream sid os StreamFinished st
+        StreamAborted sid why -> withStream wid l sid st $ \os ->
+          finishStream sid os (StreamBroken (T.unpack why)) st
+        StreamTaken sid n -> withStream wid l sid st $ \os -> do
+          atomically $ modifyTVar' (endsCredit (osEnds os)) (+ fromIntegral n)
+          pure st
+
+    withStream wid l sid st act = case M.lookup sid (lsStreams st) of
+      Just os | osWorker os == wid -> act os
+              | otherwise -> badPeer wid l ("message for stream " ++ show sid ++ " of another worker") st
+      Nothing -> pure st   -- closed by its caller: late messages are dropped
+
+    finishStream sid os event st = do
+      forM_ (M.lookup sid (lsGathered st)) $ \elems ->
+        atomically $ writeTQueue (endsOutput (osEnds os)) (StreamElements (reverse elems))
+      atomically $ writeTQueue (endsOutput (osEnds os)) event
+      pure st { lsStreams = M.delete sid (lsStreams st), lsGathered = M.delete sid (lsGathered st) }
+
+    popExpect wid l bid st act = do
+      expect <- readIORef (linkExpect l)
+      case expect of
+        (e : later) | expBatch e == bid -> writeIORef (linkExpect l) later >> act e
+        _ -> badPeer wid l ("an end of batch " ++ show bid ++ ", which is not the batch in progress") st
+
+    completed wid bid busy failure st = do
+      t <- monotonicSeconds
+      drive t (BatchCompleted wid bid busy failure) st
 
     -- Step the scheduler and carry out its commands.
-    drive t ev st outcomes = do
+    drive t ev st = do
       let (s', cmds) = step t ev (lsSched st)
-      foldM (execute t outcomes) st { lsSched = s' } cmds
+      foldM (execute t) st { lsSched = s' } cmds
 
-    execute t outcomes st cmd = case cmd of
+    execute t st cmd = case cmd of
       SendBatch wid bid ranges -> case (M.lookup wid (lsLinks st), lsRunning st) of
         (Just l, Just r) -> do
-          let msg = RunBatch bid (specRef (runSpec r)) (fromIntegral (batchSize ranges))
-                             (specEncode (runSpec r) ranges)
-          atomically $ writeTQueue (linkOutbox l) (Just (encodeToWorker msg))
-          if null (lsRequeued st) then pure st else noteRerun t wid ranges st
+          let spec = runSpec r
+              indices = rangeIndices ranges
+          encoders <- evaluateArgs spec indices
+          case encoders of
+            Left (i, why) -> abortRunning st (\name -> ArgumentError i name why)
+            Right encs -> do
+              modifyIORef' (linkExpect l) (++ [Expect bid indices 0 (specStage spec)])
+              sent <- try $ sendMessages (linkSender l) Bulk
+                (encodeToWorker (RunBatch bid (specRef spec) (fromIntegral (length indices)))
+                 : map argEncoder encs)
+              case sent of
+                Right () -> if null (lsRequeued st) then pure st else noteRerun t wid ranges st
+                Left (e :: SomeException) -> do
+                  -- part of the batch went out: the worker's stream is spoilt
+                  st' <- loseWorker t wid "an argument threw while it was being sent" st
+                  abortRunning st' (\name -> ArgumentError (firstTask ranges) name (displayException e))
         _ -> pure st
-      AcceptResults _ ranges -> case (lsRunning st, outcomes) of
-        (Just r, Just blob) -> do
-          problem <- specDeliver (runSpec r) ranges blob
-                       `catch` \(e :: SomeException) ->
-                         pure (Just (ResultDecodeError (firstTask ranges) (refName (specRef (runSpec r)))
-                                                       (displayException e)))
-          case problem of
-            Nothing -> pure st
-            Just err -> do
-              let (s', _) = step t (JobCancelled (runId r)) (lsSched st)
-              putMVar (runReply r) (Left err)
-              pure st { lsSched = s', lsRunning = Nothing }
+      AcceptResults _ ranges -> case lsRunning st of
+        Just r -> do
+          accepted <- tryUser (specAccept (runSpec r) ranges)
+          case accepted of
+            Right () -> pure st
+            Left why -> abortRunning st (\name -> ResultDecodeError (firstTask ranges) name why)
         _ -> pure st
       DropResults _ -> pure st
       FinishJob jid stats -> finish jid (const (Right stats)) st
       AbortJob jid failure _ -> finish jid (Left . toError failure) st
+
+    evaluateArgs spec = goArgs []
+      where
+        goArgs acc [] = pure (Right (reverse acc))
+        goArgs acc (i : is) = do
+          enc <- tryUser (specArg spec i)
+          case enc of
+            Left why -> pure (Left (i, why))
+            Right e -> goArgs (e : acc) is
+
+    -- end the running job with an error
+    abortRunning st mkError = case lsRunning st of
+      Just r -> do
+        t <- monotonicSeconds
+        let (s', _) = step t (JobCancelled (runId r)) (lsSched st)
+        putMVar (runReply r) (Left (mkError (refName (specRef (runSpec r)))))
+        pure st { lsSched = s', lsRunning = Nothing }
+      Nothing -> pure st
 
     finish jid result st = case lsRunning st of
       Just r | runId r == jid -> do
@@ -476,12 +707,11 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [])
       let overlaps rs = or [ lo < hi' && lo' < hi | Range lo hi <- ranges, Range lo' hi' <- rs ]
           (hit, rest) = partition (\(_, _, rs) -> overlaps rs) (lsRequeued st)
       forM_ hit $ \(lostWid, lostAt, _) ->
-        configLog (clConfig cluster) ("herd: tasks of lost worker " ++ show lostWid ++ " re-sent to worker "
-                                      ++ show wid ++ " " ++ showMs (t - lostAt) ++ " after the loss was noticed")
+        configLog cfg ("herd: tasks of lost worker " ++ show lostWid ++ " re-sent to worker "
+                       ++ show wid ++ " " ++ showMs (t - lostAt) ++ " after the loss was noticed")
       pure st { lsRequeued = rest }
     showMs secs = show (round (secs * 1000) :: Int) ++ " ms"
 
-    batchSize = sum . map rangeSize
     firstTask ranges = case ranges of { (Range lo _ : _) -> lo; [] -> 0 }
 
     dropLink l = do
@@ -489,13 +719,13 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [])
       closeConnection (linkConn l)
       mapM_ cancel (linkThreads l)
 
-readerThread :: Cluster -> WorkerId -> Connection -> IO ()
-readerThread cluster wid conn = loop `catch` \(e :: SomeException) ->
+-- Read packets from one worker, check their structure, and hand their
+-- messages to the loop.
+readerThread :: Cluster -> WorkerId -> Connection -> IORef PeerStats -> IO ()
+readerThread cluster wid conn received = loop `catch` \(e :: SomeException) ->
     case fromException e of
-      Just (_ :: AsyncException) -> throwIO e
-      Nothing -> case fromException e of
-        Just (_ :: SomeAsyncException) -> throwIO e
-        Nothing -> lost (displayException e)
+      Just (_ :: SomeAsyncException) -> throwIO e
+      Nothing -> lost (displayException e)
   where
     cap = configMaxFrameBytes (clConfig cluster)
     lost why = atomically $ writeTQueue (clInbox cluster) (Lost wid why)
@@ -503,19 +733,56 @@ readerThread cluster wid conn = loop `catch` \(e :: SomeException) ->
       frame <- recvFrame cap conn
       case frame of
         Nothing -> lost "connection closed"
-        Just bytes -> case decodeFromWorker bytes of
-          Left why -> lost ("undecodable message from " ++ connPeer conn ++ ": " ++ why)
-          Right msg -> atomically (writeTQueue (clInbox cluster) (Message wid msg)) >> loop
+        Just packet -> case splitPacket (cap `div` 5) packet of
+          Left why -> lost ("bad packet from " ++ connPeer conn ++ ": " ++ why)
+          Right msgs -> do
+            modifyIORef' received (countReceived (length msgs) (B.length packet))
+            atomically (writeTQueue (clInbox cluster) (Received wid msgs))
+            loop
 
-writerThread :: Cluster -> WorkerId -> Connection -> TQueue (Maybe BL.ByteString) -> IO ()
-writerThread cluster wid conn outbox = loop `catch` \(e :: IOException) ->
+writerThread :: Cluster -> WorkerId -> Connection -> TQueue (Maybe B.ByteString) -> IORef Int -> IO ()
+writerThread cluster wid conn outbox queued = loop `catch` \(e :: IOException) ->
     atomically $ writeTQueue (clInbox cluster) (Lost wid ("send failed: " ++ displayException e))
   where
     loop = do
       next <- atomically (readTQueue outbox)
       case next of
-        Just bytes -> sendFrame conn bytes >> loop
+        Just packet -> do
+          sendFrameStrict conn packet
+          atomicModifyIORef' queued (\k -> (k - B.length packet, ()))
+          loop
         Nothing -> pure ()
+
+-- | Open a stream process of this reference on the least loaded worker.
+-- Returns its number and the sender to its worker.
+openStream :: Cluster -> TaskRef -> StreamEnds -> IO (Word64, Sender)
+openStream cluster ref ends = do
+  closed <- readTVarIO (clClosed cluster)
+  when closed $ throwIO ClusterClosed
+  sid <- atomicModifyIORef' (clNextJob cluster) (\n -> (n + 1, n))
+  reply <- newEmptyMVar
+  atomically $ writeTQueue (clInbox cluster) (OpenStream sid ref ends reply)
+  either throwIO (\s -> pure (sid, s)) =<< takeMVar reply
+
+-- | Stop a stream process early: its worker stops it, and late output is
+-- dropped.
+closeStream :: Cluster -> Word64 -> IO ()
+closeStream cluster sid = atomically $ writeTQueue (clInbox cluster) (CloseStream sid)
+
+-- | The cluster's configuration (after validation).
+clusterConfig :: Cluster -> Config
+clusterConfig = clConfig
+
+-- | Packet statistics of each connected worker's link, both directions,
+-- since it joined.
+clusterPacketStats :: Cluster -> IO [(WorkerId, PeerStats)]
+clusterPacketStats c = do
+  peers <- M.toList <$> readTVarIO (clPeers c)
+  forM peers $ \(wid, (sender, received)) -> do
+    sent <- senderStats sender
+    got <- readIORef received
+    pure (wid, sent { packetsReceived = packetsReceived got, messagesReceived = messagesReceived got
+                    , bytesReceived = bytesReceived got, maxReceivedPerPacket = maxReceivedPerPacket got })
 
 -- | Run one job on the cluster and wait for it. Jobs on one cluster run one
 -- at a time; a caller interrupted by an exception cancels its job.

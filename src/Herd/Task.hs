@@ -26,31 +26,34 @@ module Herd.Task
     -- * Using tasks (for the master and worker drivers)
   , TaskRef (..)
   , taskRef
-  , taskEncodeArgs
-  , taskDecodeResults
+  , taskArgEncoder
+  , taskResultDecoder
   , Runner (..)
-  , BatchFailure (..)
   , lookupRunner
+  , lookupTyped
+  , tryUser
+  , describePtr
   ) where
 
 import Control.Exception
-  (SomeAsyncException, SomeException, evaluate, fromException, throwIO, try, displayException)
+  (SomeAsyncException, SomeException, fromException, throwIO, try, displayException)
 import qualified Data.ByteString as B
-import Data.Store (Store, decode, encode)
-import Data.Typeable (Proxy (..), Typeable, typeRep)
+import Data.Store (Store)
+import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
 import GHC.Fingerprint (Fingerprint (..))
 import GHC.StaticPtr
   (StaticKey, StaticPtr, StaticPtrInfo (..), deRefStaticPtr, staticKey, staticPtrInfo,
    unsafeLookupStaticPtr)
-import Data.Typeable (typeRepFingerprint)
+import Herd.Packet (Encoder)
+import Herd.Wire.Value (decodeValue, forcedEncoder, valueEncoder)
 
 -- | A function from @a@ to @b@ that a worker can run, with what it takes to
 -- ship its arguments and results. Build one with 'task' inside a @static@
 -- form.
 data Task a b = Task
   { taskLabel   :: !(Maybe String)
-  , taskEncode  :: [a] -> B.ByteString
-  , taskDecode  :: Int -> B.ByteString -> Either String [b]
+  , taskEncodeArg :: a -> Encoder
+  , taskDecodeResult :: B.ByteString -> Either String b
   , taskRunner  :: !Runner
   }
 
@@ -60,71 +63,31 @@ data Runner = Runner
   { runnerArgType     :: !Fingerprint  -- ^ fingerprint of the argument type
   , runnerResultType  :: !Fingerprint  -- ^ fingerprint of the result type
   , runnerTypes       :: !String       -- ^ the function's type, for messages
-  , runnerRun         :: Int -> B.ByteString -> IO (Either BatchFailure B.ByteString)
-    -- ^ decode a batch of this many arguments, apply the function to each,
-    -- force and encode the results as one list.
+  , runnerApply       :: B.ByteString -> Either String (IO Encoder)
+    -- ^ decode one argument ('Left': it does not decode); the action
+    -- applies the function, forces the result and gives its encoder, and
+    -- throws what the function throws
   }
-
--- | Why a batch produced no results.
-data BatchFailure
-  = ArgumentsUndecodable String
-    -- ^ the arguments did not decode as the expected count of the argument type
-  | TaskThrew Int String
-    -- ^ the function threw on the task at this position in the batch
-  deriving (Eq, Show)
 
 -- | Wrap a function so that it can be shipped as a static pointer.
 task :: forall a b. (Store a, Store b, Typeable a, Typeable b) => (a -> b) -> Task a b
 task f = Task
   { taskLabel  = Nothing
-  , taskEncode = encode
-  , taskDecode = \count bytes -> do
-      checkListLength count bytes
-      either (Left . displayException) Right (decode bytes)
+  , taskEncodeArg = valueEncoder
+  , taskDecodeResult = decodeValue
   , taskRunner = Runner
       { runnerArgType    = typeRepFingerprint (typeRep (Proxy :: Proxy a))
       , runnerResultType = typeRepFingerprint (typeRep (Proxy :: Proxy b))
       , runnerTypes      = show (typeRep (Proxy :: Proxy a)) ++ " -> "
                              ++ show (typeRep (Proxy :: Proxy b))
-      , runnerRun        = run
+      , runnerApply      = \bytes -> case decodeValue bytes of
+          Left why -> Left why
+          Right (x :: a) -> Right (forcedEncoder (f x))
       }
   }
-  where
-    -- One decode and one encode per batch, not per task: per-task buffers
-    -- cost more than a microsecond task itself. Only when the batch throws
-    -- are the results forced one by one, to find the task that threw.
-    run count bytes = case checkListLength count bytes >> firstLeft (decode bytes) of
-      Left err -> pure (Left (ArgumentsUndecodable err))
-      Right (xs :: [a]) -> do
-            let ys = map f xs
-            whole <- tryUser (evaluate (encode ys))
-            case whole of
-              Right encoded -> pure (Right encoded)
-              Left batchMsg -> Left <$> firstFailure batchMsg (zip [0 ..] ys)
-    -- If no single result throws on its own, report the batch's own error.
-    firstFailure batchMsg [] = pure (TaskThrew 0 batchMsg)
-    firstFailure batchMsg ((i, y) : rest) = do
-      one <- tryUser (evaluate (encode y))
-      case one of
-        Left msg -> pure (TaskThrew i msg)
-        Right _ -> firstFailure batchMsg rest
 
-    firstLeft = either (Left . displayException) Right
-
--- | Check the element count a @store@-encoded list claims (its first eight
--- bytes, little-endian) against the count the envelope promised, before
--- @store@ sees it: store would otherwise allocate or loop for whatever
--- count a peer claims (a list of zero-size elements costs no bytes).
-checkListLength :: Int -> B.ByteString -> Either String ()
-checkListLength count bytes
-  | B.length bytes < 8 = Left "list shorter than its length field"
-  | claimed /= toInteger count =
-      Left ("list claims " ++ show claimed ++ " elements where the batch has " ++ show count)
-  | otherwise = Right ()
-  where
-    claimed = foldr (\w acc -> acc * 256 + toInteger w) 0 (B.unpack (B.take 8 bytes)) :: Integer
-
--- Run an action, turning any synchronous exception into its text.
+-- | Run user code, turning its exceptions (but not asynchronous ones,
+-- which are rethrown) into their text.
 tryUser :: IO x -> IO (Either String x)
 tryUser act = do
   outcome <- try act
@@ -134,58 +97,68 @@ tryUser act = do
       | Just (_ :: SomeAsyncException) <- fromException e -> throwIO e
       | otherwise -> pure (Left (displayException e))
 
--- | Give a task a human name, used in error messages and statistics.
+-- | Give a task a name for error messages and statistics.
 named :: String -> Task a b -> Task a b
 named label t = t { taskLabel = Just label }
 
--- | What a master sends to name a function: its static key, a readable
--- name, and the fingerprints of the types it expects.
+-- | What the master sends to name a function: its static key, a readable
+-- name, and the fingerprints of its argument and result types (a task's,
+-- or a stream process's element types).
 data TaskRef = TaskRef
   { refKey        :: !StaticKey
   , refName       :: !String
   , refArgType    :: !Fingerprint
   , refResultType :: !Fingerprint
-  } deriving (Eq, Show)
+  } deriving (Eq, Ord, Show)
 
--- | The reference a master sends for a static task.
+-- | The reference for a static task.
 taskRef :: StaticPtr (Task a b) -> TaskRef
 taskRef ptr = TaskRef
   { refKey        = staticKey ptr
-  , refName       = describe
+  , refName       = describePtr ptr (taskLabel t)
   , refArgType    = runnerArgType runner
   , refResultType = runnerResultType runner
   }
   where
     t = deRefStaticPtr ptr
     runner = taskRunner t
+
+-- | A readable name for a static pointer: its label if it has one, and
+-- where it was written.
+describePtr :: StaticPtr x -> Maybe String -> String
+describePtr ptr label = maybe ("static function at " ++ place) (\l -> l ++ " (" ++ place ++ ")") label
+  where
     info = staticPtrInfo ptr
     place = spInfoModuleName info ++ ":" ++ show (fst (spInfoSrcLoc info))
             ++ ":" ++ show (snd (spInfoSrcLoc info))
-    describe = maybe ("static task at " ++ place) (\l -> l ++ " (" ++ place ++ ")") (taskLabel t)
 
--- | Encode a batch of arguments on the master.
-taskEncodeArgs :: StaticPtr (Task a b) -> [a] -> B.ByteString
-taskEncodeArgs ptr = taskEncode (deRefStaticPtr ptr)
+-- | The master's encoder for one argument of a static task.
+taskArgEncoder :: StaticPtr (Task a b) -> a -> Encoder
+taskArgEncoder ptr = taskEncodeArg (deRefStaticPtr ptr)
 
--- | Decode a batch of results on the master, given how many it must hold.
-taskDecodeResults :: StaticPtr (Task a b) -> Int -> B.ByteString -> Either String [b]
-taskDecodeResults ptr = taskDecode (deRefStaticPtr ptr)
+-- | The master's decoder for one result of a static task.
+taskResultDecoder :: StaticPtr (Task a b) -> B.ByteString -> Either String b
+taskResultDecoder ptr = taskDecodeResult (deRefStaticPtr ptr)
 
 -- | Find the runner for a reference in this binary's static pointer table,
--- checking the types. 'Left' says why it cannot run, naming the function.
---
--- Keys are trusted to point at tasks once the peer has passed the build
--- handshake: a master of the same build only sends keys of @StaticPtr (Task
--- a b)@ values, which the compiler typed.
+-- checking the types; 'Left' says why it cannot run here.
 lookupRunner :: TaskRef -> IO (Either String Runner)
-lookupRunner ref = do
+lookupRunner = lookupTyped (\(t :: Task () ()) -> let r = taskRunner t in
+                              (r, runnerArgType r, runnerResultType r, runnerTypes r))
+
+-- | Look a reference up in the static pointer table as a value of type @x@
+-- (a 'Task' or a stream process, with its element types erased) and check
+-- its fingerprints. Sound because the master only sends keys of pointers
+-- of that kind, and a peer with another binary is refused at the handshake.
+lookupTyped :: (x -> (r, Fingerprint, Fingerprint, String)) -> TaskRef -> IO (Either String r)
+lookupTyped view ref = do
   found <- unsafeLookupStaticPtr (refKey ref)
   pure $ case found of
     Nothing -> Left ("unknown static key " ++ show (refKey ref) ++ " for " ++ refName ref
                      ++ ": this worker's binary has no such function")
-    Just (ptr :: StaticPtr (Task () ())) ->
-      let runner = taskRunner (deRefStaticPtr ptr)
-      in if runnerArgType runner /= refArgType ref || runnerResultType runner /= refResultType ref
+    Just ptr ->
+      let (r, argT, resT, types) = view (deRefStaticPtr ptr)
+      in if argT /= refArgType ref || resT /= refResultType ref
            then Left ("type mismatch for " ++ refName ref ++ ": the worker's function has type "
-                      ++ runnerTypes runner ++ ", the caller expected other types")
-           else Right runner
+                      ++ types ++ ", the caller expected other types")
+           else Right r

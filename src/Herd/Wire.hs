@@ -23,21 +23,31 @@ module Herd.Wire
     -- * Messages
   , ToWorker (..)
   , FromWorker (..)
-  , TaskOutcome
+  , toWorkerUrgency
+  , fromWorkerUrgency
   , encodeToWorker
   , decodeToWorker
   , encodeFromWorker
   , decodeFromWorker
+    -- * Encoders for the hot paths
+  , argEncoder
+  , resultEncoder
+  , streamInEncoder
+  , streamOutEncoder
   ) where
 
 import Control.Monad (unless, when)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Builder as BB
 import qualified Data.ByteString.Char8 as BC
-import qualified Data.ByteString.Lazy as BL
 import Data.Text (Text)
 import qualified Data.Text as T
-import Data.Word (Word16, Word32, Word64)
+import Data.Bits (shiftR)
+import Data.Word (Word16, Word32, Word64, Word8)
+import Foreign.Ptr (plusPtr)
+import Foreign.Storable (pokeByteOff)
+import Herd.Packet (Encoder (..), encodeBytes)
+import Herd.Packet.Policy (Urgency (..))
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.BuildId (shortBuildId)
 import Herd.Task (TaskRef (..))
@@ -45,7 +55,7 @@ import Herd.Wire.Codec
 
 -- | Version of this protocol; peers must match exactly.
 protocolVersion :: Word16
-protocolVersion = 2
+protocolVersion = 3
 
 -- | Largest handshake frame either side accepts.
 handshakeFrameLimit :: Int
@@ -71,6 +81,10 @@ data MasterReply
       , welcomeWorkerId :: !Word32
       , welcomeMaxFrame :: !Word32        -- ^ the frame cap the worker should apply too
       , welcomeLiveness :: !Word32        -- ^ milliseconds of silence after which a link is dead
+      , welcomeChunking :: !Bool          -- ^ gather messages into packets (else one per packet)
+      , welcomePacketBytes :: !Word32     -- ^ the packet buffer's capacity
+      , welcomePacketTimeoutUs :: !Word32 -- ^ microseconds a buffered message may wait
+      , welcomeStreamWindow :: !Word32    -- ^ stream elements in flight per direction
       }
   | Refused { refusedReason :: !Text }
   | Challenge { challengeNonce :: !B.ByteString }  -- ^ the master's nonce ("Herd.Auth")
@@ -119,7 +133,8 @@ checkHello ourBuild h
 -- | Encode the master's reply.
 encodeMasterReply :: MasterReply -> B.ByteString
 encodeMasterReply r = buildStrict $ BB.byteString magic <> putWord16 protocolVersion <> case r of
-  Welcome b w f l -> putWord8 0 <> putSizedBytes b <> putWord32 w <> putWord32 f <> putWord32 l
+  Welcome b w f l c pb pt sw -> putWord8 0 <> putSizedBytes b <> putWord32 w <> putWord32 f <> putWord32 l
+    <> putWord8 (if c then 1 else 0) <> putWord32 pb <> putWord32 pt <> putWord32 sw
   Refused why -> putWord8 1 <> putText why
   Challenge n -> putWord8 2 <> putSizedBytes n
   AuthAccepted p -> putWord8 3 <> putSizedBytes p
@@ -141,38 +156,46 @@ decodeMasterReply = runGet $ do
   tag <- getWord8
   case tag of
     0 -> Welcome <$> getSizedBytes <*> getWord32 <*> getWord32 <*> getWord32
+                 <*> ((/= 0) <$> getWord8) <*> getWord32 <*> getWord32 <*> getWord32
     1 -> Refused <$> getText
     2 -> Challenge <$> getSizedBytes
     3 -> AuthAccepted <$> getSizedBytes
     _ -> failGet ("unknown reply tag " ++ show tag)
 
--- | Outcome of a batch: the results, in task order, as one @store@-encoded
--- list; or the position in the batch of the first task that threw, with the
--- exception's text.
-type TaskOutcome = Either (Word32, Text) B.ByteString
-
--- | Messages from master to worker.
+-- | Messages from master to worker. After the handshake every frame is a
+-- packet ("Herd.Packet") of these.
 data ToWorker
   = RunBatch
       { runBatchId :: !Word64
       , runRef     :: !TaskRef
-      , runCount   :: !Word32         -- ^ number of tasks in the batch
-      , runArgs    :: !B.ByteString   -- ^ the arguments, in task order, as one @store@-encoded list
+      , runCount   :: !Word32   -- ^ the number of 'Arg' messages that follow
       }
-  | Shutdown
+    -- ^ Start a batch; its arguments follow as 'Arg' messages, in order.
+  | Arg !B.ByteString           -- ^ one task's @store@-encoded argument
+  | Shutdown                    -- ^ stop serving and exit
+  | StreamOpen !Word64 !TaskRef -- ^ instantiate a stream process under this number
+  | StreamIn !Word64 !B.ByteString  -- ^ one input element
+  | StreamEnd !Word64           -- ^ the input list ended
+  | StreamCredit !Word64 !Word32    -- ^ the caller consumed this many more output elements
+  | StreamClose !Word64         -- ^ the caller wants no more output: stop the process
   deriving (Eq, Show)
 
 -- | Messages from worker to master.
 data FromWorker
-  = BatchResult
-      { resultBatchId :: !Word64
-      , resultBusyNs  :: !Word64          -- ^ time spent computing the batch
-      , resultOutcome :: !TaskOutcome     -- ^ all results, or the first failure
+  = Result !B.ByteString        -- ^ the next task's @store@-encoded result, in batch order
+  | BatchDone
+      { doneBatchId :: !Word64
+      , doneBusyNs  :: !Word64  -- ^ time spent computing the batch
       }
-  | BatchRejected
-      { rejectedBatchId :: !Word64
-      , rejectedReason  :: !Text          -- ^ why the function cannot run here
-      }
+    -- ^ Every task of the batch gave a 'Result'.
+  | TaskThrew !Word64 !Word32 !Text
+    -- ^ The task at this position of the batch threw (results before it
+    -- were sent; none after it will be).
+  | BatchRejected !Word64 !Text  -- ^ the function cannot run here; no result was sent
+  | StreamOut !Word64 !B.ByteString  -- ^ one output element
+  | StreamDone !Word64           -- ^ the output list ended
+  | StreamAborted !Word64 !Text   -- ^ the process threw, or could not start
+  | StreamTaken !Word64 !Word32  -- ^ the process consumed this many more input elements
   deriving (Eq, Show)
 
 putFingerprint :: Fingerprint -> BB.Builder
@@ -181,55 +204,115 @@ putFingerprint (Fingerprint a b) = putWord64 a <> putWord64 b
 getFingerprint :: Get Fingerprint
 getFingerprint = Fingerprint <$> getWord64 <*> getWord64
 
--- | Encode a message to a worker (lazily, so big batches are not copied).
-encodeToWorker :: ToWorker -> BL.ByteString
-encodeToWorker msg = BB.toLazyByteString $ case msg of
-  RunBatch bid ref count args ->
-    putWord8 1 <> putWord64 bid
-    <> putFingerprint (refKey ref) <> putText (T.pack (refName ref))
-    <> putFingerprint (refArgType ref) <> putFingerprint (refResultType ref)
-    <> putWord32 count <> putSizedBytes args
-  Shutdown -> putWord8 2
+putRef :: TaskRef -> BB.Builder
+putRef ref = putFingerprint (refKey ref) <> putText (T.pack (refName ref))
+             <> putFingerprint (refArgType ref) <> putFingerprint (refResultType ref)
 
--- | Decode a message to a worker.
+getRef :: Get TaskRef
+getRef = do
+  key <- getFingerprint
+  name <- getText
+  TaskRef key (T.unpack name) <$> getFingerprint <*> getFingerprint
+
+getRest :: Get B.ByteString
+getRest = remaining >>= getBytes
+
+-- | How soon a message to a worker must leave: control messages and the
+-- last word of a stream at once, data may wait for company.
+toWorkerUrgency :: ToWorker -> Urgency
+toWorkerUrgency msg = case msg of
+  RunBatch {} -> Bulk
+  Arg _ -> Bulk
+  StreamOpen _ _ -> Bulk
+  StreamIn _ _ -> Bulk
+  _ -> Urgent
+
+-- | How soon a message to the master must leave.
+fromWorkerUrgency :: FromWorker -> Urgency
+fromWorkerUrgency msg = case msg of
+  Result _ -> Bulk
+  BatchDone _ _ -> Bulk
+  StreamOut _ _ -> Bulk
+  _ -> Urgent
+
+-- | The encoder of a message to a worker.
+encodeToWorker :: ToWorker -> Encoder
+encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
+    Arg v -> putWord8 2 <> BB.byteString v
+    StreamIn sid v -> putWord8 5 <> putWord64 sid <> BB.byteString v
+    RunBatch bid ref count -> putWord8 1 <> putWord64 bid <> putRef ref <> putWord32 count
+    Shutdown -> putWord8 3
+    StreamOpen sid ref -> putWord8 4 <> putWord64 sid <> putRef ref
+    StreamEnd sid -> putWord8 6 <> putWord64 sid
+    StreamCredit sid n -> putWord8 7 <> putWord64 sid <> putWord32 n
+    StreamClose sid -> putWord8 8 <> putWord64 sid
+
+-- | Decode one message to a worker (a value inside is a slice of the input).
 decodeToWorker :: B.ByteString -> Either String ToWorker
 decodeToWorker = runGet $ do
   tag <- getWord8
   case tag of
-    1 -> do
-      bid <- getWord64
-      key <- getFingerprint
-      name <- getText
-      argT <- getFingerprint
-      resT <- getFingerprint
-      count <- getWord32
-      args <- getSizedBytes
-      pure (RunBatch bid (TaskRef key (T.unpack name) argT resT) count args)
-    2 -> pure Shutdown
+    1 -> RunBatch <$> getWord64 <*> getRef <*> getWord32
+    2 -> Arg <$> getRest
+    3 -> pure Shutdown
+    4 -> StreamOpen <$> getWord64 <*> getRef
+    5 -> StreamIn <$> getWord64 <*> getRest
+    6 -> StreamEnd <$> getWord64
+    7 -> StreamCredit <$> getWord64 <*> getWord32
+    8 -> StreamClose <$> getWord64
     _ -> failGet ("unknown message tag " ++ show tag)
 
--- | Encode a message from a worker.
-encodeFromWorker :: FromWorker -> BL.ByteString
-encodeFromWorker msg = BB.toLazyByteString $ case msg of
-  BatchResult bid busy outcome ->
-    putWord8 1 <> putWord64 bid <> putWord64 busy <> case outcome of
-      Right bytes -> putWord8 0 <> putSizedBytes bytes
-      Left (pos, err) -> putWord8 1 <> putWord32 pos <> putText err
-  BatchRejected bid why -> putWord8 2 <> putWord64 bid <> putText why
+-- | The encoder of a message to the master.
+encodeFromWorker :: FromWorker -> Encoder
+encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
+  Result v -> putWord8 1 <> BB.byteString v
+  BatchDone bid busy -> putWord8 2 <> putWord64 bid <> putWord64 busy
+  TaskThrew bid pos why -> putWord8 3 <> putWord64 bid <> putWord32 pos <> putText why
+  BatchRejected bid why -> putWord8 4 <> putWord64 bid <> putText why
+  StreamOut sid v -> putWord8 5 <> putWord64 sid <> BB.byteString v
+  StreamDone sid -> putWord8 6 <> putWord64 sid
+  StreamAborted sid why -> putWord8 7 <> putWord64 sid <> putText why
+  StreamTaken sid n -> putWord8 8 <> putWord64 sid <> putWord32 n
 
--- | Decode a message from a worker.
+-- | Decode one message to the master (a value inside is a slice of the input).
 decodeFromWorker :: B.ByteString -> Either String FromWorker
 decodeFromWorker = runGet $ do
   tag <- getWord8
   case tag of
-    1 -> do
-      bid <- getWord64
-      busy <- getWord64
-      status <- getWord8
-      outcome <- case status of
-        0 -> Right <$> getSizedBytes
-        1 -> (\p t -> Left (p, t)) <$> getWord32 <*> getText
-        _ -> failGet ("unknown batch status " ++ show status)
-      pure (BatchResult bid busy outcome)
-    2 -> BatchRejected <$> getWord64 <*> getText
+    1 -> Result <$> getRest
+    2 -> BatchDone <$> getWord64 <*> getWord64
+    3 -> TaskThrew <$> getWord64 <*> getWord32 <*> getText
+    4 -> BatchRejected <$> getWord64 <*> getText
+    5 -> StreamOut <$> getWord64 <*> getRest
+    6 -> StreamDone <$> getWord64
+    7 -> StreamAborted <$> getWord64 <*> getText
+    8 -> StreamTaken <$> getWord64 <*> getWord32
     _ -> failGet ("unknown message tag " ++ show tag)
+
+-- | The encoder of a 'Result' message whose value is written by the given
+-- encoder (no intermediate copy: the hot path of every task).
+resultEncoder :: Encoder -> Encoder
+resultEncoder = tagged 1
+
+-- | The encoder of an 'Arg' message (the hot path on the master).
+argEncoder :: Encoder -> Encoder
+argEncoder = tagged 2
+
+-- | The encoder of a 'StreamIn' message.
+streamInEncoder :: Word64 -> Encoder -> Encoder
+streamInEncoder sid = taggedStream 5 sid
+
+-- | The encoder of a 'StreamOut' message.
+streamOutEncoder :: Word64 -> Encoder -> Encoder
+streamOutEncoder sid = taggedStream 5 sid
+
+tagged :: Word8 -> Encoder -> Encoder
+tagged tag (Encoder n write) = Encoder (n + 1) $ \p -> do
+  pokeByteOff p 0 tag
+  write (p `plusPtr` 1)
+
+taggedStream :: Word8 -> Word64 -> Encoder -> Encoder
+taggedStream tag sid (Encoder n write) = Encoder (n + 9) $ \p -> do
+  pokeByteOff p 0 tag
+  mapM_ (\i -> pokeByteOff p (1 + i) (fromIntegral (sid `shiftR` (8 * (7 - i))) :: Word8)) [0 .. 7]
+  write (p `plusPtr` 9)

@@ -18,6 +18,8 @@ module Herd.Transport.Tcp
   , connectTcp
   , sendFrame
   , recvFrame
+  , sendFrameStrict
+  , hasBufferedFrame
   , closeConnection
   , setLiveness
   ) where
@@ -116,6 +118,20 @@ sendFrame :: Connection -> BL.ByteString -> IO ()
 sendFrame conn body = withMVar (connSendLock conn) $ \_ ->
   NSL.sendAll (connSocket conn) $
     BB.toLazyByteString (BB.word32BE (fromIntegral (BL.length body))) <> body
+
+-- | Send one frame whose body is a strict string (one gathered write).
+sendFrameStrict :: Connection -> B.ByteString -> IO ()
+sendFrameStrict conn body = withMVar (connSendLock conn) $ \_ ->
+  NSB.sendMany (connSocket conn)
+    [BL.toStrict (BB.toLazyByteString (BB.word32BE (fromIntegral (B.length body)))), body]
+
+-- | Whether a whole frame has already been read from the socket, so the
+-- next 'recvFrame' will not wait.
+hasBufferedFrame :: Connection -> IO Bool
+hasBufferedFrame conn = do
+  pending <- readIORef (connPending conn)
+  pure $ B.length pending >= 4 &&
+    B.length pending - 4 >= B.foldl' (\acc w -> (acc `shiftL` 8) .|. fromIntegral w) 0 (B.take 4 pending)
 
 -- | Receive one frame of at most the given size. 'Nothing' means the peer
 -- closed the connection cleanly between frames; a frame over the cap or cut

@@ -1,0 +1,124 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | Eden-style stream processes: a list function instantiated on a worker,
+-- fed the caller's list element by element as it is produced, its output
+-- coming back element by element and consumed lazily.
+--
+-- > sorter :: StaticPtr (Process Int Int)      -- in a non-Main module
+-- > sorter = static (process sort)
+-- >
+-- > sorted <- withStream cluster sorter xs (evaluate . force)
+--
+-- Promises:
+--
+-- * the input is not forced in full first: each element is evaluated and
+--   sent when the flow allows, so an infinite input with a finite demand
+--   works;
+-- * flow is bounded: at most 'configStreamWindow' elements are in flight in
+--   each direction, so a fast producer or a slow consumer cannot grow
+--   memory without bound (credit-based flow control);
+-- * a process that throws, cannot start, or whose worker is lost ends the
+--   output list with 'StreamFailed' naming it, thrown where the caller
+--   reaches that point of the list. Stream processes are not re-run
+--   elsewhere: their input is consumed as it is sent.
+module Herd.Stream
+  ( Process
+  , process
+  , namedProcess
+  , withStream
+  , instantiate
+  ) where
+
+import Control.Concurrent (ThreadId, forkIO, killThread)
+import Control.Concurrent.STM
+import Control.Exception
+import Control.Monad (when)
+import Data.IORef
+import Data.Word (Word64)
+import GHC.StaticPtr (StaticPtr)
+import Herd.Config (Config (..))
+import Herd.Error (HerdError (..))
+import Herd.Master
+import Herd.Packet (flushIdle, sendMessage)
+import Herd.Packet.Policy (Urgency (..))
+import Herd.Process
+import Herd.Task (refName)
+import Herd.Wire (ToWorker (..), encodeToWorker, streamInEncoder)
+import System.IO.Unsafe (unsafeInterleaveIO)
+
+-- | Instantiate the process on a worker, give it the list, and run the body
+-- with its output. When the body returns (or throws) the remote process is
+-- stopped and the rest of its input is no longer read; use this when the
+-- body may not consume the whole output (an infinite stream, say).
+withStream :: Cluster -> StaticPtr (Process a b) -> [a] -> ([b] -> IO r) -> IO r
+withStream cluster ptr xs body =
+  bracket (start cluster ptr xs) stop (\(_, _, out) -> body out)
+  where
+    stop (sid, feeder, _) = do
+      killThread feeder
+      closeStream cluster sid
+
+-- | Instantiate the process on a worker and give it the list; its output
+-- comes back lazily (Eden's @process f # xs@, in IO). The remote process
+-- ends when its output ends; a caller that may stop reading early should
+-- use 'withStream', so the process does not wait for credit until the
+-- cluster closes.
+instantiate :: Cluster -> StaticPtr (Process a b) -> [a] -> IO [b]
+instantiate cluster ptr xs = (\(_, _, out) -> out) <$> start cluster ptr xs
+
+start :: Cluster -> StaticPtr (Process a b) -> [a] -> IO (Word64, ThreadId, [b])
+start cluster ptr xs = do
+  let window = configStreamWindow (clusterConfig cluster)
+      ref = processRef ptr
+      name = refName ref
+      encodeIn = processInEncoder ptr
+      decodeOut = processOutDecoder ptr
+      half = max 1 (window `div` 2)
+  ends <- StreamEnds <$> newTQueueIO <*> newTVarIO window <*> newIORef window
+  (sid, sender) <- openStream cluster ref ends
+  let credit = endsCredit ends
+      feed [] = sendMessage sender Urgent (encodeToWorker (StreamEnd sid))
+      feed (y : ys) = do
+        free <- readTVarIO credit
+        when (free <= 0) $ do
+          -- nothing else to send until the worker takes more: flush
+          flushIdle sender
+          atomically $ readTVar credit >>= \c -> when (c <= 0) retry
+        atomically $ modifyTVar' credit (subtract 1)
+        enc <- evaluate (encodeIn y)
+        sendMessage sender Bulk (streamInEncoder sid enc)
+        feed ys
+      feeder = do
+        outcome <- try (feed xs)
+        case outcome of
+          Right () -> pure ()
+          Left (e :: SomeException)
+            | Just (_ :: SomeAsyncException) <- fromException e -> pure ()
+            | Just BlockedIndefinitelyOnSTM <- fromException e -> pure ()
+            | otherwise -> do
+                -- an input element threw: end the stream with that error
+                atomically $ writeTQueue (endsOutput ends)
+                  (StreamBroken ("evaluating an input element threw: " ++ displayException e))
+                closeStream cluster sid
+  tid <- forkIO feeder
+  consumed <- newIORef (0 :: Int)
+  let next = do
+        event <- atomically (readTQueue (endsOutput ends))
+        case event of
+          StreamFinished -> pure []
+          StreamBroken why -> throwIO (StreamFailed name why)
+          StreamElements encoded -> do
+            let k = length encoded
+            atomicModifyIORef' (endsAllowed ends) (\a -> (a + k, ()))
+            total <- atomicModifyIORef' consumed (\c -> (c + k, c + k))
+            when (total >= half) $ do
+              writeIORef consumed 0
+              sendMessage sender Urgent (encodeToWorker (StreamCredit sid (fromIntegral total)))
+            rest <- unsafeInterleaveIO next
+            pure (map (decodeOrThrow name decodeOut) encoded ++ rest)
+  out <- unsafeInterleaveIO next
+  pure (sid, tid, out)
+
+decodeOrThrow :: String -> (b' -> Either String b) -> b' -> b
+decodeOrThrow name decode bytes = case decode bytes of
+  Right y -> y
+  Left why -> throw (StreamFailed name ("an output element does not decode: " ++ why))
