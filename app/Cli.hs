@@ -6,6 +6,10 @@ module Cli
 
 import qualified Bench.Models as Models
 import qualified Bench.Nursery as Nursery
+import qualified Bench.Throughput as Throughput
+import qualified Bench.Echo as Echo
+import qualified Bench.Parsort as Parsort
+import qualified Bench.Mandelbrot as Mandelbrot
 import Data.Char (isDigit)
 import qualified Demo
 import Herd.Config (SecretSource (..), parseHostList)
@@ -17,6 +21,10 @@ data Command
   = DemoCmd Demo.Options
   | BenchModels Models.Options
   | BenchNursery Nursery.Options
+  | BenchThroughput Throughput.Options
+  | BenchEcho Echo.Options
+  | BenchParsort Parsort.Options
+  | BenchMandelbrot Mandelbrot.Options
   | WorkerCmd WorkerOptions
 
 -- | Parse the command line and run the command.
@@ -29,6 +37,10 @@ run = do
     DemoCmd o -> Demo.run o
     BenchModels o -> Models.run o
     BenchNursery o -> Nursery.run o
+    BenchThroughput o -> Throughput.run o
+    BenchEcho o -> Echo.run o
+    BenchParsort o -> Parsort.run o
+    BenchMandelbrot o -> Mandelbrot.run o
     WorkerCmd o -> runWorker o
 
 commands :: Parser Command
@@ -44,7 +56,58 @@ benchCommands = hsubparser
   ( command "models" (info (BenchModels <$> modelsOptions)
       (progDesc "The HaLVM study's Table 1 and Figure 3: one Fibonacci farm under five parallel models"))
  <> command "nursery" (info (BenchNursery <$> nurseryOptions)
-      (progDesc "Time an allocation-heavy farm under several worker nursery sizes (+RTS -A)")) )
+      (progDesc "Time an allocation-heavy farm under several worker nursery sizes (+RTS -A)"))
+ <> command "throughput" (info (BenchThroughput <$> throughputOptions)
+      (progDesc "Tiny tasks per second through the farm, dynamic chunking on and off"))
+ <> command "echo" (info (BenchEcho <$> echoOptions)
+      (progDesc "Eden's figure 5: a stream process id echoing items of several sizes, chunking on and off"))
+ <> command "parsort" (info (BenchParsort <$> parsortOptions)
+      (progDesc "Eden's parsort, parsortchunk and parsortchunk2, chunking on and off"))
+ <> command "mandelbrot" (info (BenchMandelbrot <$> mandelbrotOptions)
+      (progDesc "Eden's Mandelbrot picture, one row per task or static chunks of rows, chunking on and off")) )
+
+echoOptions :: Parser Echo.Options
+echoOptions = Echo.Options
+  <$> option (positiveInt "an item count" 10000000) (long "items" <> metavar "N" <> value 10000 <> showDefault
+                          <> help "items echoed per run")
+  <*> option (countListArg "item sizes in words" 1000000) (long "words" <> metavar "LIST" <> value [1, 10, 100, 300, 1000]
+                          <> showDefaultWith (const "1,10,100,300,1000") <> help "item sizes in machine words")
+  <*> switch (long "json" <> help "end with one line of JSON")
+
+parsortOptions :: Parser Parsort.Options
+parsortOptions = Parsort.Options
+  <$> option (positiveInt "a list length" 100000000) (long "n" <> metavar "N" <> value 100000 <> showDefault
+                          <> help "numbers to sort")
+  <*> option (countListArg "chunk sizes" 100000000) (long "chunks" <> metavar "LIST" <> value [10, 100, 1000, 10000]
+                          <> showDefaultWith (const "10,100,1000,10000") <> help "static chunk sizes to sweep")
+  <*> switch (long "json" <> help "end with one line of JSON")
+
+mandelbrotOptions :: Parser Mandelbrot.Options
+mandelbrotOptions = Mandelbrot.Options
+  <$> option (positiveInt "a picture size" 20000) (long "size" <> metavar "N" <> value 300 <> showDefault
+                          <> help "picture width and height in pixels")
+  <*> option (positiveInt "an iteration cap" 1000000) (long "iterations" <> metavar "K" <> value 2000 <> showDefault
+                          <> help "iterations per pixel at most")
+  <*> option (countListArg "chunk sizes" 20000) (long "chunks" <> metavar "LIST" <> value [2, 5, 10, 25, 50]
+                          <> showDefaultWith (const "2,5,10,25,50") <> help "static chunk sizes (rows per task) to sweep")
+  <*> switch (long "json" <> help "end with one line of JSON")
+
+countListArg :: String -> Int -> ReadM [Int]
+countListArg what limit = eitherReader $ \s ->
+  let items = words (map (\c -> if c == ',' then ' ' else c) s)
+      ok item = not (null item) && all isDigit item && length item < 10 && read item >= (1 :: Int)
+                && read item <= limit
+  in if not (null items) && all ok items then Right (map read items)
+     else Left ("expected " ++ what ++ ": whole numbers from 1 to " ++ show limit
+                ++ " separated by commas, got " ++ show s)
+
+throughputOptions :: Parser Throughput.Options
+throughputOptions = Throughput.Options
+  <$> option (positiveInt "a task count" 1000000000) (long "tasks" <> metavar "N" <> value 20000000 <> showDefault
+                          <> help "tasks with chunking on")
+  <*> optional (option (positiveInt "a task count" 1000000000) (long "tasks-off" <> metavar "N"
+                          <> help "tasks with chunking off (default: a tenth of --tasks)"))
+  <*> switch (long "json" <> help "end with one line of JSON")
 
 nurseryOptions :: Parser Nursery.Options
 nurseryOptions = Nursery.Options

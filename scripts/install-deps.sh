@@ -6,7 +6,7 @@ packages=(
   ghc cabal-install
   libghc-store-dev libghc-store-core-dev libghc-network-dev libghc-async-dev
   libghc-optparse-applicative-dev libghc-parallel-dev
-  libghc-cryptonite-dev libghc-memory-dev libghc-clock-dev libghc-primitive-dev
+  libghc-cryptonite-dev libghc-memory-dev libghc-clock-dev libghc-primitive-dev libghc-vector-dev
   libghc-hspec-dev libghc-quickcheck2-dev
   # the integration tests start real components: sshd, SLURM with munge,
   # and network namespaces

@@ -78,13 +78,12 @@ runFarm cluster f xs stage accept = do
       spec = JobSpec
         { specTasks = n
         , specRef = taskRef f
-        , specArg = \i -> do
+        , specCheck = \i -> do
             x <- evaluate (indexArray args i)
-            enc@(Encoder _ _) <- evaluate (encodeArg x)
-            pure enc
-        , specStage = \i bytes -> case decodeResult bytes of
-            Left why -> throwIO (ErrorCall why)
-            Right y -> stage i y
+            Encoder _ _ <- evaluate (encodeArg x)
+            pure ()
+        , specArg = encodeArg . indexArray args
+        , specStage = \i bytes -> decodeResult bytes >>= stage i
         , specAccept = accept . rangeIndices
         }
   result <- runJob cluster spec

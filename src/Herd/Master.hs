@@ -118,9 +118,10 @@ data Cluster = Cluster
 data JobSpec = JobSpec
   { specTasks    :: !Int
   , specRef      :: !TaskRef
-  , specArg      :: Int -> IO Encoder
-    -- ^ evaluate task @i@'s argument and give its encoder (throws what
-    -- the argument throws)
+  , specCheck    :: Int -> IO ()
+    -- ^ evaluate task @i@'s argument (throws what it throws)
+  , specArg      :: Int -> Encoder
+    -- ^ the encoder of task @i@'s argument, once checked
   , specStage    :: Int -> B.ByteString -> IO ()
     -- ^ decode task @i@'s result and keep it (throws if it does not
     -- decode); a task may be staged twice when its worker was lost
@@ -647,14 +648,14 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
         (Just l, Just r) -> do
           let spec = runSpec r
               indices = rangeIndices ranges
-          encoders <- evaluateArgs spec indices
-          case encoders of
+          checked <- checkArgs spec indices
+          case checked of
             Left (i, why) -> abortRunning st (\name -> ArgumentError i name why)
-            Right encs -> do
+            Right () -> do
               modifyIORef' (linkExpect l) (++ [Expect bid indices 0 (specStage spec)])
               sent <- try $ sendMessages (linkSender l) Bulk
                 (encodeToWorker (RunBatch bid (specRef spec) (fromIntegral (length indices)))
-                 : map argEncoder encs)
+                 : map (argEncoder . specArg spec) indices)
               case sent of
                 Right () -> if null (lsRequeued st) then pure st else noteRerun t wid ranges st
                 Left (e :: SomeException) -> do
@@ -673,14 +674,16 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
       FinishJob jid stats -> finish jid (const (Right stats)) st
       AbortJob jid failure _ -> finish jid (Left . toError failure) st
 
-    evaluateArgs spec = goArgs []
+    -- evaluate every argument first, so one that throws ends the job
+    -- before any of its batch is sent
+    checkArgs spec = goArgs
       where
-        goArgs acc [] = pure (Right (reverse acc))
-        goArgs acc (i : is) = do
-          enc <- tryUser (specArg spec i)
-          case enc of
+        goArgs [] = pure (Right ())
+        goArgs (i : is) = do
+          ok <- tryUser (specCheck spec i)
+          case ok of
             Left why -> pure (Left (i, why))
-            Right e -> goArgs (e : acc) is
+            Right () -> goArgs is
 
     -- end the running job with an error
     abortRunning st mkError = case lsRunning st of

@@ -220,6 +220,20 @@ timerLoop s = do
 addOne :: Sender -> Double -> Urgency -> Encoder -> IO ()
 addOne s now urgency enc@(Encoder size write) = do
   fill <- readIORef (sFill s)
+  if joinsQuietly (sPolicy s) now urgency size fill
+    then do
+      -- the common case, decided without building a plan
+      buf <- readIORef (sBuffer s)
+      withForeignPtr buf $ \p -> do
+        let at = p `plusPtr` (4 + fillBytes fill)
+        write (at `plusPtr` 4)
+        pokeWord32 at (fromIntegral size)
+      writeIORef (sFill s) $! fill { fillBytes = fillBytes fill + size + messageOverhead
+                                   , fillCount = fillCount fill + 1 }
+    else addPlanned s now urgency enc fill
+
+addPlanned :: Sender -> Double -> Urgency -> Encoder -> Fill -> IO ()
+addPlanned s now urgency enc@(Encoder size write) fill = do
   let plan = planAdd (sPolicy s) now urgency size fill
   mapM_ (flush s) (planBefore plan)
   case planAlone plan of
@@ -274,29 +288,38 @@ pokeWord32 p w = do
   pokeByteOff p 3 (fromIntegral w :: Word8)
 
 -- | Split a packet into its messages, checking the count and every length
--- against the bytes present; at most @maxMessages@ messages are accepted.
+-- against the bytes present first (so nothing of a bad packet is used); at
+-- most @maxMessages@ messages are accepted. The messages are slices of the
+-- packet, produced as they are consumed.
 splitPacket :: Int -> B.ByteString -> Either String [B.ByteString]
 splitPacket maxMessages packet
-  | B.length packet < 4 = Left ("packet of " ++ show (B.length packet) ++ " bytes has no message count")
+  | total < 4 = Left ("packet of " ++ show total ++ " bytes has no message count")
   | count > maxMessages = Left ("packet claims " ++ show count ++ " messages, more than the limit of "
                                 ++ show maxMessages)
-  | otherwise = go count 4 []
+  | otherwise = check count 4
   where
     count = word32At packet 0
     total = B.length packet
-    go :: Int -> Int -> [B.ByteString] -> Either String [B.ByteString]
-    go 0 !off acc
-      | off == total = Right (reverse acc)
+    check :: Int -> Int -> Either String [B.ByteString]
+    check 0 !off
+      | off == total = Right (slices count 4)
       | otherwise = Left ("packet holds " ++ show (total - off) ++ " bytes after its "
                           ++ show count ++ " messages")
-    go k !off acc
+    check k !off
       | total - off < 4 = Left ("packet claims " ++ show count ++ " messages but holds only "
                                 ++ show (count - k) ++ " (ends inside a length)")
       | len > total - off - 4 = Left ("message " ++ show (count - k) ++ " claims " ++ show len
                                       ++ " bytes but the packet holds " ++ show (total - off - 4))
       | len == 0 = Left ("message " ++ show (count - k) ++ " is empty")
-      | otherwise = go (k - 1) (off + 4 + len) (BU.unsafeTake len (BU.unsafeDrop (off + 4) packet) : acc)
+      | otherwise = check (k - 1) (off + 4 + len)
       where len = word32At packet off
+    slices :: Int -> Int -> [B.ByteString]
+    slices 0 _ = []
+    slices k off = let len = word32At packet off
+                   in BU.unsafeTake len (BU.unsafeDrop (off + 4) packet) : slices (k - 1) (off + 4 + len)
 
 word32At :: B.ByteString -> Int -> Int
-word32At bs off = foldl (\acc i -> (acc `shiftL` 8) .|. fromIntegral (BU.unsafeIndex bs (off + i))) 0 [0 .. 3]
+word32At bs off =
+  (byte 0 `shiftL` 24) .|. (byte 1 `shiftL` 16) .|. (byte 2 `shiftL` 8) .|. byte 3
+  where byte i = fromIntegral (BU.unsafeIndex bs (off + i)) :: Int
+{-# INLINE word32At #-}

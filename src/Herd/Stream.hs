@@ -76,19 +76,26 @@ start cluster ptr xs = do
   ends <- StreamEnds <$> newTQueueIO <*> newTVarIO window <*> newIORef window
   (sid, sender) <- openStream cluster ref ends
   let credit = endsCredit ends
-      feed [] = sendMessage sender Urgent (encodeToWorker (StreamEnd sid))
-      feed (y : ys) = do
-        free <- readTVarIO credit
-        when (free <= 0) $ do
+      -- take all the credit granted so far at once, so the STM cost is per
+      -- grant, not per element
+      takeCredit = do
+        granted <- atomically $ swapTVar credit 0
+        if granted > 0 then pure granted else do
           -- nothing else to send until the worker takes more: flush
           flushIdle sender
-          atomically $ readTVar credit >>= \c -> when (c <= 0) retry
-        atomically $ modifyTVar' credit (subtract 1)
+          atomically $ do
+            c <- readTVar credit
+            when (c <= 0) retry
+            writeTVar credit 0
+            pure c
+      feed _ [] = sendMessage sender Urgent (encodeToWorker (StreamEnd sid))
+      feed free (y : ys) = do
+        free' <- if free > 0 then pure free else takeCredit
         enc <- evaluate (encodeIn y)
         sendMessage sender Bulk (streamInEncoder sid enc)
-        feed ys
+        feed (free' - 1) ys
       feeder = do
-        outcome <- try (feed xs)
+        outcome <- try (feed (0 :: Int) xs)
         case outcome of
           Right () -> pure ()
           Left (e :: SomeException)

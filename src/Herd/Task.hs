@@ -45,7 +45,7 @@ import GHC.StaticPtr
   (StaticKey, StaticPtr, StaticPtrInfo (..), deRefStaticPtr, staticKey, staticPtrInfo,
    unsafeLookupStaticPtr)
 import Herd.Packet (Encoder)
-import Herd.Wire.Value (decodeValue, forcedEncoder, valueEncoder)
+import Herd.Wire.Value (decodeValueIO, forcedEncoder, valueEncoder)
 
 -- | A function from @a@ to @b@ that a worker can run, with what it takes to
 -- ship its arguments and results. Build one with 'task' inside a @static@
@@ -53,7 +53,7 @@ import Herd.Wire.Value (decodeValue, forcedEncoder, valueEncoder)
 data Task a b = Task
   { taskLabel   :: !(Maybe String)
   , taskEncodeArg :: a -> Encoder
-  , taskDecodeResult :: B.ByteString -> Either String b
+  , taskDecodeResult :: B.ByteString -> IO b
   , taskRunner  :: !Runner
   }
 
@@ -63,7 +63,7 @@ data Runner = Runner
   { runnerArgType     :: !Fingerprint  -- ^ fingerprint of the argument type
   , runnerResultType  :: !Fingerprint  -- ^ fingerprint of the result type
   , runnerTypes       :: !String       -- ^ the function's type, for messages
-  , runnerApply       :: B.ByteString -> Either String (IO Encoder)
+  , runnerApply       :: B.ByteString -> IO (Either String (IO Encoder))
     -- ^ decode one argument ('Left': it does not decode); the action
     -- applies the function, forces the result and gives its encoder, and
     -- throws what the function throws
@@ -74,15 +74,17 @@ task :: forall a b. (Store a, Store b, Typeable a, Typeable b) => (a -> b) -> Ta
 task f = Task
   { taskLabel  = Nothing
   , taskEncodeArg = valueEncoder
-  , taskDecodeResult = decodeValue
+  , taskDecodeResult = decodeValueIO
   , taskRunner = Runner
       { runnerArgType    = typeRepFingerprint (typeRep (Proxy :: Proxy a))
       , runnerResultType = typeRepFingerprint (typeRep (Proxy :: Proxy b))
       , runnerTypes      = show (typeRep (Proxy :: Proxy a)) ++ " -> "
                              ++ show (typeRep (Proxy :: Proxy b))
-      , runnerApply      = \bytes -> case decodeValue bytes of
-          Left why -> Left why
-          Right (x :: a) -> Right (forcedEncoder (f x))
+      , runnerApply      = \bytes -> do
+          decoded <- try (decodeValueIO bytes)
+          pure $ case decoded of
+            Left (e :: SomeException) -> Left (displayException e)
+            Right (x :: a) -> Right (forcedEncoder (f x))
       }
   }
 
@@ -136,8 +138,9 @@ describePtr ptr label = maybe ("static function at " ++ place) (\l -> l ++ " (" 
 taskArgEncoder :: StaticPtr (Task a b) -> a -> Encoder
 taskArgEncoder ptr = taskEncodeArg (deRefStaticPtr ptr)
 
--- | The master's decoder for one result of a static task.
-taskResultDecoder :: StaticPtr (Task a b) -> B.ByteString -> Either String b
+-- | The master's decoder for one result of a static task (throws if the
+-- bytes are not one value of the result type).
+taskResultDecoder :: StaticPtr (Task a b) -> B.ByteString -> IO b
 taskResultDecoder ptr = taskDecodeResult (deRefStaticPtr ptr)
 
 -- | Find the runner for a reference in this binary's static pointer table,

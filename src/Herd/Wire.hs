@@ -1,3 +1,4 @@
+{-# LANGUAGE BangPatterns #-}
 -- | herd's protocol: the handshake and the messages between master and
 -- worker, with their encodings.
 --
@@ -42,7 +43,8 @@ import qualified Data.ByteString.Builder as BB
 import qualified Data.ByteString.Char8 as BC
 import Data.Text (Text)
 import qualified Data.Text as T
-import Data.Bits (shiftR)
+import Data.Bits (shiftL, shiftR, (.|.))
+import qualified Data.ByteString.Unsafe as BU
 import Data.Word (Word16, Word32, Word64, Word8)
 import Foreign.Ptr (plusPtr)
 import Foreign.Storable (pokeByteOff)
@@ -249,7 +251,13 @@ encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
 
 -- | Decode one message to a worker (a value inside is a slice of the input).
 decodeToWorker :: B.ByteString -> Either String ToWorker
-decodeToWorker = runGet $ do
+decodeToWorker bs
+  | B.length bs >= 1 && BU.unsafeHead bs == 2 = Right (Arg (BU.unsafeTail bs))   -- the hot path
+  | B.length bs >= 9 && BU.unsafeHead bs == 5 = Right (StreamIn (word64At bs 1) (BU.unsafeDrop 9 bs))
+  | otherwise = decodeToWorkerSlow bs
+
+decodeToWorkerSlow :: B.ByteString -> Either String ToWorker
+decodeToWorkerSlow = runGet $ do
   tag <- getWord8
   case tag of
     1 -> RunBatch <$> getWord64 <*> getRef <*> getWord32
@@ -276,7 +284,21 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
 
 -- | Decode one message to the master (a value inside is a slice of the input).
 decodeFromWorker :: B.ByteString -> Either String FromWorker
-decodeFromWorker = runGet $ do
+decodeFromWorker bs
+  | B.length bs >= 1 && BU.unsafeHead bs == 1 = Right (Result (BU.unsafeTail bs))   -- the hot path
+  | B.length bs >= 9 && BU.unsafeHead bs == 5 = Right (StreamOut (word64At bs 1) (BU.unsafeDrop 9 bs))
+  | otherwise = decodeFromWorkerSlow bs
+
+-- A big-endian 64-bit number at an offset the caller has checked.
+word64At :: B.ByteString -> Int -> Word64
+word64At bs off = go 0 0
+  where
+    go :: Int -> Word64 -> Word64
+    go 8 !acc = acc
+    go i !acc = go (i + 1) ((acc `shiftL` 8) .|. fromIntegral (BU.unsafeIndex bs (off + i)))
+
+decodeFromWorkerSlow :: B.ByteString -> Either String FromWorker
+decodeFromWorkerSlow = runGet $ do
   tag <- getWord8
   case tag of
     1 -> Result <$> getRest

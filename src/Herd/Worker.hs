@@ -25,7 +25,7 @@ import Control.Concurrent (ThreadId, forkIO, killThread)
 import Control.Concurrent.MVar
 import Control.Concurrent.STM
 import Control.Exception
-import Control.Monad (forM_, unless, when)
+import Control.Monad (foldM_, forM_, unless, when)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Lazy as BL
 import Data.IORef
@@ -268,7 +268,8 @@ handleMessage sv pending msg = case msg of
       Nothing -> pure c
       Just r -> do
         start <- if curPos c == 0 then monotonicSeconds else pure (curStarted c)
-        case runnerApply r bytes of
+        applied <- runnerApply r bytes
+        case applied of
           Left why -> do
             send Urgent (BatchRejected (curBatch c) (T.pack ("argument " ++ show (curPos c) ++ " for "
                                                             ++ curName c ++ " does not decode: " ++ why)))
@@ -350,14 +351,20 @@ runStream sv sid pr slot = do
               sendMessage (svSender sv) Urgent (encodeFromWorker (StreamTaken sid (fromIntegral k)))
             rest <- unsafeInterleaveIO nextChunk
             pure (xs ++ rest)
-      emit act = do
+      -- output credit is taken from the shared counter a grant at a time
+      emit free act = do
         enc <- act
-        free <- readTVarIO (slotCredit slot)
-        when (free <= 0) $ waiting $ atomically $ readTVar (slotCredit slot) >>= \c -> when (c <= 0) retry
-        atomically $ modifyTVar' (slotCredit slot) (subtract 1)
+        free' <- if free > 0 then pure free else do
+          granted <- atomically $ swapTVar (slotCredit slot) 0
+          if granted > 0 then pure granted else waiting $ atomically $ do
+            c <- readTVar (slotCredit slot)
+            when (c <= 0) retry
+            writeTVar (slotCredit slot) 0
+            pure c
         sendMessage (svSender sv) Bulk (streamOutEncoder sid enc)
+        pure (free' - 1)
   inputs <- unsafeInterleaveIO nextChunk
-  outcome <- tryUser (mapM_ emit (prRun pr inputs))
+  outcome <- tryUser (foldM_ emit (0 :: Int) (prRun pr inputs))
   modifyIORef' (svSlots sv) (M.delete sid)
   atomicModifyIORef' (svBusy sv) (\k -> (k - 1, ()))
   sendMessage (svSender sv) Urgent $ encodeFromWorker $ case outcome of

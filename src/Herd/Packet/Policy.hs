@@ -27,6 +27,7 @@ module Herd.Packet.Policy
   , emptyFill
   , AddPlan (..)
   , planAdd
+  , joinsQuietly
   , fillAfterAdd
   , planTick
   , planIdle
@@ -117,6 +118,19 @@ planAdd policy now urgency bodyBytes fill = AddPlan before alone after
       | cap - bytesAfter < messageOverhead + 1 = Just FlushFull
       | otherwise = Nothing
 
+{-# INLINE planAdd #-}
+
+-- | Whether a message simply joins a non-empty buffer, nothing sent: the
+-- same answer as @planAdd@ giving no flush at all, computed without
+-- building a plan (the packet layer's hot path; a property checks the two
+-- agree).
+joinsQuietly :: PacketPolicy -> Double -> Urgency -> Int -> Fill -> Bool
+joinsQuietly policy now urgency bodyBytes fill =
+  urgency == Bulk && policyChunking policy && fillCount fill > 0
+  && now - fillSince fill < policyTimeout policy
+  && fillBytes fill + bodyBytes + messageOverhead <= policyCapacity policy - messageOverhead - 1
+{-# INLINE joinsQuietly #-}
+
 -- | The buffer after a message was added by a plan (before 'planAfter' is
 -- carried out).
 fillAfterAdd :: Double -> Int -> AddPlan -> Fill -> Fill
@@ -126,6 +140,7 @@ fillAfterAdd now bodyBytes plan fill
   | otherwise = base { fillBytes = fillBytes base + bodyBytes + messageOverhead
                      , fillCount = fillCount base + 1 }
   where base = maybe fill (const emptyFill) (planBefore plan)
+{-# INLINE fillAfterAdd #-}
 
 -- | On a timer tick: send the buffer if its oldest message is due.
 planTick :: PacketPolicy -> Double -> Fill -> Maybe FlushReason

@@ -7,14 +7,17 @@
 module Herd.Wire.Value
   ( valueEncoder
   , decodeValue
+  , decodeValueIO
   , forcedEncoder
   ) where
 
 import Control.Exception (evaluate, displayException)
 import qualified Data.ByteString as B
 import Data.Store (Store, decode)
-import Data.Store.Core (Poke (..), unsafeMakePokeState)
-import Data.Store.Internal (getSize, poke)
+import qualified Data.ByteString.Unsafe as BU
+import Data.Store.Core (Poke (..), decodeIOWithFromPtr, unsafeMakePokeState)
+import Foreign.Ptr (castPtr)
+import Data.Store.Internal (getSize, peek, poke)
 import Herd.Packet (Encoder (..))
 
 -- | The encoder of a value (its size is computed now; the bytes are written
@@ -40,3 +43,8 @@ forcedEncoder x = do
 -- | Decode a value that must fill these bytes exactly.
 decodeValue :: Store a => B.ByteString -> Either String a
 decodeValue bs = either (Left . displayException) Right (decode bs)
+
+-- | Decode a value that must fill these bytes exactly, in IO: cheaper than
+-- 'decodeValue' on a hot path; throws @store@'s @PeekException@.
+decodeValueIO :: Store a => B.ByteString -> IO a
+decodeValueIO bs = BU.unsafeUseAsCStringLen bs $ \(p, n) -> decodeIOWithFromPtr peek (castPtr p) n

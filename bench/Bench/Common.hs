@@ -1,0 +1,71 @@
+-- | What the Eden-style benchmarks share: a cluster per chunking setting,
+-- timing, and the packet counts of a run.
+module Bench.Common
+  ( ChunkingRun (..)
+  , withChunking
+  , timed
+  , packetDelta
+  , chunkingName
+  , reportEden
+  ) where
+
+import Control.Monad (when)
+import Herd.Report
+
+import Control.Exception (evaluate)
+import Herd
+import Herd.Clock (monotonicSeconds)
+
+-- | One setting to run under.
+data ChunkingRun = ChunkingRun
+  { runChunking :: !Bool
+  , runConfig   :: Config -> Config
+  }
+
+-- | Run the body on a fresh cluster with dynamic chunking on or off.
+withChunking :: Bool -> (Config -> Config) -> (Cluster -> IO a) -> IO a
+withChunking on adjust = withCluster (adjust defaultConfig { configChunking = on })
+
+-- | Seconds an action takes, with its result forced to weak head normal form.
+timed :: IO a -> IO (Double, a)
+timed act = do
+  t0 <- monotonicSeconds
+  x <- act >>= evaluate
+  t1 <- monotonicSeconds
+  pure (t1 - t0, x)
+
+-- | Packets sent plus received over every link, during an action.
+packetDelta :: Cluster -> IO a -> IO (Int, a)
+packetDelta cluster act = do
+  before <- total
+  x <- act
+  after <- total
+  pure (after - before, x)
+  where
+    total = sum . map (\(_, s) -> packetsSent s + packetsReceived s) <$> clusterPacketStats cluster
+
+-- | "on" or "off".
+chunkingName :: Bool -> String
+chunkingName on = if on then "on" else "off"
+
+-- | The paper's table (program, size, normal, dynamic chunking), the best
+-- static chunk size against the plain program, and the JSON line.
+reportEden :: String -> String -> [(String, Maybe Int, Bool, Double)] -> Bool -> IO ()
+reportEden bench size rows json = do
+  let keys = [ (p, c) | (p, c, True, _) <- rows ]
+      secsOf p c on = head ([ s | (p', c', on', s) <- rows, p' == p, c' == c, on' == on ] ++ [0])
+      plain = secsOf bench Nothing True
+      static = [ (s, p, c, on) | (p, Just c, on, s) <- rows ]
+      (bestS, bestP, bestC, bestOn) = minimum static
+  putStr $ renderTable ["program", "problem size", "normal (s)", "dyn. chunking (s)"]
+    [ [p ++ maybe "" (\c' -> " " ++ show c') c, size, fixed 3 (secsOf p c False), fixed 3 (secsOf p c True)]
+    | (p, c) <- keys ]
+  when (not (null static)) $
+    putStrLn ("plain " ++ bench ++ " with dynamic chunking: " ++ fixed 3 plain ++ " s; best static chunking: "
+              ++ bestP ++ " " ++ show bestC ++ " (chunking " ++ chunkingName bestOn ++ ") "
+              ++ fixed 3 bestS ++ " s; ratio " ++ fixed 2 (plain / bestS))
+  when json $ putStrLn $ renderJson $ JObject
+    [ ("bench", JString bench)
+    , ("rows", JArray [ JObject [ ("program", JString p), ("chunk", maybe JNull (JNumber . fromIntegral) c)
+                                , ("chunking", JString (chunkingName on)), ("seconds", JNumber s) ]
+                      | (p, c, on, s) <- rows ]) ]

@@ -1,0 +1,48 @@
+-- | @herd bench echo@: Eden's system test (the paper's figure 5). A stream
+-- process @id@ echoes a list of items of a given size in machine words,
+-- with dynamic chunking on and off; nothing is computed, so only the cost
+-- of messages shows.
+module Bench.Echo
+  ( Options (..)
+  , run
+  ) where
+
+import Control.Monad (forM, when)
+import qualified Data.Vector.Unboxed as U
+import Bench.Common
+import Herd
+import Herd.Examples.Eden (echoProcess, wordsItem)
+import Herd.Report
+import System.IO
+
+-- | Benchmark settings.
+data Options = Options
+  { optItems :: Int
+  , optWords :: [Int]
+  , optJson  :: Bool
+  }
+
+-- | Run the benchmark and print its table (and JSON line).
+run :: Options -> IO ()
+run o = do
+  hSetBuffering stdout LineBuffering
+  rows <- forM [True, False] $ \on -> withChunking on (\c -> c { configWorkers = Just 1 }) $ \cluster ->
+    forM (optWords o) $ \w -> do
+      let items = [ wordsItem w i | i <- [1 .. optItems o] ]
+      _ <- withStream cluster echoProcess (take 10 items) (pure . length)   -- warm up
+      (secs, (packets, total)) <- timed $ packetDelta cluster $
+        withStream cluster echoProcess items (\ys -> pure $! sum (map U.length ys))
+      when (total /= optItems o * max 0 (w - 1)) $ hPutStrLn stderr "echo: wrong output"
+      hPutStrLn stderr ("  " ++ show w ++ " words, chunking " ++ chunkingName on ++ ": " ++ fixed 3 secs ++ " s")
+      pure (w, on, secs, packets)
+  let byWords = [ (w, [ r | r@(w', _, _, _) <- concat rows, w' == w ]) | w <- optWords o ]
+      secsOf on rs = head ([ s | (_, on', s, _) <- rs, on' == on ] ++ [0])
+  putStrLn ("echo of " ++ show (optItems o) ++ " items through a stream process (Eden's figure 5)")
+  putStr $ renderTable ["words/item", "normal (s)", "dyn. chunking (s)", "off/on"]
+    [ [show w, fixed 3 (secsOf False rs), fixed 3 (secsOf True rs), fixed 1 (secsOf False rs / secsOf True rs)]
+    | (w, rs) <- byWords ]
+  when (optJson o) $ putStrLn $ renderJson $ JObject
+    [ ("bench", JString "echo")
+    , ("rows", JArray [ JObject [ ("words", JNumber (fromIntegral w)), ("chunking", JString (chunkingName on))
+                                , ("seconds", JNumber s), ("packets", JNumber (fromIntegral p)) ]
+                      | (w, on, s, p) <- concat rows ]) ]

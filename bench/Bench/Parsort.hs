@@ -1,0 +1,68 @@
+-- | @herd bench parsort@: Eden's parallel sort. @parsort@ is the plain
+-- program (one sorting stream process per worker, fed element by element,
+-- merged by the caller); @parsortchunk@ sends the input in chunks of a
+-- given size; @parsortchunk2@ also sorts and returns each chunk separately
+-- and merges them in the caller. Each runs with dynamic chunking on and
+-- off.
+module Bench.Parsort
+  ( Options (..)
+  , run
+  , parsort
+  ) where
+
+import Control.DeepSeq (force)
+import Control.Exception (evaluate)
+import Control.Monad (forM, when)
+import Data.List (sort)
+import Bench.Common
+import Herd
+import Herd.Examples.Eden
+import Herd.Report
+import System.IO
+
+-- | Benchmark settings.
+data Options = Options
+  { optN      :: Int
+  , optChunks :: [Int]
+  , optJson   :: Bool
+  }
+
+-- | The plain program: as many sorters as workers, merged.
+parsort :: Cluster -> Int -> [Int] -> IO [Int]
+parsort cluster pes xs = do
+  outs <- mapM (instantiate cluster sortProcess) (unshuffle pes xs)
+  evaluate (force (mergeAll outs))
+
+parsortChunk :: Cluster -> Int -> Int -> [Int] -> IO [Int]
+parsortChunk cluster pes size xs = do
+  outs <- mapM (instantiate cluster sortConcatProcess . chunksOf size) (unshuffle pes xs)
+  evaluate (force (mergeAll outs))
+
+parsortChunk2 :: Cluster -> Int -> Int -> [Int] -> IO [Int]
+parsortChunk2 cluster pes size xs = do
+  outs <- mapM (instantiate cluster sortEachProcess . chunksOf size) (unshuffle pes xs)
+  evaluate (force (mergeAll (concat outs)))
+
+-- | Run the benchmark and print its table (and JSON line).
+run :: Options -> IO ()
+run o = do
+  hSetBuffering stdout LineBuffering
+  let n = optN o
+      input = force (take n (iterate (\x -> (x * 1103515245 + 12345) `mod` 2147483648) 42)) :: [Int]
+      expected = sort input
+  _ <- evaluate (length expected)
+  rows <- fmap concat $ forM [True, False] $ \on -> withChunking on id $ \cluster -> do
+    pes <- clusterWorkerCount cluster
+    _ <- parsort cluster pes (take 100 input)   -- warm up
+    let one name chunk prog = do
+          (secs, ys) <- timed (prog cluster pes input)
+          when (ys /= expected) $ hPutStrLn stderr ("parsort: " ++ name ++ " sorted wrongly")
+          hPutStrLn stderr ("  " ++ name ++ maybe "" (\c -> " " ++ show c) chunk ++ ", chunking "
+                            ++ chunkingName on ++ ": " ++ fixed 3 secs ++ " s")
+          pure (name, chunk, on, secs)
+    plain <- one "parsort" Nothing parsort
+    chunked <- forM (optChunks o) $ \c -> one "parsortchunk" (Just c) (\cl p -> parsortChunk cl p c)
+    chunked2 <- forM (optChunks o) $ \c -> one "parsortchunk2" (Just c) (\cl p -> parsortChunk2 cl p c)
+    pure (plain : chunked ++ chunked2)
+  reportEden "parsort" ("n = " ++ show n) rows (optJson o)
+

@@ -1,0 +1,46 @@
+-- | @herd bench throughput@: tiny tasks (@x -> x + 1@) per second through
+-- the farm, with dynamic chunking on and off. Every task is its own
+-- message both ways; with chunking on, many share a packet.
+module Bench.Throughput
+  ( Options (..)
+  , run
+  ) where
+
+import Control.Monad (forM, when)
+import Bench.Common
+import Herd
+import Herd.Examples.Eden (incrementTask)
+import Herd.Report
+import System.IO
+
+-- | Benchmark settings.
+data Options = Options
+  { optTasks    :: Int        -- ^ tasks with chunking on
+  , optTasksOff :: Maybe Int  -- ^ tasks with chunking off (default: a tenth)
+  , optJson     :: Bool
+  }
+
+-- | Run the benchmark and print its table (and JSON line).
+run :: Options -> IO ()
+run o = do
+  hSetBuffering stdout LineBuffering
+  let offTasks = maybe (max 1 (optTasks o `div` 10)) id (optTasksOff o)
+  rows <- forM [(True, optTasks o), (False, offTasks)] $ \(on, n) ->
+    withChunking on id $ \cluster -> do
+      _ <- farm cluster incrementTask [1 .. 1000]   -- warm up
+      (secs, (total, packets)) <- timed $ do
+        (packets, ys) <- packetDelta cluster (farm cluster incrementTask [1 .. n])
+        let total = sum ys
+        total `seq` pure (total, packets)
+      when (total /= sum [2 .. n + 1]) $ hPutStrLn stderr "throughput: wrong results"
+      hPutStrLn stderr ("  chunking " ++ chunkingName on ++ ": " ++ show n ++ " tasks in " ++ fixed 3 secs ++ " s")
+      pure (on, n, secs, packets)
+  putStrLn "tiny tasks (x -> x + 1) through the farm, one message per task each way"
+  putStr $ renderTable ["chunking", "tasks", "seconds", "tasks/s", "packets"]
+    [ [chunkingName on, show n, fixed 3 s, fixed 0 (fromIntegral n / s), show p] | (on, n, s, p) <- rows ]
+  when (optJson o) $ putStrLn $ renderJson $ JObject
+    [ ("bench", JString "throughput")
+    , ("rows", JArray [ JObject [ ("chunking", JString (chunkingName on)), ("tasks", JNumber (fromIntegral n))
+                                , ("seconds", JNumber s), ("tasks_per_s", JNumber (fromIntegral n / s))
+                                , ("packets", JNumber (fromIntegral p)) ]
+                      | (on, n, s, p) <- rows ]) ]
