@@ -17,6 +17,7 @@ import Herd
 import Herd.Auth
 import Herd.BuildId (buildIdentity)
 import Herd.Packet (packetOf, splitPacket)
+import Control.DeepSeq (force)
 import Herd.Task (TaskRef (..), taskRef)
 import Herd.Transport.Tcp
 import Herd.Wire
@@ -151,6 +152,59 @@ spec = describe "a cluster of local worker processes" $ do
       err `shouldContain` "different build"
       eventually (logsContain logs "different build") `shouldReturn` True
       clusterWorkerCount cluster `shouldReturn` 0
+
+  it "streams an infinite input to a bounded consumer, in order, with bounded flow" $
+    withTestClusterConfig 1 (\c -> c { configStreamWindow = 64 }) $ \_ cluster -> do
+      -- far more elements than the window: the flow must go round many times
+      ys <- withStream cluster runningSumProcess [1 ..] (evaluate . force . take 20000)
+      ys `shouldBe` take 20000 (scanl1 (+) [1 ..])
+      -- the stream was stopped on the worker: the cluster still serves
+      zs <- instantiate cluster runningSumProcess [1 .. 100]
+      zs `shouldBe` scanl1 (+) [1 .. 100]
+      stats <- clusterPacketStats cluster
+      sum (map (messagesReceived . snd) stats) `shouldSatisfy` (>= 20000)
+
+  it "gathers many stream elements per packet with chunking on, one per packet with it off" $ do
+    ratios <- forM [True, False] $ \on ->
+      withTestClusterConfig 1 (\c -> c { configChunking = on }) $ \_ cluster -> do
+        ys <- instantiate cluster runningSumProcess [1 .. 5000]
+        last ys `shouldBe` sum [1 .. 5000]
+        [(_, s)] <- clusterPacketStats cluster
+        pure (fromIntegral (messagesReceived s) / fromIntegral (packetsReceived s) :: Double)
+    case ratios of
+      [on, off] -> do
+        on `shouldSatisfy` (> 20)
+        off `shouldBe` 1
+      _ -> expectationFailure (show ratios)
+
+  it "ends a stream whose function throws with StreamFailed naming it" $
+    withTestCluster 1 $ \_ cluster -> do
+      ys <- instantiate cluster failAt5Process [1 .. 10]
+      take 4 ys `shouldBe` [1, 2, 3, 4]
+      r <- try (evaluate (length ys))
+      case r of
+        Left (StreamFailed name why) -> do
+          name `shouldContain` "failAt5"
+          why `shouldContain` "five is not allowed"
+        other -> expectationFailure (show other)
+
+  it "drops a worker that sends a packet claiming more messages than it holds, and re-runs its tasks" $
+    withTestCluster 1 $ \logs cluster -> do
+      build <- buildIdentity
+      let (_, port) = clusterAddress cluster
+      conn <- connectAuthenticated port
+      sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "liar") T.empty)))
+      Just _ <- recvFrame handshakeFrameLimit conn
+      liar <- forkIO $ do
+        Just _ <- recvFrame 100000000 conn   -- its first batch
+        good <- packetOf [encodeFromWorker (Result (encode (1 :: Int)))]
+        sendFrameStrict conn (B.pack [0, 0, 0, 9] <> B.drop 4 good)   -- claims 9 messages, holds 1
+        threadDelay 5000000
+      True <- waitForWorkers cluster 2 5
+      farm cluster squareTask [1 .. 200] `shouldReturn` map (\x -> x * x) [1 .. 200]
+      killThread liar
+      closeConnection conn
+      eventually (logsContain logs "claims 9 messages") `shouldReturn` True
 
   it "names the function when a worker does not know its static key or types" $ do
     -- Play master to a real worker process and send it bad references.

@@ -9,6 +9,7 @@ import qualified ConfigSpec
 import qualified AuthSpec
 import Herd (serveIfWorker)
 import qualified SchedulerSpec
+import qualified PacketSpec
 import System.Environment (lookupEnv)
 import Test.Hspec
 import qualified WireSpec
@@ -25,4 +26,5 @@ main = do
       ConfigSpec.spec
       AuthSpec.spec
       SchedulerSpec.spec
+      PacketSpec.spec
       ClusterSpec.spec

@@ -7,6 +7,8 @@ module TestTasks
   , sleepySquareTask
   , spinTask
   , unitTask
+  , runningSumProcess
+  , failAt5Process
   ) where
 
 import Control.Concurrent (threadDelay)
@@ -56,3 +58,14 @@ unitTask = static (named "unit" (task id))
 -- | Long non-allocating loop.
 spinTask :: StaticPtr (Task Int Int)
 spinTask = static (named "spin" (task spin))
+
+-- | Running sums of a stream: each output depends on all inputs so far.
+runningSumProcess :: StaticPtr (Process Int Int)
+runningSumProcess = static (namedProcess "runningSum" (process (scanl1 (+))))
+
+failAt5 :: [Int] -> [Int]
+failAt5 = map (\x -> if x == 5 then error "five is not allowed" else x)
+
+-- | A stream process that throws on the element 5.
+failAt5Process :: StaticPtr (Process Int Int)
+failAt5Process = static (namedProcess "failAt5" (process failAt5))
