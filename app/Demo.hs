@@ -82,6 +82,8 @@ run o = do
         (secs, stats, s) <- timedFarm o tty cluster
         when tty (putStrLn "")
         when (s /= optTasks o * fib (optFib o)) $ hPutStrLn stderr "herd demo: wrong result (this is a bug)"
+        putStrLn "packets on each link (dynamic chunking):"
+        clusterPacketStats cluster >>= putStr . renderPacketStats
         pure (secs, stats, s)
 
 -- Farm the demo's tasks with a progress display; the seconds taken, the
@@ -161,6 +163,7 @@ runCluster o = do
     putStrLn ("herd demo: " ++ show (optTasks o) ++ " tasks in " ++ fixed 2 secs ++ " s; results "
               ++ (if ok then "complete and correct" else "WRONG"))
     putStr (renderStats stats)
+    clusterPacketStats cluster >>= putStr . renderPacketStats
     unless ok $ exitWith (ExitFailure 1)
   where
     failWith msg = hPutStrLn stderr ("herd demo: " ++ msg) >> exitWith (ExitFailure 2)

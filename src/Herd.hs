@@ -88,6 +88,7 @@ module Herd
   , JobStats (..)
   , WorkerStats (..)
   , renderStats
+  , renderPacketStats
   , PeerStats (..)
   , clusterPacketStats
   , meanPerPacket

@@ -8,9 +8,13 @@ module Herd.Stats
   ( JobStats (..)
   , WorkerStats (..)
   , renderStats
+  , renderPacketStats
   , totalBusy
   ) where
 
+import qualified Data.Map.Strict as M
+import Herd.Packet (PeerStats (..), meanPerPacket)
+import Herd.Packet.Policy (allFlushReasons)
 import Herd.Report (fixed, renderTable)
 import Herd.Scheduler (JobStats (..), WorkerStats (..))
 
@@ -28,3 +32,19 @@ renderStats s =
       , fixed 1 (100 * statBusy w / max 1e-9 (statBusy w + statWaiting w))
       , if statLost w then "lost" else "" ]
     | w <- jobWorkerStats s ]
+
+-- | A table of per-link packet statistics (from
+-- 'Herd.Master.clusterPacketStats'): packets and messages each way,
+-- messages per packet (mean and largest), bytes, and how many packets each
+-- flush rule sent from the master.
+renderPacketStats :: [(Int, PeerStats)] -> String
+renderPacketStats links =
+  renderTable ["worker", "pkts out", "msgs out", "msgs/pkt", "max", "bytes out", "pkts in", "msgs in", "msgs/pkt", "max", "bytes in"]
+    [ [ show w, show (packetsSent p), show (messagesSent p), fixed 1 out, show (maxSentPerPacket p), show (bytesSent p)
+      , show (packetsReceived p), show (messagesReceived p), fixed 1 inn, show (maxReceivedPerPacket p)
+      , show (bytesReceived p) ]
+    | (w, p) <- links, let (out, inn) = meanPerPacket p ]
+  ++ "packets sent by rule: "
+  ++ unwords [ drop 5 (show r) ++ "=" ++ show n
+             | r <- allFlushReasons, let n = sum [ M.findWithDefault 0 r (flushesBy p) | (_, p) <- links ], n > 0 ]
+  ++ "\n"
