@@ -44,8 +44,9 @@ data PacketPolicy = PacketPolicy
   , policyTimeout  :: !Double  -- ^ seconds the oldest buffered message may wait
   } deriving (Eq, Show)
 
--- | Chunking on, 64 KiB packets, 2 ms timeout: chosen by measurement (see
--- the README's benchmark section).
+-- | Chunking on, 64 KiB packets, 2 ms timeout. The capacity and timeout are
+-- starting values, not yet tuned by a sweep (see the README's benchmark
+-- section for what they give).
 defaultPacketPolicy :: PacketPolicy
 defaultPacketPolicy = PacketPolicy True 65536 0.002
 
