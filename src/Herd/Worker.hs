@@ -166,6 +166,12 @@ runWorker opts = do
         failWith 3 ("master at " ++ where_ ++ " is a different build; refusing to serve it")
       rc <- setLiveness (max 1 (fromIntegral livenessMs / 1000)) conn
       when (rc /= 0) $ warn ("cannot set keepalive on the master's link (errno " ++ show rc ++ ")")
+      -- the master's settings size this worker's buffers: check them first
+      let bad what = failWith 3 ("master at " ++ where_ ++ " sent an unusable " ++ what)
+      when (maxFrame < 4096) $ bad ("frame cap of " ++ show maxFrame ++ " bytes")
+      when (packetBytes < 64 || packetBytes > maxFrame - 8) $ bad ("packet size of " ++ show packetBytes ++ " bytes")
+      when (timeoutUs < 1 || timeoutUs > 10000000) $ bad ("packet timeout of " ++ show timeoutUs ++ " us")
+      when (window < 2 || window > 1000000) $ bad ("stream window of " ++ show window ++ " elements")
       let policy = PacketPolicy chunking (fromIntegral packetBytes) (fromIntegral timeoutUs / 1e6)
       serve conn (fromIntegral maxFrame) policy (fromIntegral window) `finally` closeConnection conn
     Just (Right _) -> failWith 3 ("master at " ++ where_ ++ " sent an unexpected handshake frame")
@@ -286,7 +292,7 @@ handleMessage sv pending msg = case msg of
     when (curLeft c'' == 0 && isJust (curRunner c'')) $ do
       end <- monotonicSeconds
       send Bulk (BatchDone (curBatch c'') (round (max 0 (end - curStarted c'') * 1e9)))
-  Shutdown -> pure ()
+  Shutdown -> pure ()   -- stops the loop in processAll before it gets here
   StreamOpen sid ref -> do
     known <- M.member sid <$> readIORef (svSlots sv)
     when known $ failWith 4 ("master opened stream " ++ show sid ++ " twice")
