@@ -86,3 +86,34 @@ int herd_set_liveness(int fd, int idle_s, int interval_s, int count, unsigned in
     if (setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout_ms, sizeof timeout_ms) != 0) return errno;
     return 0;
 }
+
+/* epoll for the evolve API's single-threaded master loop: the loop waits
+   here (a safe foreign call) instead of in GHC's IO manager. */
+#include <sys/epoll.h>
+
+int herd_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
+
+int herd_epoll_add(int epfd, int fd, int tag)
+{
+    struct epoll_event ev;
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = (unsigned long long)(unsigned int)tag;
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? 0 : errno;
+}
+
+int herd_epoll_del(int epfd, int fd)
+{
+    return epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL) == 0 ? 0 : errno;
+}
+
+/* Wait up to timeout_ms; write the tags of ready descriptors to tags (at
+   most max). Returns their number, 0 on timeout or EINTR, -errno on error. */
+int herd_epoll_wait(int epfd, int *tags, int max, int timeout_ms)
+{
+    struct epoll_event evs[256];
+    if (max > 256) max = 256;
+    int n = epoll_wait(epfd, evs, max, timeout_ms);
+    if (n < 0) return errno == EINTR ? 0 : -errno;
+    for (int i = 0; i < n; i++) tags[i] = (int)evs[i].data.u64;
+    return n;
+}

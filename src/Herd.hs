@@ -83,6 +83,21 @@ module Herd
   , namedProcess
   , withStream
   , instantiate
+    -- * Stateful evolution (the particle filter's API)
+  , Evolve
+  , Evolver
+  , evolver
+  , namedEvolver
+  , StateId
+  , resetStates
+  , evolveMany
+  , EvolveOptions (..)
+  , defaultEvolveOptions
+  , resetStatesWith
+  , evolveManyWith
+  , EvolveStats (..)
+  , populationSize
+  , MasterLoop (..)
     -- * Statistics
   , FarmStats
   , JobStats (..)
@@ -99,6 +114,7 @@ module Herd
 
 import Herd.Config
 import Herd.Error
+import Herd.Evolve
 import Herd.Farm
 import Herd.Master
 import Herd.Packet (PeerStats (..), meanPerPacket)

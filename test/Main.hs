@@ -6,6 +6,7 @@ module Main (main) where
 import qualified ClusterSpec
 import qualified CodecSpec
 import qualified ConfigSpec
+import qualified EvolveSpec
 import qualified AuthSpec
 import Herd (serveIfWorker)
 import qualified SchedulerSpec
@@ -28,3 +29,4 @@ main = do
       SchedulerSpec.spec
       PacketSpec.spec
       ClusterSpec.spec
+      EvolveSpec.spec

@@ -9,6 +9,8 @@ module TestTasks
   , unitTask
   , runningSumProcess
   , failAt5Process
+  , countEvolver
+  , slowEvolver
   ) where
 
 import Control.Concurrent (threadDelay)
@@ -69,3 +71,25 @@ failAt5 = map (\x -> if x == 5 then error "five is not allowed" else x)
 -- | A stream process that throws on the element 5.
 failAt5Process :: StaticPtr (Process Int Int)
 failAt5Process = static (namedProcess "failAt5" (process failAt5))
+
+-- An evolve step for the tests: a state is a number; input k makes k
+-- children (state + j for j in 0..k-1), each reporting state * 10 + j;
+-- input -1 throws.
+countStep :: Int -> Int -> [(Int, Int)]
+countStep s k
+  | k < 0 = error ("refused state " ++ show s)
+  | otherwise = [ (s + j, s * 10 + j) | j <- [0 .. k - 1] ]
+
+-- | 'countStep' as an evolve function.
+countEvolver :: StaticPtr (Evolver Int Int Int)
+countEvolver = static (evolver countStep)
+
+-- A step that takes the given milliseconds, so a test can kill a worker
+-- while states are being evolved.
+slowStep :: Int -> Int -> [(Int, Int)]
+slowStep s ms = unsafePerformIO (threadDelay (ms * 1000) >> pure [(s, s)])
+{-# NOINLINE slowStep #-}
+
+-- | 'slowStep' as an evolve function.
+slowEvolver :: StaticPtr (Evolver Int Int Int)
+slowEvolver = static (evolver slowStep)

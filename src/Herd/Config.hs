@@ -8,6 +8,8 @@ module Herd.Config
   ( Config (..)
   , Pinning (..)
   , Batching (..)
+  , MasterLoop (..)
+  , parseMasterLoop
   , HostSpec (..)
   , parseHostList
   , parseHostsFile
@@ -161,7 +163,22 @@ data Config = Config
   , configStreamWindow     :: Int
     -- ^ stream elements in flight per direction of a stream process before
     -- the sender waits for the receiver (credit-based flow control)
+  , configMasterLoop       :: MasterLoop
+    -- ^ the loop that drives the evolve API ("Herd.Evolve")
   }
+
+-- | How the master drives an evolve call ("Herd.Evolve").
+data MasterLoop
+  = ThreadedLoop  -- ^ one thread per worker over GHC's IO manager, sharing the state
+  | EpollLoop     -- ^ one thread over @epoll@ directly (Linux; elsewhere the threaded loop)
+  deriving (Eq, Show, Enum, Bounded)
+
+-- | Parse @threaded@ or @epoll@, naming what is wrong.
+parseMasterLoop :: String -> Either String MasterLoop
+parseMasterLoop s = case s of
+  "threaded" -> Right ThreadedLoop
+  "epoll" -> Right EpollLoop
+  _ -> Left ("unknown master loop " ++ show s ++ " (expected threaded or epoll)")
 
 -- | RTS options every local worker gets unless told otherwise: one
 -- capability (a worker is one core; more made messaging slower here) and a
@@ -214,6 +231,7 @@ defaultConfig = Config
   , configPacketBytes      = policyCapacity defaultPacketPolicy
   , configPacketTimeout    = policyTimeout defaultPacketPolicy
   , configStreamWindow     = 4096
+  , configMasterLoop       = EpollLoop
   }
 
 -- | The packet policy a configuration asks for.

@@ -47,6 +47,18 @@ data HerdError
       { streamFunction :: !String, streamReason :: !String }
     -- ^ A stream process failed: its function threw, its worker was lost,
     -- or it could not be started.
+  | EvolveFailed
+      { evolveFunction :: !String, evolveState :: !String, evolveReason :: !String }
+    -- ^ The evolve function threw on a state (named), or its state or input
+    -- did not decode. The population is gone: call 'Herd.Evolve.resetStates'.
+  | UnknownStates
+      { unknownStates :: ![String] }
+    -- ^ 'Herd.Evolve.evolveMany' was given states that do not exist (never
+    -- made, already evolved, or lost); nothing was run.
+  | StatesLost
+      { lostStates :: ![String], lostReason :: !String }
+    -- ^ These states were on workers that were lost. The rest of the
+    -- population is gone too: call 'Herd.Evolve.resetStates'.
   deriving (Eq, Show)
 
 instance Exception HerdError where
@@ -61,3 +73,9 @@ instance Exception HerdError where
     ClusterClosed -> "herd: the cluster is closed"
     ArgumentError i f m -> "herd: argument " ++ show i ++ " for " ++ f ++ " cannot be encoded: " ++ m
     StreamFailed f r -> "herd: stream process " ++ f ++ " failed: " ++ r
+    EvolveFailed f st r -> "herd: evolving state " ++ st ++ " with " ++ f ++ " failed: " ++ r
+    UnknownStates ss -> "herd: no such states: " ++ listSome ss
+    StatesLost ss r -> "herd: states lost with their worker (" ++ r ++ "): " ++ listSome ss
+      ++ "; the population must be reset"
+    where
+      listSome ss = unwords (take 20 ss) ++ (if length ss > 20 then " and " ++ show (length ss - 20) ++ " more" else "")

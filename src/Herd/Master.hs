@@ -42,6 +42,10 @@ module Herd.Master
   , StreamEvent (..)
   , openStream
   , closeStream
+    -- * Lending the links to another loop (used by "Herd.Evolve")
+  , LentLink (..)
+  , withLentLinks
+  , clusterRegistry
   ) where
 
 import Control.Concurrent
@@ -65,6 +69,7 @@ import Herd.Launch.Process (Launch (..))
 import Herd.Launch.Slurm
 import Herd.Launch.Ssh
 import Herd.Scheduler
+import Herd.Evolve.Schedule (Registry, emptyRegistry)
 import Herd.Packet
 import Herd.Packet.Policy (Urgency (..))
 import Herd.Task (TaskRef (..), tryUser)
@@ -112,6 +117,7 @@ data Cluster = Cluster
   , clClosed   :: !(TVar Bool)
   , clAdvertise :: !String
   , clCounters :: !(IORef ConnectionCounters)
+  , clRegistry :: !(MVar Registry)   -- ^ the evolve API's population ("Herd.Evolve")
   }
 
 -- | A job as the loop runs it: how to encode tasks and where results go.
@@ -151,6 +157,7 @@ data Input
   | OpenStream !Word64 !TaskRef !StreamEnds !(MVar (Either HerdError Sender))
   | CloseStream !Word64
   | Stop !(MVar ())
+  | Lend !(MVar [LentLink])
 
 data Link = Link
   { linkConn    :: !Connection
@@ -158,6 +165,18 @@ data Link = Link
   , linkOutbox  :: !(TQueue (Maybe B.ByteString))
   , linkExpect  :: !(IORef [Expect])  -- ^ batches sent, oldest first, whose results are due
   , linkThreads :: ![Async ()]
+  , linkLent    :: !LentLink
+  }
+
+-- | A worker's link while another loop reads it: its reader thread is
+-- parked between frames, and sends still go through its packet sender.
+data LentLink = LentLink
+  { lentWorker   :: !WorkerId
+  , lentConn     :: !Connection
+  , lentSender   :: !Sender
+  , lentReceived :: !(IORef PeerStats)  -- ^ count packets read here too
+  , lentAsked    :: !(TVar Bool)        -- ^ set: the reader parks at its next frame boundary
+  , lentParked   :: !(TVar Bool)        -- ^ the reader is parked
   }
 
 -- A batch whose results are arriving, in order.
@@ -261,6 +280,7 @@ withCluster config body = do
               | otherwise -> pure host
     cluster <- Cluster cfg <$> newTQueueIO <*> newMVar () <*> pure port <*> newTVarIO M.empty
                        <*> newTVarIO M.empty <*> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newIORef noCounters
+                       <*> newMVar emptyRegistry
     build <- buildIdentity
     withAsync (masterLoop cluster) $ \loop ->
       withAsync (acceptLoop cluster secret build lsock) $ \_ -> do
@@ -500,12 +520,13 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
                   else atomically $ writeTQueue outbox (Just packet)
           sender <- newSender (packetPolicyOf cfg) out
           expect <- newIORef []
-          reader <- async (readerThread cluster wid conn received)
+          lent <- LentLink wid conn sender received <$> newTVarIO False <*> newTVarIO False
+          reader <- async (readerThread cluster wid conn received lent)
           writer <- async (writerThread cluster wid conn outbox queued)
           atomically $ do
             modifyTVar' (clWorkers cluster) (M.insert wid info)
             modifyTVar' (clPeers cluster) (M.insert wid (sender, received))
-          let st1 = st { lsLinks = M.insert wid (Link conn sender outbox expect [reader, writer]) (lsLinks st) }
+          let st1 = st { lsLinks = M.insert wid (Link conn sender outbox expect [reader, writer] lent) (lsLinks st) }
           drive t (WorkerJoined wid) st1
         Received wid msgs
           | M.member wid (lsLinks st) -> do
@@ -533,6 +554,11 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
             forM_ (M.lookup (osWorker os) (lsLinks st)) $ \l ->
               sendMessage (linkSender l) Urgent (encodeToWorker (StreamClose sid))
             pure st { lsStreams = M.delete sid (lsStreams st), lsGathered = M.delete sid (lsGathered st) }
+        Lend reply -> do
+          let links = map linkLent (M.elems (lsLinks st))
+          atomically $ mapM_ (\l -> writeTVar (lentAsked l) True) links
+          putMVar reply links
+          pure st
         Stop done -> do
           forM_ (M.elems (lsLinks st)) $ \l -> do
             sendMessage (linkSender l) Urgent (encodeToWorker Shutdown)
@@ -616,6 +642,9 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
         StreamTaken sid n -> withStream wid l sid st $ \os -> do
           atomically $ modifyTVar' (endsCredit (osEnds os)) (+ fromIntegral n)
           pure st
+        -- evolve answers are read by "Herd.Evolve"'s loops; one arriving
+        -- here is late, from a call that already ended
+        _ -> pure st
 
     withStream wid l sid st act = case M.lookup sid (lsStreams st) of
       Just os | osWorker os == wid -> act os
@@ -724,15 +753,25 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
 
 -- Read packets from one worker, check their structure, and hand their
 -- messages to the loop.
-readerThread :: Cluster -> WorkerId -> Connection -> IORef PeerStats -> IO ()
-readerThread cluster wid conn received = loop `catch` \(e :: SomeException) ->
+readerThread :: Cluster -> WorkerId -> Connection -> IORef PeerStats -> LentLink -> IO ()
+readerThread cluster wid conn received lent = loop `catch` \(e :: SomeException) ->
     case fromException e of
       Just (_ :: SomeAsyncException) -> throwIO e
       Nothing -> lost (displayException e)
   where
     cap = configMaxFrameBytes (clConfig cluster)
     lost why = atomically $ writeTQueue (clInbox cluster) (Lost wid why)
+    asked = readTVar (lentAsked lent) >>= check
     loop = do
+      -- between frames, wait for bytes or for a request to lend the link
+      wanted <- awaitReadable conn asked
+      if wanted then park else readOne
+    park = do
+      atomically $ writeTVar (lentParked lent) True
+      atomically $ readTVar (lentAsked lent) >>= check . not
+      atomically $ writeTVar (lentParked lent) False
+      loop
+    readOne = do
       frame <- recvFrame cap conn
       case frame of
         Nothing -> lost "connection closed"
@@ -797,3 +836,34 @@ runJob cluster spec = withMVar (clJobLock cluster) $ \_ -> do
   reply <- newEmptyMVar
   atomically $ writeTQueue (clInbox cluster) (Submit jid spec reply)
   takeMVar reply `onException` atomically (writeTQueue (clInbox cluster) (Cancel jid))
+
+-- | The evolve API's population on this cluster.
+clusterRegistry :: Cluster -> MVar Registry
+clusterRegistry = clRegistry
+
+-- | Run an action that reads the workers' links itself (one of the evolve
+-- API's master loops), while no job runs. Each link's reader thread parks
+-- at its next frame boundary first (a link whose reader has not parked
+-- within five seconds is left out). The action returns the workers it
+-- found lost, with why; they are reported to the master loop, and every
+-- other reader resumes. Messages the action does not handle go to the
+-- master loop with 'forwardToLoop'.
+withLentLinks :: Cluster -> (([LentLink], WorkerId -> [B.ByteString] -> IO ()) -> IO (r, [(WorkerId, String)]))
+              -> IO r
+withLentLinks cluster body = withMVar (clJobLock cluster) $ \_ -> do
+  closed <- readTVarIO (clClosed cluster)
+  when closed $ throwIO ClusterClosed
+  reply <- newEmptyMVar
+  atomically $ writeTQueue (clInbox cluster) (Lend reply)
+  links <- takeMVar reply
+  parked <- forM links $ \l -> do
+    ok <- timeout 5000000 $ atomically $ readTVar (lentParked l) >>= check
+    pure [ l | ok == Just () ]
+  let forward wid msgs = atomically $ writeTQueue (clInbox cluster) (Received wid msgs)
+      release lost = do
+        forM_ lost $ \(wid, why) -> atomically $ writeTQueue (clInbox cluster) (Lost wid why)
+        atomically $ mapM_ (\l -> writeTVar (lentAsked l) False) links
+  outcome <- try (body (concat parked, forward))
+  case outcome of
+    Left (e :: SomeException) -> release [] >> throwIO e
+    Right (r, lost) -> release lost >> pure r

@@ -37,7 +37,7 @@ module Herd.Wire
   , streamOutEncoder
   ) where
 
-import Control.Monad (unless, when)
+import Control.Monad (replicateM, unless, when)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Builder as BB
 import qualified Data.ByteString.Char8 as BC
@@ -57,7 +57,7 @@ import Herd.Wire.Codec
 
 -- | Version of this protocol; peers must match exactly.
 protocolVersion :: Word16
-protocolVersion = 3
+protocolVersion = 4
 
 -- | Largest handshake frame either side accepts.
 handshakeFrameLimit :: Int
@@ -180,6 +180,16 @@ data ToWorker
   | StreamEnd !Word64           -- ^ the input list ended
   | StreamCredit !Word64 !Word32    -- ^ the caller consumed this many more output elements
   | StreamClose !Word64         -- ^ the caller wants no more output: stop the process
+  | StatesReset
+    -- ^ drop every evolve state held and queued ("Herd.Evolve"), wait for
+    -- the one being evolved, and answer 'StatesCleared'
+  | StateAdd !Word64 !B.ByteString  -- ^ hold this state under this id
+  | EvolveWith !TaskRef         -- ^ the evolve function for the 'EvolveState' messages that follow
+  | EvolveState !Word64 !B.ByteString
+    -- ^ evolve this held state with this input, after those asked before
+  | StateRelease !Word64
+    -- ^ give this state back if its evolution has not started ('StateReleased'),
+    -- else say so ('StateKept')
   deriving (Eq, Show)
 
 -- | Messages from worker to master.
@@ -198,6 +208,15 @@ data FromWorker
   | StreamDone !Word64           -- ^ the output list ended
   | StreamAborted !Word64 !Text   -- ^ the process threw, or could not start
   | StreamTaken !Word64 !Word32  -- ^ the process consumed this many more input elements
+  | StateEvolved !Word64 !Word64 ![(Word64, B.ByteString)]
+    -- ^ a state was evolved in this many nanoseconds; its children's new
+    -- ids and their encoded outputs (the children stay here)
+  | EvolveThrew !Word64 !Text     -- ^ the evolve function threw on this state
+  | EvolveRejected !Text          -- ^ the evolve function cannot run here
+  | StateReleased !Word64 !B.ByteString  -- ^ a released state, no longer held here
+  | StateKept !Word64             -- ^ a state asked back whose evolution had started
+  | StateMissing !Word64          -- ^ a state the master named is not held here
+  | StatesCleared                 -- ^ answers 'StatesReset': nothing is held or running now
   deriving (Eq, Show)
 
 putFingerprint :: Fingerprint -> BB.Builder
@@ -227,6 +246,9 @@ toWorkerUrgency msg = case msg of
   Arg _ -> Bulk
   StreamOpen _ _ -> Bulk
   StreamIn _ _ -> Bulk
+  StateAdd _ _ -> Bulk
+  EvolveWith _ -> Bulk
+  EvolveState _ _ -> Bulk
   _ -> Urgent
 
 -- | How soon a message to the master must leave.
@@ -248,6 +270,11 @@ encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
     StreamEnd sid -> putWord8 6 <> putWord64 sid
     StreamCredit sid n -> putWord8 7 <> putWord64 sid <> putWord32 n
     StreamClose sid -> putWord8 8 <> putWord64 sid
+    StatesReset -> putWord8 9
+    StateAdd sid v -> putWord8 10 <> putWord64 sid <> BB.byteString v
+    EvolveWith ref -> putWord8 11 <> putRef ref
+    EvolveState sid v -> putWord8 12 <> putWord64 sid <> BB.byteString v
+    StateRelease sid -> putWord8 13 <> putWord64 sid
 
 -- | Decode one message to a worker (a value inside is a slice of the input).
 decodeToWorker :: B.ByteString -> Either String ToWorker
@@ -268,6 +295,11 @@ decodeToWorkerSlow = runGet $ do
     6 -> StreamEnd <$> getWord64
     7 -> StreamCredit <$> getWord64 <*> getWord32
     8 -> StreamClose <$> getWord64
+    9 -> pure StatesReset
+    10 -> StateAdd <$> getWord64 <*> getRest
+    11 -> EvolveWith <$> getRef
+    12 -> EvolveState <$> getWord64 <*> getRest
+    13 -> StateRelease <$> getWord64
     _ -> failGet ("unknown message tag " ++ show tag)
 
 -- | The encoder of a message to the master.
@@ -281,6 +313,15 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   StreamDone sid -> putWord8 6 <> putWord64 sid
   StreamAborted sid why -> putWord8 7 <> putWord64 sid <> putText why
   StreamTaken sid n -> putWord8 8 <> putWord64 sid <> putWord32 n
+  StateEvolved sid busy children -> putWord8 9 <> putWord64 sid <> putWord64 busy
+    <> putWord32 (fromIntegral (length children))
+    <> foldMap (\(c, o) -> putWord64 c <> putSizedBytes o) children
+  EvolveThrew sid why -> putWord8 10 <> putWord64 sid <> putText why
+  EvolveRejected why -> putWord8 11 <> putText why
+  StateReleased sid v -> putWord8 12 <> putWord64 sid <> BB.byteString v
+  StateKept sid -> putWord8 13 <> putWord64 sid
+  StateMissing sid -> putWord8 14 <> putWord64 sid
+  StatesCleared -> putWord8 15
 
 -- | Decode one message to the master (a value inside is a slice of the input).
 decodeFromWorker :: B.ByteString -> Either String FromWorker
@@ -309,6 +350,17 @@ decodeFromWorkerSlow = runGet $ do
     6 -> StreamDone <$> getWord64
     7 -> StreamAborted <$> getWord64 <*> getText
     8 -> StreamTaken <$> getWord64 <*> getWord32
+    9 -> do
+      sid <- getWord64
+      busy <- getWord64
+      n <- getCount 12
+      StateEvolved sid busy <$> replicateM n ((,) <$> getWord64 <*> getSizedBytes)
+    10 -> EvolveThrew <$> getWord64 <*> getText
+    11 -> EvolveRejected <$> getText
+    12 -> StateReleased <$> getWord64 <*> getRest
+    13 -> StateKept <$> getWord64
+    14 -> StateMissing <$> getWord64
+    15 -> pure StatesCleared
     _ -> failGet ("unknown message tag " ++ show tag)
 
 -- | The encoder of a 'Result' message whose value is written by the given

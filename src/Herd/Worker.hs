@@ -1,4 +1,5 @@
 {-# LANGUAGE ScopedTypeVariables #-}
+{-# LANGUAGE BlockArguments #-}
 -- | The worker side: connect to a master, prove the build, run batches.
 --
 -- A worker is the user's own executable started in worker mode (by
@@ -37,6 +38,7 @@ import Herd.Clock (monotonicSeconds)
 import Herd.Packet
 import Herd.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.Process (ProcessRunner (..), lookupProcess)
+import Herd.Evolve.Holder (Holder, holderMessage, newHolder, stopHolder)
 import System.IO.Unsafe (unsafeInterleaveIO)
 import Herd.Auth
 import Herd.BuildId (buildIdentity)
@@ -161,7 +163,7 @@ runWorker opts = do
     Nothing -> failWith 3 ("master at " ++ where_ ++ " closed the connection during the handshake")
     Just (Left why) -> failWith 3 ("bad handshake from " ++ where_ ++ ": " ++ why)
     Just (Right (Refused why)) -> failWith 3 ("refused by master at " ++ where_ ++ ": " ++ T.unpack why)
-    Just (Right (Welcome theirBuild _ maxFrame livenessMs chunking packetBytes timeoutUs window)) -> do
+    Just (Right (Welcome theirBuild wid maxFrame livenessMs chunking packetBytes timeoutUs window)) -> do
       unless (theirBuild == build) $
         failWith 3 ("master at " ++ where_ ++ " is a different build; refusing to serve it")
       rc <- setLiveness (max 1 (fromIntegral livenessMs / 1000)) conn
@@ -173,7 +175,7 @@ runWorker opts = do
       when (timeoutUs < 1 || timeoutUs > 10000000) $ bad ("packet timeout of " ++ show timeoutUs ++ " us")
       when (window < 2 || window > 1000000) $ bad ("stream window of " ++ show window ++ " elements")
       let policy = PacketPolicy chunking (fromIntegral packetBytes) (fromIntegral timeoutUs / 1e6)
-      serve conn (fromIntegral maxFrame) policy (fromIntegral window) `finally` closeConnection conn
+      serve conn (fromIntegral wid) (fromIntegral maxFrame) policy (fromIntegral window) `finally` closeConnection conn
     Just (Right _) -> failWith 3 ("master at " ++ where_ ++ " sent an unexpected handshake frame")
   where
     where_ = workerHost opts ++ ":" ++ show (workerPort opts)
@@ -212,17 +214,19 @@ data Serving = Serving
   , svSlots   :: !(IORef (M.Map Word64 Slot))
   , svBusy    :: !(IORef Int)  -- ^ stream threads computing (not waiting)
   , svWindow  :: !Int
+  , svHolder  :: !Holder  -- ^ evolve states ("Herd.Evolve.Holder")
   }
 
 -- Serve the master's packets until it says stop or goes away. Farm tasks
 -- run here, one message at a time; each stream process runs in its own
 -- thread. The buffer to the master is flushed whenever nothing is left to
 -- do (no whole frame waiting and no stream thread computing).
-serve :: Connection -> Int -> PacketPolicy -> Int -> IO ()
-serve conn maxFrame policy window = do
+serve :: Connection -> Word64 -> Int -> PacketPolicy -> Int -> IO ()
+serve conn wid maxFrame policy window = do
   sender <- newSender policy (sendFrameStrict conn)
+  holder <- newHolder wid (\m -> sendMessage sender (fromWorkerUrgency m) (encodeFromWorker m))
   sv <- Serving sender <$> newIORef M.empty <*> newIORef M.empty <*> newIORef Nothing
-                       <*> newIORef M.empty <*> newIORef 0 <*> pure window
+                       <*> newIORef M.empty <*> newIORef 0 <*> pure window <*> pure holder
   let loop = do
         frame <- recvFrame maxFrame conn `catch` \(e :: SomeException) ->
           failWith 4 ("connection to master broke: " ++ displayException e)
@@ -239,7 +243,9 @@ serve conn maxFrame policy window = do
                 busy <- readIORef (svBusy sv)
                 when (not ready && busy == 0) $ flushIdle sender
                 loop
-  loop `finally` (readIORef (svSlots sv) >>= mapM_ (\sl -> tryReadMVar (slotThread sl) >>= mapM_ killThread))
+  loop `finally` do
+    stopHolder holder
+    readIORef (svSlots sv) >>= mapM_ (\sl -> tryReadMVar (slotThread sl) >>= mapM_ killThread)
 
 processAll :: Serving -> IORef (M.Map Word64 [B.ByteString]) -> [B.ByteString] -> IO Bool
 processAll _ _ [] = pure True
@@ -313,6 +319,7 @@ handleMessage sv pending msg = case msg of
   StreamClose sid -> withSlot sid $ \slot -> do
     modifyIORef' (svSlots sv) (M.delete sid)
     tryReadMVar (slotThread slot) >>= mapM_ killThread
+  _ -> holderMessage (svHolder sv) msg
   where
     send u m = sendMessage (svSender sv) u (encodeFromWorker m)
     -- a stream that already ended or was closed: late messages are dropped

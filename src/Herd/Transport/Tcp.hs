@@ -22,6 +22,11 @@ module Herd.Transport.Tcp
   , hasBufferedFrame
   , closeConnection
   , setLiveness
+    -- * Reading without the IO manager (the epoll loop)
+  , connFd
+  , awaitReadable
+  , recvAvailable
+  , takeBufferedFrame
   ) where
 
 import Control.Concurrent.MVar
@@ -32,7 +37,14 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Builder as BB
 import qualified Data.ByteString.Lazy as BL
 import Data.IORef
-import Foreign.C.Types (CInt (..), CUInt (..))
+import Control.Concurrent (threadWaitReadSTM)
+import Control.Concurrent.STM (STM, atomically, orElse)
+import qualified Data.ByteString.Internal as BI
+import Foreign.C.Types (CInt (..), CUInt (..), CSize (..))
+import Foreign.C.Error (eAGAIN, eWOULDBLOCK, eINTR, getErrno, errnoToIOError)
+import Foreign.Ptr (Ptr)
+import Data.Word (Word8)
+import System.Posix.Types (Fd (..), CSsize (..))
 import Network.Socket
 import qualified Network.Socket.ByteString as NSB
 import qualified Network.Socket.ByteString.Lazy as NSL
@@ -176,3 +188,63 @@ recvExactly conn n = do
 -- | Close the connection; safe to call more than once.
 closeConnection :: Connection -> IO ()
 closeConnection conn = close (connSocket conn) `catch` \(_ :: SomeException) -> pure ()
+
+-- | The connection's file descriptor.
+connFd :: Connection -> IO CInt
+connFd conn = withFdSocket (connSocket conn) pure
+
+-- | Wait until a frame is buffered or bytes can be read ('False'), or the
+-- transaction succeeds first ('True'). Reads nothing, so a thread waiting
+-- here can stop between frames without losing a byte.
+awaitReadable :: Connection -> STM () -> IO Bool
+awaitReadable conn stop = do
+  buffered <- hasBufferedFrame conn
+  if buffered
+    then atomically ((stop >> pure True) `orElse` pure False)
+    else do
+      fd <- connFd conn
+      (ready, unregister) <- threadWaitReadSTM (Fd fd)
+      r <- atomically ((stop >> pure True) `orElse` (ready >> pure False))
+      unregister
+      pure r
+
+foreign import ccall unsafe "recv"
+  c_recv :: CInt -> Ptr Word8 -> CSize -> CInt -> IO CSsize
+
+-- | Read what the kernel has for this connection, without waiting, into
+-- its buffer: the number of bytes read, 0 at end of file, -1 when nothing
+-- was ready. Throws on a socket error.
+recvAvailable :: Connection -> IO Int
+recvAvailable conn = do
+  fd <- connFd conn
+  let size = 256 * 1024
+      dontWait = 0x40  -- MSG_DONTWAIT
+  (chunk, rc) <- do
+    rcRef <- newIORef 0
+    bs <- BI.createAndTrim size $ \p -> do
+      n <- c_recv fd p (fromIntegral size) dontWait
+      writeIORef rcRef n
+      pure (max 0 (fromIntegral n))
+    (,) bs <$> readIORef rcRef
+  if rc < 0
+    then do
+      errno <- getErrno
+      if errno == eAGAIN || errno == eWOULDBLOCK || errno == eINTR
+        then pure (-1)
+        else throwIO (errnoToIOError "recv" errno Nothing Nothing)
+    else do
+      when (rc > 0) $ modifyIORef' (connPending conn) (<> chunk)
+      pure (fromIntegral rc)
+
+-- | Take one whole frame of at most the given size from what has been read
+-- already, if there is one (a frame over the cap throws 'FrameTooLarge').
+takeBufferedFrame :: Int -> Connection -> IO (Maybe B.ByteString)
+takeBufferedFrame cap conn = do
+  pending <- readIORef (connPending conn)
+  if B.length pending < 4 then pure Nothing else do
+    let len = B.foldl' (\acc w -> (acc `shiftL` 8) .|. fromIntegral w) 0 (B.take 4 pending)
+    when (len > cap) $ throwIO (FrameTooLarge len cap)
+    if B.length pending - 4 < len then pure Nothing else do
+      let (body, rest) = B.splitAt len (B.drop 4 pending)
+      writeIORef (connPending conn) rest
+      pure (Just body)

@@ -1,0 +1,291 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+{-# LANGUAGE RankNTypes #-}
+-- | The stateful evolve API of FP Complete's distributed particle filter.
+--
+-- States live on the workers, behind 'StateId's. 'resetStates' uploads a
+-- population, spread evenly; each 'evolveMany' applies a step to the
+-- states it is given inputs for and returns, for each, its children's new
+-- ids and outputs. Only outputs come back to the master; a state crosses
+-- the network again only when it moves to an idle worker.
+--
+-- > step :: Particle -> Obs -> [(Particle, Weight)]
+-- > stepFn :: StaticPtr (Evolver Particle Obs Weight)
+-- > stepFn = static (evolver step)       -- top level, not in Main
+-- >
+-- > ids  <- resetStates cluster stepFn particles
+-- > outs <- evolveMany cluster stepFn (M.fromList [ (i, obs) | i <- ids ])
+--
+-- Scheduling is "Herd.Evolve.Schedule" (pure); the master loop that drives
+-- it is chosen by 'configMasterLoop' or 'evolveLoop': one thread per worker
+-- ("Herd.Master.Threaded") or one thread over epoll ("Herd.Master.Epoll").
+--
+-- Promises: every state given an input is evolved exactly once per call;
+-- an unknown 'StateId' is refused before anything runs ('UnknownStates');
+-- a call never hangs: a lost worker ends it with 'StatesLost' naming the
+-- states that were on it, and a throwing step with 'EvolveFailed'. After
+-- either, the population is gone and must be reset. States not given an
+-- input stay where they are, unchanged.
+module Herd.Evolve
+  ( -- * Evolve functions
+    Evolve
+  , Evolver
+  , evolver
+  , namedEvolver
+  , StateId
+  , stateIdWord
+    -- * Calls
+  , resetStates
+  , evolveMany
+  , EvolveOptions (..)
+  , defaultEvolveOptions
+  , resetStatesWith
+  , evolveManyWith
+  , EvolveStats (..)
+  , populationSize
+  ) where
+
+import Control.Concurrent.MVar
+import Control.Exception
+import Control.Monad (forM, forM_, unless, when)
+import qualified Data.ByteString as B
+import Data.Bits (shiftR)
+import Data.List (foldl')
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import qualified Data.Text as T
+import GHC.StaticPtr (StaticPtr)
+import Herd.Clock (monotonicSeconds)
+import Herd.Config
+import Herd.Error
+import Herd.Evolve.Function
+import Herd.Evolve.Holder (stateIdBits)
+import Herd.Evolve.Schedule
+import Herd.Master
+import Herd.Master.Epoll (epollAvailable, runEpoll)
+import Herd.Master.Session
+import Herd.Master.Threaded (runThreaded)
+import Herd.Packet (encoderBytes, flushIdle, sendMessage)
+import Herd.Task (TaskRef (..), tryUser)
+import Herd.Wire
+
+-- | Per-call choices.
+data EvolveOptions = EvolveOptions
+  { evolveLoop       :: !(Maybe MasterLoop)
+    -- ^ the master loop; 'Nothing': the cluster's 'configMasterLoop'
+  , evolveWorkerLimit :: !(Maybe Int)
+    -- ^ use only this many workers (the lowest numbered); for scaling
+    -- measurements on one cluster
+  , evolveCostHints  :: !(M.Map StateId Double)
+    -- ^ expected seconds of some states' next step; measured times are
+    -- used where no hint is given
+  , evolveLead       :: !Double
+    -- ^ seconds of work kept queued at each worker beyond the running
+    -- state, to hide the round trip to the master
+  } deriving (Show)
+
+-- | The cluster's loop, every worker, no hints, 2 ms of lead.
+defaultEvolveOptions :: EvolveOptions
+defaultEvolveOptions = EvolveOptions Nothing Nothing M.empty 0.002
+
+-- | What one call measured.
+data EvolveStats = EvolveStats
+  { esSeconds  :: !Double                 -- ^ wall-clock time of the call
+  , esWorkers  :: !Int                    -- ^ workers that took part
+  , esEvolved  :: !Int                    -- ^ states evolved
+  , esChildren :: !Int                    -- ^ states made
+  , esMoved    :: !Int                    -- ^ states moved to another worker
+  , esBusy     :: !(M.Map WorkerId Double) -- ^ seconds each worker spent in the step function
+  , esLoop     :: !MasterLoop             -- ^ the loop that ran the call
+  } deriving (Show)
+
+-- | The number of states the cluster holds now.
+populationSize :: Cluster -> IO Int
+populationSize c = M.size . regWhere <$> readMVar (clusterRegistry c)
+
+-- | 'resetStatesWith' with the default options.
+resetStates :: Cluster -> StaticPtr (Evolver s i o) -> [s] -> IO [StateId]
+resetStates = resetStatesWith defaultEvolveOptions
+
+-- | 'evolveManyWith' with the default options, without the statistics.
+evolveMany :: Cluster -> StaticPtr (Evolver s i o) -> M.Map StateId i -> IO (M.Map StateId [(StateId, o)])
+evolveMany c f inputs = fst <$> evolveManyWith defaultEvolveOptions c f inputs
+
+-- | Drop every state the workers hold and upload these, spread evenly
+-- (round robin over the workers in order). Returns their ids, in order.
+-- Throws 'NoWorkers' with no worker, and 'ArgumentError' if a state throws
+-- when encoded (before anything is sent).
+resetStatesWith :: EvolveOptions -> Cluster -> StaticPtr (Evolver s i o) -> [s] -> IO [StateId]
+resetStatesWith opts cluster fn states = do
+  encoded <- forM (zip [0 :: Int ..] states) $ \(k, s) -> do
+    r <- tryUser (evaluate (evolverStateEncoder fn s) >>= encoderBytes)
+    either (throwIO . ArgumentError k (refName (evolverRef fn))) pure r
+  modifyMVar (clusterRegistry cluster) $ \_ -> withLentLinks cluster $ \(links0, forward) -> do
+    let links = limitLinks opts links0
+        cap = configMaxFrameBytes (clusterConfig cluster)
+    end <- runLoop opts cluster cap links forward resetMachine (M.fromList [ (lentWorker l, ()) | l <- links ])
+             [ SendTo (lentWorker l) StatesReset | l <- links ]
+    let live = [ l | l <- links, not (M.member (lentWorker l) (M.fromList (endLost end))) ]
+    when (null live) $ throwIO NoWorkers
+    let ids = [ StateId k | k <- [1 .. fromIntegral (length encoded)] ]
+        placed = zip3 ids encoded (cycle live)
+    forM_ placed $ \(StateId k, bytes, l) -> sendMessage (lentSender l) (toWorkerUrgency (StateAdd k bytes))
+                                                          (encodeToWorker (StateAdd k bytes))
+    mapM_ (flushIdle . lentSender) live
+    let reg = emptyRegistry { regWhere = M.fromList [ (i, lentWorker l) | (i, _, l) <- placed ]
+                            , regNextId = fromIntegral (length encoded) + 1 }
+    pure ((reg, ids), endLost end)
+  where
+    resetMachine = Machine
+      { machineMessage = \wid msg pending -> case msg of
+          StatesCleared -> (M.delete wid pending, [])
+          _ -> (pending, [])   -- answers from a call that ended early
+      , machineLost = \wid _ pending -> (M.delete wid pending, [])
+      , machineDone = M.null
+      }
+
+limitLinks :: EvolveOptions -> [LentLink] -> [LentLink]
+limitLinks opts links = maybe id take (evolveWorkerLimit opts) links
+
+runLoop :: EvolveOptions -> Cluster -> Driver
+runLoop opts cluster = case loopOf opts cluster of
+  EpollLoop -> runEpoll
+  ThreadedLoop -> runThreaded
+
+loopOf :: EvolveOptions -> Cluster -> MasterLoop
+loopOf opts cluster = case maybe (configMasterLoop (clusterConfig cluster)) id (evolveLoop opts) of
+  EpollLoop | epollAvailable -> EpollLoop
+  _ -> ThreadedLoop
+
+-- The state of one call's session.
+data Call = Call
+  { callPlan     :: !Plan
+  , callInputs   :: !(M.Map StateId B.ByteString)
+  , callOutputs  :: !(M.Map StateId [(StateId, B.ByteString)])
+  , callWhere    :: !(M.Map StateId WorkerId)
+  , callCost     :: !(M.Map StateId Double)
+  , callBusy     :: !(M.Map WorkerId Double)
+  , callMoved    :: !Int
+  , callChildren :: !Int
+  }
+
+-- | Evolve the states named in the map with their inputs. Returns, for
+-- each, its children (new ids, with their outputs), in the order the step
+-- function gave them.
+evolveManyWith :: forall s i o. EvolveOptions -> Cluster -> StaticPtr (Evolver s i o) -> M.Map StateId i
+               -> IO (M.Map StateId [(StateId, o)], EvolveStats)
+evolveManyWith opts cluster fn inputs = do
+  let ref = evolverRef fn
+  encodedInputs <- fmap M.fromList $ forM (zip [0 :: Int ..] (M.toList inputs)) $ \(k, (sid, x)) -> do
+    r <- tryUser (evaluate (evolverInputEncoder fn x) >>= encoderBytes)
+    either (throwIO . ArgumentError k (refName ref)) (\b -> pure (sid, b)) r
+  result <- modifyMVar (clusterRegistry cluster) $ \reg -> do
+    let unknown = [ sid | sid <- M.keys inputs, not (M.member sid (regWhere reg)) ]
+    unless (null unknown) $ throwIO (UnknownStates (map show unknown))
+    started <- monotonicSeconds
+    outcome <- try $ withLentLinks cluster $ \(links0, forward) -> do
+      let links = limitLinks opts links0
+          cap = configMaxFrameBytes (clusterConfig cluster)
+          present = M.fromList [ (lentWorker l, ()) | l <- links ]
+          -- states on workers that are gone (or left out) cannot be evolved
+          stranded = [ sid | sid <- M.keys inputs, not (M.member (regWhere reg M.! sid) present) ]
+      unless (null stranded) $ throwIO (StatesLost (map show stranded) "their worker is no longer connected")
+      let mean = regMeanCost reg
+          estimate sid = M.findWithDefault (M.findWithDefault (maybe 0 id mean) sid (regCost reg)) sid
+                                           (evolveCostHints opts)
+          holdings = M.unionWith (++) (M.map (const []) present)
+                       (M.fromListWith (++) [ (regWhere reg M.! sid, [(sid, estimate sid)]) | sid <- M.keys inputs ])
+          settings = defaultPlanSettings { settingsLead = evolveLead opts, settingsMeanCost = mean }
+          (plan, cmds) = startPlan settings holdings
+          call0 = Call plan encodedInputs M.empty (regWhere reg) (regCost reg) M.empty 0 0
+          opening = [ SendTo (lentWorker l) (EvolveWith ref) | l <- links ]
+          (call1, outs) = commandsToOuts call0 cmds
+      end <- runLoop opts cluster cap links forward (callMachine (refName ref)) call1 (opening ++ outs)
+      pure (end, endLost end)
+    finished <- monotonicSeconds
+    case outcome of
+      Left (e :: SomeException) -> do
+        -- the population is in an unknown state: forget it
+        pure (emptyRegistry { regNextId = regNextId reg }, Left e)
+      Right end -> case endError end of
+        Just err -> pure (emptyRegistry { regNextId = regNextId reg }, Left (toException err))
+        Nothing -> do
+          let call = endState end
+              evolvedN = M.size (callOutputs call)
+              busyTotal = sum (M.elems (callBusy call))
+              reg' = reg { regWhere = callWhere call, regCost = callCost call
+                         , regMeanCost = if evolvedN > 0 then Just (busyTotal / fromIntegral evolvedN)
+                                         else regMeanCost reg }
+              stats = EvolveStats (finished - started) (M.size (planUnstartedWorkers call)) evolvedN
+                                  (callChildren call) (callMoved call) (callBusy call) (loopOf opts cluster)
+          pure (reg', Right (callOutputs call, stats))
+  (raw, stats) <- either throwIO pure result
+  decoded <- forM raw $ \children -> forM children $ \(child, bytes) -> do
+    out <- tryUser (evolverOutputDecoder fn bytes)
+    case out of
+      Right o -> pure (child, o)
+      Left why -> throwIO (EvolveFailed (refName ref) (show child) ("its output does not decode: " ++ why))
+  pure (decoded, stats)
+  where
+    planUnstartedWorkers call = planUnstarted (callPlan call)
+
+-- The session of one call: the plan, fed by the workers' answers.
+callMachine :: String -> Machine Call
+callMachine name = Machine
+  { machineMessage = \wid msg call -> case msg of
+      StateEvolved parent busyNs children -> evolved wid (StateId parent) (fromIntegral busyNs / 1e9) children call
+      StateReleased sid bytes -> planStep wid (Released wid (StateId sid) bytes) call
+      StateKept sid -> planStep wid (Kept wid (StateId sid)) call
+      StateMissing sid
+        -- asked back after it had been evolved: it simply stays
+        | M.member (StateId sid) (snd (planHolders (callPlan call))) -> planStep wid (Kept wid (StateId sid)) call
+        | otherwise -> (call, [DropPeer wid ("it does not hold " ++ show (StateId sid) ++ ", which it was given")])
+      EvolveThrew sid why -> (call, [Fail (EvolveFailed name (show (StateId sid)) (T.unpack why))])
+      EvolveRejected why -> (call, [Fail (RemoteFunctionError name (T.unpack why))])
+      _ -> (call, [])
+  , machineLost = \wid why call -> case stepPlan (WorkerGone wid) (callPlan call) of
+      Left _ -> (call, [])
+      Right (plan, cmds) ->
+        -- besides the states the plan still had there, the lost worker held
+        -- children made in this call and states without an input
+        let held = [ sid | (sid, w) <- M.toList (callWhere call), w == wid ]
+            lost = S.toList (S.fromList (concat [ ss | Lose ss <- cmds ] ++ held))
+        in if null lost then commandsToOuts call { callPlan = plan } cmds
+           else (call { callPlan = plan }, [Fail (StatesLost (map show lost) ("worker " ++ show wid ++ " was lost: " ++ why))])
+  , machineDone = planDone . callPlan
+  }
+  where
+    planStep wid ev call = case stepPlan ev (callPlan call) of
+      Left why -> (call, [DropPeer wid why])
+      Right (plan, cmds) ->
+        let moved = length [ () | Place {} <- cmds ]
+        in commandsToOuts call { callPlan = plan, callMoved = callMoved call + moved } cmds
+    evolved wid parent secs children call
+      | bad : _ <- [ c | (c, _) <- children, not (ownId wid c) || M.member (StateId c) (callWhere call) ] =
+          (call, [DropPeer wid ("it named a child " ++ show (StateId bad) ++ " with an id that is not its own or not new")])
+      | otherwise = case stepPlan (Evolved wid parent secs) (callPlan call) of
+          Left why -> (call, [DropPeer wid why])
+          Right (plan, cmds) ->
+            let kids = [ (StateId c, o) | (c, o) <- children ]
+                call' = call
+                  { callPlan = plan
+                  , callOutputs = M.insert parent kids (callOutputs call)
+                  , callWhere = foldl' (\m (c, _) -> M.insert c wid m) (M.delete parent (callWhere call)) kids
+                  , callCost = foldl' (\m (c, _) -> M.insert c secs m) (M.delete parent (callCost call)) kids
+                  , callBusy = M.insertWith (+) wid secs (callBusy call)
+                  , callChildren = callChildren call + length kids }
+            in commandsToOuts call' cmds
+    ownId wid c = fromIntegral (c `shiftR` stateIdBits) == wid
+
+-- Turn the plan's commands into messages.
+commandsToOuts :: Call -> [Command] -> (Call, [Out])
+commandsToOuts call cmds = (foldl' track call cmds, concatMap out cmds)
+  where
+    out cmd = case cmd of
+      Ask w sids -> [ SendTo w (EvolveState k (callInputs call M.! sid)) | sid@(StateId k) <- sids ]
+      Release w (StateId k) -> [SendTo w (StateRelease k)]
+      Place w (StateId k) bytes -> [SendTo w (StateAdd k bytes)]
+      Lose _ -> []
+    track c cmd = case cmd of
+      Place w sid _ -> c { callWhere = M.insert sid w (callWhere c) }
+      _ -> c
+

@@ -1,0 +1,121 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | Evolve functions that can run on a worker: the step of the stateful
+-- evolve API ("Herd.Evolve"), shipped as a static pointer with the codecs
+-- of its state, input and output types.
+--
+-- > stepTask :: StaticPtr (Evolver Particle Obs Weight)
+-- > stepTask = static (evolver step)
+--
+-- As with "Herd.Task", bind the pointers at top level in a module other
+-- than @Main@.
+--
+-- Promise: a worker only runs an evolve function whose key it holds and
+-- whose state, input and output types are the caller's; it refuses with a
+-- message naming the function otherwise.
+module Herd.Evolve.Function
+  ( Evolve
+  , Evolver
+  , evolver
+  , namedEvolver
+    -- * For the drivers
+  , EvolveRunner (..)
+  , evolverRef
+  , evolverStateEncoder
+  , evolverInputEncoder
+  , evolverOutputDecoder
+  , lookupEvolver
+  ) where
+
+import Control.Exception (SomeException, displayException, evaluate, try)
+import qualified Data.ByteString as B
+import Data.Store (Store, encode)
+import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
+import GHC.Fingerprint (Fingerprint)
+import GHC.StaticPtr (StaticPtr, deRefStaticPtr, staticKey)
+import Herd.Packet (Encoder)
+import Herd.Task (TaskRef (..), describePtr, lookupTyped)
+import Herd.Wire.Value (decodeValueIO, valueEncoder)
+
+-- | One step of a stateful computation: a state and its input give the
+-- children (zero, one or many new states), each with an output.
+type Evolve s i o = s -> i -> [(s, o)]
+
+-- | An evolve function that a worker can run. Build one with 'evolver'
+-- inside a @static@ form.
+data Evolver s i o = Evolver
+  { evLabel        :: !(Maybe String)
+  , evEncodeState  :: s -> Encoder
+  , evEncodeInput  :: i -> Encoder
+  , evDecodeOutput :: B.ByteString -> IO o
+  , evRunner       :: !EvolveRunner
+  }
+
+-- | The type-erased side of an evolve function that a worker runs.
+data EvolveRunner = EvolveRunner
+  { erStateInput :: !Fingerprint  -- ^ fingerprint of @(s, i)@
+  , erOutput     :: !Fingerprint  -- ^ fingerprint of @[(s, o)]@
+  , erTypes      :: !String
+  , erApply      :: B.ByteString -> B.ByteString -> IO (Either String [(B.ByteString, B.ByteString)])
+    -- ^ from an encoded state and input to the children's encoded states
+    -- and outputs, all forced; 'Left' when the state or input does not
+    -- decode; throws what the function throws
+  }
+
+-- | Wrap an evolve function so it can be shipped as a static pointer.
+evolver :: forall s i o. (Store s, Store i, Store o, Typeable s, Typeable i, Typeable o)
+        => Evolve s i o -> Evolver s i o
+evolver f = Evolver
+  { evLabel = Nothing
+  , evEncodeState = valueEncoder
+  , evEncodeInput = valueEncoder
+  , evDecodeOutput = decodeValueIO
+  , evRunner = EvolveRunner
+      { erStateInput = typeRepFingerprint (typeRep (Proxy :: Proxy (s, i)))
+      , erOutput = typeRepFingerprint (typeRep (Proxy :: Proxy [(s, o)]))
+      , erTypes = show (typeRep (Proxy :: Proxy s)) ++ " -> " ++ show (typeRep (Proxy :: Proxy i))
+                  ++ " -> [(" ++ show (typeRep (Proxy :: Proxy s)) ++ ", "
+                  ++ show (typeRep (Proxy :: Proxy o)) ++ ")]"
+      , erApply = \stateBytes inputBytes -> do
+          decoded <- try ((,) <$> decodeValueIO stateBytes <*> decodeValueIO inputBytes)
+          case decoded of
+            Left (e :: SomeException) -> pure (Left (displayException e))
+            Right (s :: s, i :: i) -> do
+              -- encoding forces every child and output, so a throw happens here
+              children <- evaluate (forceAll [ (encode s', encode o) | (s', o) <- f s i ])
+              pure (Right children)
+      }
+  }
+  where
+    forceAll xs = foldr (\(a, b) rest -> a `seq` b `seq` rest) xs xs
+
+-- | Give an evolve function a name for error messages.
+namedEvolver :: String -> Evolver s i o -> Evolver s i o
+namedEvolver label e = e { evLabel = Just label }
+
+-- | The reference the master sends to name a static evolve function.
+evolverRef :: StaticPtr (Evolver s i o) -> TaskRef
+evolverRef ptr = TaskRef
+  { refKey = staticKey ptr
+  , refName = describePtr ptr (evLabel e)
+  , refArgType = erStateInput (evRunner e)
+  , refResultType = erOutput (evRunner e)
+  }
+  where e = deRefStaticPtr ptr
+
+-- | The caller's encoder for a state (to upload or move it).
+evolverStateEncoder :: StaticPtr (Evolver s i o) -> s -> Encoder
+evolverStateEncoder ptr = evEncodeState (deRefStaticPtr ptr)
+
+-- | The caller's encoder for an input.
+evolverInputEncoder :: StaticPtr (Evolver s i o) -> i -> Encoder
+evolverInputEncoder ptr = evEncodeInput (deRefStaticPtr ptr)
+
+-- | The caller's decoder for an output (throws if the bytes are not one).
+evolverOutputDecoder :: StaticPtr (Evolver s i o) -> B.ByteString -> IO o
+evolverOutputDecoder ptr = evDecodeOutput (deRefStaticPtr ptr)
+
+-- | Find an evolve function in this binary's static pointer table,
+-- checking its types.
+lookupEvolver :: TaskRef -> IO (Either String EvolveRunner)
+lookupEvolver = lookupTyped (\(e :: Evolver () () ()) -> let r = evRunner e in
+                               (r, erStateInput r, erOutput r, erTypes r))

@@ -1,0 +1,309 @@
+-- | The pure scheduler of one 'Herd.Evolve.evolveMany' call: which worker
+-- evolves which state when, and which states move to an idle worker.
+--
+-- It is the master state machine of FP Complete's distributed particle
+-- filter, with two changes. Batches are not a fixed five states: each
+-- worker is kept a queue of about 'settingsLead' seconds of work (at least
+-- two states, so the next one is there when one finishes), sized from the
+-- step times measured so far. And a worker that runs dry takes half of the
+-- unstarted states of the worker with the most of them, longest first, as
+-- estimated from the time each state's parent took ("a child costs what
+-- its parent cost"), so from the second call on the long states start
+-- first and end up alone.
+--
+-- Moved states travel through the master: the holder gives a state back
+-- ('Release', answered by 'StateReleased' or, if it had started, by
+-- 'StateKept'), and the master hands it to the thief ('Place'). Workers
+-- need no connections to each other.
+--
+-- Promises (checked by QuickCheck properties): every state given to
+-- 'startPlan' is asked to evolve exactly once unless its worker is lost;
+-- a state is never in two workers' lists; a released state is placed
+-- exactly once; no worker is left with nothing to do while another holds
+-- two or more unstarted states.
+module Herd.Evolve.Schedule
+  ( -- * Identities
+    StateId (..)
+  , WorkerId
+    -- * One call
+  , PlanSettings (..)
+  , defaultPlanSettings
+  , Plan
+  , PlanEvent (..)
+  , Command (..)
+  , startPlan
+  , stepPlan
+  , planDone
+  , planLeft
+  , planUnstarted
+  , planQueued
+  , planHolders
+    -- * Between calls
+  , Registry (..)
+  , emptyRegistry
+  ) where
+
+import qualified Data.ByteString as B
+import Data.List (foldl', sortBy)
+import qualified Data.Map.Strict as M
+import Data.Ord (comparing, Down (..))
+import qualified Data.Set as S
+import Data.Word (Word64)
+
+-- | A state held by some worker, as the caller names it.
+newtype StateId = StateId { stateIdWord :: Word64 }
+  deriving (Eq, Ord)
+
+instance Show StateId where
+  show (StateId w) = "#" ++ show w
+
+-- | A worker, as the master numbers it.
+type WorkerId = Int
+
+-- | What the scheduler needs to know besides the states.
+data PlanSettings = PlanSettings
+  { settingsLead      :: !Double
+    -- ^ seconds of work to keep queued at each worker beyond the state it
+    -- is evolving, to hide the round trip to the master
+  , settingsMeanCost  :: !(Maybe Double)
+    -- ^ the mean step time measured before this call, if any
+  , settingsMaxQueue  :: !Int  -- ^ most states queued at one worker
+  } deriving (Eq, Show)
+
+-- | Two milliseconds of lead, no history, at most 1000 queued.
+defaultPlanSettings :: PlanSettings
+defaultPlanSettings = PlanSettings 0.002 Nothing 1000
+
+-- What the plan knows of one worker.
+data WorkerPlan = WorkerPlan
+  { wpHeld     :: ![(Double, StateId)]  -- ^ to evolve, not asked yet, longest first
+  , wpQueued   :: ![StateId]            -- ^ asked, not answered, oldest first (the first may be running)
+  , wpIncoming :: !Int                  -- ^ states being moved to it
+  , wpLeaving  :: !Int                  -- ^ its states being asked back
+  } deriving (Eq, Show)
+
+-- | The scheduler's state during one call.
+data Plan = Plan
+  { plWorkers  :: !(M.Map WorkerId WorkerPlan)
+  , plLeft     :: !Int                                -- ^ evolutions not yet answered
+  , plMoving   :: !(M.Map StateId Move)  -- ^ states asked back, not yet answered
+  , plIdle     :: !(S.Set WorkerId)   -- ^ workers with nothing to do and nothing coming
+  , plCostSum  :: !Double
+  , plCostN    :: !Int
+  , plSettings :: !PlanSettings
+  } deriving (Eq, Show)
+
+-- A state asked back from one worker for another.
+data Move = Move
+  { moveFrom   :: !WorkerId
+  , moveTo     :: !WorkerId
+  , moveCost   :: !Double
+  , moveQueued :: !Bool  -- ^ it had been asked to evolve there (else it was only held)
+  } deriving (Eq, Show)
+
+-- | What happened.
+data PlanEvent
+  = Evolved !WorkerId !StateId !Double   -- ^ a worker evolved a state in this many seconds
+  | Released !WorkerId !StateId !B.ByteString  -- ^ a worker gave a state back
+  | Kept !WorkerId !StateId
+    -- ^ a worker did not give a state back: it had started it (or
+    -- already evolved it)
+  | WorkerGone !WorkerId                 -- ^ a worker was lost
+  deriving (Eq, Show)
+
+-- | What the driver must do.
+data Command
+  = Ask !WorkerId ![StateId]          -- ^ evolve these held states, in this order
+  | Release !WorkerId !StateId        -- ^ ask for this unstarted state back
+  | Place !WorkerId !StateId !B.ByteString  -- ^ hand this state to this worker
+  | Lose ![StateId]                   -- ^ these states were on a lost worker and are gone
+  deriving (Eq, Show)
+
+-- | Whether every state of the call has been evolved (or lost) and every
+-- state asked back has been answered for (so no answer of this call can
+-- arrive during the next).
+planDone :: Plan -> Bool
+planDone p = plLeft p == 0 && M.null (plMoving p)
+
+-- | Evolutions not yet answered.
+planLeft :: Plan -> Int
+planLeft = plLeft
+
+-- | Each worker's unstarted states as the plan sees them: not asked yet,
+-- or asked but behind the one that may be running; states being asked
+-- back are not counted.
+planUnstarted :: Plan -> M.Map WorkerId Int
+planUnstarted = M.map unstarted . plWorkers
+
+-- | Each worker's asked, unanswered states.
+planQueued :: Plan -> M.Map WorkerId [StateId]
+planQueued = M.map wpQueued . plWorkers
+
+-- | Where each unfinished state of the call is (held or queued), and the
+-- states being moved with their source.
+planHolders :: Plan -> (M.Map StateId WorkerId, M.Map StateId WorkerId)
+planHolders p =
+  ( M.fromList [ (s, w) | (w, wp) <- M.toList (plWorkers p), s <- map snd (wpHeld wp) ++ wpQueued wp ]
+  , M.map moveFrom (plMoving p) )
+
+unstarted :: WorkerPlan -> Int
+unstarted wp = length (wpHeld wp) + max 0 (length (wpQueued wp) - 1) - wpLeaving wp
+
+-- | Start a call: each worker with the states it holds that are to be
+-- evolved, each with its estimated cost (seconds; unknown costs should be
+-- given as the mean). Every live worker should be listed, even with no
+-- states, so that it can take some.
+startPlan :: PlanSettings -> M.Map WorkerId [(StateId, Double)] -> (Plan, [Command])
+startPlan settings holdings = settle (busyFirst ++ emptyOnes) plan0
+  where
+    -- fill the queues of workers with states before empty ones look for some
+    (busyFirst, emptyOnes) = (M.keys (M.filter (not . null) holdings), M.keys (M.filter null holdings))
+    plan0 = Plan
+      { plWorkers = M.map (\ss -> WorkerPlan (longestFirst [ (c, s) | (s, c) <- ss ]) [] 0 0) holdings
+      , plLeft = sum (map length (M.elems holdings))
+      , plMoving = M.empty
+      , plIdle = S.empty
+      , plCostSum = 0
+      , plCostN = 0
+      , plSettings = settings
+      }
+
+longestFirst :: [(Double, StateId)] -> [(Double, StateId)]
+longestFirst = sortBy (comparing (\(c, s) -> (Down c, s)))
+
+-- | Take one event. 'Left' names a broken promise of the worker (a state it
+-- was not asked for), which the driver treats as a bad peer.
+stepPlan :: PlanEvent -> Plan -> Either String (Plan, [Command])
+stepPlan ev p = case ev of
+  Evolved w s secs -> do
+    wp <- worker w
+    if s `notElem` wpQueued wp
+      then Left ("it reported evolving " ++ show s ++ ", which it was not asked to evolve")
+      else pure $ settle [w] p
+        { plWorkers = M.insert w wp { wpQueued = filter (/= s) (wpQueued wp) } (plWorkers p)
+        , plLeft = plLeft p - 1
+        , plCostSum = plCostSum p + secs
+        , plCostN = plCostN p + 1 }
+  Released w s bytes -> case M.lookup s (plMoving p) of
+    Just mv | moveFrom mv == w -> do
+      wp <- worker w
+      let wp' = if moveQueued mv
+                  then wp { wpQueued = filter (/= s) (wpQueued wp), wpLeaving = wpLeaving wp - 1 }
+                  else wp
+          p1 = p { plMoving = M.delete s (plMoving p), plWorkers = M.insert w wp' (plWorkers p) }
+          to = moveTo mv
+          -- the thief may have been lost meanwhile: then the least loaded live worker takes it
+          target = if M.member to (plWorkers p1) then to else leastLoaded p1
+          p2 = adjust target (\t -> t { wpHeld = longestFirst ((moveCost mv, s) : wpHeld t)
+                                      , wpIncoming = if target == to then wpIncoming t - 1 else wpIncoming t }) p1
+          (p3, cmds) = settle (target : w : S.toList (plIdle p2)) p2
+      pure (p3, Place target s bytes : cmds)
+    _ -> Left ("it gave back " ++ show s ++ ", which was not asked back from it")
+  Kept w s -> case M.lookup s (plMoving p) of
+    Just mv | moveFrom mv == w ->
+      -- it stays where it is and is answered from there
+      let back v | moveQueued mv = v { wpLeaving = wpLeaving v - 1 }
+                 | otherwise = v { wpHeld = longestFirst ((moveCost mv, s) : wpHeld v) }
+          p1 = adjust (moveTo mv) (\t -> t { wpIncoming = wpIncoming t - 1 })
+             $ adjust w back p { plMoving = M.delete s (plMoving p) }
+      in pure (settle (moveTo mv : w : S.toList (plIdle p1)) p1)
+    _ -> Left ("it kept " ++ show s ++ ", which was not asked back from it")
+  WorkerGone w -> case M.lookup w (plWorkers p) of
+    Nothing -> Right (p, [])
+    Just wp -> do
+      let leaving = [ (s, mv) | (s, mv) <- M.toList (plMoving p), moveFrom mv == w ]
+          -- states being taken from the lost worker are lost with it
+          lost = map snd (wpHeld wp) ++ wpQueued wp ++ [ s | (s, mv) <- leaving, not (moveQueued mv) ]
+          p1 = foldl' (\q (_, mv) -> adjust (moveTo mv) (\x -> x { wpIncoming = wpIncoming x - 1 }) q)
+                 p { plWorkers = M.delete w (plWorkers p)
+                   , plLeft = plLeft p - length lost
+                   , plIdle = S.delete w (plIdle p)
+                   , plMoving = M.filter ((/= w) . moveFrom) (plMoving p) } leaving
+          -- moves towards the lost worker are re-targeted when they are answered
+          (p2, cmds) = settle (M.keys (plWorkers p1)) p1
+      pure (p2, [ Lose lost | not (null lost) ] ++ cmds)
+  where
+    worker w = maybe (Left ("worker " ++ show w ++ " is not part of this call")) Right (M.lookup w (plWorkers p))
+
+adjust :: WorkerId -> (WorkerPlan -> WorkerPlan) -> Plan -> Plan
+adjust w f p = p { plWorkers = M.adjust f w (plWorkers p) }
+
+leastLoaded :: Plan -> WorkerId
+leastLoaded p = snd (minimum [ (length (wpHeld wp) + length (wpQueued wp), w) | (w, wp) <- M.toList (plWorkers p) ])
+
+meanCost :: Plan -> Maybe Double
+meanCost p
+  | plCostN p > 0 = Just (plCostSum p / fromIntegral (plCostN p))
+  | otherwise = settingsMeanCost (plSettings p)
+
+-- How many states to keep queued at a worker: the one running, and enough
+-- behind it to cover the lead time.
+queueTarget :: Plan -> Int
+queueTarget p = min (max 2 (settingsMaxQueue s)) (1 + max 1 behind)
+  where
+    s = plSettings p
+    behind = case meanCost p of
+      Just m | m > 0 -> ceiling (settingsLead s / m)
+      _ -> 1
+
+-- Give these workers work: fill their queues from what they hold, and let
+-- those with nothing left take states from the most loaded worker.
+settle :: [WorkerId] -> Plan -> (Plan, [Command])
+settle ws p0 = foldl' one (p0, []) ws
+  where
+    one (p, cmds) w = case M.lookup w (plWorkers p) of
+      Nothing -> (p, cmds)
+      Just wp ->
+        let target = queueTarget p
+            room = target - length (wpQueued wp)
+            (asked, kept) = splitAt (max 0 room) (wpHeld wp)
+            wp' = wp { wpHeld = kept, wpQueued = wpQueued wp ++ map snd asked }
+            p' = p { plWorkers = M.insert w wp' (plWorkers p) }
+            cmds' = cmds ++ [ Ask w (map snd asked) | not (null asked) ]
+            (p'', cmds'') = if null kept && length (wpQueued wp') < target && wpIncoming wp' == 0
+                              then steal w (p', cmds')
+                              else (p', cmds')
+            idle = maybe False (\x -> null (wpHeld x) && null (wpQueued x) && wpIncoming x == 0)
+                         (M.lookup w (plWorkers p''))
+        in (p'' { plIdle = (if idle then S.insert w else S.delete w) (plIdle p'') }, cmds'')
+
+-- A worker with nothing held and room in its queue takes half the
+-- unstarted states of the worker with the most (the last one only when
+-- the thief is idle), longest first.
+steal :: WorkerId -> (Plan, [Command]) -> (Plan, [Command])
+steal thief (p, cmds) = case candidates of
+  [] -> (p, cmds)
+  _ ->
+    let (n, victim) = maximum candidates
+        vp = plWorkers p M.! victim
+        count = max 1 (n `div` 2)
+        moving = S.fromList [ s | (s, mv) <- M.toList (plMoving p), moveFrom mv == victim ]
+        fromHeld = take count (wpHeld vp)
+        fromQueue = take (count - length fromHeld)
+                      [ s | s <- reverse (drop 1 (wpQueued vp)), not (S.member s moving) ]
+        moves = [ (s, Move victim thief c False) | (c, s) <- fromHeld ]
+             ++ [ (s, Move victim thief fallback True) | s <- fromQueue ]
+        p' = p { plMoving = foldl' (\m (s, mv) -> M.insert s mv m) (plMoving p) moves }
+        p'' = adjust victim (\v -> v { wpHeld = drop (length fromHeld) (wpHeld v)
+                                     , wpLeaving = wpLeaving v + length fromQueue })
+            $ adjust thief (\t -> t { wpIncoming = wpIncoming t + length moves }) p'
+    in (p'', cmds ++ [ Release victim s | (s, _) <- moves ])
+  where
+    thiefIdle = maybe True (null . wpQueued) (M.lookup thief (plWorkers p))
+    candidates = [ (n, w) | (w, wp) <- M.toList (plWorkers p), w /= thief
+                          , let n = unstarted wp
+                          , n >= 2 || (n == 1 && thiefIdle) ]
+    fallback = maybe 0 id (meanCost p)
+
+-- | Where every state of a cluster's population lives, and what its next
+-- evolution is expected to cost; kept by the master between calls.
+data Registry = Registry
+  { regWhere    :: !(M.Map StateId WorkerId)
+  , regCost     :: !(M.Map StateId Double)  -- ^ measured time of the step that made it
+  , regMeanCost :: !(Maybe Double)          -- ^ mean step time of the last call
+  , regNextId   :: !Word64                  -- ^ next id for an uploaded state
+  } deriving (Eq, Show)
+
+-- | No states.
+emptyRegistry :: Registry
+emptyRegistry = Registry M.empty M.empty Nothing 1

@@ -1,0 +1,92 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+{-# LANGUAGE RankNTypes #-}
+-- | The evolve API's second master loop, as in FP Complete's second
+-- version: one thread waits on every worker's socket with @epoll@ directly
+-- (a safe foreign call, so the rest of the runtime runs meanwhile), reads
+-- what is ready without blocking, and steps the session. GHC's IO manager
+-- is not on the receiving path, and no thread hand-off happens per
+-- message.
+--
+-- Linux only; 'epollAvailable' says whether it can run here, and
+-- "Herd.Evolve" falls back to "Herd.Master.Threaded" when not.
+--
+-- Promise: returns once the session is done or failed, having read only
+-- whole frames out of each link's buffer, so the links can be handed back
+-- to the cluster with nothing lost.
+module Herd.Master.Epoll
+  ( runEpoll
+  , epollAvailable
+  ) where
+
+import Control.Exception (SomeException, bracket, try, displayException)
+import Control.Monad (forM_, when)
+import Data.IORef
+import qualified Data.Map.Strict as M
+import Foreign.C.Types (CInt (..))
+import Foreign.Marshal.Array (allocaArray, peekArray)
+import Foreign.Ptr (Ptr)
+import Control.Concurrent.MVar (readMVar)
+import Herd.Master (LentLink (..))
+import Herd.Master.Session
+import Herd.Transport.Tcp (connFd, recvAvailable, takeBufferedFrame)
+import System.Info (os)
+import System.Posix.IO (closeFd)
+import System.Posix.Types (Fd (..))
+
+foreign import ccall unsafe "herd_epoll_create" c_epollCreate :: IO CInt
+foreign import ccall unsafe "herd_epoll_add" c_epollAdd :: CInt -> CInt -> CInt -> IO CInt
+foreign import ccall safe "herd_epoll_wait" c_epollWait :: CInt -> Ptr CInt -> CInt -> CInt -> IO CInt
+
+-- | Whether this system has epoll.
+epollAvailable :: Bool
+epollAvailable = os == "linux"
+
+-- | Run a session from one thread over epoll.
+runEpoll :: Driver
+runEpoll cap links forward machine st0 initial = do
+  f <- newFeeder cap links forward machine st0
+  let byTag = M.fromList (zip [0 :: Int ..] links)
+  bracket c_epollCreate (\ep -> closeFd (Fd ep)) $ \ep -> do
+    when (ep < 0) $ ioError (userError "epoll_create1 failed")
+    forM_ (M.toList byTag) $ \(tag, l) -> do
+      fd <- connFd (lentConn l)
+      rc <- c_epollAdd ep fd (fromIntegral tag)
+      when (rc /= 0) $ () <$ feedLost f (lentWorker l) ("epoll_ctl failed (errno " ++ show rc ++ ")")
+    feedInitial f initial
+    -- frames a parked reader had already buffered are not announced by epoll
+    forM_ links $ \l -> drainFrames f l
+    flushTouched f
+    allocaArray 256 $ \tags -> do
+      let loop = do
+            over <- readIORef (feedFinished f)
+            live <- (\lost -> any (\l -> not (M.member (lentWorker l) lost)) links) <$> readIORef (feedLostSet f)
+            when (not over && live) $ do
+              n <- c_epollWait ep tags 256 1000
+              when (n < 0) $ ioError (userError ("epoll_wait failed (errno " ++ show (negate n) ++ ")"))
+              ready <- peekArray (fromIntegral (max 0 n)) tags
+              forM_ ready $ \tag -> forM_ (M.lookup (fromIntegral tag) byTag) (readLink f)
+              flushTouched f
+              loop
+      loop
+  SessionEnd <$> readMVar (feedState f) <*> readIORef (feedError f) <*> (M.toList <$> readIORef (feedLostSet f))
+
+-- Read what one ready link has and handle its whole frames.
+readLink :: Feeder st -> LentLink -> IO ()
+readLink f l = do
+  lost <- M.member (lentWorker l) <$> readIORef (feedLostSet f)
+  when (not lost) $ do
+    got <- try (recvAvailable (lentConn l))
+    case got of
+      Left (e :: SomeException) -> () <$ feedLost f (lentWorker l) (displayException e)
+      Right 0 -> () <$ feedLost f (lentWorker l) "connection closed"
+      Right _ -> drainFrames f l
+
+drainFrames :: Feeder st -> LentLink -> IO ()
+drainFrames f l = do
+  frame <- try (takeBufferedFrame (feedCap f) (lentConn l))
+  case frame of
+    Left (e :: SomeException) -> () <$ feedLost f (lentWorker l) (displayException e)
+    Right Nothing -> pure ()
+    Right (Just packet) -> do
+      _ <- feedPacket f (lentWorker l) packet
+      drainFrames f l

@@ -1,0 +1,53 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+{-# LANGUAGE RankNTypes #-}
+-- | The evolve API's first master loop, as in FP Complete's first version:
+-- one thread per worker, each reading its link through GHC's IO manager
+-- and stepping the shared session state under an 'MVar'.
+--
+-- Promise: returns once the session is done or failed, after every thread
+-- has stopped between two frames (so the links can be handed back to the
+-- cluster with nothing half read).
+module Herd.Master.Threaded
+  ( runThreaded
+  ) where
+
+import Control.Concurrent.Async (async, wait)
+import Control.Concurrent.MVar (readMVar)
+import Control.Concurrent.STM
+import Control.Exception (SomeException, try, displayException)
+import Control.Monad (forM, unless, when)
+import Data.IORef
+import qualified Data.Map.Strict as M
+import Herd.Master (LentLink (..))
+import Herd.Master.Session
+import Herd.Transport.Tcp (awaitReadable, recvFrame)
+
+-- | Run a session with a thread per worker.
+runThreaded :: Driver
+runThreaded cap links forward machine st0 initial = do
+  f <- newFeeder cap links forward machine st0
+  feedInitial f initial
+  over <- newTVarIO False
+  done0 <- readIORef (feedFinished f)
+  when done0 $ atomically (writeTVar over True)
+  let stop = readTVar over >>= check
+      finish = atomically (writeTVar over True)
+      perLink l = do
+        stopped <- awaitReadable (lentConn l) stop
+        unless stopped $ do
+          frame <- try (recvFrame cap (lentConn l))
+          ended <- case frame of
+            Left (e :: SomeException) -> feedLost f (lentWorker l) (displayException e) >> pure True
+            Right Nothing -> feedLost f (lentWorker l) "connection closed" >> pure True
+            Right (Just packet) -> do
+              _ <- feedPacket f (lentWorker l) packet
+              flushTouched f
+              lostNow <- M.member (lentWorker l) <$> readIORef (feedLostSet f)
+              pure lostNow
+          sessionOver <- readIORef (feedFinished f)
+          when sessionOver finish
+          unless ended (perLink l)
+  threads <- forM links (async . perLink)
+  atomically stop
+  mapM_ wait threads
+  SessionEnd <$> readMVar (feedState f) <*> readIORef (feedError f) <*> (M.toList <$> readIORef (feedLostSet f))

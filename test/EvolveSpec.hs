@@ -1,0 +1,101 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | The evolve API with real worker processes, over both master loops.
+module EvolveSpec (spec) where
+
+import Control.Concurrent
+import Control.Exception
+import Control.Monad
+import Data.IORef
+import Data.List (nub, sort)
+import qualified Data.Map.Strict as M
+import Herd
+import Herd.Examples.ParticleFilter
+import ClusterSpec (withTestClusterConfig)
+import System.Posix.Signals (sigKILL, signalProcess)
+import System.Timeout (timeout)
+import Test.Hspec
+import TestTasks
+
+withLoop :: MasterLoop -> Int -> (Cluster -> IO a) -> IO a
+withLoop loop n body = withTestClusterConfig n (\c -> c { configMasterLoop = loop }) (\logs c -> body c `onException` (readIORef logs >>= mapM_ putStrLn . reverse))
+
+spec :: Spec
+spec = describe "the evolve API" $ forM_ [ThreadedLoop, EpollLoop] $ \loop ->
+  describe ("with the " ++ show loop) $ do
+    it "evolves each state once, keeps children on the workers and evolves them again" $
+      withLoop loop 2 $ \cluster -> do
+        ids <- resetStates cluster countEvolver [100, 200 .. 1000]
+        length (nub ids) `shouldBe` 10
+        -- state k gets input (k mod 3): 0, 1 or 2 children
+        let inputs = M.fromList (zip ids (cycle [0, 1, 2]))
+        out <- evolveMany cluster countEvolver inputs
+        M.keys out `shouldBe` sort ids
+        let expected = [ [ s * 10 + j | j <- [0 .. k - 1] ] | (s, k) <- zip [100, 200 .. 1000] (cycle [0, 1, 2]) ]
+        [ map snd (out M.! i) | i <- ids ] `shouldBe` expected
+        let children = concatMap (map fst) (M.elems out)
+        length (nub children) `shouldBe` length children
+        any (`elem` ids) children `shouldBe` False
+        populationSize cluster `shouldReturn` length children
+        -- the children hold their parents' values plus j: evolve them with one child each
+        out2 <- evolveMany cluster countEvolver (M.fromList [ (c, 1) | c <- children ])
+        sort (map snd (concat (M.elems out2))) `shouldBe`
+          sort [ (s + j) * 10 | (s, k) <- zip [100, 200 .. 1000] (cycle [0, 1, 2 :: Int]), j <- [0 .. k - 1] ]
+
+    it "refuses unknown states before running anything, and keeps the population" $
+      withLoop loop 2 $ \cluster -> do
+        ids <- resetStates cluster countEvolver [1, 2, 3]
+        out <- evolveMany cluster countEvolver (M.fromList [ (i, 1) | i <- ids ])
+        -- the old ids were evolved: they are gone now
+        r <- try (evolveMany cluster countEvolver (M.fromList [(head ids, 1)]))
+        case r of
+          Left (UnknownStates names) -> names `shouldBe` [show (head ids)]
+          other -> expectationFailure ("expected UnknownStates, got " ++ show (fmap (const ()) other))
+        populationSize cluster `shouldReturn` 3
+        out2 <- evolveMany cluster countEvolver (M.fromList [ (c, 1) | (c, _) <- concat (M.elems out) ])
+        M.size out2 `shouldBe` 3
+
+    it "names the state a throwing step failed on" $
+      withLoop loop 2 $ \cluster -> do
+        ids <- resetStates cluster countEvolver [5, 6, 7, 8]
+        r <- try (evolveMany cluster countEvolver (M.fromList (zip ids [1, 1, -1, 1])))
+        case r of
+          Left (EvolveFailed _ st why) -> do
+            st `shouldBe` show (ids !! 2)
+            why `shouldContain` "refused state 7"
+          other -> expectationFailure ("expected EvolveFailed, got " ++ show (fmap (const ()) other))
+        -- a new population works after the failure
+        ids' <- resetStates cluster countEvolver [1, 2]
+        M.size <$> evolveMany cluster countEvolver (M.fromList [ (i, 1) | i <- ids' ]) `shouldReturn` 2
+
+    it "moves states to an idle worker" $
+      withLoop loop 2 $ \cluster -> do
+        -- every state starts on one worker; the other must take some
+        ids <- resetStatesWith defaultEvolveOptions { evolveWorkerLimit = Just 1 } cluster slowEvolver
+                 (replicate 20 1)
+        (out, stats) <- evolveManyWith defaultEvolveOptions cluster slowEvolver (M.fromList [ (i, 20) | i <- ids ])
+        M.size out `shouldBe` 20
+        esMoved stats `shouldSatisfy` (> 0)
+        M.size (esBusy stats) `shouldBe` 2
+
+    it "ends a call with the lost states when a worker dies, and does not hang" $
+      withLoop loop 2 $ \cluster -> do
+        ids <- resetStates cluster slowEvolver [1 .. 20]
+        workers <- clusterWorkerInfo cluster
+        _ <- forkIO $ threadDelay 150000 >> signalProcess sigKILL (fromIntegral (infoPid (head workers)))
+        r <- timeout 20000000 (try (evolveMany cluster slowEvolver (M.fromList [ (i, 100) | i <- ids ])))
+        case r of
+          Nothing -> expectationFailure "evolveMany hung after a worker was lost"
+          Just (Left (StatesLost names why)) -> do
+            -- the unevolved states that were on it, and any children it had made
+            names `shouldSatisfy` any (`elem` map show ids)
+            length names `shouldSatisfy` (<= 20)
+            why `shouldContain` "lost"
+          Just other -> expectationFailure ("expected StatesLost, got " ++ show (fmap (const ()) other))
+
+    it "runs a real particle filter to the same estimates as one core" $
+      withLoop loop 2 $ \cluster -> do
+        let setup = defaultSetup { setupParticles = 300, setupSteps = 4 }
+        ids <- resetStates cluster particleStep (initialParticles setup)
+        run <- runFilter setup (evolveMany cluster particleStep) ids
+        run `shouldBe` runSequential setup
+        length (runEstimates run) `shouldBe` 4
