@@ -10,9 +10,11 @@ import qualified Bench.Throughput as Throughput
 import qualified Bench.Echo as Echo
 import qualified Bench.Parsort as Parsort
 import qualified Bench.Mandelbrot as Mandelbrot
+import qualified Bench.Pfilter as Pfilter
+import qualified Bench.Skew as Skew
 import Data.Char (isDigit)
 import qualified Demo
-import Herd.Config (SecretSource (..), parseHostList)
+import Herd.Config (MasterLoop (..), SecretSource (..), parseHostList, parseMasterLoop)
 import Herd.Launch.Topology (parseCpuList)
 import Herd.Worker (WorkerOptions (..), parseHostPort, runWorker)
 import Options.Applicative
@@ -25,6 +27,8 @@ data Command
   | BenchEcho Echo.Options
   | BenchParsort Parsort.Options
   | BenchMandelbrot Mandelbrot.Options
+  | BenchPfilter Pfilter.Options
+  | BenchSkew Skew.Options
   | WorkerCmd WorkerOptions
 
 -- | Parse the command line and run the command.
@@ -41,6 +45,8 @@ run = do
     BenchEcho o -> Echo.run o
     BenchParsort o -> Parsort.run o
     BenchMandelbrot o -> Mandelbrot.run o
+    BenchPfilter o -> Pfilter.run o
+    BenchSkew o -> Skew.run o
     WorkerCmd o -> runWorker o
 
 commands :: Parser Command
@@ -64,7 +70,58 @@ benchCommands = hsubparser
  <> command "parsort" (info (BenchParsort <$> parsortOptions)
       (progDesc "Eden's parsort, parsortchunk and parsortchunk2, chunking on and off"))
  <> command "mandelbrot" (info (BenchMandelbrot <$> mandelbrotOptions)
-      (progDesc "Eden's Mandelbrot picture, one row per task or static chunks of rows, chunking on and off")) )
+      (progDesc "Eden's Mandelbrot picture, one row per task or static chunks of rows, chunking on and off"))
+ <> command "pfilter" (info (BenchPfilter <$> pfilterOptions)
+      (progDesc "FP Complete's particle filter on the evolve API: scaling over worker counts, both master loops"))
+ <> command "skew" (info (BenchSkew <$> skewOptions)
+      (progDesc "FP Complete's skew case: nine 1 s states and one 10 s state on two workers, evolved repeatedly")) )
+
+pfilterOptions :: Parser Pfilter.Options
+pfilterOptions = Pfilter.Options
+  <$> option (countListArg "worker counts" 4096) (long "workers" <> metavar "LIST" <> value [32, 64, 128, 256, 512]
+                          <> showDefaultWith (const "32,64,128,256,512") <> help "worker counts to run (e.g. 1,2,4,...,512)")
+  <*> option (positiveInt "a particle count" 10000000) (long "states" <> metavar "N" <> value 2000 <> showDefault
+                          <> help "particles (states)")
+  <*> option (positiveInt "a step count" 100000) (long "steps" <> metavar "N" <> value 3 <> showDefault
+                          <> help "calls to evolveMany")
+  <*> option durationArg (long "cost" <> metavar "TIME" <> value 0.03 <> showDefaultWith (const "30ms")
+                          <> help "with --simulate: the time each particle's step sleeps (e.g. 30ms, 0.5s)")
+  <*> switch (long "simulate" <> help "sleep --cost per particle step instead of computing it")
+  <*> option loopListArg (long "master" <> metavar "LIST" <> value [ThreadedLoop, EpollLoop]
+                          <> showDefaultWith (const "threaded,epoll") <> help "master loops to run: threaded, epoll")
+  <*> strOption (long "plot" <> metavar "FILE" <> value "pfilter.svg" <> showDefault
+                          <> help "where to write the log-log plot (SVG)")
+  <*> switch (long "json" <> help "end with one line of JSON")
+
+skewOptions :: Parser Skew.Options
+skewOptions = Skew.Options
+  <$> option (positiveInt "a step count" 1000) (long "steps" <> metavar "N" <> value 3 <> showDefault
+                          <> help "calls to evolveMany")
+  <*> option (positiveInt "a state count" 10000) (long "states" <> metavar "N" <> value 10 <> showDefault
+                          <> help "states, one of them slow")
+  <*> option durationArg (long "unit" <> metavar "TIME" <> value 1 <> showDefaultWith (const "1s")
+                          <> help "step time of the ordinary states")
+  <*> option durationArg (long "slow" <> metavar "TIME" <> value 10 <> showDefaultWith (const "10s")
+                          <> help "step time of the slow state")
+  <*> optional (option (eitherReader parseMasterLoop) (long "master" <> metavar "LOOP"
+                          <> help "threaded or epoll (default: epoll)"))
+  <*> switch (long "json" <> help "end with one line of JSON")
+
+-- A duration: a number with s, ms or us (a bare number is seconds).
+durationArg :: ReadM Double
+durationArg = eitherReader $ \s ->
+  let (digits, unit) = span (`elem` "0123456789.") s
+      scale = lookup unit [("", 1), ("s", 1), ("ms", 1e-3), ("us", 1e-6)]
+  in case (reads digits, scale) of
+       ([(x, "")], Just k) | x * k > 0 && x * k <= 3600 -> Right (x * k)
+       _ -> Left ("expected a duration above 0 and at most an hour, such as 30ms, 0.5s or 200us, got " ++ show s)
+
+loopListArg :: ReadM [MasterLoop]
+loopListArg = eitherReader $ \s ->
+  case mapM parseMasterLoop (words (map (\c -> if c == ',' then ' ' else c) s)) of
+    Right ls@(_ : _) -> Right ls
+    Right [] -> Left "expected master loops: threaded, epoll or both, separated by commas"
+    Left why -> Left why
 
 echoOptions :: Parser Echo.Options
 echoOptions = Echo.Options

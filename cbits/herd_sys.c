@@ -117,3 +117,38 @@ int herd_epoll_wait(int epfd, int *tags, int max, int timeout_ms)
     for (int i = 0; i < n; i++) tags[i] = (int)evs[i].data.u64;
     return n;
 }
+
+/* Wait until fd is readable (or closed, or in error), blocking this OS
+   thread: the worker's receive path, kept off GHC's IO manager. */
+#include <poll.h>
+int herd_poll_in(int fd)
+{
+    struct pollfd p;
+    p.fd = fd;
+    p.events = POLLIN;
+    p.revents = 0;
+    return poll(&p, 1, -1);
+}
+
+/* Lower the scheduling priority of every thread that exists now to the
+   given nice value (Linux keeps one per thread; threads started later
+   inherit it). Returns 0 or the errno of the first failure. */
+#include <sys/resource.h>
+int herd_nice_process_threads(int value)
+{
+    DIR *dir = opendir("/proc/self/task");
+    if (dir == NULL) {
+        return setpriority(PRIO_PROCESS, 0, value) == 0 ? 0 : errno;
+    }
+    int result = 0;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        if (entry->d_name[0] == '.') continue;
+        int tid = atoi(entry->d_name);
+        if (setpriority(PRIO_PROCESS, tid, value) != 0 && result == 0 && errno != ESRCH) {
+            result = errno;
+        }
+    }
+    closedir(dir);
+    return result;
+}

@@ -165,6 +165,10 @@ data Config = Config
     -- the sender waits for the receiver (credit-based flow control)
   , configMasterLoop       :: MasterLoop
     -- ^ the loop that drives the evolve API ("Herd.Evolve")
+  , configWorkerNice       :: Int
+    -- ^ nice value of local workers (0 to 19). Raise it when running more
+    -- workers than cores, so that the master, whom every worker waits on,
+    -- is not queued behind them
   }
 
 -- | How the master drives an evolve call ("Herd.Evolve").
@@ -232,6 +236,7 @@ defaultConfig = Config
   , configPacketTimeout    = policyTimeout defaultPacketPolicy
   , configStreamWindow     = 4096
   , configMasterLoop       = EpollLoop
+  , configWorkerNice       = 0
   }
 
 -- | The packet policy a configuration asks for.
@@ -286,6 +291,8 @@ validateConfig c
       bad "configShip" "shipping the executable needs hosts to ship it to (configHosts)"
   | configSlurm c && not (null (configHosts c)) =
       bad "configSlurm" "use either SLURM or a list of ssh hosts, not both"
+  | configWorkerNice c < 0 || configWorkerNice c > 19 =
+      bad "configWorkerNice" ("must be from 0 to 19, got " ++ show (configWorkerNice c))
   | any (\o -> null o || head o /= '-') (configWorkerRtsOptions c) =
       bad "configWorkerRtsOptions" ("each option must start with '-', got "
                                     ++ show (configWorkerRtsOptions c))

@@ -83,9 +83,9 @@ data EvolveOptions = EvolveOptions
     -- state, to hide the round trip to the master
   } deriving (Show)
 
--- | The cluster's loop, every worker, no hints, 2 ms of lead.
+-- | The cluster's loop, every worker, no hints, 100 ms of lead.
 defaultEvolveOptions :: EvolveOptions
-defaultEvolveOptions = EvolveOptions Nothing Nothing M.empty 0.002
+defaultEvolveOptions = EvolveOptions Nothing Nothing M.empty 0.1
 
 -- | What one call measured.
 data EvolveStats = EvolveStats
@@ -237,7 +237,7 @@ callMachine name = Machine
       StateKept sid -> planStep wid (Kept wid (StateId sid)) call
       StateMissing sid
         -- asked back after it had been evolved: it simply stays
-        | M.member (StateId sid) (snd (planHolders (callPlan call))) -> planStep wid (Kept wid (StateId sid)) call
+        | planIsMoving (StateId sid) (callPlan call) -> planStep wid (Kept wid (StateId sid)) call
         | otherwise -> (call, [DropPeer wid ("it does not hold " ++ show (StateId sid) ++ ", which it was given")])
       EvolveThrew sid why -> (call, [Fail (EvolveFailed name (show (StateId sid)) (T.unpack why))])
       EvolveRejected why -> (call, [Fail (RemoteFunctionError name (T.unpack why))])

@@ -303,7 +303,8 @@ withCluster config body = do
 startLaunches :: Config -> Secret -> [Maybe Int] -> Maybe Int -> String -> String -> IO [Launch]
 startLaunches cfg secret plan slurmTasks localAddr remoteAddr = do
   locals <- if null plan then pure [] else do
-    ws <- spawnLocalWorkers (LocalLaunch localAddr (configWorkerRtsOptions cfg) "local" secret) plan
+    ws <- spawnLocalWorkers (LocalLaunch localAddr (configWorkerRtsOptions cfg) "local" secret
+                                       (configWorkerNice cfg)) plan
     pure [localLaunch ws]
   hosts <- forM (configHosts cfg) $ startSshLaunch SshLaunch
     { sshCommand = configSshCommand cfg, sshAddress = remoteAddr
@@ -512,12 +513,25 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
           queued <- newIORef (0 :: Int)
           received <- newIORef noPeerStats
           let cap = max (64 * 1024 * 1024) (2 * configMaxFrameBytes cfg)
-              out packet = do
-                q <- atomicModifyIORef' queued (\k -> (k + B.length packet, k + B.length packet))
+              enqueue bytes = do
+                q <- atomicModifyIORef' queued (\k -> (k + B.length bytes, k + B.length bytes))
                 if q > cap
                   then atomically $ writeTQueue inbox (Lost wid ("stopped reading: " ++ show q
                                                                  ++ " bytes waiting to be sent to it"))
-                  else atomically $ writeTQueue outbox (Just packet)
+                  else atomically $ writeTQueue outbox (Just bytes)
+              -- With nothing waiting for the writer thread, send from this
+              -- thread what the kernel takes at once (no hand-off between
+              -- threads per packet); the writer sends the rest.
+              out packet = do
+                let frame = framed packet
+                waiting <- readIORef queued
+                if waiting > 0 then enqueue frame else do
+                  rest <- try (sendAvailable conn frame)
+                  case rest of
+                    Left (e :: IOException) ->
+                      atomically $ writeTQueue inbox (Lost wid ("send failed: " ++ displayException e))
+                    Right r | B.null r -> pure ()
+                            | otherwise -> enqueue r
           sender <- newSender (packetPolicyOf cfg) out
           expect <- newIORef []
           lent <- LentLink wid conn sender received <$> newTVarIO False <*> newTVarIO False
@@ -789,9 +803,9 @@ writerThread cluster wid conn outbox queued = loop `catch` \(e :: IOException) -
     loop = do
       next <- atomically (readTQueue outbox)
       case next of
-        Just packet -> do
-          sendFrameStrict conn packet
-          atomicModifyIORef' queued (\k -> (k - B.length packet, ()))
+        Just bytes -> do
+          sendRaw conn bytes
+          atomicModifyIORef' queued (\k -> (k - B.length bytes, ()))
           loop
         Nothing -> pure ()
 

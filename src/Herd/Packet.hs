@@ -263,10 +263,11 @@ flush s why = do
   fill <- readIORef (sFill s)
   when (fillCount fill > 0) $ do
     buf <- readIORef (sBuffer s)
-    withForeignPtr buf $ \p -> pokeWord32 p (fromIntegral (fillCount fill))
-    let packet = BI.fromForeignPtr buf 0 (4 + fillBytes fill)
-    fresh <- newBuffer (sPolicy s)
-    writeIORef (sBuffer s) fresh
+    -- the packet is a copy of the used part, and the buffer is kept: a
+    -- small packet then costs a small allocation, not a fresh buffer
+    packet <- withForeignPtr buf $ \p -> do
+      pokeWord32 p (fromIntegral (fillCount fill))
+      BI.create (4 + fillBytes fill) $ \dst -> BI.memcpy dst p (4 + fillBytes fill)
     writeIORef (sFill s) emptyFill
     record s why (fillCount fill) (B.length packet)
     sOut s packet

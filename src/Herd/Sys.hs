@@ -4,6 +4,7 @@
 module Herd.Sys
   ( pinProcessThreads
   , exitWhenStdinCloses
+  , niceProcessThreads
   ) where
 
 import Foreign.C.Types (CInt (..))
@@ -24,3 +25,12 @@ pinProcessThreads cpu = fromIntegral <$> c_pinProcessThreads (fromIntegral cpu)
 -- other end of the pipe is gone. Returns 0 or a pthread error code.
 exitWhenStdinCloses :: IO Int
 exitWhenStdinCloses = fromIntegral <$> c_startParentWatchdog 0
+
+foreign import ccall unsafe "herd_nice_process_threads"
+  c_niceProcessThreads :: CInt -> IO CInt
+
+-- | Give every thread of this process, and those it starts later, this
+-- nice value (0 to 19: higher runs later). Returns 0 or the errno of the
+-- first failure.
+niceProcessThreads :: Int -> IO Int
+niceProcessThreads n = fromIntegral <$> c_niceProcessThreads (fromIntegral n)

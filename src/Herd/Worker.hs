@@ -45,7 +45,7 @@ import Herd.BuildId (buildIdentity)
 import Herd.Launch.Agent (parseAgentCount, runAgent)
 import Herd.Launch.Env
 import Herd.Launch.Topology (physicalCores)
-import Herd.Sys (exitWhenStdinCloses, pinProcessThreads)
+import Herd.Sys (exitWhenStdinCloses, niceProcessThreads, pinProcessThreads)
 import Herd.Task (Runner (..), TaskRef (..), lookupRunner, tryUser)
 import Herd.Transport.Tcp
 import Herd.Wire
@@ -136,6 +136,12 @@ runWorker opts = do
   when (workerWatchStdin opts) $ do
     rc <- exitWhenStdinCloses
     when (rc /= 0) $ warn ("cannot watch the master's pipe (error " ++ show rc ++ ")")
+  niceText <- lookupEnv envNice
+  forM_ niceText $ \t -> case readMaybe t of
+    Just n | n >= 0 && n <= (19 :: Int) -> do
+      rc <- niceProcessThreads n
+      when (rc /= 0) $ warn ("cannot set nice value " ++ show n ++ " (errno " ++ show rc ++ ")")
+    _ -> warn (envNice ++ ": not a nice value from 0 to 19: " ++ show t ++ "; ignored")
   forM_ (workerCpu opts) $ \cpu -> do
     rc <- pinProcessThreads cpu
     when (rc /= 0) $ warn ("cannot pin to CPU " ++ show cpu ++ " (errno " ++ show rc ++ "); running unpinned")
@@ -228,7 +234,7 @@ serve conn wid maxFrame policy window = do
   sv <- Serving sender <$> newIORef M.empty <*> newIORef M.empty <*> newIORef Nothing
                        <*> newIORef M.empty <*> newIORef 0 <*> pure window <*> pure holder
   let loop = do
-        frame <- recvFrame maxFrame conn `catch` \(e :: SomeException) ->
+        frame <- recvFrameDirect maxFrame conn `catch` \(e :: SomeException) ->
           failWith 4 ("connection to master broke: " ++ displayException e)
         case frame of
           Nothing -> pure ()  -- the master is gone: stop quietly

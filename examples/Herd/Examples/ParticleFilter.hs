@@ -36,7 +36,7 @@ module Herd.Examples.ParticleFilter
   , initialParticles
   ) where
 
-import Control.Concurrent (threadDelay)
+import Foreign.C.Types (CInt (..), CUInt (..))
 import Data.Bits (shiftR, xor)
 import Data.List (foldl')
 import qualified Data.Map.Strict as M
@@ -107,10 +107,16 @@ integrate n x0 v0 = go n x0 v0
     go 0 !x _ = x
     go k !x !v = go (k - 1) (x + h * v) (v - h * 0.01 * v * abs v)
 
--- The simulated cost: a sleep, then the (cheap) children.
+-- The simulated cost: a sleep, then the (cheap) children. The sleep is a
+-- blocking call on the evolving thread's own OS thread (the runtime goes
+-- on meanwhile), not a timer of GHC's IO manager, so that hundreds of
+-- simulated workers on a few cores spend as little as a real compute would
+-- on waking up.
 sleepThen :: Double -> [a] -> [a]
-sleepThen secs xs = unsafePerformIO (threadDelay (round (secs * 1e6)) >> pure xs)
+sleepThen secs xs = unsafePerformIO (c_usleep (round (secs * 1e6)) >> pure xs)
 {-# NOINLINE sleepThen #-}
+
+foreign import ccall safe "usleep" c_usleep :: CUInt -> IO CInt
 
 -- | 'stepParticle' as an evolve function workers can run.
 particleStep :: StaticPtr (Evolver Particle FilterInput FilterOutput)

@@ -38,6 +38,7 @@ module Herd.Evolve.Schedule
   , planUnstarted
   , planQueued
   , planHolders
+  , planIsMoving
     -- * Between calls
   , Registry (..)
   , emptyRegistry
@@ -70,9 +71,9 @@ data PlanSettings = PlanSettings
   , settingsMaxQueue  :: !Int  -- ^ most states queued at one worker
   } deriving (Eq, Show)
 
--- | Two milliseconds of lead, no history, at most 1000 queued.
+-- | 100 ms of lead, no history, at most 1000 queued.
 defaultPlanSettings :: PlanSettings
-defaultPlanSettings = PlanSettings 0.002 Nothing 1000
+defaultPlanSettings = PlanSettings 0.1 Nothing 1000
 
 -- What the plan knows of one worker.
 data WorkerPlan = WorkerPlan
@@ -88,6 +89,7 @@ data Plan = Plan
   , plLeft     :: !Int                                -- ^ evolutions not yet answered
   , plMoving   :: !(M.Map StateId Move)  -- ^ states asked back, not yet answered
   , plIdle     :: !(S.Set WorkerId)   -- ^ workers with nothing to do and nothing coming
+  , plVictims  :: !(S.Set (Int, WorkerId))  -- ^ workers with unstarted states, by how many
   , plCostSum  :: !Double
   , plCostN    :: !Int
   , plSettings :: !PlanSettings
@@ -146,6 +148,10 @@ planHolders p =
   ( M.fromList [ (s, w) | (w, wp) <- M.toList (plWorkers p), s <- map snd (wpHeld wp) ++ wpQueued wp ]
   , M.map moveFrom (plMoving p) )
 
+-- | Whether this state has been asked back and the answer is still due.
+planIsMoving :: StateId -> Plan -> Bool
+planIsMoving s p = M.member s (plMoving p)
+
 unstarted :: WorkerPlan -> Int
 unstarted wp = length (wpHeld wp) + max 0 (length (wpQueued wp) - 1) - wpLeaving wp
 
@@ -154,19 +160,64 @@ unstarted wp = length (wpHeld wp) + max 0 (length (wpQueued wp) - 1) - wpLeaving
 -- given as the mean). Every live worker should be listed, even with no
 -- states, so that it can take some.
 startPlan :: PlanSettings -> M.Map WorkerId [(StateId, Double)] -> (Plan, [Command])
-startPlan settings holdings = settle (busyFirst ++ emptyOnes) plan0
+startPlan settings holdings0 = (planAfter, releases ++ cmds)
   where
+    -- a state whose cost is unknown (0 or less) counts as the mean of the
+    -- known ones, or as 1 when none is known: then only counts matter
+    known = [ c | ss <- M.elems holdings0, (_, c) <- ss, c > 0 ]
+    unit = if null known then 1 else sum known / fromIntegral (length known)
+    holdings = M.map (map (\(s, c) -> (s, if c > 0 then c else unit))) holdings0
+    plan0 = foldl' (\p (w, ss) -> putWorker w (WorkerPlan (longestFirst [ (c, s) | (s, c) <- ss ]) [] 0 0) p)
+      Plan
+        { plWorkers = M.empty
+        , plLeft = sum (map length (M.elems holdings))
+        , plMoving = M.empty
+        , plIdle = S.empty
+        , plVictims = S.empty
+        , plCostSum = 0
+        , plCostN = 0
+        , plSettings = settings
+        } (M.toList holdings)
+    -- move states from overloaded workers to underloaded ones before
+    -- anything starts, as far as the estimates say it helps
+    moves = balance (M.map wpHeld (plWorkers plan0))
+    planMoved = foldl' (\p (s, from, to, c) ->
+                          adjust to (\t -> t { wpIncoming = wpIncoming t + 1 })
+                        $ adjust from (\v -> v { wpHeld = filter ((/= s) . snd) (wpHeld v) })
+                          p { plMoving = M.insert s (Move from to c False) (plMoving p) })
+                       plan0 moves
+    releases = [ Release from s | (s, from, _, _) <- moves ]
     -- fill the queues of workers with states before empty ones look for some
-    (busyFirst, emptyOnes) = (M.keys (M.filter (not . null) holdings), M.keys (M.filter null holdings))
-    plan0 = Plan
-      { plWorkers = M.map (\ss -> WorkerPlan (longestFirst [ (c, s) | (s, c) <- ss ]) [] 0 0) holdings
-      , plLeft = sum (map length (M.elems holdings))
-      , plMoving = M.empty
-      , plIdle = S.empty
-      , plCostSum = 0
-      , plCostN = 0
-      , plSettings = settings
-      }
+    order = [ w | (w, wp) <- M.toList (plWorkers planMoved), not (null (wpHeld wp)) ]
+         ++ [ w | (w, wp) <- M.toList (plWorkers planMoved), null (wpHeld wp) ]
+    (planAfter, cmds) = settle order planMoved
+
+-- Which held states to move where, given each worker's states longest
+-- first: a worker above the mean load gives states (not the one it will
+-- start with, longest first) to the least loaded worker while that lowers
+-- the larger of the two loads and the giver stays above the mean by at
+-- least half the state. Few moves, all decided up front.
+balance :: M.Map WorkerId [(Double, StateId)] -> [(StateId, WorkerId, WorkerId, Double)]
+balance held
+  | M.size held < 2 = []
+  | otherwise = go (S.fromList [ (l, w) | (w, l) <- M.toList loads0 ], loads0) donors0 []
+  where
+    loads0 = M.map (sum . map fst) held
+    target = sum (M.elems loads0) / fromIntegral (M.size held)
+    donors0 = [ (w, drop 1 ss) | (w, ss) <- sortBy (comparing (Down . (loads0 M.!) . fst)) (M.toList held)
+                               , loads0 M.! w > target ]
+    go _ [] acc = reverse acc
+    go st ((w, candidates) : rest) acc = go st' rest acc'
+      where (st', acc') = give st w candidates acc
+    give st _ [] acc = (st, acc)
+    give st@(heap, loads) w ((c, s) : more) acc =
+      let load = loads M.! w
+      in case S.lookupMin (S.delete (load, w) heap) of
+           Just (lt, t) | load > target + c / 2, lt + c < load ->
+             let heap' = S.insert (lt + c, t) (S.insert (load - c, w) (S.delete (lt, t) (S.delete (load, w) heap)))
+                 loads' = M.insert t (lt + c) (M.insert w (load - c) loads)
+             in give (heap', loads') w more ((s, w, t, c) : acc)
+           _ -> give st w more acc
 
 longestFirst :: [(Double, StateId)] -> [(Double, StateId)]
 longestFirst = sortBy (comparing (\(c, s) -> (Down c, s)))
@@ -179,9 +230,8 @@ stepPlan ev p = case ev of
     wp <- worker w
     if s `notElem` wpQueued wp
       then Left ("it reported evolving " ++ show s ++ ", which it was not asked to evolve")
-      else pure $ settle [w] p
-        { plWorkers = M.insert w wp { wpQueued = filter (/= s) (wpQueued wp) } (plWorkers p)
-        , plLeft = plLeft p - 1
+      else pure $ settle [w] (putWorker w wp { wpQueued = filter (/= s) (wpQueued wp) } p)
+        { plLeft = plLeft p - 1
         , plCostSum = plCostSum p + secs
         , plCostN = plCostN p + 1 }
   Released w s bytes -> case M.lookup s (plMoving p) of
@@ -190,13 +240,13 @@ stepPlan ev p = case ev of
       let wp' = if moveQueued mv
                   then wp { wpQueued = filter (/= s) (wpQueued wp), wpLeaving = wpLeaving wp - 1 }
                   else wp
-          p1 = p { plMoving = M.delete s (plMoving p), plWorkers = M.insert w wp' (plWorkers p) }
+          p1 = putWorker w wp' p { plMoving = M.delete s (plMoving p) }
           to = moveTo mv
           -- the thief may have been lost meanwhile: then the least loaded live worker takes it
           target = if M.member to (plWorkers p1) then to else leastLoaded p1
           p2 = adjust target (\t -> t { wpHeld = longestFirst ((moveCost mv, s) : wpHeld t)
                                       , wpIncoming = if target == to then wpIncoming t - 1 else wpIncoming t }) p1
-          (p3, cmds) = settle (target : w : S.toList (plIdle p2)) p2
+          (p3, cmds) = settleIdle (settle [target, w] p2)
       pure (p3, Place target s bytes : cmds)
     _ -> Left ("it gave back " ++ show s ++ ", which was not asked back from it")
   Kept w s -> case M.lookup s (plMoving p) of
@@ -206,7 +256,7 @@ stepPlan ev p = case ev of
                  | otherwise = v { wpHeld = longestFirst ((moveCost mv, s) : wpHeld v) }
           p1 = adjust (moveTo mv) (\t -> t { wpIncoming = wpIncoming t - 1 })
              $ adjust w back p { plMoving = M.delete s (plMoving p) }
-      in pure (settle (moveTo mv : w : S.toList (plIdle p1)) p1)
+      in pure (settleIdle (settle [moveTo mv, w] p1))
     _ -> Left ("it kept " ++ show s ++ ", which was not asked back from it")
   WorkerGone w -> case M.lookup w (plWorkers p) of
     Nothing -> Right (p, [])
@@ -215,8 +265,8 @@ stepPlan ev p = case ev of
           -- states being taken from the lost worker are lost with it
           lost = map snd (wpHeld wp) ++ wpQueued wp ++ [ s | (s, mv) <- leaving, not (moveQueued mv) ]
           p1 = foldl' (\q (_, mv) -> adjust (moveTo mv) (\x -> x { wpIncoming = wpIncoming x - 1 }) q)
-                 p { plWorkers = M.delete w (plWorkers p)
-                   , plLeft = plLeft p - length lost
+                 (removeWorker w p)
+                   { plLeft = plLeft p - length lost
                    , plIdle = S.delete w (plIdle p)
                    , plMoving = M.filter ((/= w) . moveFrom) (plMoving p) } leaving
           -- moves towards the lost worker are re-targeted when they are answered
@@ -226,7 +276,29 @@ stepPlan ev p = case ev of
     worker w = maybe (Left ("worker " ++ show w ++ " is not part of this call")) Right (M.lookup w (plWorkers p))
 
 adjust :: WorkerId -> (WorkerPlan -> WorkerPlan) -> Plan -> Plan
-adjust w f p = p { plWorkers = M.adjust f w (plWorkers p) }
+adjust w f p = maybe p (\wp -> putWorker w (f wp) p) (M.lookup w (plWorkers p))
+
+-- Every change to a worker goes through here, so that the index of
+-- victims by unstarted count stays true.
+putWorker :: WorkerId -> WorkerPlan -> Plan -> Plan
+putWorker w wp p =
+  let vs0 = maybe id (\old -> S.delete (unstarted old, w)) (M.lookup w (plWorkers p)) (plVictims p)
+      n = unstarted wp
+  in p { plWorkers = M.insert w wp (plWorkers p), plVictims = if n >= 1 then S.insert (n, w) vs0 else vs0 }
+
+removeWorker :: WorkerId -> Plan -> Plan
+removeWorker w p =
+  p { plWorkers = M.delete w (plWorkers p)
+    , plVictims = maybe id (\old -> S.delete (unstarted old, w)) (M.lookup w (plWorkers p)) (plVictims p) }
+
+-- Let idle workers take states while any worker has some to spare.
+settleIdle :: (Plan, [Command]) -> (Plan, [Command])
+settleIdle (p0, cmds0) = go (S.toList (plIdle p0)) p0 [cmds0]
+  where
+    go [] p groups = (p, concat (reverse groups))
+    go (w : ws) p groups
+      | S.null (plVictims p) = (p, concat (reverse groups))
+      | otherwise = let (p', cmds') = settle [w] p in go ws p' (cmds' : groups)
 
 leastLoaded :: Plan -> WorkerId
 leastLoaded p = snd (minimum [ (length (wpHeld wp) + length (wpQueued wp), w) | (w, wp) <- M.toList (plWorkers p) ])
@@ -249,50 +321,54 @@ queueTarget p = min (max 2 (settingsMaxQueue s)) (1 + max 1 behind)
 -- Give these workers work: fill their queues from what they hold, and let
 -- those with nothing left take states from the most loaded worker.
 settle :: [WorkerId] -> Plan -> (Plan, [Command])
-settle ws p0 = foldl' one (p0, []) ws
+settle ws p0 = fmap (concat . reverse) (foldl' one (p0, []) ws)
   where
-    one (p, cmds) w = case M.lookup w (plWorkers p) of
-      Nothing -> (p, cmds)
+    -- commands gathered newest group first, flattened once at the end
+    one (p, groups) w = case M.lookup w (plWorkers p) of
+      Nothing -> (p, groups)
       Just wp ->
         let target = queueTarget p
             room = target - length (wpQueued wp)
             (asked, kept) = splitAt (max 0 room) (wpHeld wp)
             wp' = wp { wpHeld = kept, wpQueued = wpQueued wp ++ map snd asked }
-            p' = p { plWorkers = M.insert w wp' (plWorkers p) }
-            cmds' = cmds ++ [ Ask w (map snd asked) | not (null asked) ]
-            (p'', cmds'') = if null kept && length (wpQueued wp') < target && wpIncoming wp' == 0
-                              then steal w (p', cmds')
-                              else (p', cmds')
+            p' = putWorker w wp' p
+            askCmds = [ Ask w (map snd asked) | not (null asked) ]
+            (p'', stealCmds) = if null kept && length (wpQueued wp') < target && wpIncoming wp' == 0
+                                 then steal w p'
+                                 else (p', [])
             idle = maybe False (\x -> null (wpHeld x) && null (wpQueued x) && wpIncoming x == 0)
                          (M.lookup w (plWorkers p''))
-        in (p'' { plIdle = (if idle then S.insert w else S.delete w) (plIdle p'') }, cmds'')
+        in ( p'' { plIdle = (if idle then S.insert w else S.delete w) (plIdle p'') }
+           , (askCmds ++ stealCmds) : groups )
 
 -- A worker with nothing held and room in its queue takes half the
 -- unstarted states of the worker with the most (the last one only when
 -- the thief is idle), longest first.
-steal :: WorkerId -> (Plan, [Command]) -> (Plan, [Command])
-steal thief (p, cmds) = case candidates of
-  [] -> (p, cmds)
-  _ ->
-    let (n, victim) = maximum candidates
-        vp = plWorkers p M.! victim
+steal :: WorkerId -> Plan -> (Plan, [Command])
+steal thief p = case victimOf of
+  Nothing -> (p, [])
+  Just (n, victim) ->
+    let vp = plWorkers p M.! victim
         count = max 1 (n `div` 2)
-        moving = S.fromList [ s | (s, mv) <- M.toList (plMoving p), moveFrom mv == victim ]
         fromHeld = take count (wpHeld vp)
         fromQueue = take (count - length fromHeld)
-                      [ s | s <- reverse (drop 1 (wpQueued vp)), not (S.member s moving) ]
+                      [ s | s <- reverse (drop 1 (wpQueued vp)), not (M.member s (plMoving p)) ]
         moves = [ (s, Move victim thief c False) | (c, s) <- fromHeld ]
              ++ [ (s, Move victim thief fallback True) | s <- fromQueue ]
         p' = p { plMoving = foldl' (\m (s, mv) -> M.insert s mv m) (plMoving p) moves }
         p'' = adjust victim (\v -> v { wpHeld = drop (length fromHeld) (wpHeld v)
                                      , wpLeaving = wpLeaving v + length fromQueue })
             $ adjust thief (\t -> t { wpIncoming = wpIncoming t + length moves }) p'
-    in (p'', cmds ++ [ Release victim s | (s, _) <- moves ])
+    in (p'', [ Release victim s | (s, _) <- moves ])
   where
     thiefIdle = maybe True (null . wpQueued) (M.lookup thief (plWorkers p))
-    candidates = [ (n, w) | (w, wp) <- M.toList (plWorkers p), w /= thief
-                          , let n = unstarted wp
-                          , n >= 2 || (n == 1 && thiefIdle) ]
+    -- the worker with the most unstarted states, other than the thief
+    victimOf = case S.lookupMax (plVictims p) of
+      Just (n, w) | w /= thief -> pick n w
+      Just top -> S.lookupLT top (plVictims p) >>= uncurry pick
+      Nothing -> Nothing
+    pick n w | n >= 2 || (n == 1 && thiefIdle) = Just (n, w)
+             | otherwise = Nothing
     fallback = maybe 0 id (meanCost p)
 
 -- | Where every state of a cluster's population lives, and what its next

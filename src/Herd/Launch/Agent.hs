@@ -44,7 +44,7 @@ runAgent address count group secret = do
   let n = maybe (length cores) id count
       plan = take n (map Just (cycle cores))
   rts <- maybe [] words <$> lookupEnv "GHCRTS"
-  workers <- spawnLocalWorkers (LocalLaunch address rts group secret) plan
+  workers <- spawnLocalWorkers (LocalLaunch address rts group secret 0) plan
   putStrLn (agentReadyPrefix ++ show n)
   hFlush stdout
   codes <- mapM (waitForProcess . localHandle) workers

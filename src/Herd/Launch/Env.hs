@@ -9,6 +9,8 @@ module Herd.Launch.Env
   , envSecretStdin
   , envGroup
   , envAgent
+  , envBuildHint
+  , envNice
   , herdVariables
   ) where
 
@@ -38,6 +40,16 @@ envGroup = "HERD_GROUP"
 envAgent :: String
 envAgent = "HERD_AGENT"
 
+-- | The launcher's build identity and the identity of its executable file
+-- (see "Herd.BuildId"), so a worker started from the very same file need
+-- not hash it again.
+envBuildHint :: String
+envBuildHint = "HERD_BUILD_HINT"
+
+-- | The nice value a local worker gives itself (0 to 19).
+envNice :: String
+envNice = "HERD_WORKER_NICE"
+
 -- | Every variable above, to strip from an inherited environment.
 herdVariables :: [String]
-herdVariables = [envConnect, envCpu, envWatchStdin, envSecretStdin, envGroup, envAgent]
+herdVariables = [envConnect, envCpu, envWatchStdin, envSecretStdin, envGroup, envAgent, envBuildHint, envNice]

@@ -22,6 +22,7 @@ import Control.Concurrent (threadDelay)
 import Control.Exception
 import Control.Monad (forM, forM_)
 import Herd.Auth (Secret, secretToLine)
+import Herd.BuildId (buildHint)
 import Herd.Config
 import Herd.Error (HerdError (..))
 import Herd.Launch.Env
@@ -66,6 +67,7 @@ data LocalLaunch = LocalLaunch
   , launchRtsOptions :: [String]  -- ^ the workers' RTS options
   , launchGroup      :: String    -- ^ the launch's name, reported in each hello
   , launchSecret     :: Secret
+  , launchNice       :: Int       -- ^ the workers' nice value (0: as the launcher)
   }
 
 -- | Start one worker per planned CPU.
@@ -74,6 +76,7 @@ spawnLocalWorkers launch plan = do
   exe <- getExecutablePath
   args <- getArgs
   baseEnv <- filter (\(k, _) -> k `notElem` ("GHCRTS" : herdVariables)) <$> getEnvironment
+  hint <- buildHint
   forM plan $ \cpu -> do
     -- createProcess closes a handle given as UseHandle, so each worker gets its own
     devNull <- openFile "/dev/null" WriteMode
@@ -83,7 +86,9 @@ spawnLocalWorkers launch plan = do
           , (envSecretStdin, "1")
           , (envGroup, launchGroup launch)
           , ("GHCRTS", unwords (launchRtsOptions launch)) ] ++
-          [ (envCpu, show c) | Just c <- [cpu] ]
+          [ (envCpu, show c) | Just c <- [cpu] ] ++
+          [ (envBuildHint, h) | Just h <- [hint] ] ++
+          [ (envNice, show (launchNice launch)) | launchNice launch > 0 ]
     (Just stdinH, _, _, ph) <- createProcess (proc exe args)
       { env = Just env, std_in = CreatePipe, std_out = UseHandle devNull
       , std_err = Inherit, close_fds = True }

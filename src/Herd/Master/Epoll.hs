@@ -36,6 +36,8 @@ import System.Posix.Types (Fd (..))
 foreign import ccall unsafe "herd_epoll_create" c_epollCreate :: IO CInt
 foreign import ccall unsafe "herd_epoll_add" c_epollAdd :: CInt -> CInt -> CInt -> IO CInt
 foreign import ccall safe "herd_epoll_wait" c_epollWait :: CInt -> Ptr CInt -> CInt -> CInt -> IO CInt
+-- the same with a zero timeout: no need to give up the runtime for it
+foreign import ccall unsafe "herd_epoll_wait" c_epollPoll :: CInt -> Ptr CInt -> CInt -> CInt -> IO CInt
 
 -- | Whether this system has epoll.
 epollAvailable :: Bool
@@ -59,9 +61,12 @@ runEpoll cap links forward machine st0 initial = do
     allocaArray 256 $ \tags -> do
       let loop = do
             over <- readIORef (feedFinished f)
-            live <- (\lost -> any (\l -> not (M.member (lentWorker l) lost)) links) <$> readIORef (feedLostSet f)
+            live <- (\lost -> M.size lost < M.size byTag) <$> readIORef (feedLostSet f)
             when (not over && live) $ do
-              n <- c_epollWait ep tags 256 1000
+              -- under load something is usually ready: look first without
+              -- blocking, and block (releasing the runtime) only when not
+              ready0 <- c_epollPoll ep tags 256 0
+              n <- if ready0 /= 0 then pure ready0 else c_epollWait ep tags 256 1000
               when (n < 0) $ ioError (userError ("epoll_wait failed (errno " ++ show (negate n) ++ ")"))
               ready <- peekArray (fromIntegral (max 0 n)) tags
               forM_ ready $ \tag -> forM_ (M.lookup (fromIntegral tag) byTag) (readLink f)

@@ -32,7 +32,8 @@ import qualified Data.Set as S
 import Herd.Error (HerdError)
 import Herd.Evolve.Schedule (WorkerId)
 import Herd.Master (LentLink (..))
-import Herd.Packet (countReceived, flushIdle, sendMessage, splitPacket)
+import Herd.Packet (countReceived, flushIdle, sendMessage, sendMessages, splitPacket)
+import Herd.Packet.Policy (Urgency (..))
 import Herd.Transport.Tcp (closeConnection)
 import Herd.Wire
 
@@ -154,21 +155,28 @@ finished f = do
   when over $ writeIORef (feedFinished f) True
   pure over
 
+-- Messages to one worker go out together, the last one urgent: the buffer
+-- is sent at once and left empty, so no flush timer is armed for it.
 perform :: Feeder st -> [Out] -> IO [(WorkerId, String)]
-perform f outs = concat <$> mapM one outs
+perform f outs = do
+  mapM_ failure [ err | Fail err <- outs ]
+  let perWorker = M.fromListWith (flip (++)) [ (wid, [msg]) | SendTo wid msg <- outs ]
+  broken <- fmap concat $ mapM sendTo (M.toList perWorker)
+  pure (broken ++ [ (wid, "bad message: " ++ why) | DropPeer wid why <- outs ])
   where
-    one o = case o of
-      SendTo wid msg -> do
-        lost <- M.member wid <$> readIORef (feedLostSet f)
-        case M.lookup wid (feedLinks f) of
-          Just l | not lost -> do
-            sent <- try (sendMessage (lentSender l) (toWorkerUrgency msg) (encodeToWorker msg))
-            case sent of
-              Right () -> [] <$ atomicModifyIORef' (feedTouched f) (\t -> (S.insert wid t, ()))
-              Left (e :: SomeException) -> pure [(wid, "send failed: " ++ displayException e)]
-          _ -> pure []
-      Fail err -> [] <$ atomicModifyIORef' (feedError f) (\e -> (maybe (Just err) Just e, ()))
-      DropPeer wid why -> pure [(wid, "bad message: " ++ why)]
+    failure err = atomicModifyIORef' (feedError f) (\e -> (maybe (Just err) Just e, ()))
+    sendTo (wid, msgs) = do
+      lost <- M.member wid <$> readIORef (feedLostSet f)
+      case M.lookup wid (feedLinks f) of
+        Just l | not lost -> do
+          let encs = map encodeToWorker msgs
+          sent <- try $ do
+            sendMessages (lentSender l) Bulk (init encs)
+            sendMessage (lentSender l) Urgent (last encs)
+          case sent of
+            Right () -> pure []
+            Left (e :: SomeException) -> pure [(wid, "send failed: " ++ displayException e)]
+        _ -> pure []
 
 -- | Send what the session buffered for each worker since the last flush.
 flushTouched :: Feeder st -> IO ()

@@ -18,6 +18,7 @@ module Herd.Transport.Tcp
   , connectTcp
   , sendFrame
   , recvFrame
+  , recvFrameDirect
   , sendFrameStrict
   , hasBufferedFrame
   , closeConnection
@@ -27,22 +28,29 @@ module Herd.Transport.Tcp
   , awaitReadable
   , recvAvailable
   , takeBufferedFrame
+    -- * Sending without waiting
+  , framed
+  , sendAvailable
+  , sendRaw
   ) where
 
 import Control.Concurrent.MVar
 import Control.Exception
 import Control.Monad (when)
-import Data.Bits (shiftL, (.|.))
+import Data.Bits (shiftL, shiftR, (.|.))
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Builder as BB
 import qualified Data.ByteString.Lazy as BL
 import Data.IORef
 import Control.Concurrent (threadWaitReadSTM)
 import Control.Concurrent.STM (STM, atomically, orElse)
-import qualified Data.ByteString.Internal as BI
 import Foreign.C.Types (CInt (..), CUInt (..), CSize (..))
 import Foreign.C.Error (eAGAIN, eWOULDBLOCK, eINTR, getErrno, errnoToIOError)
-import Foreign.Ptr (Ptr)
+import Foreign.Ptr (Ptr, castPtr, plusPtr)
+import Foreign.Storable (pokeByteOff)
+import qualified Data.ByteString.Internal as BI
+import Foreign.ForeignPtr (ForeignPtr, mallocForeignPtrBytes, withForeignPtr)
+import qualified Data.ByteString.Unsafe as BU
 import Data.Word (Word8)
 import System.Posix.Types (Fd (..), CSsize (..))
 import Network.Socket
@@ -55,7 +63,14 @@ data Connection = Connection
   , connPending  :: !(IORef B.ByteString)  -- ^ bytes read past the last frame
   , connSendLock :: !(MVar ())
   , connPeer     :: !String                -- ^ the peer's address, for log lines
+  , connBuffer   :: !(ForeignPtr Word8)    -- ^ where the kernel's bytes land before they are copied out
   }
+
+-- Bytes one read asks the kernel for. Reads land in the connection's own
+-- buffer and only the bytes that came are copied out, so a small message
+-- costs a small allocation, not a fresh buffer of this size.
+readChunk :: Int
+readChunk = 256 * 1024
 
 -- | Why a frame could not be received.
 data TransportError
@@ -123,7 +138,8 @@ wrap sock peer = do
   setSocketOption sock NoDelay 1
   pending <- newIORef B.empty
   lock <- newMVar ()
-  pure (Connection sock pending lock peer)
+  buffer <- mallocForeignPtrBytes readChunk
+  pure (Connection sock pending lock peer buffer)
 
 -- | Send one frame.
 sendFrame :: Connection -> BL.ByteString -> IO ()
@@ -162,6 +178,41 @@ recvFrame cap conn = do
         Left got -> throwIO (TruncatedFrame len got)
         Right b -> pure (Just b)
 
+-- | 'recvFrame', waiting for bytes in a blocking call on this thread's
+-- own OS thread instead of through GHC's IO manager. A wake-up then costs a
+-- return from @poll@, not an IO manager round (re-arming the descriptor,
+-- waking its thread, handing over to this one), which is most of the cost
+-- of a small message. For a process with few connections, such as a
+-- worker; a master with hundreds would tie up an OS thread for each.
+recvFrameDirect :: Int -> Connection -> IO (Maybe B.ByteString)
+recvFrameDirect cap conn = do
+  let fill = do
+        ready <- takeBufferedFrame cap conn
+        case ready of
+          Just frame -> pure (Just frame)
+          Nothing -> do
+            -- wait first: a frame not yet buffered is rarely already here
+            fd <- connFd conn
+            rc <- c_pollIn fd
+            when (rc < 0) $ do
+              errno <- getErrno
+              when (errno /= eINTR) $ throwIO (errnoToIOError "poll" errno Nothing Nothing)
+            got <- recvAvailable conn
+            case got of
+              0 -> do
+                pending <- readIORef (connPending conn)
+                if B.null pending then pure Nothing
+                  else throwIO (TruncatedFrame (max 4 (expectedLength pending)) (B.length pending))
+              _ -> fill
+  fill
+  where
+    expectedLength pending
+      | B.length pending >= 4 = B.foldl' (\acc w -> (acc `shiftL` 8) .|. fromIntegral w) 0 (B.take 4 pending)
+      | otherwise = 4
+
+foreign import ccall safe "herd_poll_in"
+  c_pollIn :: CInt -> IO CInt
+
 -- Read exactly n bytes, or 'Left' with the count read before end of file.
 recvExactly :: Connection -> Int -> IO (Either Int B.ByteString)
 recvExactly conn n = do
@@ -180,7 +231,9 @@ recvExactly conn n = do
           writeIORef (connPending conn) later
           pure (Right now)
       | otherwise = do
-          chunk <- NSB.recv (connSocket conn) (max 65536 (min (n - have) (4 * 1024 * 1024)))
+          chunk <- withForeignPtr (connBuffer conn) $ \p -> do
+            got <- recvBuf (connSocket conn) p readChunk
+            B.packCStringLen (castPtr p, got)
           if B.null chunk
             then writeIORef (connPending conn) B.empty >> pure (Left have)
             else go (chunk : acc) (have + B.length chunk)
@@ -217,24 +270,54 @@ foreign import ccall unsafe "recv"
 recvAvailable :: Connection -> IO Int
 recvAvailable conn = do
   fd <- connFd conn
-  let size = 256 * 1024
-      dontWait = 0x40  -- MSG_DONTWAIT
-  (chunk, rc) <- do
-    rcRef <- newIORef 0
-    bs <- BI.createAndTrim size $ \p -> do
-      n <- c_recv fd p (fromIntegral size) dontWait
-      writeIORef rcRef n
-      pure (max 0 (fromIntegral n))
-    (,) bs <$> readIORef rcRef
-  if rc < 0
-    then do
-      errno <- getErrno
-      if errno == eAGAIN || errno == eWOULDBLOCK || errno == eINTR
-        then pure (-1)
-        else throwIO (errnoToIOError "recv" errno Nothing Nothing)
-    else do
-      when (rc > 0) $ modifyIORef' (connPending conn) (<> chunk)
-      pure (fromIntegral rc)
+  let dontWait = 0x40  -- MSG_DONTWAIT
+  withForeignPtr (connBuffer conn) $ \p -> do
+    rc <- c_recv fd p (fromIntegral readChunk) dontWait
+    if rc < 0
+      then do
+        errno <- getErrno
+        if errno == eAGAIN || errno == eWOULDBLOCK || errno == eINTR
+          then pure (-1)
+          else throwIO (errnoToIOError "recv" errno Nothing Nothing)
+      else do
+        when (rc > 0) $ do
+          chunk <- B.packCStringLen (castPtr p, fromIntegral rc)
+          modifyIORef' (connPending conn) (\pending -> if B.null pending then chunk else pending <> chunk)
+        pure (fromIntegral rc)
+
+foreign import ccall unsafe "send"
+  c_send :: CInt -> Ptr Word8 -> CSize -> CInt -> IO CSsize
+
+-- | The bytes of one frame: its length, then the body.
+framed :: B.ByteString -> B.ByteString
+framed body = BI.unsafeCreate (4 + n) $ \p -> do
+  let byte i = fromIntegral (n `shiftR` (8 * (3 - i))) :: Word8
+  mapM_ (\i -> pokeByteOff p i (byte i)) [0 .. 3]
+  BU.unsafeUseAsCString body $ \src -> BI.memcpy (p `plusPtr` 4) (castPtr src) n
+  where n = B.length body
+
+-- | Send as much of these bytes as the kernel takes now, without waiting,
+-- and return what is left (empty when all went). Throws on a socket error.
+-- For a caller that holds the connection's only sending path.
+sendAvailable :: Connection -> B.ByteString -> IO B.ByteString
+sendAvailable conn bytes = do
+  fd <- connFd conn
+  let dontWaitNoSignal = 0x40 .|. 0x4000  -- MSG_DONTWAIT | MSG_NOSIGNAL
+      go bs | B.null bs = pure bs
+            | otherwise = do
+                rc <- BU.unsafeUseAsCStringLen bs $ \(p, n) -> c_send fd (castPtr p) (fromIntegral n) dontWaitNoSignal
+                if rc < 0
+                  then do
+                    errno <- getErrno
+                    if errno == eAGAIN || errno == eWOULDBLOCK then pure bs
+                      else if errno == eINTR then go bs
+                      else throwIO (errnoToIOError "send" errno Nothing Nothing)
+                  else go (B.drop (fromIntegral rc) bs)
+  withMVar (connSendLock conn) $ \_ -> go bytes
+
+-- | Send bytes already framed (from 'framed'), waiting as needed.
+sendRaw :: Connection -> B.ByteString -> IO ()
+sendRaw conn bytes = withMVar (connSendLock conn) $ \_ -> NSB.sendAll (connSocket conn) bytes
 
 -- | Take one whole frame of at most the given size from what has been read
 -- already, if there is one (a frame over the cap throws 'FrameTooLarge').

@@ -38,6 +38,7 @@ module Herd.Wire.Codec
 import Data.Bits (shiftL, (.|.))
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Builder as BB
+import qualified Data.ByteString.Builder.Extra as BBE
 import qualified Data.ByteString.Lazy as BL
 import qualified Data.ByteString.Unsafe as BU
 import Data.Int (Int64)
@@ -182,4 +183,7 @@ putText = putSizedBytes . TE.encodeUtf8
 
 -- | Run a builder into one strict buffer.
 buildStrict :: BB.Builder -> B.ByteString
-buildStrict = BL.toStrict . BB.toLazyByteString
+-- A small first chunk: most messages are a few dozen bytes, and the
+-- default 4 KiB chunk is a large object for GHC's allocator, allocated
+-- (and its memory touched) once per message.
+buildStrict = BL.toStrict . BBE.toLazyByteStringWith (BBE.safeStrategy 128 4096) BL.empty
