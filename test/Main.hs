@@ -7,6 +7,7 @@ import qualified ClusterSpec
 import qualified CodecSpec
 import qualified ConfigSpec
 import qualified EvolveSpec
+import qualified EvolveScheduleSpec
 import qualified AuthSpec
 import Herd (serveIfWorker)
 import qualified SchedulerSpec
@@ -28,5 +29,6 @@ main = do
       AuthSpec.spec
       SchedulerSpec.spec
       PacketSpec.spec
+      EvolveScheduleSpec.spec
       ClusterSpec.spec
       EvolveSpec.spec

@@ -108,9 +108,9 @@ run o = do
               ++ fixed 3 (rowIdeal r / rowSeconds r))
   when (optJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "pfilter")
-    , ("rows", JArray [ JObject [ ("master", JString (loopName (rowLoop r))), ("workers", JNumber (fromIntegral (rowWorkers r)))
+    , ("rows", JArray [ JObject [ ("master", JString (loopName (rowLoop r))), ("workers", JInt (fromIntegral (rowWorkers r)))
                                 , ("seconds", JNumber (rowSeconds r)), ("ideal", JNumber (rowIdeal r))
                                 , ("efficiency", JNumber (rowIdeal r / rowSeconds r))
                                 , ("busy", JNumber (rowBusy r)), ("waiting", JNumber (1 - rowBusy r))
-                                , ("moved", JNumber (fromIntegral (rowMoved r))) ]
+                                , ("moved", JInt (fromIntegral (rowMoved r))) ]
                       | r <- rows ]) ]

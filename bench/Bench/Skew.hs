@@ -52,7 +52,7 @@ run o = do
             ++ fixed 1 (evenSplit costs) ++ " s")
   when (optJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "skew")
-    , ("rows", JArray [ JObject [ ("step", JNumber (fromIntegral n)), ("seconds", JNumber s), ("optimum", JNumber optimum) ]
+    , ("rows", JArray [ JObject [ ("step", JInt (fromIntegral n)), ("seconds", JNumber s), ("optimum", JNumber optimum) ]
                       | (n, s) <- zip [1 :: Int ..] rows ]) ]
 
 -- Each state in input order goes to the worker free first.

@@ -8,7 +8,7 @@ module Herd.Examples.Skew
   , skewStates
   ) where
 
-import Control.Concurrent (threadDelay)
+import Foreign.C.Types (CInt (..), CUInt (..))
 import GHC.StaticPtr (StaticPtr)
 import Herd.Evolve.Function (Evolver, evolver, namedEvolver)
 import System.IO.Unsafe (unsafePerformIO)
@@ -16,8 +16,12 @@ import System.IO.Unsafe (unsafePerformIO)
 -- | A state is its step's cost in seconds; a step sleeps that long and
 -- leaves one child of the same cost, with the cost as its output.
 sleepStep :: Double -> () -> [(Double, Double)]
-sleepStep cost () = unsafePerformIO (threadDelay (round (cost * 1e6)) >> pure [(cost, cost)])
+sleepStep cost () = unsafePerformIO (c_usleep (round (cost * 1e6)) >> pure [(cost, cost)])
 {-# NOINLINE sleepStep #-}
+
+-- a blocking sleep on the evolving thread's own OS thread: precise, and off
+-- GHC's timer manager
+foreign import ccall safe "usleep" c_usleep :: CUInt -> IO CInt
 
 -- | 'sleepStep' as an evolve function.
 skewStep :: StaticPtr (Evolver Double () Double)

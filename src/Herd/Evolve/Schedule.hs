@@ -39,6 +39,7 @@ module Herd.Evolve.Schedule
   , planQueued
   , planHolders
   , planIsMoving
+  , planIdleWorkers
     -- * Between calls
   , Registry (..)
   , emptyRegistry
@@ -147,6 +148,10 @@ planHolders :: Plan -> (M.Map StateId WorkerId, M.Map StateId WorkerId)
 planHolders p =
   ( M.fromList [ (s, w) | (w, wp) <- M.toList (plWorkers p), s <- map snd (wpHeld wp) ++ wpQueued wp ]
   , M.map moveFrom (plMoving p) )
+
+-- | Workers with nothing held, nothing asked and nothing coming.
+planIdleWorkers :: Plan -> [WorkerId]
+planIdleWorkers p = [ w | (w, wp) <- M.toList (plWorkers p), null (wpHeld wp), null (wpQueued wp), wpIncoming wp == 0 ]
 
 -- | Whether this state has been asked back and the answer is still due.
 planIsMoving :: StateId -> Plan -> Bool

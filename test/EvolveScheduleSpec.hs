@@ -1,0 +1,190 @@
+-- | Properties of the evolve API's pure scheduler, run against a model of
+-- the workers: each holds states, evolves the ones it is asked for in
+-- order, one at a time, and answers requests to give states back the way
+-- "Herd.Evolve.Holder" does. Messages travel in order per worker but
+-- interleave across workers at random.
+module EvolveScheduleSpec (spec) where
+
+import qualified Data.ByteString as B
+import Data.List (foldl', sort)
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import Herd.Evolve.Schedule
+import Test.Hspec
+import Test.QuickCheck
+
+-- One worker as the model sees it.
+data ModelWorker = ModelWorker
+  { mwStore   :: S.Set StateId
+  , mwQueue   :: [StateId]         -- asked, not started
+  , mwRunning :: Maybe StateId
+  , mwInbox   :: [Command]         -- from the master, oldest first
+  , mwOutbox  :: [PlanEvent]       -- to the master, oldest first
+  } deriving Show
+
+data World = World
+  { wPlan     :: Plan
+  , wWorkers  :: M.Map WorkerId ModelWorker
+  , wEvolved  :: M.Map StateId Int
+  , wReleased :: M.Map StateId Int
+  , wPlaced   :: M.Map StateId Int
+  , wLost     :: S.Set StateId
+  , wGone     :: S.Set WorkerId
+  , wBad      :: [String]          -- broken promises seen
+  }
+
+-- A population: per worker, its states with estimated costs (0: unknown).
+genHoldings :: Gen (M.Map WorkerId [(StateId, Double)])
+genHoldings = do
+  n <- chooseInt (1, 6)
+  counts <- vectorOf n (frequency [(1, pure 0), (4, chooseInt (1, 9))])
+  let ids = scanl (+) 0 counts
+  costs <- vectorOf (sum counts) (frequency [(1, pure 0), (3, elements [0.5, 1, 2, 3, 10])])
+  let states = zip (map (StateId . fromIntegral) [1 :: Int ..]) costs
+  pure (M.fromList [ (w, take c (drop start states)) | (w, c, start) <- zip3 [1 ..] counts ids ])
+
+deliver :: WorkerId -> [Command] -> M.Map WorkerId ModelWorker -> M.Map WorkerId ModelWorker
+deliver _ cmds ws = foldl' route ws cmds
+  where
+    route m cmd = M.adjust (\mw -> mw { mwInbox = mwInbox mw ++ [cmd] }) (target cmd) m
+    target cmd = case cmd of
+      Ask w _ -> w
+      Release w _ -> w
+      Place w _ _ -> w
+      Lose _ -> -1
+
+-- The master takes commands out of a step; Lose is noted, the rest go to workers.
+applyStep :: Either String (Plan, [Command]) -> World -> World
+applyStep r world = case r of
+  Left why -> world { wBad = why : wBad world }
+  Right (plan, cmds) ->
+    let lost = S.fromList (concat [ ss | Lose ss <- cmds ])
+        placed = foldl' (\m s -> M.insertWith (+) s 1 m) (wPlaced world) [ s | Place _ s _ <- cmds ]
+    in world { wPlan = plan, wWorkers = deliver 0 cmds (wWorkers world)
+             , wLost = S.union lost (wLost world), wPlaced = placed }
+
+-- Actions the world can take now.
+data Action = Receive WorkerId | Start WorkerId | Finish WorkerId | Answer WorkerId | Kill WorkerId
+  deriving Show
+
+actions :: World -> Bool -> [Action]
+actions world mayKill =
+  concat [ [ Receive w | not (null (mwInbox mw)) ]
+        ++ [ Start w | mwRunning mw == Nothing, not (null (mwQueue mw)) ]
+        ++ [ Finish w | mwRunning mw /= Nothing ]
+        ++ [ Answer w | not (null (mwOutbox mw)) ]
+        ++ [ Kill w | mayKill, M.size (wWorkers world) > 1 ]
+         | (w, mw) <- M.toList (wWorkers world) ]
+
+act :: Action -> World -> World
+act a world = case a of
+  Receive w -> let mw = wWorkers world M.! w
+                   (cmd : rest) = mwInbox mw
+               in setW w (receive cmd mw { mwInbox = rest })
+  Start w -> let mw = wWorkers world M.! w
+                 (s : rest) = mwQueue mw
+             in setW w mw { mwQueue = rest, mwRunning = Just s }
+  Finish w -> let mw = wWorkers world M.! w
+                  Just s = mwRunning mw
+              in (setW w mw { mwRunning = Nothing, mwStore = S.delete s (mwStore mw)
+                            , mwOutbox = mwOutbox mw ++ [Evolved w s 1] })
+                   { wEvolved = M.insertWith (+) s 1 (wEvolved world) }
+  Answer w -> let mw = wWorkers world M.! w
+                  (ev : rest) = mwOutbox mw
+                  world' = setW w mw { mwOutbox = rest }
+                  released = case ev of
+                    Released _ s _ -> M.insertWith (+) s 1 (wReleased world')
+                    _ -> wReleased world'
+              in applyStep (stepPlan ev (wPlan world')) world' { wReleased = released }
+  Kill w -> let world' = world { wWorkers = M.delete w (wWorkers world), wGone = S.insert w (wGone world) }
+            in applyStep (stepPlan (WorkerGone w) (wPlan world')) world'
+  where
+    setW w mw = world { wWorkers = M.insert w mw (wWorkers world) }
+    receive cmd mw = case cmd of
+      Ask _ ss -> mw { mwQueue = mwQueue mw ++ ss
+                     , mwOutbox = mwOutbox mw }  -- a state not held would be a broken promise
+      Place _ s _ -> mw { mwStore = S.insert s (mwStore mw) }
+      Release w s
+        | mwRunning mw == Just s -> mw { mwOutbox = mwOutbox mw ++ [Kept w s] }
+        | S.member s (mwStore mw) ->
+            mw { mwStore = S.delete s (mwStore mw), mwQueue = filter (/= s) (mwQueue mw)
+               , mwOutbox = mwOutbox mw ++ [Released w s B.empty] }
+        | otherwise -> mw { mwOutbox = mwOutbox mw ++ [Kept w s] }   -- already evolved
+      Lose _ -> mw
+
+-- Run a random interleaving to the end, checking the invariant after each step.
+data Outcome = Outcome { outWorld :: World, outSteps :: Int, outIdleViolations :: [String], outMissing :: [String] }
+
+instance Show Outcome where
+  show o = "a run of " ++ show (outSteps o) ++ " steps, evolving " ++ show (M.size (wEvolved (outWorld o)))
+           ++ " states, moving " ++ show (M.size (wPlaced (outWorld o)))
+
+runWorld :: M.Map WorkerId [(StateId, Double)] -> Bool -> Gen Outcome
+runWorld holdings mayKill = go (0 :: Int) world0 [] []
+  where
+    (plan0, cmds0) = startPlan defaultPlanSettings holdings
+    workers0 = M.map (\ss -> ModelWorker (S.fromList (map fst ss)) [] Nothing [] []) holdings
+    world0 = applyStep (Right (plan0, cmds0))
+               (World plan0 workers0 M.empty M.empty M.empty S.empty S.empty [])
+    go k world idleBad missing
+      | k > 20000 = pure (Outcome world k idleBad missing)
+      | otherwise = case actions world (mayKill && S.null (wGone world)) of
+          [] -> pure (Outcome world k idleBad missing)
+          as -> do
+            a <- frequency [ (case x of Kill _ -> 1; _ -> 20, pure x) | x <- as ]
+            let world' = act a world
+                plan = wPlan world'
+                idle = filter (`M.member` wWorkers world') (planIdleWorkers plan)
+                crowded = [ (w, n) | (w, n) <- M.toList (planUnstarted plan), n >= 2 ]
+                idleBad' = [ "idle " ++ show idle ++ " while " ++ show crowded | not (null idle), not (null crowded) ]
+                missing' = case a of
+                  Receive w | (Ask _ ss : _) <- mwInbox (wWorkers world M.! w)
+                            , let mw = wWorkers world M.! w
+                            , let bad = filter (`S.notMember` mwStore mw) ss
+                            , not (null bad) -> ["asked " ++ show bad ++ " of a worker not holding it"]
+                  _ -> []
+            go (k + 1) world' (idleBad' ++ idleBad) (missing' ++ missing)
+
+allStates :: M.Map WorkerId [(StateId, Double)] -> [StateId]
+allStates = sort . concatMap (map fst) . M.elems
+
+spec :: Spec
+spec = describe "the evolve scheduler (pure, against a model of the workers)" $ do
+  it "evolves every state exactly once and finishes" $ property $
+    forAll genHoldings $ \holdings -> forAll (runWorld holdings False) $ \o ->
+      let w = outWorld o in
+      counterexample (show (wBad w, outMissing o)) $
+        null (wBad w) .&&. null (outMissing o)
+        .&&. planDone (wPlan w)
+        .&&. M.keys (wEvolved w) === allStates holdings
+        .&&. all (== 1) (M.elems (wEvolved w))
+
+  it "places each state given back exactly once per move, and no other" $ property $
+    forAll genHoldings $ \holdings -> forAll (runWorld holdings False) $ \o ->
+      let w = outWorld o in
+      counterexample (show (wPlaced w, wReleased w)) $
+        -- a state may move more than once; each time it was given back it
+        -- is placed exactly once
+        wPlaced w === wReleased w
+
+  it "leaves no worker idle while another holds two or more unstarted states" $ property $
+    forAll genHoldings $ \holdings -> forAll (runWorld holdings False) $ \o ->
+      counterexample (unlines (take 3 (outIdleViolations o))) (null (outIdleViolations o))
+
+  it "accounts for every state when a worker is lost: evolved once or reported lost" $ property $
+    forAll genHoldings $ \holdings -> forAll (runWorld holdings True) $ \o ->
+      let w = outWorld o
+          evolved = M.keysSet (wEvolved w)
+      in counterexample (show (wBad w)) $
+           null (wBad w) .&&. planDone (wPlan w)
+           .&&. S.union evolved (wLost w) === S.fromList (allStates holdings)
+           .&&. all (== 1) (M.elems (wEvolved w))
+
+  it "balances from measured costs: the skew case ends at the optimum" $ do
+    -- nine 1 s states and one 10 s state; the slow one's worker also holds two short ones
+    let holdings = M.fromList [ (1, [ (StateId k, 1) | k <- [1 .. 7] ])
+                              , (2, [(StateId 8, 10), (StateId 9, 1), (StateId 10, 1)]) ]
+        (plan, cmds) = startPlan defaultPlanSettings holdings
+    -- the two short states move to worker 1 before anything starts
+    [ s | Release 2 s <- cmds ] `shouldBe` [StateId 9, StateId 10]
+    planLeft plan `shouldBe` 10
