@@ -77,20 +77,45 @@ spec = describe "the evolve API" $ forM_ [ThreadedLoop, EpollLoop] $ \loop ->
         esMoved stats `shouldSatisfy` (> 0)
         M.size (esBusy stats) `shouldBe` 2
 
-    it "ends a call with the lost states when a worker dies, and does not hang" $
+    it "recomputes the states of a worker killed mid-call and finishes it" $
       withLoop loop 2 $ \cluster -> do
         ids <- resetStates cluster slowEvolver [1 .. 20]
         workers <- clusterWorkerInfo cluster
         _ <- forkIO $ threadDelay 150000 >> signalProcess sigKILL (fromIntegral (infoPid (head workers)))
-        r <- timeout 20000000 (try (evolveMany cluster slowEvolver (M.fromList [ (i, 100) | i <- ids ])))
+        r <- timeout 30000000 (evolveManyWith defaultEvolveOptions cluster slowEvolver (M.fromList [ (i, 100) | i <- ids ]))
         case r of
           Nothing -> expectationFailure "evolveMany hung after a worker was lost"
+          Just (out, stats) -> do
+            [ map snd (out M.! i) | i <- ids ] `shouldBe` [ [s] | s <- [1 .. 20] ]
+            esRecovered stats `shouldSatisfy` (> 0)
+            populationSize cluster `shouldReturn` 20
+            -- the children live on, recomputed ones included: evolve them again
+            let children = concatMap (map fst) (M.elems out)
+            out2 <- evolveMany cluster slowEvolver (M.fromList [ (c, 1) | c <- children ])
+            sort (map snd (concat (M.elems out2))) `shouldBe` [1 .. 20]
+
+    it "fails naming the states when no worker is left, and does not hang" $
+      withLoop loop 2 $ \cluster -> do
+        ids <- resetStates cluster slowEvolver [1 .. 20]
+        workers <- clusterWorkerInfo cluster
+        _ <- forkIO $ threadDelay 150000 >> forM_ workers (\w -> signalProcess sigKILL (fromIntegral (infoPid w)))
+        r <- timeout 30000000 (try (evolveMany cluster slowEvolver (M.fromList [ (i, 100) | i <- ids ])))
+        case r of
+          Nothing -> expectationFailure "evolveMany hung after every worker was lost"
           Just (Left (StatesLost names why)) -> do
-            -- the unevolved states that were on it, and any children it had made
             names `shouldSatisfy` any (`elem` map show ids)
-            length names `shouldSatisfy` (<= 20)
             why `shouldContain` "lost"
+          Just (Left NoWorkers) -> pure ()
           Just other -> expectationFailure ("expected StatesLost, got " ++ show (fmap (const ()) other))
+
+    it "runs a particle filter to the one-core estimates though a worker is killed" $
+      withLoop loop 3 $ \cluster -> do
+        let setup = defaultSetup { setupParticles = 200, setupSteps = 4, setupSimulate = 0.003 }
+        ids <- resetStates cluster particleStep (initialParticles setup)
+        workers <- clusterWorkerInfo cluster
+        _ <- forkIO $ threadDelay 400000 >> signalProcess sigKILL (fromIntegral (infoPid (workers !! 1)))
+        run <- runFilter setup (evolveMany cluster particleStep) ids
+        run `shouldBe` runSequential setup
 
     it "runs a real particle filter to the same estimates as one core" $
       withLoop loop 2 $ \cluster -> do

@@ -96,6 +96,7 @@ data EvolveStats = EvolveStats
   , esMoved    :: !Int                    -- ^ states moved to another worker
   , esBusy     :: !(M.Map WorkerId Double) -- ^ seconds each worker spent in the step function
   , esLoop     :: !MasterLoop             -- ^ the loop that ran the call
+  , esRecovered :: !Int                    -- ^ states recomputed after their worker was lost
   } deriving (Show)
 
 -- | The number of states the cluster holds now.
@@ -132,6 +133,7 @@ resetStatesWith opts cluster fn states = do
                                                           (encodeToWorker (StateAdd k bytes))
     mapM_ (flushIdle . lentSender) live
     let reg = emptyRegistry { regWhere = M.fromList [ (i, lentWorker l) | (i, _, l) <- placed ]
+                            , regOrigin = M.fromList [ (i, Seen bytes) | (i, bytes, _) <- placed ]
                             , regNextId = fromIntegral (length encoded) + 1 }
     pure ((reg, ids), endLost end)
   where
@@ -158,14 +160,21 @@ loopOf opts cluster = case maybe (configMasterLoop (clusterConfig cluster)) id (
 
 -- The state of one call's session.
 data Call = Call
-  { callPlan     :: !Plan
-  , callInputs   :: !(M.Map StateId B.ByteString)
-  , callOutputs  :: !(M.Map StateId [(StateId, B.ByteString)])
-  , callWhere    :: !(M.Map StateId WorkerId)
-  , callCost     :: !(M.Map StateId Double)
-  , callBusy     :: !(M.Map WorkerId Double)
-  , callMoved    :: !Int
-  , callChildren :: !Int
+  { callPlan      :: !Plan
+  , callRef       :: !TaskRef
+  , callInputs    :: !(M.Map StateId B.ByteString)
+  , callOutputs   :: !(M.Map StateId [(StateId, B.ByteString)])
+  , callWhere     :: !(M.Map StateId WorkerId)
+  , callCost      :: !(M.Map StateId Double)
+  , callOrigin    :: !(M.Map StateId Origin)
+  , callReplaying :: !(M.Map StateId (WorkerId, Bool, Double))
+    -- ^ states being recomputed: where, whether to evolve them in this
+    -- call once there, and their estimated cost
+  , callBusy      :: !(M.Map WorkerId Double)
+  , callMoved     :: !Int
+  , callChildren  :: !Int
+  , callRecovered :: !Int
+  , callMean      :: !Double
   }
 
 -- | Evolve the states named in the map with their inputs. Returns, for
@@ -186,20 +195,24 @@ evolveManyWith opts cluster fn inputs = do
       let links = limitLinks opts links0
           cap = configMaxFrameBytes (clusterConfig cluster)
           present = M.fromList [ (lentWorker l, ()) | l <- links ]
-          -- states on workers that are gone (or left out) cannot be evolved
-          stranded = [ sid | sid <- M.keys inputs, not (M.member (regWhere reg M.! sid) present) ]
-      unless (null stranded) $ throwIO (StatesLost (map show stranded) "their worker is no longer connected")
+      when (null links) $ throwIO NoWorkers
       let mean = regMeanCost reg
           estimate sid = M.findWithDefault (M.findWithDefault (maybe 0 id mean) sid (regCost reg)) sid
                                            (evolveCostHints opts)
+          -- states whose worker went away since the last call are recomputed first
+          stranded = [ sid | (sid, w) <- M.toList (regWhere reg), not (M.member w present) ]
+          strandedSet = S.fromList stranded
           holdings = M.unionWith (++) (M.map (const []) present)
-                       (M.fromListWith (++) [ (regWhere reg M.! sid, [(sid, estimate sid)]) | sid <- M.keys inputs ])
+                       (M.fromListWith (++) [ (regWhere reg M.! sid, [(sid, estimate sid)])
+                                            | sid <- M.keys inputs, not (S.member sid strandedSet) ])
           settings = defaultPlanSettings { settingsLead = evolveLead opts, settingsMeanCost = mean }
           (plan, cmds) = startPlan settings holdings
-          call0 = Call plan encodedInputs M.empty (regWhere reg) (regCost reg) M.empty 0 0
+          call0 = Call plan ref encodedInputs M.empty (regWhere reg) (regCost reg) (regOrigin reg) M.empty
+                       M.empty 0 0 0 (maybe 0 id mean)
           opening = [ SendTo (lentWorker l) (EvolveWith ref) | l <- links ]
           (call1, outs) = commandsToOuts call0 cmds
-      end <- runLoop opts cluster cap links forward (callMachine (refName ref)) call1 (opening ++ outs)
+          (call2, recover) = recoverStates "their worker is no longer connected" stranded call1
+      end <- runLoop opts cluster cap links forward (callMachine (refName ref)) call2 (opening ++ outs ++ recover)
       pure (end, endLost end)
     finished <- monotonicSeconds
     case outcome of
@@ -214,9 +227,11 @@ evolveManyWith opts cluster fn inputs = do
               busyTotal = sum (M.elems (callBusy call))
               reg' = reg { regWhere = callWhere call, regCost = callCost call
                          , regMeanCost = if evolvedN > 0 then Just (busyTotal / fromIntegral evolvedN)
-                                         else regMeanCost reg }
+                                         else regMeanCost reg
+                         , regOrigin = pruneOrigins (M.keys (callWhere call)) (callOrigin call) }
               stats = EvolveStats (finished - started) (M.size (planUnstartedWorkers call)) evolvedN
                                   (callChildren call) (callMoved call) (callBusy call) (loopOf opts cluster)
+                                  (callRecovered call)
           pure (reg', Right (callOutputs call, stats))
   (raw, stats) <- either throwIO pure result
   decoded <- forM raw $ \children -> forM children $ \(child, bytes) -> do
@@ -233,12 +248,22 @@ callMachine :: String -> Machine Call
 callMachine name = Machine
   { machineMessage = \wid msg call -> case msg of
       StateEvolved parent busyNs children -> evolved wid (StateId parent) (fromIntegral busyNs / 1e9) children call
-      StateReleased sid bytes -> planStep wid (Released wid (StateId sid) bytes) call
+      StateReleased sid bytes ->
+        -- the master has seen its bytes: a lineage can start here now
+        planStep wid (Released wid (StateId sid) bytes)
+                 call { callOrigin = M.insert (StateId sid) (Seen bytes) (callOrigin call) }
       StateKept sid -> planStep wid (Kept wid (StateId sid)) call
       StateMissing sid
         -- asked back after it had been evolved: it simply stays
         | planIsMoving (StateId sid) (callPlan call) -> planStep wid (Kept wid (StateId sid)) call
         | otherwise -> (call, [DropPeer wid ("it does not hold " ++ show (StateId sid) ++ ", which it was given")])
+      StateReplayed sid -> case M.lookup (StateId sid) (callReplaying call) of
+        Just (w, toEvolve, cost) | w == wid ->
+          let call' = call { callReplaying = M.delete (StateId sid) (callReplaying call)
+                           , callWhere = M.insert (StateId sid) wid (callWhere call)
+                           , callRecovered = callRecovered call + 1 }
+          in if toEvolve then planStep wid (Adopted wid [(StateId sid, cost)]) call' else (call', [])
+        _ -> (call, [DropPeer wid ("it recomputed " ++ show (StateId sid) ++ ", which it was not asked to")])
       EvolveThrew sid why -> (call, [Fail (EvolveFailed name (show (StateId sid)) (T.unpack why))])
       EvolveRejected why -> (call, [Fail (RemoteFunctionError name (T.unpack why))])
       _ -> (call, [])
@@ -246,14 +271,18 @@ callMachine name = Machine
       Left _ -> (call, [])
       Right (plan, cmds) ->
         -- besides the states the plan still had there, the lost worker held
-        -- children made in this call and states without an input
+        -- children made in this call, states without an input, and states
+        -- being recomputed there: all are recomputed elsewhere
         let held = [ sid | (sid, w) <- M.toList (callWhere call), w == wid ]
-            lost = S.toList (S.fromList (concat [ ss | Lose ss <- cmds ] ++ held))
-        in if null lost then commandsToOuts call { callPlan = plan } cmds
-           else (call { callPlan = plan }, [Fail (StatesLost (map show lost) ("worker " ++ show wid ++ " was lost: " ++ why))])
-  , machineDone = planDone . callPlan
+            replaying = [ sid | (sid, (w, _, _)) <- M.toList (callReplaying call), w == wid ]
+            lost = S.toList (S.fromList (concat [ ss | Lose ss <- cmds ] ++ held ++ replaying))
+            (call1, outs) = commandsToOuts call { callPlan = plan } [ c | c <- cmds, not (isLose c) ]
+            (call2, recover) = recoverStates ("worker " ++ show wid ++ " was lost: " ++ why) lost call1
+        in (call2, outs ++ recover)
+  , machineDone = \call -> planDone (callPlan call) && M.null (callReplaying call)
   }
   where
+    isLose c = case c of { Lose _ -> True; _ -> False }
     planStep wid ev call = case stepPlan ev (callPlan call) of
       Left why -> (call, [DropPeer wid why])
       Right (plan, cmds) ->
@@ -266,15 +295,40 @@ callMachine name = Machine
           Left why -> (call, [DropPeer wid why])
           Right (plan, cmds) ->
             let kids = [ (StateId c, o) | (c, o) <- children ]
+                input = M.findWithDefault B.empty parent (callInputs call)
                 call' = call
                   { callPlan = plan
                   , callOutputs = M.insert parent kids (callOutputs call)
                   , callWhere = foldl' (\m (c, _) -> M.insert c wid m) (M.delete parent (callWhere call)) kids
                   , callCost = foldl' (\m (c, _) -> M.insert c secs m) (M.delete parent (callCost call)) kids
+                  , callOrigin = foldl' (\m (k, (c, _)) -> M.insert c (ChildOf parent (callRef call) input k) m)
+                                        (callOrigin call) (zip [0 ..] kids)
                   , callBusy = M.insertWith (+) wid secs (callBusy call)
                   , callChildren = callChildren call + length kids }
             in commandsToOuts call' cmds
     ownId wid c = fromIntegral (c `shiftR` stateIdBits) == wid
+
+-- Recompute states lost with their worker on the live workers, spread
+-- round robin; those that still had to be evolved in this call join the
+-- plan when they are back. Without a live worker, or without a lineage,
+-- the call fails naming them.
+recoverStates :: String -> [StateId] -> Call -> (Call, [Out])
+recoverStates _ [] call = (call, [])
+recoverStates why lost call = case (live, missing) of
+  ([], _) -> (call, [Fail (StatesLost (map show lost) (why ++ "; no worker is left to recompute them"))])
+  (_, _ : _) -> (call, [Fail (StatesLost (map show missing) (why ++ "; how they were made is unknown"))])
+  _ -> (call { callReplaying = foldl' (\m (s, w) -> M.insert s (w, M.member s pending, estimate s) m)
+                                      (callReplaying call) assigned
+             , callWhere = foldl' (flip M.delete) (callWhere call) lost }
+       , [ SendTo w (StateReplay k root [ (ref, input, fromIntegral i) | (ref, input, i) <- path ])
+         | (s@(StateId k), w) <- assigned, Just (root, path) <- [lineage (callOrigin call) s] ])
+  where
+    live = planWorkers (callPlan call)
+    missing = [ s | s <- lost, lineage (callOrigin call) s == Nothing ]
+    assigned = zip lost (cycle live)
+    -- states of this call not evolved yet (their output is still due)
+    pending = M.filterWithKey (\s _ -> not (M.member s (callOutputs call))) (callInputs call)
+    estimate s = M.findWithDefault (callMean call) s (callCost call)
 
 -- Turn the plan's commands into messages.
 commandsToOuts :: Call -> [Command] -> (Call, [Out])

@@ -190,6 +190,10 @@ data ToWorker
   | StateRelease !Word64
     -- ^ give this state back if its evolution has not started ('StateReleased'),
     -- else say so ('StateKept')
+  | StateReplay !Word64 !B.ByteString ![(TaskRef, B.ByteString, Word32)]
+    -- ^ recompute a state lost with its worker: from this state, apply each
+    -- function to its input and keep the child at the given position; hold
+    -- the result under this id and answer 'StateReplayed'
   deriving (Eq, Show)
 
 -- | Messages from worker to master.
@@ -217,6 +221,7 @@ data FromWorker
   | StateKept !Word64             -- ^ a state asked back whose evolution had started
   | StateMissing !Word64          -- ^ a state the master named is not held here
   | StatesCleared                 -- ^ answers 'StatesReset': nothing is held or running now
+  | StateReplayed !Word64         -- ^ a state asked for by 'StateReplay' is held now
   deriving (Eq, Show)
 
 putFingerprint :: Fingerprint -> BB.Builder
@@ -275,6 +280,9 @@ encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
     EvolveWith ref -> putWord8 11 <> putRef ref
     EvolveState sid v -> putWord8 12 <> putWord64 sid <> BB.byteString v
     StateRelease sid -> putWord8 13 <> putWord64 sid
+    StateReplay sid root path -> putWord8 14 <> putWord64 sid <> putSizedBytes root
+      <> putWord32 (fromIntegral (length path))
+      <> foldMap (\(ref, input, k) -> putRef ref <> putSizedBytes input <> putWord32 k) path
 
 -- | Decode one message to a worker (a value inside is a slice of the input).
 decodeToWorker :: B.ByteString -> Either String ToWorker
@@ -300,6 +308,11 @@ decodeToWorkerSlow = runGet $ do
     11 -> EvolveWith <$> getRef
     12 -> EvolveState <$> getWord64 <*> getRest
     13 -> StateRelease <$> getWord64
+    14 -> do
+      sid <- getWord64
+      root <- getSizedBytes
+      n <- getCount 60
+      StateReplay sid root <$> replicateM n ((,,) <$> getRef <*> getSizedBytes <*> getWord32)
     _ -> failGet ("unknown message tag " ++ show tag)
 
 -- | The encoder of a message to the master.
@@ -322,6 +335,7 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   StateKept sid -> putWord8 13 <> putWord64 sid
   StateMissing sid -> putWord8 14 <> putWord64 sid
   StatesCleared -> putWord8 15
+  StateReplayed sid -> putWord8 16 <> putWord64 sid
 
 -- | Decode one message to the master (a value inside is a slice of the input).
 decodeFromWorker :: B.ByteString -> Either String FromWorker
@@ -361,6 +375,7 @@ decodeFromWorkerSlow = runGet $ do
     13 -> StateKept <$> getWord64
     14 -> StateMissing <$> getWord64
     15 -> pure StatesCleared
+    16 -> StateReplayed <$> getWord64
     _ -> failGet ("unknown message tag " ++ show tag)
 
 -- | The encoder of a 'Result' message whose value is written by the given

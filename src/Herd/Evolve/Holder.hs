@@ -11,11 +11,16 @@
 -- makes up itself, its worker number in the high 24 bits and a counter
 -- below, so ids never collide across workers and no round trip is needed.
 --
+-- A state lost with another worker can be recomputed here from its lineage
+-- ('StateReplay'): evolve functions are pure, so replaying the steps that
+-- made it, keeping the right child each time, gives it back exactly.
+--
 -- Promise: every 'EvolveState' is answered once, by 'StateEvolved',
 -- 'EvolveThrew', 'StateMissing' or (when its state was given back first)
 -- not at all; every 'StateRelease' by 'StateReleased', 'StateKept' or
--- 'StateMissing'; 'StatesReset' by 'StatesCleared' after anything in
--- progress has been answered.
+-- 'StateMissing'; every 'StateReplay' by 'StateReplayed' or 'EvolveThrew';
+-- 'StatesReset' by 'StatesCleared' after anything in progress has been
+-- answered.
 module Herd.Evolve.Holder
   ( Holder
   , newHolder
@@ -44,8 +49,11 @@ import Herd.Wire
 stateIdBits :: Int
 stateIdBits = 40
 
--- One queued evolution: the state, its input, the function.
-data Job = Job !Word64 !B.ByteString !EvolveRunner
+-- One queued piece of work: evolve a held state (its id, input and
+-- function), or recompute a lost state along its lineage.
+data Job
+  = Job !Word64 !B.ByteString !EvolveRunner
+  | Replay !Word64 !B.ByteString ![(TaskRef, B.ByteString, Int)]
 
 -- | The evolve states of one worker and the thread evolving them.
 data Holder = Holder
@@ -101,6 +109,9 @@ holderMessage h msg = case msg of
         when (not held) $ hSend h (StateMissing sid)
       Just (Left _) -> pure ()   -- refused already; the master gives up the call
       Nothing -> hSend h (EvolveRejected (T.pack "an evolve request came before its function"))
+  StateReplay sid root path -> do
+    ensureThread h
+    atomically $ modifyTVar' (hQueue h) (|> Replay sid root [ (ref, input, fromIntegral k) | (ref, input, k) <- path ])
   StateRelease sid -> do
     answer <- atomically $ do
       current <- readTVar (hCurrent h)
@@ -110,7 +121,7 @@ holderMessage h msg = case msg of
         _ | current == Just sid -> pure (StateKept sid)
         Nothing -> pure (StateMissing sid)
         Just bytes -> do
-              writeTVar (hQueue h) (Seq.filter (\(Job q _ _) -> q /= sid) queue)
+              writeTVar (hQueue h) (Seq.filter (\j -> jobState j /= sid) queue)
               writeTVar (hStates h) (M.delete sid states)
               pure (StateReleased sid bytes)
     hSend h answer
@@ -123,19 +134,32 @@ ensureThread h = do
     Just _ -> pure ()
     Nothing -> forkIO (evolveLoop h) >>= writeIORef (hThread h) . Just
 
+jobState :: Job -> Word64
+jobState (Job sid _ _) = sid
+jobState (Replay sid _ _) = sid
+
 -- Evolve queued states one at a time, for ever.
 evolveLoop :: Holder -> IO ()
 evolveLoop h = do
-  Job sid input runner <- atomically $ do
+  job <- atomically $ do
     queue <- readTVar (hQueue h)
     case viewl queue of
       EmptyL -> retry
-      job@(Job sid _ _) :< rest -> do
+      job :< rest -> do
         writeTVar (hQueue h) rest
-        writeTVar (hCurrent h) (Just sid)
+        writeTVar (hCurrent h) (Just (jobState job))
         pure job
+  answer <- case job of
+    Job sid input runner -> evolveOne h sid input runner
+    Replay sid root path -> replay h sid root path
+  hSend h answer
+  atomically $ writeTVar (hCurrent h) Nothing
+  evolveLoop h
+
+evolveOne :: Holder -> Word64 -> B.ByteString -> EvolveRunner -> IO FromWorker
+evolveOne h sid input runner = do
   state <- M.lookup sid <$> readTVarIO (hStates h)
-  answer <- case state of
+  case state of
     Nothing -> pure (StateMissing sid)
     Just bytes -> do
       start <- monotonicSeconds
@@ -151,6 +175,28 @@ evolveLoop h = do
           atomically $ modifyTVar' (hStates h) $ \m ->
             foldr (\(c, s, _) -> M.insert c s) (M.delete sid m) named
           pure (StateEvolved sid (round (max 0 (end - start) * 1e9)) [ (c, o) | (c, _, o) <- named ])
-  hSend h answer
-  atomically $ writeTVar (hCurrent h) Nothing
-  evolveLoop h
+
+-- Recompute a state: from the root, each step's child at its position.
+-- Evolve functions are pure, so this gives back exactly the state lost.
+replay :: Holder -> Word64 -> B.ByteString -> [(TaskRef, B.ByteString, Int)] -> IO FromWorker
+replay h sid root path = go root (0 :: Int) path
+  where
+    go bytes _ [] = do
+      atomically $ modifyTVar' (hStates h) (M.insert sid bytes)
+      pure (StateReplayed sid)
+    go bytes depth ((ref, input, k) : rest) = do
+      known <- M.lookup ref <$> readIORef (hCache h)
+      runner <- maybe (lookupEvolver ref) pure known
+      modifyIORef' (hCache h) (M.insert ref runner)
+      case runner of
+        Left why -> pure (EvolveThrew sid (T.pack ("cannot recompute it: " ++ why)))
+        Right r -> do
+          outcome <- tryUser (erApply r bytes input)
+          case outcome of
+            Right (Right children) | k >= 0, k < length children -> go (fst (children !! k)) (depth + 1) rest
+            Right (Right children) ->
+              pure (EvolveThrew sid (T.pack ("recomputing it, step " ++ show depth ++ " gave " ++ show (length children)
+                                             ++ " children where child " ++ show k ++ " was expected: "
+                                             ++ "is the evolve function deterministic?")))
+            Right (Left why) -> pure (EvolveThrew sid (T.pack ("recomputing it: " ++ why)))
+            Left why -> pure (EvolveThrew sid (T.pack ("recomputing it: " ++ why)))

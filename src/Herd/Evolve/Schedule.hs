@@ -43,6 +43,10 @@ module Herd.Evolve.Schedule
     -- * Between calls
   , Registry (..)
   , emptyRegistry
+  , Origin (..)
+  , lineage
+  , pruneOrigins
+  , planWorkers
   ) where
 
 import qualified Data.ByteString as B
@@ -51,6 +55,7 @@ import qualified Data.Map.Strict as M
 import Data.Ord (comparing, Down (..))
 import qualified Data.Set as S
 import Data.Word (Word64)
+import Herd.Task (TaskRef)
 
 -- | A state held by some worker, as the caller names it.
 newtype StateId = StateId { stateIdWord :: Word64 }
@@ -112,6 +117,9 @@ data PlanEvent
     -- ^ a worker did not give a state back: it had started it (or
     -- already evolved it)
   | WorkerGone !WorkerId                 -- ^ a worker was lost
+  | Adopted !WorkerId ![(StateId, Double)]
+    -- ^ states lost with a worker were recomputed on this one, and are to
+    -- be evolved in this call after all
   deriving (Eq, Show)
 
 -- | What the driver must do.
@@ -277,6 +285,12 @@ stepPlan ev p = case ev of
           -- moves towards the lost worker are re-targeted when they are answered
           (p2, cmds) = settle (M.keys (plWorkers p1)) p1
       pure (p2, [ Lose lost | not (null lost) ] ++ cmds)
+  Adopted w ss -> case M.lookup w (plWorkers p) of
+    Nothing -> Left ("worker " ++ show w ++ " is not part of this call")
+    Just _ ->
+      let p1 = adjust w (\x -> x { wpHeld = longestFirst ([ (c, s) | (s, c) <- ss ] ++ wpHeld x) })
+                 p { plLeft = plLeft p + length ss }
+      in pure (settleIdle (settle [w] p1))
   where
     worker w = maybe (Left ("worker " ++ show w ++ " is not part of this call")) Right (M.lookup w (plWorkers p))
 
@@ -376,15 +390,52 @@ steal thief p = case victimOf of
              | otherwise = Nothing
     fallback = maybe 0 id (meanCost p)
 
--- | Where every state of a cluster's population lives, and what its next
--- evolution is expected to cost; kept by the master between calls.
+-- | Where every state of a cluster's population lives, what its next
+-- evolution is expected to cost, and how to make it again; kept by the
+-- master between calls.
 data Registry = Registry
   { regWhere    :: !(M.Map StateId WorkerId)
   , regCost     :: !(M.Map StateId Double)  -- ^ measured time of the step that made it
   , regMeanCost :: !(Maybe Double)          -- ^ mean step time of the last call
   , regNextId   :: !Word64                  -- ^ next id for an uploaded state
+  , regOrigin   :: !(M.Map StateId Origin)  -- ^ for live states and the ancestors they need
   } deriving (Eq, Show)
 
 -- | No states.
 emptyRegistry :: Registry
-emptyRegistry = Registry M.empty M.empty Nothing 1
+emptyRegistry = Registry M.empty M.empty Nothing 1 M.empty
+
+-- | How a state came to be, so that it can be made again if its worker is
+-- lost: the master saw its bytes (uploaded, or moved through the master),
+-- or it is a child of another state.
+data Origin
+  = Seen !B.ByteString
+  | ChildOf !StateId !TaskRef !B.ByteString !Int
+    -- ^ the parent, the evolve function and the parent's input, and the
+    -- child's position among the parent's children
+  deriving (Eq, Show)
+
+-- | The bytes to start from and the steps to replay to make a state again,
+-- oldest first; 'Nothing' when some ancestor's origin is unknown.
+lineage :: M.Map StateId Origin -> StateId -> Maybe (B.ByteString, [(TaskRef, B.ByteString, Int)])
+lineage origins = go []
+  where
+    go path s = case M.lookup s origins of
+      Just (Seen bytes) -> Just (bytes, path)
+      Just (ChildOf parent ref input k) -> go ((ref, input, k) : path) parent
+      Nothing -> Nothing
+
+-- | Keep only the origins these states need.
+pruneOrigins :: [StateId] -> M.Map StateId Origin -> M.Map StateId Origin
+pruneOrigins live origins = M.restrictKeys origins (foldl' visit S.empty live)
+  where
+    visit seen s
+      | S.member s seen = seen
+      | otherwise = case M.lookup s origins of
+          Just (ChildOf parent _ _ _) -> visit (S.insert s seen) parent
+          Just (Seen _) -> S.insert s seen
+          Nothing -> seen
+
+-- | The workers taking part in the call.
+planWorkers :: Plan -> [WorkerId]
+planWorkers = M.keys . plWorkers

@@ -74,6 +74,7 @@ isEvolveMessage m = case m of
   StateKept {} -> True
   StateMissing {} -> True
   StatesCleared -> True
+  StateReplayed {} -> True
   _ -> False
 
 -- | The state a loop keeps around the machine. The machine's state is in an
