@@ -119,7 +119,7 @@ spec = describe "the evolve API" $ forM_ [ThreadedLoop, EpollLoop] $ \loop ->
 
     it "runs a real particle filter to the same estimates as one core" $
       withLoop loop 2 $ \cluster -> do
-        let setup = defaultSetup { setupParticles = 300, setupSteps = 4 }
+        let setup = defaultSetup { setupParticles = 300, setupSteps = 4, setupWork = 2000 }
         ids <- resetStates cluster particleStep (initialParticles setup)
         run <- runFilter setup (evolveMany cluster particleStep) ids
         run `shouldBe` runSequential setup

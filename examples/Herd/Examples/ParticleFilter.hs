@@ -63,6 +63,7 @@ data FilterInput = FilterInput
   , inObservation :: !Double  -- ^ the observed position after this step
   , inStep        :: !Int
   , inSimulate    :: !Double  -- ^ above 0: sleep this long instead of integrating
+  , inWork        :: !Int     -- ^ integration sub-steps per unit of speed (the cost of a step)
   } deriving (Eq, Show, Generic)
 
 instance Store FilterInput
@@ -93,7 +94,9 @@ stepParticle p input
           (n1, s1) = gaussian seed
           (n2, s2) = gaussian s1
           vel = partVel p + motionNoise * n1
-          subSteps = if inSimulate input > 0 then 1 else 200 + min 20000 (round (abs vel * 400))
+          -- faster particles need finer steps: the cost varies between particles
+          work = max 1 (inWork input)
+          subSteps = if inSimulate input > 0 then 1 else work + min (20 * work) (round (abs vel * fromIntegral work))
           pos = integrate subSteps (partPos p) vel
           z = inObservation input
           logW = negate ((z - pos) * (z - pos)) / (2 * observationNoise * observationNoise)
@@ -128,11 +131,13 @@ data FilterSetup = FilterSetup
   , setupSteps     :: !Int
   , setupSeed      :: !Word64
   , setupSimulate  :: !Double  -- ^ seconds a step sleeps instead of computing (0: compute)
+  , setupWork      :: !Int     -- ^ integration sub-steps per unit of speed
   } deriving (Eq, Show)
 
--- | 2000 particles, 5 steps, computing.
+-- | 2000 particles, 5 steps, computing, 200 000 sub-steps per unit of
+-- speed (about 1 to 5 ms a particle here).
 defaultSetup :: FilterSetup
-defaultSetup = FilterSetup 2000 5 42 0
+defaultSetup = FilterSetup 2000 5 42 0 200000
 
 -- | What a run gives: the filter's estimate of the position after each
 -- step, the true positions, and the number of particles each step evolved.
@@ -173,7 +178,7 @@ runFilter setup evolveAll keys0 = go 0 (map (\k -> (k, 1)) keys0) (observations 
     go _ _ [] estimates evolved =
       pure (FilterRun (reverse estimates) (map fst (observations setup)) (reverse evolved))
     go t current ((_, z) : later) estimates evolved = do
-      let inputs = M.fromList [ (k, FilterInput c z t (setupSimulate setup)) | (k, c) <- current ]
+      let inputs = M.fromList [ (k, FilterInput c z t (setupSimulate setup) (setupWork setup)) | (k, c) <- current ]
       outs <- evolveAll inputs
       let children = concat [ M.findWithDefault [] k outs | (k, _) <- current ]
           top = maximum (map (outLogWeight . snd) children)
