@@ -4,9 +4,9 @@
 --
 -- Promises: every task's result is delivered exactly once (in input order
 -- for 'farm'); a worker lost mid-run has its unfinished tasks re-run on the
--- others; an exception in the user's function comes back as 'TaskFailed'
+-- others; an exception in the user's function comes back as 'Herd.Error.TaskFailed'
 -- naming the task's index; a caller never waits forever (if every worker is
--- lost the call throws 'AllWorkersLost').
+-- lost the call throws 'Herd.Error.AllWorkersLost').
 module Herd.Farm
   ( farm
   , farmWithStats

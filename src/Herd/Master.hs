@@ -861,7 +861,7 @@ clusterRegistry = clRegistry
 -- within five seconds is left out). The action returns the workers it
 -- found lost, with why; they are reported to the master loop, and every
 -- other reader resumes. Messages the action does not handle go to the
--- master loop with 'forwardToLoop'.
+-- master loop through the function it is given with the links.
 withLentLinks :: Cluster -> (([LentLink], WorkerId -> [B.ByteString] -> IO ()) -> IO (r, [(WorkerId, String)]))
               -> IO r
 withLentLinks cluster body = withMVar (clJobLock cluster) $ \_ -> do

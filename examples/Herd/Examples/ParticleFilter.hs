@@ -14,7 +14,8 @@
 --
 -- All randomness comes from seeds carried in the particles and the step
 -- number, so a run is a pure function of its 'FilterSetup': the same on one
--- core ('runSequential') and on a cluster ('runOnCluster').
+-- core ('runSequential') and on a cluster ('runFilter' with
+-- 'Herd.Evolve.evolveMany').
 --
 -- With 'setupSimulate' above zero the step's computation is replaced by a
 -- sleep of that many seconds per particle, so that hundreds of workers fit

@@ -12,8 +12,8 @@
 -- first and end up alone.
 --
 -- Moved states travel through the master: the holder gives a state back
--- ('Release', answered by 'StateReleased' or, if it had started, by
--- 'StateKept'), and the master hands it to the thief ('Place'). Workers
+-- ('Release', answered by 'Herd.Wire.StateReleased' or, if it had started,
+-- by 'Herd.Wire.StateKept'), and the master hands it to the thief ('Place'). Workers
 -- need no connections to each other.
 --
 -- Promises (checked by QuickCheck properties): every state given to
@@ -58,7 +58,9 @@ import Data.Word (Word64)
 import Herd.Task (TaskRef)
 
 -- | A state held by some worker, as the caller names it.
-newtype StateId = StateId { stateIdWord :: Word64 }
+newtype StateId = StateId
+  { stateIdWord :: Word64  -- ^ the id as a number (the worker that made it in the high 24 bits)
+  }
   deriving (Eq, Ord)
 
 instance Show StateId where

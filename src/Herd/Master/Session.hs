@@ -78,7 +78,7 @@ isEvolveMessage m = case m of
   _ -> False
 
 -- | The state a loop keeps around the machine. The machine's state is in an
--- 'MVar' so that the threaded loop's threads can share it; the epoll loop
+-- 'Control.Concurrent.MVar.MVar' so that the threaded loop's threads can share it; the epoll loop
 -- takes it uncontended.
 data Feeder st = Feeder
   { feedMachine :: !(Machine st)

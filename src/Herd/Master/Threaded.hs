@@ -2,7 +2,7 @@
 {-# LANGUAGE RankNTypes #-}
 -- | The evolve API's first master loop, as in FP Complete's first version:
 -- one thread per worker, each reading its link through GHC's IO manager
--- and stepping the shared session state under an 'MVar'.
+-- and stepping the shared session state under an 'Control.Concurrent.MVar.MVar'.
 --
 -- Promise: returns once the session is done or failed, after every thread
 -- has stopped between two frames (so the links can be handed back to the
