@@ -118,6 +118,7 @@ data Cluster = Cluster
   , clAdvertise :: !String
   , clCounters :: !(IORef ConnectionCounters)
   , clRegistry :: !(MVar Registry)   -- ^ the evolve API's population ("Herd.Evolve")
+  , clLosses   :: !(TVar Int)         -- ^ links dropped so far (see 'lentLosses')
   }
 
 -- | A job as the loop runs it: how to encode tasks and where results go.
@@ -177,6 +178,12 @@ data LentLink = LentLink
   , lentReceived :: !(IORef PeerStats)  -- ^ count packets read here too
   , lentAsked    :: !(TVar Bool)        -- ^ set: the reader parks at its next frame boundary
   , lentParked   :: !(TVar Bool)        -- ^ the reader is parked
+  , lentGone     :: !(TVar (Maybe String))
+    -- ^ set (with why) when the cluster dropped the link, e.g. because a
+    -- send to the worker failed; its socket is closed then
+  , lentLosses   :: !(TVar Int)
+    -- ^ the cluster's count of dropped links, shared by all its links, so a
+    -- loop can notice a drop by watching one variable
   }
 
 -- A batch whose results are arriving, in order.
@@ -280,7 +287,7 @@ withCluster config body = do
               | otherwise -> pure host
     cluster <- Cluster cfg <$> newTQueueIO <*> newMVar () <*> pure port <*> newTVarIO M.empty
                        <*> newTVarIO M.empty <*> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newIORef noCounters
-                       <*> newMVar emptyRegistry
+                       <*> newMVar emptyRegistry <*> newTVarIO 0
     build <- buildIdentity
     withAsync (masterLoop cluster) $ \loop ->
       withAsync (acceptLoop cluster secret build lsock) $ \_ -> do
@@ -535,6 +542,7 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
           sender <- newSender (packetPolicyOf cfg) out
           expect <- newIORef []
           lent <- LentLink wid conn sender received <$> newTVarIO False <*> newTVarIO False
+                                                   <*> newTVarIO Nothing <*> pure (clLosses cluster)
           reader <- async (readerThread cluster wid conn received lent)
           writer <- async (writerThread cluster wid conn outbox queued)
           atomically $ do
@@ -602,6 +610,10 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
             atomically $ writeTQueue (endsOutput (osEnds os)) (StreamElements (reverse elems))
           atomically $ writeTQueue (endsOutput (osEnds os))
             (StreamBroken ("its worker " ++ show wid ++ " was lost: " ++ why))
+        -- a loop that has the link lent must hear of it: its socket closes now
+        atomically $ do
+          writeTVar (lentGone (linkLent l)) (Just why)
+          modifyTVar' (clLosses cluster) (+ 1)
         dropLink l
         atomically $ do
           modifyTVar' (clWorkers cluster) (M.delete wid)

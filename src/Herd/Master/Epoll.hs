@@ -26,6 +26,7 @@ import Foreign.C.Types (CInt (..))
 import Foreign.Marshal.Array (allocaArray, peekArray)
 import Foreign.Ptr (Ptr)
 import Control.Concurrent.MVar (readMVar)
+import Control.Concurrent.STM (readTVarIO)
 import Herd.Master (LentLink (..))
 import Herd.Master.Session
 import Herd.Transport.Tcp (connFd, recvAvailable, takeBufferedFrame)
@@ -54,19 +55,34 @@ runEpoll cap links forward machine st0 initial = do
       fd <- connFd (lentConn l)
       rc <- c_epollAdd ep fd (fromIntegral tag)
       when (rc /= 0) $ () <$ feedLost f (lentWorker l) ("epoll_ctl failed (errno " ++ show rc ++ ")")
-    feedInitial f initial
+    _ <- feedInitial f initial
     -- frames a parked reader had already buffered are not announced by epoll
     forM_ links $ \l -> drainFrames f l
     flushTouched f
+    -- -1: look at every link once first, in case one was dropped before
+    seenLosses <- newIORef (-1 :: Int)
     allocaArray 256 $ \tags -> do
-      let loop = do
+      let -- links the cluster dropped meanwhile (a failed send): their
+          -- sockets are closed, so epoll will never report them
+          checkDropped = case links of
+            [] -> pure ()
+            (l0 : _) -> do
+              now <- readTVarIO (lentLosses l0)
+              seen <- readIORef seenLosses
+              when (now /= seen) $ do
+                writeIORef seenLosses now
+                forM_ links $ \l -> do
+                  gone <- readTVarIO (lentGone l)
+                  forM_ gone $ \why -> feedLost f (lentWorker l) why
+          loop = do
+            checkDropped
             over <- readIORef (feedFinished f)
             live <- (\lost -> M.size lost < M.size byTag) <$> readIORef (feedLostSet f)
             when (not over && live) $ do
               -- under load something is usually ready: look first without
               -- blocking, and block (releasing the runtime) only when not
               ready0 <- c_epollPoll ep tags 256 0
-              n <- if ready0 /= 0 then pure ready0 else c_epollWait ep tags 256 1000
+              n <- if ready0 /= 0 then pure ready0 else c_epollWait ep tags 256 200
               when (n < 0) $ ioError (userError ("epoll_wait failed (errno " ++ show (negate n) ++ ")"))
               ready <- peekArray (fromIntegral (max 0 n)) tags
               forM_ ready $ \tag -> forM_ (M.lookup (fromIntegral tag) byTag) (readLink f)

@@ -99,9 +99,13 @@ newFeeder cap links forward machine st0 =
                  <*> pure cap <*> newIORef Nothing <*> newIORef M.empty <*> newIORef S.empty
                  <*> newIORef (machineDone machine st0)
 
--- | Carry out the session's first actions.
-feedInitial :: Feeder st -> [Out] -> IO ()
-feedInitial f outs = stepLocked f (\st -> (st, outs)) >> flushTouched f
+-- | Carry out the session's first actions; 'True' when the session is
+-- over already (nothing to do, or a first action failed it).
+feedInitial :: Feeder st -> [Out] -> IO Bool
+feedInitial f outs = do
+  stepLocked f (\st -> (st, outs))
+  flushTouched f
+  finished f
 
 -- | Handle one packet from a worker; 'True' when the session is over.
 feedPacket :: Feeder st -> WorkerId -> B.ByteString -> IO Bool
