@@ -25,6 +25,8 @@ import Herd.Config (defaultWorkerRtsOptions)
 import Herd.Examples.ParticleFilter
 import Herd.Report
 import System.IO
+import System.Exit (ExitCode (..), exitWith)
+import Control.Exception (IOException, displayException, try)
 
 -- | Benchmark settings.
 data Options = Options
@@ -68,6 +70,12 @@ run o = do
         , configPinning = NoPinning
           -- sleeping workers allocate little: a small nursery keeps hundreds in memory
         , configWorkerRtsOptions = if optSimulate o then ["-N1", "-A1m", "-V0"] else defaultWorkerRtsOptions }
+  -- a plot file that cannot be written should fail now, not after the run
+  writable <- try (writeFile (optPlot o) "") :: IO (Either IOException ())
+  case writable of
+    Left e -> hPutStrLn stderr ("pfilter: cannot write the plot to " ++ optPlot o ++ ": " ++ displayException e)
+              >> exitWith (ExitFailure 2)
+    Right () -> pure ()
   hPutStrLn stderr ("pfilter: starting " ++ show most ++ " workers")
   rows <- withCluster cfg $ \cluster -> do
     have <- clusterWorkerCount cluster
