@@ -32,9 +32,11 @@ logLogSvg title xLabel yLabel series = unlines $
     points = concatMap seriesPoints series
     xs = [ x | (x, _) <- points, x > 0 ]
     ys = [ y | (_, y) <- points, y > 0 ]
-    (x0, x1) = widen (logBase 2 (minimum (1 : xs))) (logBase 2 (maximum (2 : xs)))
-    (y0, y1) = widen (fromIntegral (floor (logBase 10 (minimum (1 : ys))) :: Int))
-                     (fromIntegral (ceiling (logBase 10 (maximum (1 : ys))) :: Int))
+    (x0, x1) = widen (fromIntegral (floor (logBase 2 (minimum (orOne xs))) :: Int))
+                     (fromIntegral (ceiling (logBase 2 (maximum (orOne xs))) :: Int))
+    (y0, y1) = widen (fromIntegral (floor (logBase 10 (minimum (orOne ys))) :: Int))
+                     (fromIntegral (ceiling (logBase 10 (maximum (orOne ys))) :: Int))
+    orOne vs = if null vs then [1] else vs
     widen a b = if b - a < 1e-9 then (a - 0.5, b + 0.5) else (a, b)
     px x = left + (logBase 2 x - x0) / (x1 - x0) * (right - left)
     py y = bottom - (logBase 10 y - y0) / (y1 - y0) * (bottom - top)
