@@ -229,7 +229,7 @@ evolveManyWith opts cluster fn inputs = do
                          , regMeanCost = if evolvedN > 0 then Just (busyTotal / fromIntegral evolvedN)
                                          else regMeanCost reg
                          , regOrigin = pruneOrigins (M.keys (callWhere call)) (callOrigin call) }
-              stats = EvolveStats (finished - started) (M.size (planUnstartedWorkers call)) evolvedN
+              stats = EvolveStats (finished - started) (length (planWorkers (callPlan call))) evolvedN
                                   (callChildren call) (callMoved call) (callBusy call) (loopOf opts cluster)
                                   (callRecovered call)
           pure (reg', Right (callOutputs call, stats))
@@ -240,8 +240,6 @@ evolveManyWith opts cluster fn inputs = do
       Right o -> pure (child, o)
       Left why -> throwIO (EvolveFailed (refName ref) (show child) ("its output does not decode: " ++ why))
   pure (decoded, stats)
-  where
-    planUnstartedWorkers call = planUnstarted (callPlan call)
 
 -- The session of one call: the plan, fed by the workers' answers.
 callMachine :: String -> Machine Call

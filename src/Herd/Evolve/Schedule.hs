@@ -36,8 +36,6 @@ module Herd.Evolve.Schedule
   , planDone
   , planLeft
   , planUnstarted
-  , planQueued
-  , planHolders
   , planIsMoving
   , planIdleWorkers
     -- * Between calls
@@ -147,17 +145,6 @@ planLeft = plLeft
 -- back are not counted.
 planUnstarted :: Plan -> M.Map WorkerId Int
 planUnstarted = M.map unstarted . plWorkers
-
--- | Each worker's asked, unanswered states.
-planQueued :: Plan -> M.Map WorkerId [StateId]
-planQueued = M.map wpQueued . plWorkers
-
--- | Where each unfinished state of the call is (held or queued), and the
--- states being moved with their source.
-planHolders :: Plan -> (M.Map StateId WorkerId, M.Map StateId WorkerId)
-planHolders p =
-  ( M.fromList [ (s, w) | (w, wp) <- M.toList (plWorkers p), s <- map snd (wpHeld wp) ++ wpQueued wp ]
-  , M.map moveFrom (plMoving p) )
 
 -- | Workers with nothing held, nothing asked and nothing coming.
 planIdleWorkers :: Plan -> [WorkerId]
