@@ -64,7 +64,8 @@ import Herd.Master
 import Herd.Master.Epoll (epollAvailable, runEpoll)
 import Herd.Master.Session
 import Herd.Master.Threaded (runThreaded)
-import Herd.Packet (encoderBytes, flushIdle, sendMessage)
+import Herd.Packet (encoderBytes, sendMessage)
+import Herd.Packet.Policy (Urgency (..))
 import Herd.Task (TaskRef (..), tryUser)
 import Herd.Wire
 
@@ -131,7 +132,9 @@ resetStatesWith opts cluster fn states = do
         placed = zip3 ids encoded (cycle live)
     forM_ placed $ \(StateId k, bytes, l) -> sendMessage (lentSender l) (toWorkerUrgency (StateAdd k bytes))
                                                           (encodeToWorker (StateAdd k bytes))
-    mapM_ (flushIdle . lentSender) live
+    -- name the function now, so each worker has looked it up and started
+    -- its evolve thread before the first call
+    forM_ live $ \l -> sendMessage (lentSender l) Urgent (encodeToWorker (EvolveWith (evolverRef fn)))
     let reg = emptyRegistry { regWhere = M.fromList [ (i, lentWorker l) | (i, _, l) <- placed ]
                             , regOrigin = M.fromList [ (i, Seen bytes) | (i, bytes, _) <- placed ]
                             , regNextId = fromIntegral (length encoded) + 1 }
