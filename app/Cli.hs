@@ -16,7 +16,8 @@ import Data.Char (isDigit)
 import qualified Demo
 import Herd.Config (MasterLoop (..), SecretSource (..), parseHostList, parseMasterLoop)
 import Herd.Launch.Topology (parseCpuList)
-import Herd.Worker (WorkerOptions (..), parseHostPort, runWorker)
+import Herd.Worker (WorkerOptions (..), parseHostPort, parseMasterAddress, runWorker)
+import Herd.Transport (parseTransportKind)
 import Options.Applicative
 
 data Command
@@ -238,6 +239,8 @@ clusterOptions = Demo.ClusterOptions
                      <> help "a link silent this long counts as lost (default: 4)"))
   <*> optional (option (secondsArg 0.1 86400) (long "start-timeout" <> metavar "SECONDS"
                      <> help "time for launched workers to connect (default: 30)"))
+  <*> optional (option (eitherReader parseTransportKind) (long "transport" <> metavar "tcp|unix|shm"
+                     <> help "how local workers are linked (default: shm; workers on other hosts use tcp)"))
 
 listenArg :: ReadM (String, Int)
 listenArg = eitherReader $ \s -> case parseHostPort s of
@@ -268,13 +271,13 @@ modelsOptions = Models.Options
 
 workerOptions :: Parser WorkerOptions
 workerOptions = mk
-  <$> option (eitherReader parseHostPort) (long "connect" <> metavar "HOST:PORT"
-                     <> help "the master's address, as it printed it")
+  <$> option (eitherReader parseMasterAddress) (long "connect" <> metavar "HOST:PORT"
+                     <> help "the master's address, as it printed it (or unix:NAME, shm:NAME on its host)")
   <*> optional (option cpuArg (long "cpu" <> metavar "N" <> help "pin this worker to CPU N"))
   <*> optional (strOption (long "secret-file" <> metavar "FILE"
                      <> help "the shared secret (default: $HERD_SECRET, else ~/.herd/cookie)"))
   where
-    mk (host, port) cpu secret = WorkerOptions host port cpu False (maybe SecretAuto SecretFile secret) ""
+    mk address cpu secret = WorkerOptions address cpu False (maybe SecretAuto SecretFile secret) ""
 
 cpuArg :: ReadM Int
 cpuArg = eitherReader $ \s ->

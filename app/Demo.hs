@@ -42,6 +42,7 @@ data ClusterOptions = ClusterOptions
   , coSsh          :: Maybe String     -- ^ the ssh command, split on spaces
   , coLiveness     :: Maybe Double
   , coStartTimeout :: Maybe Double
+  , coTransport    :: Maybe TransportKind  -- ^ how local workers are linked (default: shm)
   }
 
 isClusterRun :: ClusterOptions -> Bool
@@ -74,7 +75,7 @@ run o = do
   putStr (renderStats oneStats)
   where
     runOn label workers = do
-      let cfg = defaultConfig { configWorkers = workers }
+      let cfg = defaultConfig { configWorkers = workers, configTransport = coTransport (optCluster o) }
       withCluster cfg $ \cluster -> do
         n <- clusterWorkerCount cluster
         putStrLn ("\n" ++ label ++ ": " ++ show n ++ " worker process" ++ (if n == 1 then "" else "es"))
@@ -146,6 +147,7 @@ runCluster o = do
         , configLivenessTimeout = maybe (configLivenessTimeout defaultConfig) id (coLiveness co)
         , configStartTimeout = maybe (configStartTimeout defaultConfig) id (coStartTimeout co)
         , configLog = stampedLog
+        , configTransport = coTransport co
         }
   putStrLn ("herd demo: fib " ++ show (optFib o) ++ " computed " ++ show (optTasks o) ++ " times on a cluster")
   withCluster cfg $ \cluster -> do

@@ -93,10 +93,10 @@ int herd_set_liveness(int fd, int idle_s, int interval_s, int count, unsigned in
 
 int herd_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
 
-int herd_epoll_add(int epfd, int fd, int tag)
+int herd_epoll_add(int epfd, int fd, int tag, int edge)
 {
     struct epoll_event ev;
-    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.events = EPOLLIN | EPOLLRDHUP | (edge ? EPOLLET : 0);
     ev.data.u64 = (unsigned long long)(unsigned int)tag;
     return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? 0 : errno;
 }

@@ -19,6 +19,7 @@ import Herd.BuildId (buildIdentity)
 import Herd.Packet (packetOf, splitPacket)
 import Control.DeepSeq (force)
 import Herd.Task (TaskRef (..), taskRef)
+import Herd.Transport
 import Herd.Transport.Tcp
 import Herd.Wire
 import Data.Store (encode)
@@ -193,7 +194,7 @@ spec = describe "a cluster of local worker processes" $ do
       build <- buildIdentity
       let (_, port) = clusterAddress cluster
       conn <- connectAuthenticated port
-      sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "liar") T.empty)))
+      sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "liar") T.empty False)))
       Just _ <- recvFrame handshakeFrameLimit conn
       liar <- forkIO $ do
         Just _ <- recvFrame 100000000 conn   -- its first batch
@@ -214,7 +215,7 @@ spec = describe "a cluster of local worker processes" $ do
     port <- listenPort lsock
     env <- workerEnv port
     (_, _, _, ph) <- createProcess (proc exe []) { env = Just env }
-    conn <- acceptConnection lsock
+    conn <- acceptTcp lsock
     authenticateWorker testSecret conn `shouldReturn` Right ()
     Just hello <- recvFrame handshakeFrameLimit conn
     fmap helloBuild (decodeWorkerHello hello) `shouldBe` Right build
@@ -254,7 +255,7 @@ spec = describe "a cluster of local worker processes" $ do
       build <- buildIdentity
       let (_, port) = clusterAddress cluster
       conn <- connectAuthenticated port
-      sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "fake") T.empty)))
+      sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "fake") T.empty False)))
       Just _ <- recvFrame handshakeFrameLimit conn
       fake <- forkIO $ forever $ do
         Just frame <- recvFrame 1000000 conn
@@ -295,7 +296,7 @@ spec = describe "a cluster of local worker processes" $ do
             close sock
       -- garbage in a well-formed frame, and a wrong handshake
       attack (BC.pack "GET / HTTP/1.0\r\n\r\n")
-      attack (B.take 10 (encodeWorkerHello (WorkerHello protocolVersion (B.replicate 32 0) 1 (T.pack "x") T.empty)))
+      attack (B.take 10 (encodeWorkerHello (WorkerHello protocolVersion (B.replicate 32 0) 1 (T.pack "x") T.empty False)))
       -- a length prefix claiming 2 GiB
       rawAttack (B.pack [0x7F, 0xFF, 0xFF, 0xFF, 1, 2, 3])
       -- a frame cut short: 100 bytes promised, 10 sent
@@ -319,7 +320,7 @@ spec = describe "a cluster of local worker processes" $ do
       -- (the master may already have closed the connection: a failed send is fine)
       _ <- try $ do
         sendFrame conn (BL.fromStrict (encodeAuthResponse nw (workerProof wrong nm nw)))
-        sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "intruder") T.empty)))
+        sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "intruder") T.empty False)))
         packetOf [encodeFromWorker (Result (encode (1 :: Int)))] >>= sendFrameStrict conn
         :: IO (Either IOException ())
       -- a refusal (unless the master's close, with our unread frames, reset

@@ -49,7 +49,7 @@ spec = describe "Herd.Wire" $ do
     pure $ (decodeToWorker a, decodeFromWorker r, decodeToWorker i, decodeFromWorker o)
        === (Right (Arg bytes), Right (Result bytes), Right (StreamIn (unW sid) bytes), Right (StreamOut (unW sid) bytes))
   it "round-trips the handshake" $ do
-    let hello = WorkerHello protocolVersion (B.replicate 32 7) 1234 (T.pack "host") (T.pack "ssh:host")
+    let hello = WorkerHello protocolVersion (B.replicate 32 7) 1234 (T.pack "host") (T.pack "ssh:host") True
     decodeWorkerHello (encodeWorkerHello hello) `shouldBe` Right hello
     forM_ [ Welcome (B.replicate 32 7) 3 65536 4000 True 65536 2000 4096, Refused (T.pack "no")
           , Challenge (B.replicate 32 1), AuthAccepted (B.replicate 32 2) ] $ \reply ->
@@ -71,10 +71,10 @@ spec = describe "Herd.Wire" $ do
     decodeFromWorker hostile `shouldSatisfy` either (const True) (const False)
   it "refuses a hello from another build or protocol version" $ do
     let ours = B.replicate 32 1
-    checkHello ours (WorkerHello protocolVersion ours 1 T.empty T.empty) `shouldBe` Right ()
-    checkHello ours (WorkerHello protocolVersion (B.replicate 32 2) 1 T.empty T.empty)
+    checkHello ours (WorkerHello protocolVersion ours 1 T.empty T.empty False) `shouldBe` Right ()
+    checkHello ours (WorkerHello protocolVersion (B.replicate 32 2) 1 T.empty T.empty False)
       `shouldSatisfy` either (const True) (const False)
-    checkHello ours (WorkerHello (protocolVersion + 1) ours 1 T.empty T.empty)
+    checkHello ours (WorkerHello (protocolVersion + 1) ours 1 T.empty T.empty False)
       `shouldSatisfy` either (const True) (const False)
   it "refuses a value with bytes left over, or too few bytes" $ do
     r1 <- try (taskResultDecoder unitTask (B.pack [1]))

@@ -57,7 +57,7 @@ import qualified Data.ByteString.Char8 as BC
 import qualified Data.ByteString.Lazy as BL
 import Data.Char (isSpace)
 import qualified Data.Text as T
-import Herd.Transport.Tcp
+import Herd.Transport
 import Herd.Wire
 import Herd.BuildId (hexEncode)
 import Numeric (showOct)

@@ -20,6 +20,8 @@ module Herd.Config
   , defaultWorkerRtsOptions
   , validateConfig
   , packetPolicyOf
+  , TransportKind (..)
+  , localTransport
   ) where
 
 import Data.Char (isDigit, isSpace)
@@ -28,6 +30,8 @@ import Herd.Auth (SecretSource (..))
 import Herd.Error (HerdError (..))
 import Herd.Packet.Policy (PacketPolicy (..), defaultPacketPolicy)
 import System.IO (hPutStrLn, stderr)
+import System.Info (os)
+import Herd.Transport (TransportKind (..))
 
 -- | Which CPUs local workers are pinned to.
 data Pinning
@@ -169,6 +173,10 @@ data Config = Config
     -- ^ nice value of local workers (0 to 19). Raise it when running more
     -- workers than cores, so that the master, whom every worker waits on,
     -- is not queued behind them
+  , configTransport        :: Maybe TransportKind
+    -- ^ how local workers are linked to the master. 'Nothing' (the
+    -- default): shared memory on Linux, TCP elsewhere. Workers on other
+    -- hosts always use TCP, the only transport that crosses hosts
   }
 
 -- | How the master drives an evolve call ("Herd.Evolve").
@@ -192,6 +200,13 @@ parseMasterLoop s = case s of
 -- that noise while doubling and quadrupling each worker's nursery.
 defaultWorkerRtsOptions :: [String]
 defaultWorkerRtsOptions = ["-N1", "-A32m"]
+
+-- | The transport local workers use under this configuration.
+localTransport :: Config -> TransportKind
+localTransport c = case configTransport c of
+  Just k -> k
+  Nothing | os == "linux" -> ShmTransport
+          | otherwise -> TcpTransport
 
 -- | Whether workers are started on other hosts (ssh or SLURM).
 hasRemoteLaunch :: Config -> Bool
@@ -237,6 +252,7 @@ defaultConfig = Config
   , configStreamWindow     = 4096
   , configMasterLoop       = EpollLoop
   , configWorkerNice       = 0
+  , configTransport        = Nothing
   }
 
 -- | The packet policy a configuration asks for.
@@ -296,6 +312,8 @@ validateConfig c
   | any (\o -> null o || head o /= '-') (configWorkerRtsOptions c) =
       bad "configWorkerRtsOptions" ("each option must start with '-', got "
                                     ++ show (configWorkerRtsOptions c))
+  | Just k <- configTransport c, k /= TcpTransport, os /= "linux" =
+      bad "configTransport" ("the " ++ show k ++ " transport needs Linux (abstract sockets, memfd)")
   | otherwise = Right c
   where
     bad field why = Left (ConfigError field why)

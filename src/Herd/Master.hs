@@ -73,10 +73,14 @@ import Herd.Evolve.Schedule (Registry, emptyRegistry)
 import Herd.Packet
 import Herd.Packet.Policy (Urgency (..))
 import Herd.Task (TaskRef (..), tryUser)
+import Herd.Transport
 import Herd.Transport.Tcp
+import Herd.Transport.Unix (listenUnix, acceptUnix)
+import Herd.Transport.Shm (upgradeMaster)
+import Foreign.C.Types (CInt (..))
 import Herd.Wire
 import Herd.Worker (serveIfWorker)
-import Network.Socket (Socket, close)
+import Network.Socket (close)
 import System.Environment (getEnvironment, getProgName, getExecutablePath)
 import System.Posix.Unistd (getSystemID, nodeName)
 import System.Process (getProcessExitCode)
@@ -184,6 +188,9 @@ data LentLink = LentLink
   , lentLosses   :: !(TVar Int)
     -- ^ the cluster's count of dropped links, shared by all its links, so a
     -- loop can notice a drop by watching one variable
+  , lentWake     :: !CInt
+    -- ^ an eventfd the reader waits on beside the link, signalled when it
+    -- is asked to park
   }
 
 -- A batch whose results are arriving, in order.
@@ -289,14 +296,23 @@ withCluster config body = do
                        <*> newTVarIO M.empty <*> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newIORef noCounters
                        <*> newMVar emptyRegistry <*> newTVarIO 0
     build <- buildIdentity
-    withAsync (masterLoop cluster) $ \loop ->
-      withAsync (acceptLoop cluster secret build lsock) $ \_ -> do
+    -- one numbering for workers from every listener
+    nextId <- newIORef (1 :: Int)
+    let transport = localTransport cfg
+        localSocket = not (null plan) && transport /= TcpTransport
+    withLocalListener localSocket port $ \local ->
+     withAsync (masterLoop cluster) $ \loop ->
+      withAsync (acceptLoop cluster secret build nextId (acceptTcp lsock)) $ \_ ->
+      withAsync (mapM_ (\(usock, _) -> acceptLoop cluster secret build nextId (acceptUnix usock)) local) $ \_ -> do
         link loop
         when (not (isLoopback host) || (null plan && not (hasRemoteLaunch cfg))) $ do
           joinCmd <- clusterJoinCommand cluster
           configLog cfg ("herd: master listening on " ++ host ++ ":" ++ show port
                          ++ "; to add a worker run: " ++ joinCmd)
-        let localAddr = (if isWildcard host then "127.0.0.1" else host) ++ ":" ++ show port
+        let localAddr = case (local, transport) of
+              (Just (_, name), ShmTransport) -> "shm:" ++ name
+              (Just (_, name), _) -> "unix:" ++ name
+              _ -> (if isWildcard host then "127.0.0.1" else host) ++ ":" ++ show port
             remoteAddr = advertise ++ ":" ++ show port
         bracket (startLaunches cfg secret plan slurmTasks localAddr remoteAddr) (mapM_ launchStop) $
           \launches -> do
@@ -304,6 +320,11 @@ withCluster config body = do
             body cluster `finally` shutdown cluster
   where
     isWildcard h = h `elem` ["0.0.0.0", "::", "*"]
+    -- the abstract socket local workers connect to, named after the TCP
+    -- port so that two clusters of one process differ
+    withLocalListener False _ act = act Nothing
+    withLocalListener True port act =
+      bracket (listenUnix port) (close . fst) (act . Just)
     isLoopback h = h `elem` ["127.0.0.1", "::1", "localhost"]
 
 -- Start every launch the configuration asks for; none waits for another.
@@ -375,14 +396,13 @@ shutdown cluster = do
 
 -- Accept connections forever; each handshake runs in its own thread, and at
 -- most 'configMaxPendingHandshakes' run at once.
-acceptLoop :: Cluster -> Secret -> B.ByteString -> Socket -> IO ()
-acceptLoop cluster secret build lsock = do
-  nextId <- newIORef (1 :: Int)
+acceptLoop :: Cluster -> Secret -> B.ByteString -> IORef Int -> IO Connection -> IO ()
+acceptLoop cluster secret build nextId acceptOne = do
   pending <- newIORef (0 :: Int)
   let cfg = clConfig cluster
       cap = configMaxPendingHandshakes cfg
   forever $ do
-    accepted <- try (acceptConnection lsock)
+    accepted <- try acceptOne
     case accepted of
       Left (e :: IOException) -> do
         -- e.g. out of file descriptors under a flood: wait, do not die
@@ -432,6 +452,8 @@ handshake cluster secret build nextId conn = do
     Right (Just (Right Nothing)) -> failed "closed the connection before its hello" >> closeConnection conn
     Right (Just (Right (Just bytes))) -> case decodeWorkerHello bytes >>= \h -> fmap (const h) (checkHello build h) of
       Left why -> refuse why
+      Right hello | helloWantsShm hello && connKind conn /= UnixTransport ->
+        refuse "shared memory is set up over the master's local socket (shm:NAME), not over TCP"
       Right hello -> do
         wid <- atomicModifyIORef' nextId (\n -> (n + 1, n))
         sent <- try (sendFrame conn (BL.fromStrict (encodeMasterReply
@@ -444,10 +466,17 @@ handshake cluster secret build nextId conn = do
           Left (e :: SomeException) -> failed ("lost during handshake: " ++ displayException e)
                                        >> closeConnection conn
           Right () -> do
-            bump cluster (\c -> c { countJoined = countJoined c + 1 })
-            atomically $ writeTQueue (clInbox cluster) $
-              Connected wid conn (WorkerInfo wid (fromIntegral (helloPid hello)) (T.unpack (helloHost hello))
-                                             (connPeer conn) (T.unpack (helloGroup hello)))
+            linked <- if not (helloWantsShm hello) then pure (Right conn)
+                        else try (upgradeMaster (configHandshakeTimeout cfg) conn)
+            case linked of
+              Left (e :: SomeException) -> do
+                failed ("cannot set up shared memory: " ++ displayException e)
+                closeConnection conn
+              Right link' -> do
+                bump cluster (\c -> c { countJoined = countJoined c + 1 })
+                atomically $ writeTQueue (clInbox cluster) $
+                  Connected wid link' (WorkerInfo wid (fromIntegral (helloPid hello)) (T.unpack (helloHost hello))
+                                                  (connPeer link') (T.unpack (helloGroup hello)))
 
 -- The loop: the only owner of the scheduler state. Received packets are
 -- split into messages and served round robin, one message per worker per
@@ -533,16 +562,19 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
                 let frame = framed packet
                 waiting <- readIORef queued
                 if waiting > 0 then enqueue frame else do
-                  rest <- try (sendAvailable conn frame)
+                  rest <- trySync (sendAvailable conn frame)
                   case rest of
-                    Left (e :: IOException) ->
+                    Left e ->
                       atomically $ writeTQueue inbox (Lost wid ("send failed: " ++ displayException e))
                     Right r | B.null r -> pure ()
                             | otherwise -> enqueue r
           sender <- newSender (packetPolicyOf cfg) out
           expect <- newIORef []
+          wake <- c_eventfd
+          when (wake < 0) $ ioError (userError ("eventfd failed (errno " ++ show (negate wake) ++ ")"))
           lent <- LentLink wid conn sender received <$> newTVarIO False <*> newTVarIO False
                                                    <*> newTVarIO Nothing <*> pure (clLosses cluster)
+                                                   <*> pure wake
           reader <- async (readerThread cluster wid conn received lent)
           writer <- async (writerThread cluster wid conn outbox queued)
           atomically $ do
@@ -579,6 +611,7 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
         Lend reply -> do
           let links = map linkLent (M.elems (lsLinks st))
           atomically $ mapM_ (\l -> writeTVar (lentAsked l) True) links
+          mapM_ (c_eventfdSignal . lentWake) links
           putMVar reply links
           pure st
         Stop done -> do
@@ -776,6 +809,25 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
       atomically $ writeTQueue (linkOutbox l) Nothing
       closeConnection (linkConn l)
       mapM_ cancel (linkThreads l)
+      closeFdQuietly (lentWake (linkLent l))
+
+foreign import ccall unsafe "herd_eventfd" c_eventfd :: IO CInt
+foreign import ccall unsafe "herd_eventfd_signal" c_eventfdSignal :: CInt -> IO ()
+foreign import ccall unsafe "herd_eventfd_drain" c_eventfdDrain :: CInt -> IO ()
+foreign import ccall unsafe "close" c_close :: CInt -> IO CInt
+
+-- Run an action, catching what it throws except asynchronous exceptions
+-- (a send fails with an 'IOException' on a socket, a 'TransportError' on a
+-- shared ring).
+trySync :: IO a -> IO (Either SomeException a)
+trySync act = do
+  r <- try act
+  case r of
+    Left e | Just (_ :: SomeAsyncException) <- fromException e -> throwIO e
+    _ -> pure r
+
+closeFdQuietly :: CInt -> IO ()
+closeFdQuietly fd = () <$ c_close fd
 
 -- Read packets from one worker, check their structure, and hand their
 -- messages to the loop.
@@ -787,11 +839,14 @@ readerThread cluster wid conn received lent = loop `catch` \(e :: SomeException)
   where
     cap = configMaxFrameBytes (clConfig cluster)
     lost why = atomically $ writeTQueue (clInbox cluster) (Lost wid why)
-    asked = readTVar (lentAsked lent) >>= check
     loop = do
-      -- between frames, wait for bytes or for a request to lend the link
-      wanted <- awaitReadable conn asked
-      if wanted then park else readOne
+      -- between frames, wait for bytes or for a request to lend the link,
+      -- in a blocking call on this thread's own OS thread (not the IO
+      -- manager: it is the hot path of every reply)
+      woken <- waitReadableOrWoken conn (lentWake lent)
+      wanted <- readTVarIO (lentAsked lent)
+      when woken $ c_eventfdDrain (lentWake lent)
+      if wanted then park else if woken then loop else readOne
     park = do
       atomically $ writeTVar (lentParked lent) True
       atomically $ readTVar (lentAsked lent) >>= check . not
@@ -809,8 +864,11 @@ readerThread cluster wid conn received lent = loop `catch` \(e :: SomeException)
             loop
 
 writerThread :: Cluster -> WorkerId -> Connection -> TQueue (Maybe B.ByteString) -> IORef Int -> IO ()
-writerThread cluster wid conn outbox queued = loop `catch` \(e :: IOException) ->
-    atomically $ writeTQueue (clInbox cluster) (Lost wid ("send failed: " ++ displayException e))
+writerThread cluster wid conn outbox queued = do
+  outcome <- trySync loop
+  case outcome of
+    Left e -> atomically $ writeTQueue (clInbox cluster) (Lost wid ("send failed: " ++ displayException e))
+    Right () -> pure ()
   where
     loop = do
       next <- atomically (readTQueue outbox)

@@ -57,7 +57,7 @@ import Herd.Wire.Codec
 
 -- | Version of this protocol; peers must match exactly.
 protocolVersion :: Word16
-protocolVersion = 4
+protocolVersion = 5
 
 -- | Largest handshake frame either side accepts.
 handshakeFrameLimit :: Int
@@ -73,6 +73,7 @@ data WorkerHello = WorkerHello
   , helloPid     :: !Word32
   , helloHost    :: !Text
   , helloGroup   :: !Text          -- ^ the launch that started it (empty: joined by hand)
+  , helloWantsShm :: !Bool         -- ^ switch to shared memory after the welcome ("Herd.Transport.Shm")
   } deriving (Eq, Show)
 
 -- | The master's handshake frames: the authentication challenge, the proof
@@ -98,13 +99,19 @@ encodeWorkerHello :: WorkerHello -> B.ByteString
 encodeWorkerHello h = buildStrict $
   BB.byteString magic <> putWord16 (helloVersion h) <> putSizedBytes (helloBuild h)
   <> putWord32 (helloPid h) <> putText (helloHost h) <> putText (helloGroup h)
+  <> putWord8 (if helloWantsShm h then 1 else 0)
 
 -- | Decode a hello, checking the magic bytes.
 decodeWorkerHello :: B.ByteString -> Either String WorkerHello
 decodeWorkerHello = runGet $ do
   m <- getBytes 4
   unless (m == magic) $ failGet "not a herd peer (bad magic bytes)"
-  WorkerHello <$> getWord16 <*> getSizedBytes <*> getWord32 <*> getText <*> getText
+  WorkerHello <$> getWord16 <*> getSizedBytes <*> getWord32 <*> getText <*> getText <*> getFlag
+  where
+    getFlag = getWord8 >>= \b -> case b of
+      0 -> pure False
+      1 -> pure True
+      _ -> failGet ("bad transport flag " ++ show b)
 
 -- | Encode the worker's answer to a challenge: its nonce and its proof.
 encodeAuthResponse :: B.ByteString -> B.ByteString -> B.ByteString
@@ -194,6 +201,7 @@ data ToWorker
     -- ^ recompute a state lost with its worker: from this state, apply each
     -- function to its input and keep the child at the given position; hold
     -- the result under this id and answer 'StateReplayed'
+  | Ping !Word64                -- ^ answer 'Pong' with the same number at once (latency probes)
   deriving (Eq, Show)
 
 -- | Messages from worker to master.
@@ -222,6 +230,7 @@ data FromWorker
   | StateMissing !Word64          -- ^ a state the master named is not held here
   | StatesCleared                 -- ^ answers 'StatesReset': nothing is held or running now
   | StateReplayed !Word64         -- ^ a state asked for by 'StateReplay' is held now
+  | Pong !Word64                  -- ^ answers 'Ping'
   deriving (Eq, Show)
 
 putFingerprint :: Fingerprint -> BB.Builder
@@ -280,6 +289,7 @@ encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
     EvolveWith ref -> putWord8 11 <> putRef ref
     EvolveState sid v -> putWord8 12 <> putWord64 sid <> BB.byteString v
     StateRelease sid -> putWord8 13 <> putWord64 sid
+    Ping n -> putWord8 15 <> putWord64 n
     StateReplay sid root path -> putWord8 14 <> putWord64 sid <> putSizedBytes root
       <> putWord32 (fromIntegral (length path))
       <> foldMap (\(ref, input, k) -> putRef ref <> putSizedBytes input <> putWord32 k) path
@@ -313,6 +323,7 @@ decodeToWorkerSlow = runGet $ do
       root <- getSizedBytes
       n <- getCount 60
       StateReplay sid root <$> replicateM n ((,,) <$> getRef <*> getSizedBytes <*> getWord32)
+    15 -> Ping <$> getWord64
     _ -> failGet ("unknown message tag " ++ show tag)
 
 -- | The encoder of a message to the master.
@@ -336,6 +347,7 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   StateMissing sid -> putWord8 14 <> putWord64 sid
   StatesCleared -> putWord8 15
   StateReplayed sid -> putWord8 16 <> putWord64 sid
+  Pong n -> putWord8 17 <> putWord64 n
 
 -- | Decode one message to the master (a value inside is a slice of the input).
 decodeFromWorker :: B.ByteString -> Either String FromWorker
@@ -376,6 +388,7 @@ decodeFromWorkerSlow = runGet $ do
     14 -> StateMissing <$> getWord64
     15 -> pure StatesCleared
     16 -> StateReplayed <$> getWord64
+    17 -> Pong <$> getWord64
     _ -> failGet ("unknown message tag " ++ show tag)
 
 -- | The encoder of a 'Result' message whose value is written by the given

@@ -19,6 +19,9 @@ module Herd.Worker
   ( serveIfWorker
   , runWorker
   , WorkerOptions (..)
+  , MasterAddress (..)
+  , parseMasterAddress
+  , showMasterAddress
   , parseHostPort
   ) where
 
@@ -47,7 +50,10 @@ import Herd.Launch.Env
 import Herd.Launch.Topology (physicalCores)
 import Herd.Sys (exitWhenStdinCloses, niceProcessThreads, pinProcessThreads)
 import Herd.Task (Runner (..), TaskRef (..), lookupRunner, tryUser)
-import Herd.Transport.Tcp
+import Herd.Transport
+import Herd.Transport.Tcp (connectTcp)
+import Herd.Transport.Unix (connectUnix, unixAddressName)
+import Herd.Transport.Shm (upgradeWorker)
 import Herd.Wire
 import System.Posix.Unistd (getSystemID, nodeName)
 import System.Environment (lookupEnv)
@@ -59,13 +65,33 @@ import Text.Read (readMaybe)
 
 -- | How a worker runs.
 data WorkerOptions = WorkerOptions
-  { workerHost       :: String        -- ^ master's host
-  , workerPort       :: Int           -- ^ master's port
+  { workerAddress    :: MasterAddress -- ^ where the master listens
   , workerCpu        :: Maybe Int     -- ^ CPU to pin to
   , workerWatchStdin :: Bool          -- ^ exit when standard input closes
   , workerSecret     :: SecretSource  -- ^ the secret to prove to the master
   , workerGroup      :: String        -- ^ the launch it belongs to (empty: by hand)
   } deriving (Eq, Show)
+
+-- | Where a worker finds its master, and so the transport of its link.
+data MasterAddress
+  = TcpAddress String Int  -- ^ @HOST:PORT@: TCP
+  | UnixAddress String     -- ^ @unix:NAME@: the master's abstract Unix socket
+  | ShmAddress String      -- ^ @shm:NAME@: that socket, then shared-memory rings
+  deriving (Eq, Show)
+
+-- | Parse @HOST:PORT@, @unix:NAME@ or @shm:NAME@, naming what is wrong.
+parseMasterAddress :: String -> Either String MasterAddress
+parseMasterAddress s = case break (== ':') s of
+  ("unix", ':' : name) -> UnixAddress <$> unixAddressName name
+  ("shm", ':' : name) -> ShmAddress <$> unixAddressName name
+  _ -> uncurry TcpAddress <$> parseHostPort s
+
+-- | The form 'parseMasterAddress' reads.
+showMasterAddress :: MasterAddress -> String
+showMasterAddress a = case a of
+  TcpAddress h p -> (if ':' `elem` h then "[" ++ h ++ "]" else h) ++ ":" ++ show p
+  UnixAddress n -> "unix:" ++ n
+  ShmAddress n -> "shm:" ++ n
 
 -- | Parse @HOST:PORT@, naming what is wrong.
 parseHostPort :: String -> Either String (String, Int)
@@ -90,7 +116,7 @@ serveIfWorker = do
   case connectTo of
     Nothing -> pure ()
     Just addr -> do
-      (host, port) <- either (die' . ((envConnect ++ ": ") ++)) pure (parseHostPort addr)
+      address <- either (die' . ((envConnect ++ ": ") ++)) pure (parseMasterAddress addr)
       cpuText <- lookupEnv envCpu
       cpu <- case cpuText of
         Nothing -> pure Nothing
@@ -114,7 +140,7 @@ serveIfWorker = do
           count <- either (die' . ((envAgent ++ ": ") ++)) pure (parseAgentCount countText)
           secret <- loadSecret source >>= either (die' . ("no usable secret: " ++)) pure
           runAgent addr count group secret
-        Nothing -> runWorker (WorkerOptions host port cpu' watch source group)
+        Nothing -> runWorker (WorkerOptions address cpu' watch source group)
       exitSuccess
   where die' msg = hPutStrLn stderr ("herd worker: " ++ msg) >> exitWith (ExitFailure 2)
 
@@ -147,11 +173,19 @@ runWorker opts = do
     when (rc /= 0) $ warn ("cannot pin to CPU " ++ show cpu ++ " (errno " ++ show rc ++ "); running unpinned")
   secret <- loadSecret (workerSecret opts) >>= either (failWith 2 . ("no usable secret: " ++)) pure
   build <- buildIdentity
-  conn <- connectTcp (workerHost opts) (workerPort opts) `catch` \(e :: IOException) ->
+  let connect = case workerAddress opts of
+        TcpAddress h p -> connectTcp h p
+        UnixAddress n -> connectUnix n
+        ShmAddress n -> connectUnix n
+      wantsShm = case workerAddress opts of
+        ShmAddress _ -> True
+        _ -> False
+  conn <- connect `catch` \(e :: IOException) ->
     failWith 3 ("cannot connect to master at " ++ where_ ++ ": " ++ displayException e)
   pid <- getProcessID
   host <- nodeName <$> getSystemID
   let hello = WorkerHello protocolVersion build (fromIntegral pid) (T.pack host) (T.pack (workerGroup opts))
+                          wantsShm
   -- A master that stalls the handshake must not hold a worker forever.
   answer <- timeout (60 * 1000000) $ try $ do
     auth <- authenticateToMaster secret conn
@@ -181,10 +215,13 @@ runWorker opts = do
       when (timeoutUs < 1 || timeoutUs > 10000000) $ bad ("packet timeout of " ++ show timeoutUs ++ " us")
       when (window < 2 || window > 1000000) $ bad ("stream window of " ++ show window ++ " elements")
       let policy = PacketPolicy chunking (fromIntegral packetBytes) (fromIntegral timeoutUs / 1e6)
-      serve conn (fromIntegral wid) (fromIntegral maxFrame) policy (fromIntegral window) `finally` closeConnection conn
+      link <- if not wantsShm then pure conn else
+        upgradeWorker 10 conn `catch` \(e :: SomeException) ->
+          failWith 3 ("cannot set up shared memory with the master at " ++ where_ ++ ": " ++ displayException e)
+      serve link (fromIntegral wid) (fromIntegral maxFrame) policy (fromIntegral window) `finally` closeConnection link
     Just (Right _) -> failWith 3 ("master at " ++ where_ ++ " sent an unexpected handshake frame")
   where
-    where_ = workerHost opts ++ ":" ++ show (workerPort opts)
+    where_ = showMasterAddress (workerAddress opts)
     warn msg = hPutStrLn stderr ("herd worker: " ++ msg)
 
 failWith :: Int -> String -> IO a
@@ -262,6 +299,7 @@ processAll sv pending (m : ms) = case decodeToWorker m of
 
 handleMessage :: Serving -> IORef (M.Map Word64 [B.ByteString]) -> ToWorker -> IO ()
 handleMessage sv pending msg = case msg of
+  Ping n -> send Urgent (Pong n)
   RunBatch bid ref count -> do
     current <- readIORef (svCurrent sv)
     case current of

@@ -19,7 +19,7 @@ module Herd.Master.Epoll
   ) where
 
 import Control.Exception (SomeException, bracket, try, displayException)
-import Control.Monad (forM_, when)
+import Control.Monad (forM, forM_, when)
 import Data.IORef
 import qualified Data.Map.Strict as M
 import Foreign.C.Types (CInt (..))
@@ -29,13 +29,14 @@ import Control.Concurrent.MVar (readMVar)
 import Control.Concurrent.STM (readTVarIO)
 import Herd.Master (LentLink (..))
 import Herd.Master.Session
-import Herd.Transport.Tcp (connFd, recvAvailable, takeBufferedFrame)
+import Herd.Transport (connWaitFds, connEdgeTriggered, armConnection, recvAvailable, takeBufferedFrame)
 import System.Info (os)
 import System.Posix.IO (closeFd)
 import System.Posix.Types (Fd (..))
 
 foreign import ccall unsafe "herd_epoll_create" c_epollCreate :: IO CInt
-foreign import ccall unsafe "herd_epoll_add" c_epollAdd :: CInt -> CInt -> CInt -> IO CInt
+foreign import ccall unsafe "herd_epoll_add" c_epollAdd :: CInt -> CInt -> CInt -> CInt -> IO CInt
+foreign import ccall unsafe "herd_epoll_del" c_epollDel :: CInt -> CInt -> IO CInt
 foreign import ccall safe "herd_epoll_wait" c_epollWait :: CInt -> Ptr CInt -> CInt -> CInt -> IO CInt
 -- the same with a zero timeout: no need to give up the runtime for it
 foreign import ccall unsafe "herd_epoll_wait" c_epollPoll :: CInt -> Ptr CInt -> CInt -> CInt -> IO CInt
@@ -52,9 +53,26 @@ runEpoll cap links forward machine st0 initial = do
   bracket c_epollCreate (\ep -> closeFd (Fd ep)) $ \ep -> do
     when (ep < 0) $ ioError (userError "epoll_create1 failed")
     forM_ (M.toList byTag) $ \(tag, l) -> do
-      fd <- connFd (lentConn l)
-      rc <- c_epollAdd ep fd (fromIntegral tag)
-      when (rc /= 0) $ () <$ feedLost f (lentWorker l) ("epoll_ctl failed (errno " ++ show rc ++ ")")
+      fds <- connWaitFds (lentConn l)
+      forM_ fds $ \fd -> do
+        rc <- c_epollAdd ep fd (fromIntegral tag) (if connEdgeTriggered (lentConn l) then 1 else 0)
+        when (rc /= 0) $ () <$ feedLost f (lentWorker l) ("epoll_ctl failed (errno " ++ show rc ++ ")")
+    -- shared-memory links signal only a reader that said it waits, and
+    -- their descriptors are edge-triggered: arm them before blocking, and
+    -- read at once any that already has bytes
+    let armed = filter (connEdgeTriggered . lentConn) links
+        armAll = fmap or $ forM armed $ \l -> do
+          lost <- M.member (lentWorker l) <$> readIORef (feedLostSet f)
+          if lost then pure False else do
+            armed' <- try (armConnection (lentConn l))
+            case armed' of
+              Left (e :: SomeException) -> False <$ feedLost f (lentWorker l) (displayException e)
+              Right ready -> do
+                when ready $ readLink f l
+                pure ready
+        forget l = do
+          fds <- try (connWaitFds (lentConn l))
+          either (\(_ :: SomeException) -> pure ()) (mapM_ (c_epollDel ep)) fds
     _ <- feedInitial f initial
     -- frames a parked reader had already buffered are not announced by epoll
     forM_ links $ \l -> drainFrames f l
@@ -82,10 +100,16 @@ runEpoll cap links forward machine st0 initial = do
               -- under load something is usually ready: look first without
               -- blocking, and block (releasing the runtime) only when not
               ready0 <- c_epollPoll ep tags 256 0
-              n <- if ready0 /= 0 then pure ready0 else c_epollWait ep tags 256 200
+              n <- if ready0 /= 0 then pure ready0 else do
+                     anyReady <- armAll
+                     if anyReady then pure 0 else c_epollWait ep tags 256 200
               when (n < 0) $ ioError (userError ("epoll_wait failed (errno " ++ show (negate n) ++ ")"))
               ready <- peekArray (fromIntegral (max 0 n)) tags
-              forM_ ready $ \tag -> forM_ (M.lookup (fromIntegral tag) byTag) (readLink f)
+              forM_ ready $ \tag -> forM_ (M.lookup (fromIntegral tag) byTag) $ \l -> do
+                readLink f l
+                -- a lost link's socket stays readable: stop hearing of it
+                lost <- M.member (lentWorker l) <$> readIORef (feedLostSet f)
+                when lost $ forget l
               flushTouched f
               loop
       loop

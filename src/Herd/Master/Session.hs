@@ -34,7 +34,7 @@ import Herd.Evolve.Schedule (WorkerId)
 import Herd.Master (LentLink (..))
 import Herd.Packet (countReceived, flushIdle, sendMessage, sendMessages, splitPacket)
 import Herd.Packet.Policy (Urgency (..))
-import Herd.Transport.Tcp (closeConnection)
+import Herd.Transport (closeConnection)
 import Herd.Wire
 
 -- | A session's logic: pure functions of its state.

@@ -20,7 +20,7 @@ import Data.IORef
 import qualified Data.Map.Strict as M
 import Herd.Master (LentLink (..))
 import Herd.Master.Session
-import Herd.Transport.Tcp (awaitReadable, recvFrame)
+import Herd.Transport (awaitReadable, recvFrame)
 
 -- | Run a session with a thread per worker.
 runThreaded :: Driver

@@ -1,0 +1,81 @@
+{-# LANGUAGE InterruptibleFFI #-}
+-- | Stream sockets (TCP and Unix-domain) as transport endpoints: reads and
+-- writes with @MSG_DONTWAIT@, waits in an interruptible @poll@ on the
+-- caller's OS thread.
+module Herd.Transport.Socket
+  ( socketEndpoint
+  , socketConnection
+  , acceptConnection
+  ) where
+
+import Control.Exception (throwIO)
+import Data.Bits ((.|.))
+import Data.Word (Word8)
+import Foreign.C.Error (Errno (..), eAGAIN, eWOULDBLOCK, eINTR, getErrno, errnoToIOError)
+import Foreign.C.Types (CInt (..), CSize (..))
+import Foreign.Ptr (Ptr)
+import Herd.Transport
+import Network.Socket
+import System.Posix.Types (CSsize (..))
+
+foreign import ccall unsafe "recv"
+  c_recv :: CInt -> Ptr Word8 -> CSize -> CInt -> IO CSsize
+foreign import ccall unsafe "send"
+  c_send :: CInt -> Ptr Word8 -> CSize -> CInt -> IO CSsize
+foreign import ccall interruptible "herd_wait_readable"
+  c_waitReadable :: CInt -> CInt -> IO CInt
+foreign import ccall interruptible "herd_wait_writable"
+  c_waitWritable :: CInt -> IO CInt
+
+-- | The endpoint of a connected stream socket. The liveness action is the
+-- transport's own (TCP sets keepalive probes; a Unix socket needs none).
+socketEndpoint :: TransportKind -> (Double -> Socket -> IO Int) -> Socket -> Endpoint
+socketEndpoint kind liveness sock = Endpoint
+  { epKind = kind
+  , epRecv = \p n -> withFdSocket sock $ \fd -> do
+      rc <- c_recv fd p (fromIntegral n) dontWait
+      if rc >= 0 then pure (fromIntegral rc) else retryable "recv" (pure (-1))
+  , epSend = \p n -> withFdSocket sock $ \fd -> do
+      rc <- c_send fd p (fromIntegral n) (dontWait .|. noSignal)
+      if rc >= 0 then pure (fromIntegral rc) else retryable "send" (pure 0)
+  , epWaitIn = \wake -> withFdSocket sock $ \fd -> waitResult "poll" =<< c_waitReadable fd wake
+  , epWaitOut = withFdSocket sock $ \fd -> () <$ (waitResult "poll" =<< c_waitWritable fd)
+  , epArm = \_ -> pure False
+  , epFds = withFdSocket sock (\fd -> pure [fd])
+  , epEdge = False
+  , epClose = close sock
+  , epLiveness = \secs -> liveness secs sock
+  , epSocket = Just sock
+  }
+  where
+    dontWait = 0x40     -- MSG_DONTWAIT
+    noSignal = 0x4000   -- MSG_NOSIGNAL
+    retryable what nothing = do
+      errno <- getErrno
+      if errno == eAGAIN || errno == eWOULDBLOCK || errno == eINTR then nothing
+        else throwIO (errnoToIOError what errno Nothing Nothing)
+
+-- A wait's answer: 1 or 2 as they are, 0 for an interrupted or timed-out
+-- one (look again).
+waitResult :: String -> CInt -> IO Int
+waitResult what rc
+  | rc >= 0 = pure (fromIntegral rc)
+  | Errno (negate rc) == eINTR = pure 0
+  | otherwise = throwIO (errnoToIOError what (Errno (negate rc)) Nothing Nothing)
+
+-- | A connection over a connected socket.
+socketConnection :: TransportKind -> (Double -> Socket -> IO Int) -> Socket -> String -> IO Connection
+socketConnection kind liveness sock peer = do
+  withFdSocket sock setCloseOnExecIfNeeded
+  newConnection (socketEndpoint kind liveness sock) peer
+
+-- | Accept one connection on a listening socket of this transport.
+acceptConnection :: TransportKind -> (Double -> Socket -> IO Int) -> Socket -> IO Connection
+acceptConnection kind liveness lsock = do
+  (sock, peer) <- accept lsock
+  case kind of
+    TcpTransport -> setSocketOption sock NoDelay 1
+    _ -> pure ()
+  socketConnection kind liveness sock (case kind of
+    TcpTransport -> show peer
+    _ -> "local socket")
