@@ -99,6 +99,8 @@ module Herd
   , populationSize
   , MasterLoop (..)
   , TransportKind (..)
+  , transportName
+  , parseTransportKind
     -- * Statistics
   , FarmStats
   , JobStats (..)
@@ -114,6 +116,7 @@ module Herd
   ) where
 
 import Herd.Config
+import Herd.Transport (transportName, parseTransportKind)
 import Herd.Error
 import Herd.Evolve
 import Herd.Farm

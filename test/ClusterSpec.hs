@@ -25,7 +25,7 @@ import Herd.Wire
 import Data.Store (encode)
 import Network.Socket
 import qualified Network.Socket.ByteString as NSB
-import System.Directory (doesFileExist, getTemporaryDirectory, removeFile, copyFile, getPermissions, setPermissions, setOwnerExecutable)
+import System.Directory (doesDirectoryExist, listDirectory, doesFileExist, getTemporaryDirectory, removeFile, copyFile, getPermissions, setPermissions, setOwnerExecutable)
 import System.Environment (getEnvironment, getExecutablePath)
 import System.Exit
 import System.IO
@@ -54,6 +54,132 @@ withTestClusterConfig n tweak body = do
         , configLog = \l -> atomicModifyIORef' logs (\ls -> (l : ls, ())) }
   withCluster cfg (body logs)
 
+-- The farm and stream tests, over one transport between master and workers.
+transportSpec :: TransportKind -> Spec
+transportSpec transport = describe ("over " ++ transportName transport) $ do
+  let withOverConfig n tweak = withTestClusterConfig n (\c -> tweak c { configTransport = Just transport })
+      withOver n = withOverConfig n id
+  it "links every local worker by this transport" $
+    withOver 2 $ \_ cluster -> do
+      infos <- clusterWorkerInfo cluster
+      map infoTransport infos `shouldBe` [transport, transport]
+  it "farms tasks and returns results in input order" $
+    withOver 2 $ \_ cluster -> do
+      ys <- farm cluster squareTask [1 .. 2000]
+      ys `shouldBe` map (\x -> x * x) [1 .. 2000]
+
+  it "runs many tiny tasks and reports per-worker statistics" $
+    withOver 2 $ \_ cluster -> do
+      (ys, stats) <- farmWithStats cluster squareTask [0 .. 99999]
+      sum ys `shouldBe` sum (map (\x -> x * x) [0 .. 99999 :: Int])
+      sum (map statTasks (jobWorkerStats stats)) `shouldBe` 100000
+      length (jobWorkerStats stats) `shouldBe` 2
+
+  it "hands back each result once as it completes" $
+    withOver 2 $ \_ cluster -> do
+      seen <- newIORef []
+      _ <- farmAsCompleted cluster squareTask [0 .. 499] $ \i y -> modifyIORef' seen ((i, y) :)
+      got <- sort <$> readIORef seen
+      got `shouldBe` [ (i, i * i) | i <- [0 .. 499] ]
+
+  it "reports the user's exception with the task index and message" $
+    withOver 2 $ \_ cluster -> do
+      r <- try (farm cluster failAt13Task [0 .. 40])
+      case r of
+        Left (TaskFailed i name msg) -> do
+          i `shouldBe` 13
+          name `shouldContain` "failAt13"
+          msg `shouldContain` "unlucky thirteen"
+        other -> expectationFailure ("expected TaskFailed, got " ++ show (fmap length other))
+      -- the cluster still works after a failed job
+      farm cluster squareTask [1, 2, 3] `shouldReturn` [1, 4, 9]
+
+  it "still returns every result when a worker is killed with SIGKILL mid-farm" $
+    withOver 2 $ \logs cluster -> do
+      [victim, _] <- clusterWorkerInfo cluster
+      killed <- newIORef False
+      results <- newIORef []
+      stats <- farmAsCompleted cluster sleepySquareTask [ (20, x) | x <- [0 .. 59] ] $ \i y -> do
+        modifyIORef' results ((i, y) :)
+        already <- readIORef killed
+        unless already $ do
+          writeIORef killed True
+          signalProcess sigKILL (fromIntegral (infoPid victim))
+      got <- sort <$> readIORef results
+      got `shouldBe` [ (i, i * i) | i <- [0 .. 59] ]
+      any statLost (jobWorkerStats stats) `shouldBe` True
+      logsContain logs "lost" `shouldReturn` True
+
+  it "throws AllWorkersLost when every worker dies, instead of waiting" $
+    withOver 2 $ \_ cluster -> do
+      workers <- clusterWorkerInfo cluster
+      r <- try $ farmAsCompleted cluster sleepySquareTask [ (50, x) | x <- [0 .. 99] ] $ \_ _ ->
+        forM_ workers $ \w -> signalProcess sigKILL (fromIntegral (infoPid w)) `catch` \(_ :: IOException) -> pure ()
+      case r of
+        Left (AllWorkersLost _) -> pure ()
+        other -> expectationFailure ("expected AllWorkersLost, got " ++ show (fmap (const ()) other))
+
+  it "streams an infinite input to a bounded consumer, in order, with bounded flow" $
+    withOverConfig 1 (\c -> c { configStreamWindow = 64 }) $ \_ cluster -> do
+      -- far more elements than the window: the flow must go round many times
+      ys <- withStream cluster runningSumProcess [1 ..] (evaluate . force . take 20000)
+      ys `shouldBe` take 20000 (scanl1 (+) [1 ..])
+      -- the stream was stopped on the worker: the cluster still serves
+      zs <- instantiate cluster runningSumProcess [1 .. 100]
+      zs `shouldBe` scanl1 (+) [1 .. 100]
+      stats <- clusterPacketStats cluster
+      sum (map (messagesReceived . snd) stats) `shouldSatisfy` (>= 20000)
+
+  it "gathers many stream elements per packet with chunking on, one per packet with it off" $ do
+    ratios <- forM [True, False] $ \on ->
+      withOverConfig 1 (\c -> c { configChunking = on }) $ \_ cluster -> do
+        ys <- instantiate cluster runningSumProcess [1 .. 5000]
+        last ys `shouldBe` sum [1 .. 5000]
+        [(_, s)] <- clusterPacketStats cluster
+        pure (fromIntegral (messagesReceived s) / fromIntegral (packetsReceived s) :: Double)
+    case ratios of
+      [on, off] -> do
+        on `shouldSatisfy` (> 20)
+        off `shouldBe` 1
+      _ -> expectationFailure (show ratios)
+
+  it "ends a stream whose function throws with StreamFailed naming it" $
+    withOver 1 $ \_ cluster -> do
+      ys <- instantiate cluster failAt5Process [1 .. 10]
+      take 4 ys `shouldBe` [1, 2, 3, 4]
+      r <- try (evaluate (length ys))
+      case r of
+        Left (StreamFailed name why) -> do
+          name `shouldContain` "failAt5"
+          why `shouldContain` "five is not allowed"
+        other -> expectationFailure (show other)
+
+  it "survives a worker killed while it writes large results, and leaves no shared segment" $
+    withOver 2 $ \logs cluster -> do
+      [victim, _] <- clusterWorkerInfo cluster
+      before <- shmFiles
+      killed <- newIORef False
+      -- 3 MB results: larger than a shared ring, so each is written in pieces
+      stats <- farmAsCompleted cluster bigResultTask [0 .. 39] $ \i bytes -> do
+        B.length bytes `shouldBe` 3000000
+        BC.head bytes `shouldBe` toEnum (fromEnum 'a' + i `mod` 26)
+        already <- readIORef killed
+        unless already $ do
+          writeIORef killed True
+          signalProcess sigKILL (fromIntegral (infoPid victim))
+      sum (map statTasks (jobWorkerStats stats)) `shouldSatisfy` (>= 40)
+      any statLost (jobWorkerStats stats) `shouldBe` True
+      logsContain logs "lost" `shouldReturn` True
+      after <- shmFiles
+      after `shouldBe` before
+
+-- Names in /dev/shm (herd's shared segments are memfds, which never appear
+-- there; this checks nothing else does).
+shmFiles :: IO [FilePath]
+shmFiles = do
+  exists <- doesDirectoryExist "/dev/shm"
+  if exists then sort <$> listDirectory "/dev/shm" else pure []
+
 -- Connect to a test cluster and pass authentication, as a worker would.
 connectAuthenticated :: Int -> IO Connection
 connectAuthenticated port = do
@@ -80,62 +206,7 @@ eventually cond = go (100 :: Int)
 
 spec :: Spec
 spec = describe "a cluster of local worker processes" $ do
-  it "farms tasks and returns results in input order" $
-    withTestCluster 2 $ \_ cluster -> do
-      ys <- farm cluster squareTask [1 .. 2000]
-      ys `shouldBe` map (\x -> x * x) [1 .. 2000]
-
-  it "runs many tiny tasks and reports per-worker statistics" $
-    withTestCluster 2 $ \_ cluster -> do
-      (ys, stats) <- farmWithStats cluster squareTask [0 .. 99999]
-      sum ys `shouldBe` sum (map (\x -> x * x) [0 .. 99999 :: Int])
-      sum (map statTasks (jobWorkerStats stats)) `shouldBe` 100000
-      length (jobWorkerStats stats) `shouldBe` 2
-
-  it "hands back each result once as it completes" $
-    withTestCluster 2 $ \_ cluster -> do
-      seen <- newIORef []
-      _ <- farmAsCompleted cluster squareTask [0 .. 499] $ \i y -> modifyIORef' seen ((i, y) :)
-      got <- sort <$> readIORef seen
-      got `shouldBe` [ (i, i * i) | i <- [0 .. 499] ]
-
-  it "reports the user's exception with the task index and message" $
-    withTestCluster 2 $ \_ cluster -> do
-      r <- try (farm cluster failAt13Task [0 .. 40])
-      case r of
-        Left (TaskFailed i name msg) -> do
-          i `shouldBe` 13
-          name `shouldContain` "failAt13"
-          msg `shouldContain` "unlucky thirteen"
-        other -> expectationFailure ("expected TaskFailed, got " ++ show (fmap length other))
-      -- the cluster still works after a failed job
-      farm cluster squareTask [1, 2, 3] `shouldReturn` [1, 4, 9]
-
-  it "still returns every result when a worker is killed with SIGKILL mid-farm" $
-    withTestCluster 2 $ \logs cluster -> do
-      [victim, _] <- clusterWorkerInfo cluster
-      killed <- newIORef False
-      results <- newIORef []
-      stats <- farmAsCompleted cluster sleepySquareTask [ (20, x) | x <- [0 .. 59] ] $ \i y -> do
-        modifyIORef' results ((i, y) :)
-        already <- readIORef killed
-        unless already $ do
-          writeIORef killed True
-          signalProcess sigKILL (fromIntegral (infoPid victim))
-      got <- sort <$> readIORef results
-      got `shouldBe` [ (i, i * i) | i <- [0 .. 59] ]
-      any statLost (jobWorkerStats stats) `shouldBe` True
-      logsContain logs "lost" `shouldReturn` True
-
-  it "throws AllWorkersLost when every worker dies, instead of waiting" $
-    withTestCluster 2 $ \_ cluster -> do
-      workers <- clusterWorkerInfo cluster
-      r <- try $ farmAsCompleted cluster sleepySquareTask [ (50, x) | x <- [0 .. 99] ] $ \_ _ ->
-        forM_ workers $ \w -> signalProcess sigKILL (fromIntegral (infoPid w)) `catch` \(_ :: IOException) -> pure ()
-      case r of
-        Left (AllWorkersLost _) -> pure ()
-        other -> expectationFailure ("expected AllWorkersLost, got " ++ show (fmap (const ()) other))
-
+  forM_ [minBound .. maxBound] transportSpec
   it "refuses a worker from a different build, with a clear message on both sides" $
     withTestCluster 0 $ \logs cluster -> do
       exe <- getExecutablePath
@@ -153,41 +224,6 @@ spec = describe "a cluster of local worker processes" $ do
       err `shouldContain` "different build"
       eventually (logsContain logs "different build") `shouldReturn` True
       clusterWorkerCount cluster `shouldReturn` 0
-
-  it "streams an infinite input to a bounded consumer, in order, with bounded flow" $
-    withTestClusterConfig 1 (\c -> c { configStreamWindow = 64 }) $ \_ cluster -> do
-      -- far more elements than the window: the flow must go round many times
-      ys <- withStream cluster runningSumProcess [1 ..] (evaluate . force . take 20000)
-      ys `shouldBe` take 20000 (scanl1 (+) [1 ..])
-      -- the stream was stopped on the worker: the cluster still serves
-      zs <- instantiate cluster runningSumProcess [1 .. 100]
-      zs `shouldBe` scanl1 (+) [1 .. 100]
-      stats <- clusterPacketStats cluster
-      sum (map (messagesReceived . snd) stats) `shouldSatisfy` (>= 20000)
-
-  it "gathers many stream elements per packet with chunking on, one per packet with it off" $ do
-    ratios <- forM [True, False] $ \on ->
-      withTestClusterConfig 1 (\c -> c { configChunking = on }) $ \_ cluster -> do
-        ys <- instantiate cluster runningSumProcess [1 .. 5000]
-        last ys `shouldBe` sum [1 .. 5000]
-        [(_, s)] <- clusterPacketStats cluster
-        pure (fromIntegral (messagesReceived s) / fromIntegral (packetsReceived s) :: Double)
-    case ratios of
-      [on, off] -> do
-        on `shouldSatisfy` (> 20)
-        off `shouldBe` 1
-      _ -> expectationFailure (show ratios)
-
-  it "ends a stream whose function throws with StreamFailed naming it" $
-    withTestCluster 1 $ \_ cluster -> do
-      ys <- instantiate cluster failAt5Process [1 .. 10]
-      take 4 ys `shouldBe` [1, 2, 3, 4]
-      r <- try (evaluate (length ys))
-      case r of
-        Left (StreamFailed name why) -> do
-          name `shouldContain` "failAt5"
-          why `shouldContain` "five is not allowed"
-        other -> expectationFailure (show other)
 
   it "drops a worker that sends a packet claiming more messages than it holds, and re-runs its tasks" $
     withTestCluster 1 $ \logs cluster -> do

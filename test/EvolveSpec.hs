@@ -16,12 +16,11 @@ import System.Timeout (timeout)
 import Test.Hspec
 import TestTasks
 
-withLoop :: MasterLoop -> Int -> (Cluster -> IO a) -> IO a
-withLoop loop n body = withTestClusterConfig n (\c -> c { configMasterLoop = loop }) (\logs c -> body c `onException` (readIORef logs >>= mapM_ putStrLn . reverse))
-
 spec :: Spec
-spec = describe "the evolve API" $ forM_ [ThreadedLoop, EpollLoop] $ \loop ->
-  describe ("with the " ++ show loop) $ do
+spec = describe "the evolve API" $ forM_ [minBound .. maxBound] $ \transport -> forM_ [ThreadedLoop, EpollLoop] $ \loop ->
+  describe ("over " ++ transportName transport ++ ", with the " ++ show loop) $ do
+    let withLoop l n body = withTestClusterConfig n (\c -> c { configMasterLoop = l, configTransport = Just transport })
+                              (\logs c -> body c `onException` (readIORef logs >>= mapM_ putStrLn . reverse))
     it "evolves each state once, keeps children on the workers and evolves them again" $
       withLoop loop 2 $ \cluster -> do
         ids <- resetStates cluster countEvolver [100, 200 .. 1000]

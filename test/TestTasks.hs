@@ -5,6 +5,7 @@ module TestTasks
   ( squareTask
   , failAt13Task
   , sleepySquareTask
+  , bigResultTask
   , spinTask
   , unitTask
   , runningSumProcess
@@ -14,6 +15,8 @@ module TestTasks
   ) where
 
 import Control.Concurrent (threadDelay)
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Char8 as BC
 import GHC.StaticPtr (StaticPtr)
 import Herd
 import System.IO.Unsafe (unsafePerformIO)
@@ -50,6 +53,15 @@ failAt13Task :: StaticPtr (Task Int Int)
 failAt13Task = static (named "failAt13" (task failAt13))
 
 -- | Slow square.
+-- Three million bytes of one letter (chosen by the argument), after a
+-- short sleep, so a test can kill a worker in the middle of sending them.
+bigResult :: Int -> B.ByteString
+bigResult i = unsafePerformIO (threadDelay 20000 >> pure (BC.replicate 3000000 (toEnum (fromEnum 'a' + i `mod` 26))))
+{-# NOINLINE bigResult #-}
+
+bigResultTask :: StaticPtr (Task Int B.ByteString)
+bigResultTask = static (named "bigResult" (task bigResult))
+
 sleepySquareTask :: StaticPtr (Task (Int, Int) Int)
 sleepySquareTask = static (named "sleepySquare" (task sleepySquare))
 

@@ -94,6 +94,7 @@ data WorkerInfo = WorkerInfo
   , infoHost :: !String
   , infoPeer :: !String   -- ^ the connection's address
   , infoGroup :: !String  -- ^ the launch that started it (@local@, @ssh:HOST@, @slurm@; empty: joined by hand)
+  , infoTransport :: !TransportKind  -- ^ how it is linked to the master
   } deriving (Eq, Show)
 
 -- | What happened to connections since the cluster started.
@@ -476,7 +477,8 @@ handshake cluster secret build nextId conn = do
                 bump cluster (\c -> c { countJoined = countJoined c + 1 })
                 atomically $ writeTQueue (clInbox cluster) $
                   Connected wid link' (WorkerInfo wid (fromIntegral (helloPid hello)) (T.unpack (helloHost hello))
-                                                  (connPeer link') (T.unpack (helloGroup hello)))
+                                                  (connPeer link') (T.unpack (helloGroup hello))
+                                                  (connKind link'))
 
 -- The loop: the only owner of the scheduler state. Received packets are
 -- split into messages and served round robin, one message per worker per
