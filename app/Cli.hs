@@ -12,12 +12,14 @@ import qualified Bench.Parsort as Parsort
 import qualified Bench.Mandelbrot as Mandelbrot
 import qualified Bench.Pfilter as Pfilter
 import qualified Bench.Skew as Skew
+import qualified Bench.Latency as Latency
 import Data.Char (isDigit)
 import qualified Demo
 import Herd.Config (MasterLoop (..), SecretSource (..), parseHostList, parseMasterLoop)
 import Herd.Launch.Topology (parseCpuList)
 import Herd.Worker (WorkerOptions (..), parseHostPort, parseMasterAddress, runWorker)
-import Herd.Transport (parseTransportKind)
+import Herd.Transport (TransportKind, parseTransportKind)
+import Data.List (nub)
 import Options.Applicative
 
 data Command
@@ -30,6 +32,8 @@ data Command
   | BenchMandelbrot Mandelbrot.Options
   | BenchPfilter Pfilter.Options
   | BenchSkew Skew.Options
+  | BenchLatency Latency.LatencyOptions
+  | BenchBandwidth Latency.BandwidthOptions
   | WorkerCmd WorkerOptions
 
 -- | Parse the command line and run the command.
@@ -48,6 +52,8 @@ run = do
     BenchMandelbrot o -> Mandelbrot.run o
     BenchPfilter o -> Pfilter.run o
     BenchSkew o -> Skew.run o
+    BenchLatency o -> Latency.runLatency o
+    BenchBandwidth o -> Latency.runBandwidth o
     WorkerCmd o -> runWorker o
 
 commands :: Parser Command
@@ -75,7 +81,41 @@ benchCommands = hsubparser
  <> command "pfilter" (info (BenchPfilter <$> pfilterOptions)
       (progDesc "FP Complete's particle filter on the evolve API: scaling over worker counts, both master loops"))
  <> command "skew" (info (BenchSkew <$> skewOptions)
-      (progDesc "FP Complete's skew case: nine 1 s states and one 10 s state on two workers, evolved repeatedly")) )
+      (progDesc "FP Complete's skew case: nine 1 s states and one 10 s state on two workers, evolved repeatedly"))
+ <> command "latency" (info (BenchLatency <$> latencyOptions)
+      (progDesc "Round trip of one small message, master to one worker, per transport, beside a C floor"))
+ <> command "bandwidth" (info (BenchBandwidth <$> bandwidthOptions)
+      (progDesc "MiB per second of a stream of large messages, master to one worker, per transport, beside a C floor")) )
+
+latencyOptions :: Parser Latency.LatencyOptions
+latencyOptions = Latency.LatencyOptions
+  <$> option transportListArg (long "transport" <> metavar "LIST" <> value [minBound .. maxBound]
+                          <> showDefaultWith (const "tcp,unix,shm") <> help "transports to measure: tcp, unix, shm")
+  <*> option (positiveInt "a round count" 10000000) (long "rounds" <> metavar "N" <> value 20000 <> showDefault
+                          <> help "round trips per transport and implementation")
+  <*> switch (long "json" <> help "end with one line of JSON")
+
+bandwidthOptions :: Parser Latency.BandwidthOptions
+bandwidthOptions = Latency.BandwidthOptions
+  <$> option transportListArg (long "transport" <> metavar "LIST" <> value [minBound .. maxBound]
+                          <> showDefaultWith (const "tcp,unix,shm") <> help "transports to measure: tcp, unix, shm")
+  <*> option (positiveInt "a message size in MiB" 32) (long "message-mib" <> metavar "N" <> value 1 <> showDefault
+                          <> help "size of each message")
+  <*> option (positiveInt "a total in MiB" 65536) (long "total-mib" <> metavar "N" <> value 1024 <> showDefault
+                          <> help "bytes to send per transport and implementation")
+  <*> switch (long "json" <> help "end with one line of JSON")
+
+-- A comma-separated list of transports, each named once.
+transportListArg :: ReadM [TransportKind]
+transportListArg = eitherReader $ \s -> do
+  ts <- mapM parseTransportKind (splitCommas s)
+  if null ts then Left "expected at least one transport: tcp, unix, shm"
+    else if length ts /= length (nub ts) then Left ("a transport is named twice in " ++ show s)
+    else Right ts
+  where
+    splitCommas str = case break (== ',') str of
+      (a, ',' : rest) -> a : splitCommas rest
+      (a, _) -> [a]
 
 pfilterOptions :: Parser Pfilter.Options
 pfilterOptions = Pfilter.Options

@@ -12,6 +12,7 @@ void herd_shm_close(struct herd_shm *s);
 long herd_shm_recv(struct herd_shm *s, uint8_t *buf, size_t n);
 long herd_shm_send(struct herd_shm *s, const uint8_t *buf, size_t n);
 int herd_shm_arm(struct herd_shm *s, int drain);
+int herd_shm_spin(struct herd_shm *s);
 int herd_shm_wait_in(struct herd_shm *s, int wake_fd);
 int herd_shm_wait_out(struct herd_shm *s);
 int herd_shm_fd(struct herd_shm *s);
@@ -24,4 +25,6 @@ int herd_wait_writable(int fd);
 int herd_eventfd(void);
 void herd_eventfd_signal(int fd);
 void herd_eventfd_drain(int fd);
+int herd_socket_blocking(int fd);
+long herd_recv_wait(int fd, uint8_t *buf, size_t n);
 #endif

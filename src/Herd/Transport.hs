@@ -102,6 +102,10 @@ data Endpoint = Endpoint
     -- nothing is there now; throws on an error
   , epSend     :: Ptr Word8 -> Int -> IO Int
     -- ^ take up to n bytes: the count taken now (maybe 0); throws on error
+  , epRecvWait :: Ptr Word8 -> Int -> IO Int
+    -- ^ like 'epRecv', but wait for bytes first (for about a second at
+    -- most: -1 then means nothing came yet); the cheapest way for one
+    -- thread to wait on one connection
   , epWaitIn   :: CInt -> IO Int
     -- ^ block until a receive may make progress (1) or the given
     -- descriptor, if not -1, is readable (2); an interrupted wait returns 0
@@ -241,13 +245,12 @@ recvFrame cap conn = do
   case ready of
     Just frame -> pure (Just frame)
     Nothing -> do
-      got <- recvAvailable conn
+      got <- recvWaiting conn
       case got of
         0 -> do
           pending <- readIORef (connPending conn)
           if B.null pending then pure Nothing
             else throwIO (TruncatedFrame (expectedLength pending) (B.length pending))
-        -1 -> epWaitIn (connEndpoint conn) (-1) >> recvFrame cap conn
         _ -> recvFrame cap conn
   where
     expectedLength pending
@@ -310,6 +313,16 @@ armConnection conn = epArm (connEndpoint conn) False
 recvAvailable :: Connection -> IO Int
 recvAvailable conn = withForeignPtr (connBuffer conn) $ \p -> do
   got <- epRecv (connEndpoint conn) p readChunk
+  when (got > 0) $ do
+    chunk <- B.packCStringLen (castPtr p, got)
+    modifyIORef' (connPending conn) (\pending -> if B.null pending then chunk else pending <> chunk)
+  pure got
+
+-- Wait for bytes (up to about a second) and read them into the pending
+-- buffer: 'recvAvailable', waiting.
+recvWaiting :: Connection -> IO Int
+recvWaiting conn = withForeignPtr (connBuffer conn) $ \p -> do
+  got <- epRecvWait (connEndpoint conn) p readChunk
   when (got > 0) $ do
     chunk <- B.packCStringLen (castPtr p, got)
     modifyIORef' (connPending conn) (\pending -> if B.null pending then chunk else pending <> chunk)

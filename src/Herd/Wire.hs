@@ -201,7 +201,7 @@ data ToWorker
     -- ^ recompute a state lost with its worker: from this state, apply each
     -- function to its input and keep the child at the given position; hold
     -- the result under this id and answer 'StateReplayed'
-  | Ping !Word64                -- ^ answer 'Pong' with the same number at once (latency probes)
+  | Ping !Word64 !B.ByteString  -- ^ answer 'Pong' with the same number at once; the bytes are padding (latency and bandwidth probes)
   deriving (Eq, Show)
 
 -- | Messages from worker to master.
@@ -289,7 +289,7 @@ encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
     EvolveWith ref -> putWord8 11 <> putRef ref
     EvolveState sid v -> putWord8 12 <> putWord64 sid <> BB.byteString v
     StateRelease sid -> putWord8 13 <> putWord64 sid
-    Ping n -> putWord8 15 <> putWord64 n
+    Ping n pad -> putWord8 15 <> putWord64 n <> BB.byteString pad
     StateReplay sid root path -> putWord8 14 <> putWord64 sid <> putSizedBytes root
       <> putWord32 (fromIntegral (length path))
       <> foldMap (\(ref, input, k) -> putRef ref <> putSizedBytes input <> putWord32 k) path
@@ -323,7 +323,7 @@ decodeToWorkerSlow = runGet $ do
       root <- getSizedBytes
       n <- getCount 60
       StateReplay sid root <$> replicateM n ((,,) <$> getRef <*> getSizedBytes <*> getWord32)
-    15 -> Ping <$> getWord64
+    15 -> Ping <$> getWord64 <*> getRest
     _ -> failGet ("unknown message tag " ++ show tag)
 
 -- | The encoder of a message to the master.

@@ -25,7 +25,7 @@ module Herd.Worker
   , parseHostPort
   ) where
 
-import Control.Concurrent (ThreadId, forkIO, killThread)
+import Control.Concurrent (ThreadId, forkIO, killThread, runInUnboundThread)
 import Control.Concurrent.MVar
 import Control.Concurrent.STM
 import Control.Exception
@@ -218,7 +218,7 @@ runWorker opts = do
       link <- if not wantsShm then pure conn else
         upgradeWorker 10 conn `catch` \(e :: SomeException) ->
           failWith 3 ("cannot set up shared memory with the master at " ++ where_ ++ ": " ++ displayException e)
-      serve link (fromIntegral wid) (fromIntegral maxFrame) policy (fromIntegral window) `finally` closeConnection link
+      runInUnboundThread $ serve link (fromIntegral wid) (fromIntegral maxFrame) policy (fromIntegral window) `finally` closeConnection link
     Just (Right _) -> failWith 3 ("master at " ++ where_ ++ " sent an unexpected handshake frame")
   where
     where_ = showMasterAddress (workerAddress opts)
@@ -299,7 +299,7 @@ processAll sv pending (m : ms) = case decodeToWorker m of
 
 handleMessage :: Serving -> IORef (M.Map Word64 [B.ByteString]) -> ToWorker -> IO ()
 handleMessage sv pending msg = case msg of
-  Ping n -> send Urgent (Pong n)
+  Ping n _ -> send Urgent (Pong n)
   RunBatch bid ref count -> do
     current <- readIORef (svCurrent sv)
     case current of

@@ -57,6 +57,10 @@ foreign import ccall unsafe "herd_shm_send"
   c_send :: Ptr Ring -> Ptr Word8 -> CSize -> IO CLong
 foreign import ccall unsafe "herd_shm_arm"
   c_arm :: Ptr Ring -> CInt -> IO CInt
+-- unsafe: it spins for at most 'spinNanos' and must not give up the
+-- runtime (taking it back costs more than the spin saves)
+foreign import ccall unsafe "herd_shm_spin"
+  c_spin :: Ptr Ring -> IO CInt
 foreign import ccall interruptible "herd_shm_wait_in"
   c_waitIn :: Ptr Ring -> CInt -> IO CInt
 foreign import ccall interruptible "herd_shm_wait_out"
@@ -158,7 +162,19 @@ shmConnection ring sock peer = do
         , epSend = \buf n -> use $ \r -> do
             got <- c_send r buf (fromIntegral n)
             if got == -2 then broken else pure (fromIntegral got)
-        , epWaitIn = \wake -> use $ \r -> waitResult =<< c_waitIn r wake
+        , epRecvWait = \buf n -> use $ \r -> do
+            let recvNow = do
+                  got <- c_recv r buf (fromIntegral n)
+                  if got == -2 then broken else pure (fromIntegral got)
+            first <- recvNow
+            if first /= -1 then pure first else do
+              spun <- c_spin r
+              if spun /= 0 then recvNow else do
+                rc <- waitResult =<< c_waitIn r (-1)
+                if rc == 0 then pure (-1) else recvNow
+        , epWaitIn = \wake -> use $ \r -> do
+            spun <- c_spin r
+            if spun /= 0 then pure 1 else waitResult =<< c_waitIn r wake
         , epWaitOut = use $ \r -> do
             rc <- c_waitOut r
             when (rc == 0) $ throwIO (PeerBroken "the peer went away while a send waited for room")

@@ -9,10 +9,11 @@ module Herd.Transport.Socket
   ) where
 
 import Control.Exception (throwIO)
+import Control.Monad (when)
 import Data.Bits ((.|.))
 import Data.Word (Word8)
 import Foreign.C.Error (Errno (..), eAGAIN, eWOULDBLOCK, eINTR, getErrno, errnoToIOError)
-import Foreign.C.Types (CInt (..), CSize (..))
+import Foreign.C.Types (CInt (..), CLong (..), CSize (..))
 import Foreign.Ptr (Ptr)
 import Herd.Transport
 import Network.Socket
@@ -22,6 +23,10 @@ foreign import ccall unsafe "recv"
   c_recv :: CInt -> Ptr Word8 -> CSize -> CInt -> IO CSsize
 foreign import ccall unsafe "send"
   c_send :: CInt -> Ptr Word8 -> CSize -> CInt -> IO CSsize
+foreign import ccall interruptible "herd_recv_wait"
+  c_recvWait :: CInt -> Ptr Word8 -> CSize -> IO CLong
+foreign import ccall unsafe "herd_socket_blocking"
+  c_socketBlocking :: CInt -> IO CInt
 foreign import ccall interruptible "herd_wait_readable"
   c_waitReadable :: CInt -> CInt -> IO CInt
 foreign import ccall interruptible "herd_wait_writable"
@@ -38,6 +43,10 @@ socketEndpoint kind liveness sock = Endpoint
   , epSend = \p n -> withFdSocket sock $ \fd -> do
       rc <- c_send fd p (fromIntegral n) (dontWait .|. noSignal)
       if rc >= 0 then pure (fromIntegral rc) else retryable "send" (pure 0)
+  , epRecvWait = \p n -> withFdSocket sock $ \fd -> do
+      rc <- c_recvWait fd p (fromIntegral n)
+      if rc >= -1 then pure (fromIntegral rc)
+        else throwIO (errnoToIOError "recv" (Errno (fromIntegral (negate rc))) Nothing Nothing)
   , epWaitIn = \wake -> withFdSocket sock $ \fd -> waitResult "poll" =<< c_waitReadable fd wake
   , epWaitOut = withFdSocket sock $ \fd -> () <$ (waitResult "poll" =<< c_waitWritable fd)
   , epArm = \_ -> pure False
@@ -67,6 +76,10 @@ waitResult what rc
 socketConnection :: TransportKind -> (Double -> Socket -> IO Int) -> Socket -> String -> IO Connection
 socketConnection kind liveness sock peer = do
   withFdSocket sock setCloseOnExecIfNeeded
+  -- reads that wait block in the kernel (one system call per message);
+  -- every other operation passes MSG_DONTWAIT
+  rc <- withFdSocket sock c_socketBlocking
+  when (rc /= 0) $ throwIO (errnoToIOError "setting up the socket" (Errno rc) Nothing Nothing)
   newConnection (socketEndpoint kind liveness sock) peer
 
 -- | Accept one connection on a listening socket of this transport.

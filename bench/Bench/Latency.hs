@@ -1,0 +1,220 @@
+-- | @herd bench latency@ and @herd bench bandwidth@: the cost of one
+-- message between the master and one worker over each transport, and the
+-- bytes per second of a stream of large ones, each next to a floor
+-- measured in the same run: the same mechanism driven from C with nothing
+-- on top (@bench/cbits/pingpong.c@, built with the benchmark).
+--
+-- herd's round trip is a 'Ping' through the master's packet layer, the
+-- frame layer and the transport, answered by the worker's message loop
+-- with a 'Pong'. The master reads the answer the way its loops do: waiting
+-- in a blocking call on its own OS thread (sockets: @poll@; shared memory:
+-- a spin, then @poll@ on the eventfd). For comparison the table also shows
+-- the same round trip with the master waiting through GHC's IO manager.
+module Bench.Latency
+  ( LatencyOptions (..)
+  , runLatency
+  , BandwidthOptions (..)
+  , runBandwidth
+  ) where
+
+import Control.Concurrent (runInUnboundThread)
+import Control.Concurrent.STM (retry)
+import Control.Exception (throwIO, ErrorCall (..))
+import Control.Monad (forM, forM_, when, unless)
+import qualified Data.ByteString as B
+import Data.List (sort)
+import qualified Data.Vector.Unboxed as U
+import qualified Data.Vector.Unboxed.Mutable as UM
+import Data.Word (Word64)
+import Foreign.C.Types (CDouble (..), CInt (..), CLong (..))
+import Foreign.Marshal.Array (allocaArray, peekArray)
+import Foreign.Ptr (Ptr)
+import Herd
+import Herd.Clock (monotonicSeconds)
+import Herd.Master (LentLink (..), withLentLinks)
+import Herd.Packet (sendMessage, splitPacket)
+import Herd.Packet.Policy (Urgency (..))
+import Herd.Report
+import Herd.Transport (Connection, awaitReadable, recvAvailable, recvFrame, takeBufferedFrame)
+import Herd.Transport.Shm (spinNanos)
+import Herd.Wire (FromWorker (..), ToWorker (..), decodeFromWorker, encodeToWorker)
+import System.IO
+
+foreign import ccall safe "herd_pingpong"
+  c_pingpong :: CInt -> CInt -> CLong -> Ptr Double -> IO CInt
+foreign import ccall safe "herd_stream_floor"
+  c_streamFloor :: CInt -> CLong -> CLong -> IO CDouble
+foreign import ccall safe "herd_wakeup_floor"
+  c_wakeupFloor :: CInt -> CInt -> Ptr Double -> IO CInt
+
+-- | Latency settings.
+data LatencyOptions = LatencyOptions
+  { latTransports :: [TransportKind]
+  , latRounds     :: Int
+  , latJson       :: Bool
+  }
+
+-- | Bandwidth settings.
+data BandwidthOptions = BandwidthOptions
+  { bwTransports :: [TransportKind]
+  , bwMessageMiB :: Int
+  , bwTotalMiB   :: Int
+  , bwJson       :: Bool
+  }
+
+-- How the master waits for the answer.
+data Wait = Direct | IoManager
+  deriving Eq
+
+cTransport :: TransportKind -> CInt
+cTransport t = case t of
+  TcpTransport -> 0
+  UnixTransport -> 1
+  ShmTransport -> 2
+
+-- One worker, unpinned like the C floor's child, on the given transport.
+withOneWorker :: TransportKind -> (LentLink -> IO a) -> IO a
+withOneWorker transport body = do
+  let cfg = defaultConfig { configWorkers = Just 1, configTransport = Just transport
+                          , configPinning = NoPinning }
+  withCluster cfg $ \cluster -> withLentLinks cluster $ \(links, _) -> case links of
+    [l] -> do
+      r <- body l
+      pure (r, [])
+    _ -> throwIO (ErrorCall ("expected one worker, got " ++ show (length links)))
+
+-- Read frames until the Pong with this number; anything else is an error.
+awaitPong :: Wait -> Connection -> Word64 -> IO ()
+awaitPong wait conn n = do
+  frame <- case wait of
+    Direct -> recvFrame maxBound conn
+    IoManager -> viaIoManager
+  case frame of
+    Nothing -> throwIO (ErrorCall "the worker closed the link")
+    Just packet -> case splitPacket 1000000 packet of
+      Left why -> throwIO (ErrorCall ("bad packet: " ++ why))
+      Right msgs -> do
+        let pongs = [ m | Right (Pong m) <- map decodeFromWorker msgs ]
+        unless (pongs == [n]) $ throwIO (ErrorCall ("expected pong " ++ show n ++ ", got " ++ show pongs))
+  where
+    viaIoManager = do
+      ready <- takeBufferedFrame maxBound conn
+      case ready of
+        Just f -> pure (Just f)
+        Nothing -> do
+          got <- recvAvailable conn
+          case got of
+            0 -> pure Nothing
+            -1 -> awaitReadable conn retry >> viaIoManager
+            _ -> viaIoManager
+
+-- Round trips in microseconds.
+herdRoundTrips :: Wait -> LentLink -> Int -> IO (U.Vector Double)
+herdRoundTrips wait l rounds = do
+  samples <- UM.new rounds
+  let ping i = sendMessage (lentSender l) Urgent (encodeToWorker (Ping (fromIntegral i) B.empty))
+  -- warm up: code paths, caches, the spin's adaptation
+  forM_ [1 .. min 1000 rounds] $ \i -> ping i >> awaitPong wait (lentConn l) (fromIntegral i)
+  forM_ [0 .. rounds - 1] $ \i -> do
+    t0 <- monotonicSeconds
+    ping (i + 1000000)
+    awaitPong wait (lentConn l) (fromIntegral (i + 1000000))
+    t1 <- monotonicSeconds
+    UM.write samples i ((t1 - t0) * 1e6)
+  U.freeze samples
+
+cRoundTrips :: TransportKind -> Int -> IO (U.Vector Double)
+cRoundTrips t rounds = allocaArray rounds $ \p -> do
+  rc <- c_pingpong (cTransport t) (fromIntegral rounds) (fromIntegral spinNanos) p
+  when (rc /= 0) $ throwIO (ErrorCall ("the C floor failed on " ++ transportName t))
+  U.fromList <$> peekArray rounds p
+
+wakeups :: Int -> Int -> IO (U.Vector Double)
+wakeups mechanism rounds = allocaArray rounds $ \p -> do
+  rc <- c_wakeupFloor (fromIntegral mechanism) (fromIntegral rounds) p
+  when (rc /= 0) $ throwIO (ErrorCall "the wake-up floor failed")
+  U.fromList <$> peekArray rounds p
+
+percentile :: Double -> U.Vector Double -> Double
+percentile q v = let s = sort (U.toList v)
+                     k = min (length s - 1) (floor (q * fromIntegral (length s)))
+                 in if null s then 0 else s !! k
+
+-- | Measure and print the latency table (and JSON line).
+runLatency :: LatencyOptions -> IO ()
+runLatency o = do
+  hSetBuffering stdout LineBuffering
+  rows <- fmap concat $ forM (latTransports o) $ \t -> do
+    hPutStrLn stderr ("  " ++ transportName t ++ ": C floor")
+    c <- cRoundTrips t (latRounds o)
+    hPutStrLn stderr ("  " ++ transportName t ++ ": herd")
+    (h, viaManager) <- withOneWorker t $ \l -> do
+      h <- runInUnboundThread (herdRoundTrips Direct l (latRounds o))
+      m <- herdRoundTrips IoManager l (min 5000 (latRounds o))
+      pure (h, m)
+    pure [ (t, "c", c), (t, "herd", h), (t, "herd-iomanager", viaManager) ]
+  [eventfdWake, futexWake] <- forM [0, 1] $ \m -> wakeups m (min 5000 (latRounds o))
+  let medianOf v = percentile 0.5 v
+      floorOf t = head ([ medianOf v | (t', "c", v) <- rows, t' == t ] ++ [0])
+      path t impl = case (impl, t) of
+        ("c", ShmTransport) -> "spin, then poll on eventfd"
+        ("c", _) -> "blocking read"
+        ("herd-iomanager", _) -> "GHC IO manager (epoll, thread wake-up)"
+        (_, ShmTransport) -> "spin " ++ show (spinNanos `div` 1000) ++ " us, then poll on eventfd"
+        _ -> "blocking recv on its own OS thread"
+  putStrLn ("round trip of one small message, master and one worker, " ++ show (latRounds o) ++ " rounds")
+  putStr $ renderTable ["transport", "impl", "master waits by", "median us", "p99 us", "x C floor"]
+    [ [transportName t, impl, path t impl, fixed 2 (medianOf v), fixed 2 (percentile 0.99 v)
+      , fixed 2 (medianOf v / max 1e-9 (floorOf t))]
+    | (t, impl, v) <- rows ]
+  forM_ rows $ \(t, impl, v) -> hPutStrLn stderr ("  " ++ transportName t ++ " " ++ impl ++ " percentiles 10/25/50/75/90: "
+                                                ++ unwords [ fixed 2 (percentile q v) | q <- [0.1, 0.25, 0.5, 0.75, 0.9] ])
+  putStrLn ("blocking wake-up round trip, no spinning (C): eventfd " ++ fixed 2 (medianOf eventfdWake)
+            ++ " us, futex " ++ fixed 2 (medianOf futexWake) ++ " us (median)")
+  when (latJson o) $ putStrLn $ renderJson $ JObject
+    [ ("bench", JString "latency")
+    , ("rows", JArray [ JObject [ ("transport", JString (transportName t)), ("impl", JString impl)
+                                , ("median_us", JNumber (medianOf v)), ("p99_us", JNumber (percentile 0.99 v)) ]
+                      | (t, impl, v) <- rows, impl `elem` ["herd", "c"] ])
+    , ("iomanager_rows", JArray [ JObject [ ("transport", JString (transportName t))
+                                          , ("median_us", JNumber (medianOf v)), ("p99_us", JNumber (percentile 0.99 v)) ]
+                                | (t, "herd-iomanager", v) <- rows ])
+    , ("wakeups", JArray [ JObject [ ("mechanism", JString name), ("median_us", JNumber (medianOf v)) ]
+                         | (name, v) <- [("eventfd", eventfdWake), ("futex", futexWake)] ]) ]
+
+-- | Measure and print the bandwidth table (and JSON line).
+runBandwidth :: BandwidthOptions -> IO ()
+runBandwidth o = do
+  hSetBuffering stdout LineBuffering
+  let msgBytes = bwMessageMiB o * 1024 * 1024
+      count = max 1 (bwTotalMiB o `div` bwMessageMiB o)
+      total = count * msgBytes
+      mib secs = fromIntegral total / (1024 * 1024) / secs
+  rows <- fmap concat $ forM (bwTransports o) $ \t -> do
+    hPutStrLn stderr ("  " ++ transportName t ++ ": C floor")
+    c <- c_streamFloor (cTransport t) (fromIntegral total) (fromIntegral msgBytes)
+    when (c <= 0) $ throwIO (ErrorCall ("the C floor failed on " ++ transportName t))
+    hPutStrLn stderr ("  " ++ transportName t ++ ": herd")
+    h <- withOneWorker t $ \l -> do
+      let payload = B.replicate msgBytes 1
+          send i = sendMessage (lentSender l) Urgent (encodeToWorker (Ping (fromIntegral i) payload))
+          window = 4
+      -- warm up
+      send (0 :: Int) >> awaitPong Direct (lentConn l) 0
+      t0 <- monotonicSeconds
+      forM_ [1 .. min window count] send
+      forM_ [1 .. count] $ \i -> do
+        awaitPong Direct (lentConn l) (fromIntegral i)
+        when (i + window <= count) $ send (i + window)
+      t1 <- monotonicSeconds
+      pure (t1 - t0)
+    pure [ (t, "c", realToFrac c), (t, "herd", h) ]
+  let floorOf t = head ([ s | (t', "c", s) <- rows, t' == t ] ++ [0])
+  putStrLn ("a stream of " ++ show count ++ " messages of " ++ show (bwMessageMiB o) ++ " MiB, master to one worker")
+  putStr $ renderTable ["transport", "impl", "seconds", "MiB/s", "x C floor"]
+    [ [transportName t, impl, fixed 3 s, fixed 0 (mib s), fixed 2 (mib s / mib (floorOf t))] | (t, impl, s) <- rows ]
+  when (bwJson o) $ putStrLn $ renderJson $ JObject
+    [ ("bench", JString "bandwidth")
+    , ("rows", JArray [ JObject [ ("transport", JString (transportName t)), ("impl", JString impl)
+                                , ("mib_per_s", JNumber (mib s)) ]
+                      | (t, impl, s) <- rows ]) ]
