@@ -561,15 +561,14 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
               -- thread what the kernel takes at once (no hand-off between
               -- threads per packet); the writer sends the rest.
               out packet = do
-                let frame = framed packet
+                let parts = frameParts packet
                 waiting <- readIORef queued
-                if waiting > 0 then enqueue frame else do
-                  rest <- trySync (sendAvailable conn frame)
+                if waiting > 0 then mapM_ enqueue parts else do
+                  rest <- trySync (sendAvailableParts conn parts)
                   case rest of
                     Left e ->
                       atomically $ writeTQueue inbox (Lost wid ("send failed: " ++ displayException e))
-                    Right r | B.null r -> pure ()
-                            | otherwise -> enqueue r
+                    Right r -> mapM_ enqueue r
           sender <- newSender (packetPolicyOf cfg) out
           expect <- newIORef []
           wake <- c_eventfd

@@ -50,8 +50,11 @@ module Herd.Transport
   , recvAvailable
   , takeBufferedFrame
   , framed
+  , frameParts
   , sendAvailable
+  , sendAvailableParts
   , sendRaw
+  , sendRawParts
   ) where
 
 import Control.Concurrent (threadWaitReadSTM)
@@ -187,11 +190,22 @@ closeConnection conn = epClose (connEndpoint conn) `catch` \(_ :: SomeException)
 
 -- | Send one frame.
 sendFrame :: Connection -> BL.ByteString -> IO ()
-sendFrame conn body = sendRaw conn (framed (BL.toStrict body))
+sendFrame conn body = sendFrameStrict conn (BL.toStrict body)
 
 -- | Send one frame whose body is a strict string.
 sendFrameStrict :: Connection -> B.ByteString -> IO ()
-sendFrameStrict conn body = sendRaw conn (framed body)
+sendFrameStrict conn body = sendRawParts conn (frameParts body)
+
+-- | The bytes of one frame as parts to send in order: a small frame as one
+-- copy with its length in front ('framed'), a large one as the length and
+-- the body itself, so the body is not copied.
+frameParts :: B.ByteString -> [B.ByteString]
+frameParts body
+  | B.length body <= 64 * 1024 = [framed body]
+  | otherwise = [lengthBytes, body]
+  where
+    lengthBytes = BI.unsafeCreate 4 $ \p ->
+      mapM_ (\i -> pokeByteOff p i (fromIntegral (B.length body `shiftR` (8 * (3 - i))) :: Word8)) [0 .. 3]
 
 -- | The bytes of one frame: its length, then the body.
 framed :: B.ByteString -> B.ByteString
@@ -218,12 +232,26 @@ sendAvailable conn bytes = withMVar (connSendLock conn) $ \_ -> sendSome (connEn
 
 -- | Send bytes already framed (from 'framed'), waiting as needed.
 sendRaw :: Connection -> B.ByteString -> IO ()
-sendRaw conn bytes = withMVar (connSendLock conn) $ \_ -> go bytes
+sendRaw conn bytes = sendRawParts conn [bytes]
+
+-- | Send these parts in order ('frameParts'), waiting as needed, under one
+-- hold of the send lock.
+sendRawParts :: Connection -> [B.ByteString] -> IO ()
+sendRawParts conn parts = withMVar (connSendLock conn) $ \_ -> mapM_ go parts
   where
     ep = connEndpoint conn
     go bs = do
       rest <- sendSome ep bs
       when (not (B.null rest)) $ epWaitOut ep >> go rest
+
+-- | 'sendAvailable' for parts: the parts (or part of one) not taken now.
+sendAvailableParts :: Connection -> [B.ByteString] -> IO [B.ByteString]
+sendAvailableParts conn parts = withMVar (connSendLock conn) $ \_ -> go parts
+  where
+    go [] = pure []
+    go (p : ps) = do
+      rest <- sendSome (connEndpoint conn) p
+      if B.null rest then go ps else pure (rest : ps)
 
 -- | Whether a whole frame has already been read, so the next 'recvFrame'
 -- will not wait.
@@ -242,9 +270,15 @@ lengthPrefix = B.foldl' (\acc w -> (acc `shiftL` 8) .|. fromIntegral w) 0 . B.ta
 recvFrame :: Int -> Connection -> IO (Maybe B.ByteString)
 recvFrame cap conn = do
   ready <- takeBufferedFrame cap conn
+  pending0 <- readIORef (connPending conn)
   case ready of
     Just frame -> pure (Just frame)
-    Nothing -> do
+    Nothing
+      | B.length pending0 >= 4 && lengthPrefix pending0 > readChunk ->
+          -- a large frame: read its body straight into one buffer of its
+          -- size instead of gathering chunks (which copied it over and over)
+          Just <$> recvLarge conn (lengthPrefix pending0) (B.drop 4 pending0)
+      | otherwise -> do
       got <- recvWaiting conn
       case got of
         0 -> do
@@ -256,6 +290,25 @@ recvFrame cap conn = do
     expectedLength pending
       | B.length pending >= 4 = 4 + lengthPrefix pending
       | otherwise = 4
+
+-- The rest of a frame of this length whose first bytes have come (the
+-- checks of 'takeBufferedFrame' have passed).
+recvLarge :: Connection -> Int -> B.ByteString -> IO B.ByteString
+recvLarge conn len have = do
+  writeIORef (connPending conn) B.empty
+  BI.create len $ \dst -> do
+    BU.unsafeUseAsCStringLen have $ \(src, n) -> BI.memcpy dst (castPtr src) n
+    let fill off
+          | off >= len = pure ()
+          | otherwise = do
+              got <- epRecvWait ep (dst `plusPtr` off) (len - off)
+              case got of
+                0 -> throwIO (TruncatedFrame (4 + len) (4 + off))
+                -1 -> fill off
+                _ -> fill (off + got)
+    fill (B.length have)
+  where
+    ep = connEndpoint conn
 
 -- | The same as 'recvFrame' (kept for the worker's loop, which always
 -- waited this way).

@@ -275,6 +275,8 @@ fromWorkerUrgency msg = case msg of
 
 -- | The encoder of a message to a worker.
 encodeToWorker :: ToWorker -> Encoder
+-- a probe's padding is written straight into the packet: it may be large
+encodeToWorker (Ping n pad) = taggedStream 15 n (encodeBytes pad)
 encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
     Arg v -> putWord8 2 <> BB.byteString v
     StreamIn sid v -> putWord8 5 <> putWord64 sid <> BB.byteString v
@@ -289,7 +291,7 @@ encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
     EvolveWith ref -> putWord8 11 <> putRef ref
     EvolveState sid v -> putWord8 12 <> putWord64 sid <> BB.byteString v
     StateRelease sid -> putWord8 13 <> putWord64 sid
-    Ping n pad -> putWord8 15 <> putWord64 n <> BB.byteString pad
+    Ping n pad -> putWord8 15 <> putWord64 n <> BB.byteString pad   -- (written by taggedStream above)
     StateReplay sid root path -> putWord8 14 <> putWord64 sid <> putSizedBytes root
       <> putWord32 (fromIntegral (length path))
       <> foldMap (\(ref, input, k) -> putRef ref <> putSizedBytes input <> putWord32 k) path
