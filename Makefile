@@ -20,7 +20,7 @@ demo: build
 
 test: build
 	$$($(CABAL) list-bin $(CABAL_FLAGS) spec)
-	@for t in ssh netns slurm; do \
+	@for t in ssh netns slurm shm; do \
 	  HERD_BIN=$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bash tests/integration/$$t.sh || exit 1; \
 	done
 
