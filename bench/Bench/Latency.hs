@@ -79,7 +79,7 @@ cTransport t = case t of
 withOneWorker :: TransportKind -> (LentLink -> IO a) -> IO a
 withOneWorker transport body = do
   let cfg = defaultConfig { configWorkers = Just 1, configTransport = Just transport
-                          , configPinning = NoPinning, configWorkerRtsOptions = ["-N1", "-A32m", "-V0"] }
+                          , configPinning = NoPinning, configWorkerRtsOptions = ["-N1", "-A1m"] }
   withCluster cfg $ \cluster -> withLentLinks cluster $ \(links, _) -> case links of
     [l] -> do
       r <- body l
