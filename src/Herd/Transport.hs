@@ -16,7 +16,7 @@
 -- thread ('recvFrame', 'waitReadableOrWoken'): a wake-up then costs a
 -- return from @poll@, not an IO manager round (re-arming the descriptor,
 -- waking its thread, handing over to this one), which measured most of the
--- cost of a small message. The calls are interruptible, so 'timeout' and
+-- cost of a small message. The calls are interruptible, so 'System.Timeout.timeout' and
 -- 'Control.Concurrent.killThread' still work on a waiting thread.
 -- 'awaitReadable' keeps the IO manager's way, for a loop that waits on many
 -- connections from many threads at once.

@@ -171,7 +171,7 @@ shmConnection ring sock peer = do
               spun <- c_spin r
               if spun /= 0 then recvNow else do
                 rc <- waitResult =<< c_waitIn r (-1)
-                if rc == 0 then pure (-1) else recvNow
+                if rc == (0 :: Int) then pure (-1) else recvNow
         , epWaitIn = \wake -> use $ \r -> do
             spun <- c_spin r
             if spun /= 0 then pure 1 else waitResult =<< c_waitIn r wake
