@@ -132,6 +132,8 @@ pfilterOptions = Pfilter.Options
                           <> showDefaultWith (const "threaded,epoll") <> help "master loops to run: threaded, epoll")
   <*> strOption (long "plot" <> metavar "FILE" <> value "pfilter.svg" <> showDefault
                           <> help "where to write the log-log plot (SVG)")
+  <*> optional (option (eitherReader parseTransportKind) (long "transport" <> metavar "tcp|unix|shm"
+                          <> help "how the workers are linked (default: shm)"))
   <*> switch (long "json" <> help "end with one line of JSON")
 
 skewOptions :: Parser Skew.Options

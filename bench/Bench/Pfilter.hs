@@ -37,6 +37,7 @@ data Options = Options
   , optSimulate :: Bool
   , optLoops    :: [MasterLoop]
   , optPlot     :: FilePath
+  , optTransport :: Maybe TransportKind
   , optJson     :: Bool
   }
 
@@ -68,6 +69,7 @@ run o = do
         , configHandshakeTimeout = 30
         , configWorkerNice = if most > 2 then 10 else 0
         , configPinning = NoPinning
+        , configTransport = optTransport o
           -- sleeping workers allocate little: a small nursery keeps hundreds in memory
         , configWorkerRtsOptions = if optSimulate o then ["-N1", "-A1m", "-V0"] else defaultWorkerRtsOptions }
   -- a plot file that cannot be written should fail now, not after the run

@@ -547,42 +547,15 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
       t <- monotonicSeconds
       case input of
         Connected wid conn info -> do
-          outbox <- newTQueueIO
-          queued <- newIORef (0 :: Int)
-          received <- newIORef noPeerStats
-          let cap = max (64 * 1024 * 1024) (2 * configMaxFrameBytes cfg)
-              enqueue bytes = do
-                q <- atomicModifyIORef' queued (\k -> (k + B.length bytes, k + B.length bytes))
-                if q > cap
-                  then atomically $ writeTQueue inbox (Lost wid ("stopped reading: " ++ show q
-                                                                 ++ " bytes waiting to be sent to it"))
-                  else atomically $ writeTQueue outbox (Just bytes)
-              -- With nothing waiting for the writer thread, send from this
-              -- thread what the kernel takes at once (no hand-off between
-              -- threads per packet); the writer sends the rest.
-              out packet = do
-                let parts = frameParts packet
-                waiting <- readIORef queued
-                if waiting > 0 then mapM_ enqueue parts else do
-                  rest <- trySync (sendAvailableParts conn parts)
-                  case rest of
-                    Left e ->
-                      atomically $ writeTQueue inbox (Lost wid ("send failed: " ++ displayException e))
-                    Right r -> mapM_ enqueue r
-          sender <- newSender (packetPolicyOf cfg) out
-          expect <- newIORef []
           wake <- c_eventfd
-          when (wake < 0) $ ioError (userError ("eventfd failed (errno " ++ show (negate wake) ++ ")"))
-          lent <- LentLink wid conn sender received <$> newTVarIO False <*> newTVarIO False
-                                                   <*> newTVarIO Nothing <*> pure (clLosses cluster)
-                                                   <*> pure wake
-          reader <- async (readerThread cluster wid conn received lent)
-          writer <- async (writerThread cluster wid conn outbox queued)
-          atomically $ do
-            modifyTVar' (clWorkers cluster) (M.insert wid info)
-            modifyTVar' (clPeers cluster) (M.insert wid (sender, received))
-          let st1 = st { lsLinks = M.insert wid (Link conn sender outbox expect [reader, writer] lent) (lsLinks st) }
-          drive t (WorkerJoined wid) st1
+          if wake < 0
+            then do
+              -- out of descriptors, say: this worker cannot be served
+              configLog cfg ("herd: dropping worker " ++ show wid ++ ": cannot make an eventfd (errno "
+                             ++ show (negate wake) ++ ")")
+              closeConnection conn
+              pure st
+            else joined t wid conn info wake st
         Received wid msgs
           | M.member wid (lsLinks st) -> do
               bump cluster (\c -> c { countWorkerMessages = countWorkerMessages c + length msgs })
@@ -621,6 +594,43 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
             atomically $ writeTQueue (linkOutbox l) Nothing
           putMVar done ()
           pure st { lsStopping = True }
+
+    -- a worker passed the handshake: start its threads and tell the scheduler
+    joined t wid conn info wake st = do
+      outbox <- newTQueueIO
+      queued <- newIORef (0 :: Int)
+      received <- newIORef noPeerStats
+      let cap = max (64 * 1024 * 1024) (2 * configMaxFrameBytes cfg)
+          enqueue bytes = do
+            q <- atomicModifyIORef' queued (\k -> (k + B.length bytes, k + B.length bytes))
+            if q > cap
+              then atomically $ writeTQueue inbox (Lost wid ("stopped reading: " ++ show q
+                                                             ++ " bytes waiting to be sent to it"))
+              else atomically $ writeTQueue outbox (Just bytes)
+          -- With nothing waiting for the writer thread, send from this
+          -- thread what the kernel takes at once (no hand-off between
+          -- threads per packet); the writer sends the rest.
+          out packet = do
+            let parts = frameParts packet
+            waiting <- readIORef queued
+            if waiting > 0 then mapM_ enqueue parts else do
+              rest <- trySync (sendAvailableParts conn parts)
+              case rest of
+                Left e ->
+                  atomically $ writeTQueue inbox (Lost wid ("send failed: " ++ displayException e))
+                Right r -> mapM_ enqueue r
+      sender <- newSender (packetPolicyOf cfg) out
+      expect <- newIORef []
+      lent <- LentLink wid conn sender received <$> newTVarIO False <*> newTVarIO False
+                                               <*> newTVarIO Nothing <*> pure (clLosses cluster)
+                                               <*> pure wake
+      reader <- async (readerThread cluster wid conn received lent)
+      writer <- async (writerThread cluster wid conn outbox queued)
+      atomically $ do
+        modifyTVar' (clWorkers cluster) (M.insert wid info)
+        modifyTVar' (clPeers cluster) (M.insert wid (sender, received))
+      let st1 = st { lsLinks = M.insert wid (Link conn sender outbox expect [reader, writer] lent) (lsLinks st) }
+      drive t (WorkerJoined wid) st1
 
     -- the worker with the fewest open streams (lowest number on a tie)
     placeStream st = case M.toList (lsLinks st) of

@@ -38,7 +38,6 @@ module Herd.Transport
   , sendFrame
   , sendFrameStrict
   , recvFrame
-  , recvFrameDirect
   , hasBufferedFrame
     -- * Waiting
   , waitReadableOrWoken
@@ -51,7 +50,6 @@ module Herd.Transport
   , takeBufferedFrame
   , framed
   , frameParts
-  , sendAvailable
   , sendAvailableParts
   , sendRaw
   , sendRawParts
@@ -224,12 +222,6 @@ sendSome ep = go
               k <- BU.unsafeUseAsCStringLen bs $ \(p, n) -> epSend ep (castPtr p) n
               if k <= 0 then pure bs else go (B.drop k bs)
 
--- | Send as much of these bytes as the transport takes now, without
--- waiting, and return what is left (empty when all went). Throws on an
--- error. For a caller that holds the connection's only sending path.
-sendAvailable :: Connection -> B.ByteString -> IO B.ByteString
-sendAvailable conn bytes = withMVar (connSendLock conn) $ \_ -> sendSome (connEndpoint conn) bytes
-
 -- | Send bytes already framed (from 'framed'), waiting as needed.
 sendRaw :: Connection -> B.ByteString -> IO ()
 sendRaw conn bytes = sendRawParts conn [bytes]
@@ -244,7 +236,9 @@ sendRawParts conn parts = withMVar (connSendLock conn) $ \_ -> mapM_ go parts
       rest <- sendSome ep bs
       when (not (B.null rest)) $ epWaitOut ep >> go rest
 
--- | 'sendAvailable' for parts: the parts (or part of one) not taken now.
+-- | Send as much of these parts as the transport takes now, without
+-- waiting, and return the parts (or the rest of one) left; throws on an
+-- error.
 sendAvailableParts :: Connection -> [B.ByteString] -> IO [B.ByteString]
 sendAvailableParts conn parts = withMVar (connSendLock conn) $ \_ -> go parts
   where
@@ -310,11 +304,6 @@ recvLarge conn len have = do
   where
     ep = connEndpoint conn
 
--- | The same as 'recvFrame' (kept for the worker's loop, which always
--- waited this way).
-recvFrameDirect :: Int -> Connection -> IO (Maybe B.ByteString)
-recvFrameDirect = recvFrame
-
 -- | Wait on this thread's OS thread until bytes may be read (or a frame
 -- is already buffered): 'False'; or until the descriptor @wake@ is
 -- readable: 'True'. Reads nothing, so a thread waiting here can stop
@@ -364,18 +353,18 @@ armConnection conn = epArm (connEndpoint conn) False
 -- the number of bytes read, 0 at end of stream, -1 when nothing was ready.
 -- Throws on an error.
 recvAvailable :: Connection -> IO Int
-recvAvailable conn = withForeignPtr (connBuffer conn) $ \p -> do
-  got <- epRecv (connEndpoint conn) p readChunk
-  when (got > 0) $ do
-    chunk <- B.packCStringLen (castPtr p, got)
-    modifyIORef' (connPending conn) (\pending -> if B.null pending then chunk else pending <> chunk)
-  pure got
+recvAvailable conn = recvInto conn (epRecv (connEndpoint conn))
 
 -- Wait for bytes (up to about a second) and read them into the pending
 -- buffer: 'recvAvailable', waiting.
 recvWaiting :: Connection -> IO Int
-recvWaiting conn = withForeignPtr (connBuffer conn) $ \p -> do
-  got <- epRecvWait (connEndpoint conn) p readChunk
+recvWaiting conn = recvInto conn (epRecvWait (connEndpoint conn))
+
+-- Receive into the connection's buffer with the given read, and append
+-- the bytes that came to the pending ones.
+recvInto :: Connection -> (Ptr Word8 -> Int -> IO Int) -> IO Int
+recvInto conn receive = withForeignPtr (connBuffer conn) $ \p -> do
+  got <- receive p readChunk
   when (got > 0) $ do
     chunk <- B.packCStringLen (castPtr p, got)
     modifyIORef' (connPending conn) (\pending -> if B.null pending then chunk else pending <> chunk)

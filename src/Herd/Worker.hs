@@ -271,7 +271,7 @@ serve conn wid maxFrame policy window = do
   sv <- Serving sender <$> newIORef M.empty <*> newIORef M.empty <*> newIORef Nothing
                        <*> newIORef M.empty <*> newIORef 0 <*> pure window <*> pure holder
   let loop = do
-        frame <- recvFrameDirect maxFrame conn `catch` \(e :: SomeException) ->
+        frame <- recvFrame maxFrame conn `catch` \(e :: SomeException) ->
           failWith 4 ("connection to master broke: " ++ displayException e)
         case frame of
           Nothing -> pure ()  -- the master is gone: stop quietly
