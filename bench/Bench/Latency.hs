@@ -116,12 +116,19 @@ herdRoundTrips :: Wait -> LentLink -> Int -> IO (U.Vector Double)
 herdRoundTrips wait l rounds = do
   samples <- UM.new rounds
   let ping i = sendMessage (lentSender l) Urgent (encodeToWorker (Ping (fromIntegral i) B.empty))
-  -- warm up: code paths, caches, the spin's adaptation
-  forM_ [1 .. min 1000 rounds] $ \i -> ping i >> awaitPong wait (lentConn l) (fromIntegral i)
+  -- warm up for half a second: code paths, caches, the spin's adaptation,
+  -- and the first touch of fresh pages (a ring's megabyte, the master's
+  -- 64 MB nursery), which faulted on every few round trips of a cold run
+  start <- monotonicSeconds
+  let warm i = do
+        ping i >> awaitPong wait (lentConn l) (fromIntegral i)
+        now <- monotonicSeconds
+        when (now - start < 0.5 || i < 1000) $ warm (i + 1)
+  warm 1
   forM_ [0 .. rounds - 1] $ \i -> do
     t0 <- monotonicSeconds
-    ping (i + 1000000)
-    awaitPong wait (lentConn l) (fromIntegral (i + 1000000))
+    ping (i + 100000000)
+    awaitPong wait (lentConn l) (fromIntegral (i + 100000000))
     t1 <- monotonicSeconds
     UM.write samples i ((t1 - t0) * 1e6)
   U.freeze samples

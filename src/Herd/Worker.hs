@@ -25,7 +25,7 @@ module Herd.Worker
   , parseHostPort
   ) where
 
-import Control.Concurrent (ThreadId, forkIO, killThread, runInUnboundThread)
+import Control.Concurrent (ThreadId, forkIO, killThread)
 import Control.Concurrent.MVar
 import Control.Concurrent.STM
 import Control.Exception
@@ -218,7 +218,7 @@ runWorker opts = do
       link <- if not wantsShm then pure conn else
         upgradeWorker 10 conn `catch` \(e :: SomeException) ->
           failWith 3 ("cannot set up shared memory with the master at " ++ where_ ++ ": " ++ displayException e)
-      runInUnboundThread $ serve link (fromIntegral wid) (fromIntegral maxFrame) policy (fromIntegral window) `finally` closeConnection link
+      serve link (fromIntegral wid) (fromIntegral maxFrame) policy (fromIntegral window) `finally` closeConnection link
     Just (Right _) -> failWith 3 ("master at " ++ where_ ++ " sent an unexpected handshake frame")
   where
     where_ = showMasterAddress (workerAddress opts)
