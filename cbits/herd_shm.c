@@ -454,3 +454,10 @@ long herd_recv_wait(int fd, uint8_t *buf, size_t n)
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return -1;
     return -errno;
 }
+
+/* For tests: move the outbound ring's published tail as a broken writer
+   would, so the reader's checks can be exercised. */
+void herd_shm_damage_for_test(struct herd_shm *s, uint64_t delta)
+{
+    atomic_fetch_add(&s->out_h->tail, delta);
+}

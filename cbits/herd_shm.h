@@ -27,4 +27,5 @@ void herd_eventfd_signal(int fd);
 void herd_eventfd_drain(int fd);
 int herd_socket_blocking(int fd);
 long herd_recv_wait(int fd, uint8_t *buf, size_t n);
+void herd_shm_damage_for_test(struct herd_shm *s, uint64_t delta);
 #endif

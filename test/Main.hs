@@ -15,6 +15,7 @@ import qualified PacketSpec
 import System.Environment (lookupEnv)
 import Test.Hspec
 import qualified WireSpec
+import qualified TransportSpec
 
 main :: IO ()
 main = do
@@ -29,6 +30,7 @@ main = do
       AuthSpec.spec
       SchedulerSpec.spec
       PacketSpec.spec
+      TransportSpec.spec
       EvolveScheduleSpec.spec
       ClusterSpec.spec
       EvolveSpec.spec

@@ -25,6 +25,8 @@ module Herd.Transport.Shm
   , upgradeWorker
   , ringBytes
   , spinNanos
+    -- * Both ends in one process (tests, measurements)
+  , shmLoopback
   ) where
 
 import Control.Exception
@@ -39,8 +41,8 @@ import Foreign.Marshal.Array (allocaArray, peekArray, withArray)
 import Foreign.Ptr (FunPtr, Ptr, nullPtr)
 import Foreign.Storable (peek)
 import Herd.Transport
-import Network.Socket (Socket, close, withFdSocket)
-import System.Posix.IO (closeFd)
+import Network.Socket (Family (..), Socket, SocketType (..), close, defaultProtocol, socketPair, withFdSocket)
+import System.Posix.IO (closeFd, dup)
 import System.Posix.Types (Fd (..))
 
 data Ring
@@ -67,6 +69,8 @@ foreign import ccall interruptible "herd_shm_wait_out"
   c_waitOut :: Ptr Ring -> IO CInt
 foreign import ccall unsafe "herd_shm_fd"
   c_fd :: Ptr Ring -> IO CInt
+foreign import ccall unsafe "herd_shm_damage_for_test"
+  c_damage :: Ptr Ring -> Word64 -> IO ()
 foreign import ccall safe "herd_send_fds"
   c_sendFds :: CInt -> Ptr CInt -> CInt -> IO CInt
 foreign import ccall safe "herd_recv_fds"
@@ -130,6 +134,31 @@ upgradeWorker secs conn = do
       closeFd (Fd memfd)
       shmConnection ring sock (connPeer conn ++ " (shared memory)")
     _ -> throwIO (PeerBroken "wrong number of descriptors")
+
+-- | Both ends of one shared-memory link in this process (the master's side
+-- first), over a fresh Unix socket pair, and an action that corrupts the
+-- index the master's side publishes, as a broken peer would (for tests of
+-- the receiver's checks).
+shmLoopback :: IO (Connection, Connection, IO ())
+shmLoopback = do
+  (a, b) <- socketPair AF_UNIX Stream defaultProtocol
+  fds <- allocaArray 3 $ \out -> do
+    rc <- c_create (fromIntegral ringBytes) out
+    when (rc /= 0) $ throwIO (errnoToIOError "creating the shared segment" (Errno rc) Nothing Nothing)
+    peekArray 3 out
+  case fds of
+    [memfd, efdMaster, efdWorker] -> do
+      workerMine <- dupFd efdWorker
+      workerTheirs <- dupFd efdMaster
+      master <- openRing memfd 0 efdMaster efdWorker a
+      worker <- openRing memfd 1 workerMine workerTheirs b
+      closeFd (Fd memfd)
+      m <- shmConnection master a "loopback master"
+      w <- shmConnection worker b "loopback worker"
+      pure (m, w, withForeignPtr master $ \r -> c_damage r (2 * fromIntegral ringBytes + 1))
+    _ -> throwIO (PeerBroken "wrong number of descriptors")
+  where
+    dupFd fd = (\(Fd d) -> d) <$> dup (Fd fd)
 
 socketOf :: Connection -> IO Socket
 socketOf conn = case connSocket conn of
