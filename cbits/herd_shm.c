@@ -423,14 +423,6 @@ int herd_wait_writable(int fd)
     return rc < 0 ? -errno : rc == 0 ? 0 : 1;
 }
 
-int herd_eventfd(void)
-{
-    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    return fd < 0 ? -errno : fd;
-}
-
-void herd_eventfd_signal(int fd) { signal_fd(fd); }
-void herd_eventfd_drain(int fd) { drain_fd(fd); }
 
 /* Make a connected socket blocking for reads that wait (a receive with
    MSG_DONTWAIT still returns at once), with a one-second receive timeout so
@@ -461,3 +453,13 @@ void herd_shm_damage_for_test(struct herd_shm *s, uint64_t delta)
 {
     atomic_fetch_add(&s->out_h->tail, delta);
 }
+
+/* An eventfd for waking a thread blocked in epoll or poll. */
+int herd_eventfd(void)
+{
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    return fd < 0 ? -errno : fd;
+}
+
+void herd_eventfd_signal(int fd) { signal_fd(fd); }
+void herd_eventfd_drain(int fd) { drain_fd(fd); }

@@ -22,10 +22,10 @@ int herd_recv_byte(int sock, int timeout_ms);
 int herd_send_byte(int sock, int byte);
 int herd_wait_readable(int fd, int wake_fd);
 int herd_wait_writable(int fd);
-int herd_eventfd(void);
-void herd_eventfd_signal(int fd);
-void herd_eventfd_drain(int fd);
 int herd_socket_blocking(int fd);
 long herd_recv_wait(int fd, uint8_t *buf, size_t n);
 void herd_shm_damage_for_test(struct herd_shm *s, uint64_t delta);
+int herd_eventfd(void);
+void herd_eventfd_signal(int fd);
+void herd_eventfd_drain(int fd);
 #endif

@@ -124,7 +124,7 @@ herdRoundTrips wait l rounds = do
         ping i >> awaitPong wait (lentConn l) (fromIntegral i)
         now <- monotonicSeconds
         when (now - start < 0.5 || i < 1000) $ warm (i + 1)
-  warm 1
+  warm (1 :: Int)
   forM_ [0 .. rounds - 1] $ \i -> do
     t0 <- monotonicSeconds
     ping (i + 100000000)

@@ -77,7 +77,7 @@ import Herd.Transport
 import Herd.Transport.Tcp
 import Herd.Transport.Unix (listenUnix, acceptUnix)
 import Herd.Transport.Shm (upgradeMaster)
-import Foreign.C.Types (CInt (..))
+import Herd.Master.Poller
 import Herd.Wire
 import Herd.Worker (serveIfWorker)
 import Network.Socket (close)
@@ -124,6 +124,7 @@ data Cluster = Cluster
   , clCounters :: !(IORef ConnectionCounters)
   , clRegistry :: !(MVar Registry)   -- ^ the evolve API's population ("Herd.Evolve")
   , clLosses   :: !(TVar Int)         -- ^ links dropped so far (see 'lentLosses')
+  , clPoller   :: !Poller             -- ^ the thread that reads every link
   }
 
 -- | A job as the loop runs it: how to encode tasks and where results go.
@@ -174,24 +175,20 @@ data Link = Link
   , linkLent    :: !LentLink
   }
 
--- | A worker's link while another loop reads it: its reader thread is
--- parked between frames, and sends still go through its packet sender.
+-- | A worker's link while another loop reads it: the cluster's reading
+-- thread is paused between frames, and sends still go through the link's
+-- packet sender.
 data LentLink = LentLink
   { lentWorker   :: !WorkerId
   , lentConn     :: !Connection
   , lentSender   :: !Sender
   , lentReceived :: !(IORef PeerStats)  -- ^ count packets read here too
-  , lentAsked    :: !(TVar Bool)        -- ^ set: the reader parks at its next frame boundary
-  , lentParked   :: !(TVar Bool)        -- ^ the reader is parked
   , lentGone     :: !(TVar (Maybe String))
     -- ^ set (with why) when the cluster dropped the link, e.g. because a
     -- send to the worker failed; its socket is closed then
   , lentLosses   :: !(TVar Int)
     -- ^ the cluster's count of dropped links, shared by all its links, so a
     -- loop can notice a drop by watching one variable
-  , lentWake     :: !CInt
-    -- ^ an eventfd the reader waits on beside the link, signalled when it
-    -- is asked to park
   }
 
 -- A batch whose results are arriving, in order.
@@ -287,7 +284,8 @@ withCluster config body = do
   slurmTasks <- if not (configSlurm cfg) then pure Nothing else
     either (throwIO . LaunchError) (pure . Just) . slurmTaskCount =<< getEnvironment
   let host = listenHostFor cfg
-  bracket (listenTcp host (configListenPort cfg)) close $ \lsock -> do
+  bracket (listenTcp host (configListenPort cfg)) close $ \lsock ->
+   bracket (newPoller (configMaxFrameBytes cfg)) closePoller $ \poller -> do
     port <- listenPort lsock
     advertise <- case configAdvertiseHost cfg of
       Just a -> pure a
@@ -295,17 +293,19 @@ withCluster config body = do
               | otherwise -> pure host
     cluster <- Cluster cfg <$> newTQueueIO <*> newMVar () <*> pure port <*> newTVarIO M.empty
                        <*> newTVarIO M.empty <*> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newIORef noCounters
-                       <*> newMVar emptyRegistry <*> newTVarIO 0
+                       <*> newMVar emptyRegistry <*> newTVarIO 0 <*> pure poller
     build <- buildIdentity
     -- one numbering for workers from every listener
     nextId <- newIORef (1 :: Int)
     let transport = localTransport cfg
         localSocket = not (null plan) && transport /= TcpTransport
     withLocalListener localSocket port $ \local ->
+     withAsync (runPoller poller) $ \reading ->
      withAsync (masterLoop cluster) $ \loop ->
       withAsync (acceptLoop cluster secret build nextId (acceptTcp lsock)) $ \_ ->
       withAsync (mapM_ (\(usock, _) -> acceptLoop cluster secret build nextId (acceptUnix usock)) local) $ \_ -> do
         link loop
+        link reading
         when (not (isLoopback host) || (null plan && not (hasRemoteLaunch cfg))) $ do
           joinCmd <- clusterJoinCommand cluster
           configLog cfg ("herd: master listening on " ++ host ++ ":" ++ show port
@@ -546,16 +546,7 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
     handle st input = do
       t <- monotonicSeconds
       case input of
-        Connected wid conn info -> do
-          wake <- c_eventfd
-          if wake < 0
-            then do
-              -- out of descriptors, say: this worker cannot be served
-              configLog cfg ("herd: dropping worker " ++ show wid ++ ": cannot make an eventfd (errno "
-                             ++ show (negate wake) ++ ")")
-              closeConnection conn
-              pure st
-            else joined t wid conn info wake st
+        Connected wid conn info -> joined t wid conn info st
         Received wid msgs
           | M.member wid (lsLinks st) -> do
               bump cluster (\c -> c { countWorkerMessages = countWorkerMessages c + length msgs })
@@ -583,10 +574,7 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
               sendMessage (linkSender l) Urgent (encodeToWorker (StreamClose sid))
             pure st { lsStreams = M.delete sid (lsStreams st), lsGathered = M.delete sid (lsGathered st) }
         Lend reply -> do
-          let links = map linkLent (M.elems (lsLinks st))
-          atomically $ mapM_ (\l -> writeTVar (lentAsked l) True) links
-          mapM_ (c_eventfdSignal . lentWake) links
-          putMVar reply links
+          putMVar reply (map linkLent (M.elems (lsLinks st)))
           pure st
         Stop done -> do
           forM_ (M.elems (lsLinks st)) $ \l -> do
@@ -596,7 +584,7 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
           pure st { lsStopping = True }
 
     -- a worker passed the handshake: start its threads and tell the scheduler
-    joined t wid conn info wake st = do
+    joined t wid conn info st = do
       outbox <- newTQueueIO
       queued <- newIORef (0 :: Int)
       received <- newIORef noPeerStats
@@ -621,15 +609,14 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
                 Right r -> mapM_ enqueue r
       sender <- newSender (packetPolicyOf cfg) out
       expect <- newIORef []
-      lent <- LentLink wid conn sender received <$> newTVarIO False <*> newTVarIO False
-                                               <*> newTVarIO Nothing <*> pure (clLosses cluster)
-                                               <*> pure wake
-      reader <- async (readerThread cluster wid conn received lent)
+      lent <- LentLink wid conn sender received <$> newTVarIO Nothing <*> pure (clLosses cluster)
+      addLink (clPoller cluster) wid conn (deliver cluster wid conn received)
+              (\why -> atomically $ writeTQueue (clInbox cluster) (Lost wid why))
       writer <- async (writerThread cluster wid conn outbox queued)
       atomically $ do
         modifyTVar' (clWorkers cluster) (M.insert wid info)
         modifyTVar' (clPeers cluster) (M.insert wid (sender, received))
-      let st1 = st { lsLinks = M.insert wid (Link conn sender outbox expect [reader, writer] lent) (lsLinks st) }
+      let st1 = st { lsLinks = M.insert wid (Link conn sender outbox expect [writer] lent) (lsLinks st) }
       drive t (WorkerJoined wid) st1
 
     -- the worker with the fewest open streams (lowest number on a tie)
@@ -818,14 +805,9 @@ masterLoop cluster = go (LoopState emptySched M.empty Nothing False [] [] M.empt
 
     dropLink l = do
       atomically $ writeTQueue (linkOutbox l) Nothing
+      removeLink (clPoller cluster) (lentWorker (linkLent l)) (linkConn l)
       closeConnection (linkConn l)
       mapM_ cancel (linkThreads l)
-      closeFdQuietly (lentWake (linkLent l))
-
-foreign import ccall unsafe "herd_eventfd" c_eventfd :: IO CInt
-foreign import ccall unsafe "herd_eventfd_signal" c_eventfdSignal :: CInt -> IO ()
-foreign import ccall unsafe "herd_eventfd_drain" c_eventfdDrain :: CInt -> IO ()
-foreign import ccall unsafe "close" c_close :: CInt -> IO CInt
 
 -- Run an action, catching what it throws except asynchronous exceptions
 -- (a send fails with an 'IOException' on a socket, a 'TransportError' on a
@@ -837,42 +819,16 @@ trySync act = do
     Left e | Just (_ :: SomeAsyncException) <- fromException e -> throwIO e
     _ -> pure r
 
-closeFdQuietly :: CInt -> IO ()
-closeFdQuietly fd = () <$ c_close fd
-
--- Read packets from one worker, check their structure, and hand their
--- messages to the loop.
-readerThread :: Cluster -> WorkerId -> Connection -> IORef PeerStats -> LentLink -> IO ()
-readerThread cluster wid conn received lent = loop `catch` \(e :: SomeException) ->
-    case fromException e of
-      Just (_ :: SomeAsyncException) -> throwIO e
-      Nothing -> lost (displayException e)
-  where
-    cap = configMaxFrameBytes (clConfig cluster)
-    lost why = atomically $ writeTQueue (clInbox cluster) (Lost wid why)
-    loop = do
-      -- between frames, wait for bytes or for a request to lend the link,
-      -- in a blocking call on this thread's own OS thread (not the IO
-      -- manager: it is the hot path of every reply)
-      woken <- waitReadableOrWoken conn (lentWake lent)
-      wanted <- readTVarIO (lentAsked lent)
-      when woken $ c_eventfdDrain (lentWake lent)
-      if wanted then park else if woken then loop else readOne
-    park = do
-      atomically $ writeTVar (lentParked lent) True
-      atomically $ readTVar (lentAsked lent) >>= check . not
-      atomically $ writeTVar (lentParked lent) False
-      loop
-    readOne = do
-      frame <- recvFrame cap conn
-      case frame of
-        Nothing -> lost "connection closed"
-        Just packet -> case splitPacket (cap `div` 5) packet of
-          Left why -> lost ("bad packet from " ++ connPeer conn ++ ": " ++ why)
-          Right msgs -> do
-            modifyIORef' received (countReceived (length msgs) (B.length packet))
-            atomically (writeTQueue (clInbox cluster) (Received wid msgs))
-            loop
+-- One frame read from a worker by the cluster's reading thread: check the
+-- packet's structure, count it, and hand its messages to the loop.
+deliver :: Cluster -> WorkerId -> Connection -> IORef PeerStats -> B.ByteString -> IO (Either String ())
+deliver cluster wid conn received packet =
+  case splitPacket (configMaxFrameBytes (clConfig cluster) `div` 5) packet of
+    Left why -> pure (Left ("bad packet from " ++ connPeer conn ++ ": " ++ why))
+    Right msgs -> do
+      modifyIORef' received (countReceived (length msgs) (B.length packet))
+      atomically (writeTQueue (clInbox cluster) (Received wid msgs))
+      pure (Right ())
 
 writerThread :: Cluster -> WorkerId -> Connection -> TQueue (Maybe B.ByteString) -> IORef Int -> IO ()
 writerThread cluster wid conn outbox queued = do
@@ -937,12 +893,11 @@ clusterRegistry :: Cluster -> MVar Registry
 clusterRegistry = clRegistry
 
 -- | Run an action that reads the workers' links itself (one of the evolve
--- API's master loops), while no job runs. Each link's reader thread parks
--- at its next frame boundary first (a link whose reader has not parked
--- within five seconds is left out). The action returns the workers it
--- found lost, with why; they are reported to the master loop, and every
--- other reader resumes. Messages the action does not handle go to the
--- master loop through the function it is given with the links.
+-- API's master loops), while no job runs. The cluster's reading thread
+-- stops between frames first. The action returns the workers it found
+-- lost, with why; they are reported to the master loop, and the reading
+-- thread resumes. Messages the action does not handle go to the master loop
+-- through the function it is given with the links.
 withLentLinks :: Cluster -> (([LentLink], WorkerId -> [B.ByteString] -> IO ()) -> IO (r, [(WorkerId, String)]))
               -> IO r
 withLentLinks cluster body = withMVar (clJobLock cluster) $ \_ -> do
@@ -951,14 +906,13 @@ withLentLinks cluster body = withMVar (clJobLock cluster) $ \_ -> do
   reply <- newEmptyMVar
   atomically $ writeTQueue (clInbox cluster) (Lend reply)
   links <- takeMVar reply
-  parked <- forM links $ \l -> do
-    ok <- timeout 5000000 $ atomically $ readTVar (lentParked l) >>= check
-    pure [ l | ok == Just () ]
   let forward wid msgs = atomically $ writeTQueue (clInbox cluster) (Received wid msgs)
-      release lost = do
-        forM_ lost $ \(wid, why) -> atomically $ writeTQueue (clInbox cluster) (Lost wid why)
-        atomically $ mapM_ (\l -> writeTVar (lentAsked l) False) links
-  outcome <- try (body (concat parked, forward))
+      report lost = forM_ lost $ \(wid, why) -> atomically $ writeTQueue (clInbox cluster) (Lost wid why)
+  paused <- pausePoller (clPoller cluster)
+  unless paused $ do
+    resumePoller (clPoller cluster)
+    throwIO (AllWorkersLost "the master's reading thread did not pause within 5 s")
+  outcome <- try (body (links, forward)) `finally` resumePoller (clPoller cluster)
   case outcome of
-    Left (e :: SomeException) -> release [] >> throwIO e
-    Right (r, lost) -> release lost >> pure r
+    Left (e :: SomeException) -> throwIO e
+    Right (r, lost) -> report lost >> pure r

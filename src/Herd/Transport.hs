@@ -40,7 +40,7 @@ module Herd.Transport
   , recvFrame
   , hasBufferedFrame
     -- * Waiting
-  , waitReadableOrWoken
+  , waitReadable
   , awaitReadable
   , connWaitFds
   , connEdgeTriggered
@@ -135,7 +135,14 @@ data Connection = Connection
   , connSendLock :: !(MVar ())
   , connPeer     :: !String                -- ^ the peer's address, for log lines
   , connBuffer   :: !(ForeignPtr Word8)    -- ^ where bytes land before they are copied out
+  , connLarge    :: !(IORef (Maybe Large))
+    -- ^ a large frame being read straight into a buffer of its size
+  , connComplete :: !(IORef (Maybe B.ByteString))
+    -- ^ a large frame read whole, to be taken before the pending bytes
   }
+
+-- A large frame in progress: its body's buffer, length, and bytes so far.
+data Large = Large !(ForeignPtr Word8) !Int !Int
 
 -- | The transport a connection runs over.
 connKind :: Connection -> TransportKind
@@ -151,6 +158,7 @@ readChunk = 256 * 1024
 newConnection :: Endpoint -> String -> IO Connection
 newConnection ep peer =
   Connection ep <$> newIORef B.empty <*> newMVar () <*> pure peer <*> mallocForeignPtrBytes readChunk
+                <*> newIORef Nothing <*> newIORef Nothing
 
 -- | Why a frame could not be received or sent.
 data TransportError
@@ -251,8 +259,9 @@ sendAvailableParts conn parts = withMVar (connSendLock conn) $ \_ -> go parts
 -- will not wait.
 hasBufferedFrame :: Connection -> IO Bool
 hasBufferedFrame conn = do
+  complete <- readIORef (connComplete conn)
   pending <- readIORef (connPending conn)
-  pure $ B.length pending >= 4 && B.length pending - 4 >= lengthPrefix pending
+  pure $ complete /= Nothing || (B.length pending >= 4 && B.length pending - 4 >= lengthPrefix pending)
 
 lengthPrefix :: B.ByteString -> Int
 lengthPrefix = B.foldl' (\acc w -> (acc `shiftL` 8) .|. fromIntegral w) 0 . B.take 4
@@ -264,61 +273,30 @@ lengthPrefix = B.foldl' (\acc w -> (acc `shiftL` 8) .|. fromIntegral w) 0 . B.ta
 recvFrame :: Int -> Connection -> IO (Maybe B.ByteString)
 recvFrame cap conn = do
   ready <- takeBufferedFrame cap conn
-  pending0 <- readIORef (connPending conn)
   case ready of
     Just frame -> pure (Just frame)
-    Nothing
-      | B.length pending0 >= 4 && lengthPrefix pending0 > readChunk ->
-          -- a large frame: read its body straight into one buffer of its
-          -- size instead of gathering chunks (which copied it over and over)
-          Just <$> recvLarge conn (lengthPrefix pending0) (B.drop 4 pending0)
-      | otherwise -> do
+    Nothing -> do
       got <- recvWaiting conn
       case got of
         0 -> do
           pending <- readIORef (connPending conn)
-          if B.null pending then pure Nothing
-            else throwIO (TruncatedFrame (expectedLength pending) (B.length pending))
+          large <- readIORef (connLarge conn)
+          case large of
+            Just (Large _ len have) -> throwIO (TruncatedFrame (4 + len) (4 + have))
+            Nothing | B.null pending -> pure Nothing
+                    | otherwise -> throwIO (TruncatedFrame (expectedLength pending) (B.length pending))
         _ -> recvFrame cap conn
   where
     expectedLength pending
       | B.length pending >= 4 = 4 + lengthPrefix pending
       | otherwise = 4
 
--- The rest of a frame of this length whose first bytes have come (the
--- checks of 'takeBufferedFrame' have passed).
-recvLarge :: Connection -> Int -> B.ByteString -> IO B.ByteString
-recvLarge conn len have = do
-  writeIORef (connPending conn) B.empty
-  BI.create len $ \dst -> do
-    BU.unsafeUseAsCStringLen have $ \(src, n) -> BI.memcpy dst (castPtr src) n
-    let fill off
-          | off >= len = pure ()
-          | otherwise = do
-              got <- epRecvWait ep (dst `plusPtr` off) (len - off)
-              case got of
-                0 -> throwIO (TruncatedFrame (4 + len) (4 + off))
-                -1 -> fill off
-                _ -> fill (off + got)
-    fill (B.length have)
-  where
-    ep = connEndpoint conn
-
--- | Wait on this thread's OS thread until bytes may be read (or a frame
--- is already buffered): 'False'; or until the descriptor @wake@ is
--- readable: 'True'. Reads nothing, so a thread waiting here can stop
--- between frames without losing a byte.
-waitReadableOrWoken :: Connection -> CInt -> IO Bool
-waitReadableOrWoken conn wake = do
-  buffered <- hasBufferedFrame conn
-  if buffered then pure False else do
-    got <- recvAvailable conn
-    if got /= -1 then pure False else do
-      r <- epWaitIn (connEndpoint conn) wake
-      case r of
-        2 -> pure True
-        1 -> pure False
-        _ -> waitReadableOrWoken conn wake
+-- | Wait on this thread's OS thread until bytes may be read, or the
+-- peer's end: 'True'; 'False' when about a second passed first. Reads
+-- nothing, so a thread waiting here can stop between frames without losing
+-- a byte.
+waitReadable :: Connection -> IO Bool
+waitReadable conn = (== 1) <$> epWaitIn (connEndpoint conn) (-1)
 
 -- | Wait through GHC's IO manager until a frame is buffered or bytes may
 -- be read ('False'), or the transaction succeeds first ('True'). Reads
@@ -360,25 +338,56 @@ recvAvailable conn = recvInto conn (epRecv (connEndpoint conn))
 recvWaiting :: Connection -> IO Int
 recvWaiting conn = recvInto conn (epRecvWait (connEndpoint conn))
 
--- Receive into the connection's buffer with the given read, and append
--- the bytes that came to the pending ones.
+-- Receive with the given read: into the large frame in progress if there
+-- is one, else into the connection's buffer, appending what came to the
+-- pending bytes.
 recvInto :: Connection -> (Ptr Word8 -> Int -> IO Int) -> IO Int
-recvInto conn receive = withForeignPtr (connBuffer conn) $ \p -> do
-  got <- receive p readChunk
-  when (got > 0) $ do
-    chunk <- B.packCStringLen (castPtr p, got)
-    modifyIORef' (connPending conn) (\pending -> if B.null pending then chunk else pending <> chunk)
-  pure got
+recvInto conn receive = do
+  large <- readIORef (connLarge conn)
+  case large of
+    Just (Large buf len have) -> do
+      got <- withForeignPtr buf $ \dst -> receive (dst `plusPtr` have) (len - have)
+      when (got > 0) $
+        if have + got < len
+          then writeIORef (connLarge conn) (Just (Large buf len (have + got)))
+          else do
+            writeIORef (connLarge conn) Nothing
+            writeIORef (connComplete conn) (Just (BI.fromForeignPtr buf 0 len))
+      pure got
+    Nothing -> withForeignPtr (connBuffer conn) $ \p -> do
+      got <- receive p readChunk
+      when (got > 0) $ do
+        chunk <- B.packCStringLen (castPtr p, got)
+        modifyIORef' (connPending conn) (\pending -> if B.null pending then chunk else pending <> chunk)
+      pure got
 
 -- | Take one whole frame of at most the given size from what has been read
 -- already, if there is one (a frame over the cap throws 'FrameTooLarge').
+-- A large frame that has begun is moved into a buffer of its own size, so
+-- that its body is then read straight there: gathering it chunk by chunk
+-- copied it over and over.
 takeBufferedFrame :: Int -> Connection -> IO (Maybe B.ByteString)
 takeBufferedFrame cap conn = do
-  pending <- readIORef (connPending conn)
-  if B.length pending < 4 then pure Nothing else do
-    let len = lengthPrefix pending
-    when (len > cap) $ throwIO (FrameTooLarge len cap)
-    if B.length pending - 4 < len then pure Nothing else do
-      let (body, rest) = B.splitAt len (B.drop 4 pending)
-      writeIORef (connPending conn) rest
-      pure (Just body)
+  complete <- readIORef (connComplete conn)
+  case complete of
+    Just frame -> writeIORef (connComplete conn) Nothing >> pure (Just frame)
+    Nothing -> do
+      pending <- readIORef (connPending conn)
+      if B.length pending < 4 then pure Nothing else do
+        let len = lengthPrefix pending
+        when (len > cap) $ throwIO (FrameTooLarge len cap)
+        if B.length pending - 4 >= len
+          then do
+            let (body, rest) = B.splitAt len (B.drop 4 pending)
+            writeIORef (connPending conn) rest
+            pure (Just body)
+          else do
+            when (len > readChunk) $ do
+              -- pending holds only this frame's beginning: move it
+              let have = B.drop 4 pending
+              buf <- BI.mallocByteString len
+              withForeignPtr buf $ \dst -> BU.unsafeUseAsCStringLen have $ \(src, n) ->
+                BI.memcpy dst (castPtr src) n
+              writeIORef (connPending conn) B.empty
+              writeIORef (connLarge conn) (Just (Large buf len (B.length have)))
+            pure Nothing

@@ -22,40 +22,24 @@ import Control.Exception (SomeException, bracket, try, displayException)
 import Control.Monad (forM, forM_, when)
 import Data.IORef
 import qualified Data.Map.Strict as M
-import Foreign.C.Types (CInt (..))
 import Foreign.Marshal.Array (allocaArray, peekArray)
-import Foreign.Ptr (Ptr)
 import Control.Concurrent.MVar (readMVar)
 import Control.Concurrent.STM (readTVarIO)
 import Herd.Master (LentLink (..))
 import Herd.Master.Session
 import Herd.Transport (connWaitFds, connEdgeTriggered, armConnection, recvAvailable, takeBufferedFrame)
-import System.Info (os)
-import System.Posix.IO (closeFd)
-import System.Posix.Types (Fd (..))
-
-foreign import ccall unsafe "herd_epoll_create" c_epollCreate :: IO CInt
-foreign import ccall unsafe "herd_epoll_add" c_epollAdd :: CInt -> CInt -> CInt -> CInt -> IO CInt
-foreign import ccall unsafe "herd_epoll_del" c_epollDel :: CInt -> CInt -> IO CInt
-foreign import ccall safe "herd_epoll_wait" c_epollWait :: CInt -> Ptr CInt -> CInt -> CInt -> IO CInt
--- the same with a zero timeout: no need to give up the runtime for it
-foreign import ccall unsafe "herd_epoll_wait" c_epollPoll :: CInt -> Ptr CInt -> CInt -> CInt -> IO CInt
-
--- | Whether this system has epoll.
-epollAvailable :: Bool
-epollAvailable = os == "linux"
+import Herd.Epoll
 
 -- | Run a session from one thread over epoll.
 runEpoll :: Driver
 runEpoll cap links forward machine st0 initial = do
   f <- newFeeder cap links forward machine st0
   let byTag = M.fromList (zip [0 :: Int ..] links)
-  bracket c_epollCreate (\ep -> closeFd (Fd ep)) $ \ep -> do
-    when (ep < 0) $ ioError (userError "epoll_create1 failed")
+  bracket epollCreate epollClose $ \ep -> do
     forM_ (M.toList byTag) $ \(tag, l) -> do
       fds <- connWaitFds (lentConn l)
       forM_ fds $ \fd -> do
-        rc <- c_epollAdd ep fd (fromIntegral tag) (if connEdgeTriggered (lentConn l) then 1 else 0)
+        rc <- epollAdd ep fd tag (connEdgeTriggered (lentConn l))
         when (rc /= 0) $ () <$ feedLost f (lentWorker l) ("epoll_ctl failed (errno " ++ show rc ++ ")")
     -- shared-memory links signal only a reader that said it waits, and
     -- their descriptors are edge-triggered: arm them before blocking, and
@@ -72,7 +56,7 @@ runEpoll cap links forward machine st0 initial = do
                 pure ready
         forget l = do
           fds <- try (connWaitFds (lentConn l))
-          either (\(_ :: SomeException) -> pure ()) (mapM_ (c_epollDel ep)) fds
+          either (\(_ :: SomeException) -> pure ()) (mapM_ (epollDel ep)) fds
     _ <- feedInitial f initial
     -- frames a parked reader had already buffered are not announced by epoll
     forM_ links $ \l -> drainFrames f l
@@ -99,12 +83,12 @@ runEpoll cap links forward machine st0 initial = do
             when (not over && live) $ do
               -- under load something is usually ready: look first without
               -- blocking, and block (releasing the runtime) only when not
-              ready0 <- c_epollPoll ep tags 256 0
+              ready0 <- epollPoll ep tags 256
               n <- if ready0 /= 0 then pure ready0 else do
                      anyReady <- armAll
-                     if anyReady then pure 0 else c_epollWait ep tags 256 200
+                     if anyReady then pure 0 else epollWait ep tags 256 200
               when (n < 0) $ ioError (userError ("epoll_wait failed (errno " ++ show (negate n) ++ ")"))
-              ready <- peekArray (fromIntegral (max 0 n)) tags
+              ready <- peekArray (max 0 n) tags
               forM_ ready $ \tag -> forM_ (M.lookup (fromIntegral tag) byTag) $ \l -> do
                 readLink f l
                 -- a lost link's socket stays readable: stop hearing of it
