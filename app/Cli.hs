@@ -207,6 +207,8 @@ throughputOptions = Throughput.Options
                           <> help "tasks with chunking on")
   <*> optional (option (positiveInt "a task count" 1000000000) (long "tasks-off" <> metavar "N"
                           <> help "tasks with chunking off (default: a tenth of --tasks)"))
+  <*> optional (option (eitherReader parseTransportKind) (long "transport" <> metavar "tcp|unix|shm"
+                          <> help "how the workers are linked (default: shm)"))
   <*> switch (long "json" <> help "end with one line of JSON")
 
 nurseryOptions :: Parser Nursery.Options

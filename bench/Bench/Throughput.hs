@@ -17,6 +17,7 @@ import System.IO
 data Options = Options
   { optTasks    :: Int        -- ^ tasks with chunking on
   , optTasksOff :: Maybe Int  -- ^ tasks with chunking off (default: a tenth)
+  , optTransport :: Maybe TransportKind  -- ^ how the workers are linked (default: shm)
   , optJson     :: Bool
   }
 
@@ -26,7 +27,7 @@ run o = do
   hSetBuffering stdout LineBuffering
   let offTasks = maybe (max 1 (optTasks o `div` 10)) id (optTasksOff o)
   rows <- forM [(True, optTasks o), (False, offTasks)] $ \(on, n) ->
-    withChunking on id $ \cluster -> do
+    withChunking on (\c -> c { configTransport = optTransport o }) $ \cluster -> do
       _ <- farm cluster incrementTask [1 .. 1000]   -- warm up
       (secs, (total, packets)) <- timed $ do
         (packets, ys) <- packetDelta cluster (farm cluster incrementTask [1 .. n])
