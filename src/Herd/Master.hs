@@ -2,12 +2,13 @@
 -- | The master: a cluster of workers, and the loop that drives the pure
 -- scheduler from real events.
 --
--- One thread (the loop) owns the scheduler state and all decisions. Every
--- worker connection has a reader thread, which turns frames into events,
--- and a writer thread, which drains that worker's outbox, so a slow worker
--- never blocks the loop. A connection that sends bytes that do not decode,
--- an oversized or truncated frame, or a reply that does not match its batch
--- is logged and closed; the scheduler sees the worker as lost and its
+-- One thread (the loop) owns the scheduler state and all decisions. One
+-- thread reads every worker connection ("Herd.Master.Poller") and turns
+-- frames into events; each connection has a writer thread, which drains
+-- that worker's outbox, so a slow worker never blocks the loop. A
+-- connection that sends bytes that do not decode, an oversized or
+-- truncated frame, or a reply that does not match its batch is logged and
+-- closed; the scheduler sees the worker as lost and its
 -- unfinished tasks run elsewhere.
 --
 -- New connections must prove the shared secret ("Herd.Auth") and then pass

@@ -13,7 +13,7 @@
 --
 -- A transport is an 'Endpoint': a non-blocking byte pipe with a way to
 -- wait. Waiting is done in a blocking foreign call on the caller's own OS
--- thread ('recvFrame', 'waitReadableOrWoken'): a wake-up then costs a
+-- thread ('recvFrame', 'waitReadable'): a wake-up then costs a
 -- return from @poll@, not an IO manager round (re-arming the descriptor,
 -- waking its thread, handing over to this one), which measured most of the
 -- cost of a small message. The calls are interruptible, so 'System.Timeout.timeout' and

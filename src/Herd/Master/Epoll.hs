@@ -58,7 +58,7 @@ runEpoll cap links forward machine st0 initial = do
           fds <- try (connWaitFds (lentConn l))
           either (\(_ :: SomeException) -> pure ()) (mapM_ (epollDel ep)) fds
     _ <- feedInitial f initial
-    -- frames a parked reader had already buffered are not announced by epoll
+    -- frames the paused reading thread had already buffered are not announced by epoll
     forM_ links $ \l -> drainFrames f l
     flushTouched f
     -- -1: look at every link once first, in case one was dropped before
