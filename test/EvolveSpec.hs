@@ -40,6 +40,22 @@ spec = describe "the evolve API" $ forM_ [minBound .. maxBound] $ \transport -> 
         sort (map snd (concat (M.elems out2))) `shouldBe`
           sort [ (s + j) * 10 | (s, k) <- zip [100, 200 .. 1000] (cycle [0, 1, 2 :: Int]), j <- [0 .. k - 1] ]
 
+    it "answers many calls in a row, each lending the links anew (and a farm between them)" $
+      withLoop loop 2 $ \cluster -> do
+        ids <- resetStates cluster countEvolver [1 .. 8]
+        -- one child each, so the population stays the same size
+        let go :: Int -> [StateId] -> IO [StateId]
+            go 0 current = pure current
+            go k current = do
+              out <- timeout 10000000 (evolveMany cluster countEvolver (M.fromList [ (i, 1) | i <- current ]))
+              case out of
+                Nothing -> expectationFailure ("call " ++ show (150 - k) ++ " did not return in 10 s") >> pure []
+                Just o -> do
+                  when (k `mod` 50 == 0) $ farm cluster squareTask [1 .. 20] `shouldReturn` map (\x -> x * x) [1 .. 20]
+                  go (k - 1) (concatMap (map fst) (M.elems o))
+        final <- go 150 ids
+        length final `shouldBe` 8
+
     it "refuses unknown states before running anything, and keeps the population" $
       withLoop loop 2 $ \cluster -> do
         ids <- resetStates cluster countEvolver [1, 2, 3]

@@ -104,6 +104,10 @@ readLink :: Feeder st -> LentLink -> IO ()
 readLink f l = do
   lost <- M.member (lentWorker l) <$> readIORef (feedLostSet f)
   when (not lost) $ do
+    -- on a shared ring the report may be the control socket's end, which
+    -- the ring looks at only when armed (an empty ring is otherwise no news)
+    when (connEdgeTriggered (lentConn l)) $
+      () <$ (try (armConnection (lentConn l)) :: IO (Either SomeException Bool))
     got <- try (recvAvailable (lentConn l))
     case got of
       Left (e :: SomeException) -> () <$ feedLost f (lentWorker l) (displayException e)

@@ -24,7 +24,7 @@ module Herd.Master.Poller
 
 import Control.Concurrent.STM
 import Control.Exception
-import Control.Monad (forM_, forever, when)
+import Control.Monad (forM_, forever, void, when)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M
@@ -125,13 +125,17 @@ runPoller p = allocaArray 256 $ \tags -> forever $ do
     ready <- peekArray n tags
     forM_ ready $ \tag ->
       if fromIntegral tag == wakeTag then c_drain (pWake p) >> readAll
-      else lookupLink (fromIntegral tag) >>= mapM_ (uncurry readLink)
+      else lookupLink (fromIntegral tag) >>= mapM_ (uncurry readReported)
   where
     lookupLink tag = fmap (\l -> (tag, l)) . M.lookup tag <$> readIORef (pLinks p)
     pauseHere = do
       atomically $ writeTVar (pPaused p) True
-      atomically $ readTVar (pAsked p) >>= check . not
-      atomically $ writeTVar (pPaused p) False
+      -- one transaction: a loan asked for right after the last one ended
+      -- must not take the stale "paused" of that one for its own
+      atomically $ do
+        asked <- readTVar (pAsked p)
+        check (not asked)
+        writeTVar (pPaused p) False
       -- the loop that had the links read whole frames only; read what it
       -- left and what came since
       readAll
@@ -148,6 +152,12 @@ runPoller p = allocaArray 256 $ \tags -> forever $ do
     lose tag l why = do
       removeLink p tag (polConn l)
       polLost l why
+    -- epoll reported the link: on a shared ring the report may be the
+    -- control socket's end, which the ring looks at only when told to
+    -- (arming tells it), since an empty ring is otherwise no news
+    readReported tag l = do
+      when (connEdgeTriggered (polConn l)) $ void (try (armConnection (polConn l)) :: IO (Either SomeException Bool))
+      readLink tag l
     readLink tag l = do
       r <- try (drain l)
       case r of
