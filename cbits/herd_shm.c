@@ -400,22 +400,6 @@ int herd_send_byte(int sock, int byte)
     return send(sock, &b, 1, MSG_NOSIGNAL) == 1 ? 0 : errno;
 }
 
-/* Wait until a descriptor is readable, or wake_fd (if not -1) is; for
-   sockets read without GHC's IO manager. 1: readable, 2: woken, 0: look
-   again, -errno on failure (-EINTR when interrupted, so an exception can
-   be delivered). */
-int herd_wait_readable(int fd, int wake_fd)
-{
-    struct pollfd p[2] = { { fd, POLLIN, 0 }, { wake_fd, POLLIN, 0 } };
-    /* bounded: an interruption that came just before the poll is seen
-       within a second (0: look again) */
-    int rc = poll(p, wake_fd >= 0 ? 2 : 1, 1000);
-    if (rc < 0) return -errno;
-    if (rc == 0) return 0;
-    if (wake_fd >= 0 && (p[1].revents & POLLIN)) return 2;
-    return 1;
-}
-
 int herd_wait_writable(int fd)
 {
     struct pollfd p = { fd, POLLOUT, 0 };

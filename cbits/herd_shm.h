@@ -20,7 +20,6 @@ int herd_send_fds(int sock, const int *fds, int n);
 int herd_recv_fds(int sock, int *fds, int n, int timeout_ms);
 int herd_recv_byte(int sock, int timeout_ms);
 int herd_send_byte(int sock, int byte);
-int herd_wait_readable(int fd, int wake_fd);
 int herd_wait_writable(int fd);
 int herd_socket_blocking(int fd);
 long herd_recv_wait(int fd, uint8_t *buf, size_t n);

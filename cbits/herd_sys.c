@@ -118,17 +118,6 @@ int herd_epoll_wait(int epfd, int *tags, int max, int timeout_ms)
     return n;
 }
 
-/* Wait until fd is readable (or closed, or in error), blocking this OS
-   thread: the worker's receive path, kept off GHC's IO manager. */
-#include <poll.h>
-int herd_poll_in(int fd)
-{
-    struct pollfd p;
-    p.fd = fd;
-    p.events = POLLIN;
-    p.revents = 0;
-    return poll(&p, 1, -1);
-}
 
 /* Lower the scheduling priority of every thread that exists now to the
    given nice value (Linux keeps one per thread; threads started later

@@ -7,6 +7,5 @@ int herd_epoll_create(void);
 int herd_epoll_add(int epfd, int fd, int tag, int edge);
 int herd_epoll_del(int epfd, int fd);
 int herd_epoll_wait(int epfd, int *tags, int max, int timeout_ms);
-int herd_poll_in(int fd);
 int herd_nice_process_threads(int value);
 #endif

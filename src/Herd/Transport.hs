@@ -12,14 +12,16 @@
 -- never interleave (INV-SEND).
 --
 -- A transport is an 'Endpoint': a non-blocking byte pipe with a way to
--- wait. Waiting is done in a blocking foreign call on the caller's own OS
--- thread ('recvFrame', 'waitReadable'): a wake-up then costs a
--- return from @poll@, not an IO manager round (re-arming the descriptor,
--- waking its thread, handing over to this one), which measured most of the
--- cost of a small message. The calls are interruptible, so 'System.Timeout.timeout' and
--- 'Control.Concurrent.killThread' still work on a waiting thread.
--- 'awaitReadable' keeps the IO manager's way, for a loop that waits on many
--- connections from many threads at once.
+-- wait. 'recvFrame' waits in a blocking foreign call on the caller's own
+-- OS thread (a @recv@ on sockets; a spin, then @poll@, on shared rings): a
+-- wake-up then costs a return from the kernel, not an IO manager round
+-- (re-arming the descriptor, waking its thread, handing over to this one),
+-- which measured most of the cost of a small message. The calls are
+-- interruptible, so 'System.Timeout.timeout' and
+-- 'Control.Concurrent.killThread' still work on a waiting thread. Loops
+-- over many connections read without waiting ('recvAvailable') after an
+-- epoll wait on 'connWaitFds'; 'awaitReadable' keeps the IO manager's way,
+-- for a loop with a thread per connection.
 module Herd.Transport
   ( -- * Connections
     Connection
@@ -40,7 +42,6 @@ module Herd.Transport
   , recvFrame
   , hasBufferedFrame
     -- * Waiting
-  , waitReadable
   , awaitReadable
   , connWaitFds
   , connEdgeTriggered
@@ -52,7 +53,6 @@ module Herd.Transport
   , frameParts
   , sendAvailableParts
   , sendRaw
-  , sendRawParts
   ) where
 
 import Control.Concurrent (threadWaitReadSTM)
@@ -107,9 +107,6 @@ data Endpoint = Endpoint
     -- ^ like 'epRecv', but wait for bytes first (for about a second at
     -- most: -1 then means nothing came yet); the cheapest way for one
     -- thread to wait on one connection
-  , epWaitIn   :: CInt -> IO Int
-    -- ^ block until a receive may make progress (1) or the given
-    -- descriptor, if not -1, is readable (2); an interrupted wait returns 0
   , epWaitOut  :: IO ()
     -- ^ block until a send may make progress
   , epArm      :: Bool -> IO Bool
@@ -290,13 +287,6 @@ recvFrame cap conn = do
     expectedLength pending
       | B.length pending >= 4 = 4 + lengthPrefix pending
       | otherwise = 4
-
--- | Wait on this thread's OS thread until bytes may be read, or the
--- peer's end: 'True'; 'False' when about a second passed first. Reads
--- nothing, so a thread waiting here can stop between frames without losing
--- a byte.
-waitReadable :: Connection -> IO Bool
-waitReadable conn = (== 1) <$> epWaitIn (connEndpoint conn) (-1)
 
 -- | Wait through GHC's IO manager until a frame is buffered or bytes may
 -- be read ('False'), or the transaction succeeds first ('True'). Reads

@@ -201,9 +201,6 @@ shmConnection ring sock peer = do
               if spun /= 0 then recvNow else do
                 rc <- waitResult =<< c_waitIn r (-1)
                 if rc == (0 :: Int) then pure (-1) else recvNow
-        , epWaitIn = \wake -> use $ \r -> do
-            spun <- c_spin r
-            if spun /= 0 then pure 1 else waitResult =<< c_waitIn r wake
         , epWaitOut = use $ \r -> do
             rc <- c_waitOut r
             when (rc == 0) $ throwIO (PeerBroken "the peer went away while a send waited for room")

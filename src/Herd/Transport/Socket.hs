@@ -27,8 +27,6 @@ foreign import ccall interruptible "herd_recv_wait"
   c_recvWait :: CInt -> Ptr Word8 -> CSize -> IO CLong
 foreign import ccall unsafe "herd_socket_blocking"
   c_socketBlocking :: CInt -> IO CInt
-foreign import ccall interruptible "herd_wait_readable"
-  c_waitReadable :: CInt -> CInt -> IO CInt
 foreign import ccall interruptible "herd_wait_writable"
   c_waitWritable :: CInt -> IO CInt
 
@@ -47,7 +45,6 @@ socketEndpoint kind liveness sock = Endpoint
       rc <- c_recvWait fd p (fromIntegral n)
       if rc >= -1 then pure (fromIntegral rc)
         else throwIO (errnoToIOError "recv" (Errno (fromIntegral (negate rc))) Nothing Nothing)
-  , epWaitIn = \wake -> withFdSocket sock $ \fd -> waitResult "poll" =<< c_waitReadable fd wake
   , epWaitOut = withFdSocket sock $ \fd -> () <$ (waitResult "poll" =<< c_waitWritable fd)
   , epArm = \_ -> pure False
   , epFds = withFdSocket sock (\fd -> pure [fd])
