@@ -87,8 +87,9 @@ int herd_set_liveness(int fd, int idle_s, int interval_s, int count, unsigned in
     return 0;
 }
 
-/* epoll for the evolve API's single-threaded master loop: the loop waits
-   here (a safe foreign call) instead of in GHC's IO manager. */
+/* epoll for the master's single-threaded loops (the reading thread of
+   every link, and the evolve API's epoll loop): they wait here (an
+   interruptible foreign call) instead of in GHC's IO manager. */
 #include <sys/epoll.h>
 
 int herd_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
