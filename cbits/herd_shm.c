@@ -277,21 +277,19 @@ int herd_shm_spin(struct herd_shm *s)
     return 0;
 }
 
-int herd_shm_wait_in(struct herd_shm *s, int wake_fd)
+int herd_shm_wait_in(struct herd_shm *s)
 {
     if (herd_shm_arm(s, 1)) return 1;
-    struct pollfd p[3] = { { s->my_efd, POLLIN, 0 }, { s->ctl, POLLIN, 0 }, { wake_fd, POLLIN, 0 } };
+    struct pollfd p[2] = { { s->my_efd, POLLIN, 0 }, { s->ctl, POLLIN, 0 } };
     long start = now_ns();
-    /* bounded, so that an interruption that landed before the poll (while
-       spinning) is acted on within a second */
-    int rc = poll(p, wake_fd >= 0 ? 3 : 2, 1000);
+    /* bounded, so that an interruption that landed just before the poll
+       is acted on within a second */
+    int rc = poll(p, 2, 1000);
     s->check_peer = 1;
     if (rc < 0) return -errno;
     if (rc == 0) return 0;
-    if (wake_fd >= 0 && (p[2].revents & POLLIN)) return 2;
     /* data came soon after the wait began: spinning would have caught it */
     if (now_ns() - start < s->spin_ns) s->misses = 0;
-    s->check_peer = 1;
     return 1;
 }
 

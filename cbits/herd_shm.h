@@ -13,7 +13,7 @@ long herd_shm_recv(struct herd_shm *s, uint8_t *buf, size_t n);
 long herd_shm_send(struct herd_shm *s, const uint8_t *buf, size_t n);
 int herd_shm_arm(struct herd_shm *s, int drain);
 int herd_shm_spin(struct herd_shm *s);
-int herd_shm_wait_in(struct herd_shm *s, int wake_fd);
+int herd_shm_wait_in(struct herd_shm *s);
 int herd_shm_wait_out(struct herd_shm *s);
 int herd_shm_fd(struct herd_shm *s);
 int herd_send_fds(int sock, const int *fds, int n);

@@ -65,7 +65,7 @@ static int ring_read_full(struct herd_shm *s, char *buf, size_t n)
         long r = herd_shm_recv(s, (uint8_t *)buf + got, n - got);
         if (r > 0) { got += (size_t)r; continue; }
         if (r == 0 || r == HERD_SHM_BROKEN) return -1;
-        if (!herd_shm_spin(s) && herd_shm_wait_in(s, -1) < 0) return -1;
+        if (!herd_shm_spin(s) && herd_shm_wait_in(s) < 0) return -1;
     }
     return 0;
 }

@@ -64,7 +64,7 @@ foreign import ccall unsafe "herd_shm_arm"
 foreign import ccall unsafe "herd_shm_spin"
   c_spin :: Ptr Ring -> IO CInt
 foreign import ccall interruptible "herd_shm_wait_in"
-  c_waitIn :: Ptr Ring -> CInt -> IO CInt
+  c_waitIn :: Ptr Ring -> IO CInt
 foreign import ccall interruptible "herd_shm_wait_out"
   c_waitOut :: Ptr Ring -> IO CInt
 foreign import ccall unsafe "herd_shm_fd"
@@ -85,9 +85,9 @@ foreign import ccall safe "herd_send_byte"
 ringBytes :: Int
 ringBytes = 1024 * 1024
 
--- | How long a reader spins on its ring before it blocks (adaptive: a
--- reader whose spins keep finding nothing stops spinning until a blocking
--- wait shows bytes came soon after it began).
+-- | How long a reader spins on its ring before it blocks (adaptive: after
+-- four spins that found nothing it stops spinning, and tries again on every
+-- 16th wait or when a blocking wait shows bytes came soon after it began).
 spinNanos :: Int
 spinNanos = 20000
 
@@ -105,17 +105,14 @@ upgradeMaster secs conn = do
   byte <- withFdSocket sock $ \fd -> c_recvByte fd (round (secs * 1000))
   when (byte < 0) $ throwIO (errnoToIOError "waiting for the worker's ready byte" (Errno (negate byte)) Nothing Nothing)
   unless (byte == readyByte) $ throwIO (PeerBroken ("expected the ready byte, got " ++ show byte))
-  allocaArray 3 $ \out -> do
-    rc <- c_create (fromIntegral ringBytes) out
-    when (rc /= 0) $ throwIO (errnoToIOError "creating the shared segment" (Errno rc) Nothing Nothing)
-    [memfd, efdMaster, efdWorker] <- peekArray 3 out
-    let closeAll = mapM_ (closeFd . Fd) [memfd, efdMaster, efdWorker]
-    flip onException closeAll $ do
-      sent <- withFdSocket sock $ \fd -> withArray [memfd, efdWorker, efdMaster] $ \p -> c_sendFds fd p 3
-      when (sent /= 0) $ throwIO (errnoToIOError "passing the shared segment" (Errno sent) Nothing Nothing)
-      ring <- openRing memfd 0 efdMaster efdWorker sock
-      closeFd (Fd memfd)
-      shmConnection ring sock (connPeer conn ++ " (shared memory)")
+  (memfd, efdMaster, efdWorker) <- createSegment
+  let closeAll = mapM_ (closeFd . Fd) [memfd, efdMaster, efdWorker]
+  flip onException closeAll $ do
+    sent <- withFdSocket sock $ \fd -> withArray [memfd, efdWorker, efdMaster] $ \p -> c_sendFds fd p 3
+    when (sent /= 0) $ throwIO (errnoToIOError "passing the shared segment" (Errno sent) Nothing Nothing)
+    ring <- openRing memfd 0 efdMaster efdWorker sock
+    closeFd (Fd memfd)
+    shmConnection ring sock (connPeer conn ++ " (shared memory)")
 
 -- | The worker's side: send the ready byte, take the segment (within the
 -- given seconds), and return the shared-memory connection.
@@ -142,23 +139,26 @@ upgradeWorker secs conn = do
 shmLoopback :: IO (Connection, Connection, IO ())
 shmLoopback = do
   (a, b) <- socketPair AF_UNIX Stream defaultProtocol
-  fds <- allocaArray 3 $ \out -> do
-    rc <- c_create (fromIntegral ringBytes) out
-    when (rc /= 0) $ throwIO (errnoToIOError "creating the shared segment" (Errno rc) Nothing Nothing)
-    peekArray 3 out
-  case fds of
-    [memfd, efdMaster, efdWorker] -> do
-      workerMine <- dupFd efdWorker
-      workerTheirs <- dupFd efdMaster
-      master <- openRing memfd 0 efdMaster efdWorker a
-      worker <- openRing memfd 1 workerMine workerTheirs b
-      closeFd (Fd memfd)
-      m <- shmConnection master a "loopback master"
-      w <- shmConnection worker b "loopback worker"
-      pure (m, w, withForeignPtr master $ \r -> c_damage r (2 * fromIntegral ringBytes + 1))
-    _ -> throwIO (PeerBroken "wrong number of descriptors")
+  (memfd, efdMaster, efdWorker) <- createSegment
+  workerMine <- dupFd efdWorker
+  workerTheirs <- dupFd efdMaster
+  master <- openRing memfd 0 efdMaster efdWorker a
+  worker <- openRing memfd 1 workerMine workerTheirs b
+  closeFd (Fd memfd)
+  m <- shmConnection master a "loopback master"
+  w <- shmConnection worker b "loopback worker"
+  pure (m, w, withForeignPtr master $ \r -> c_damage r (2 * fromIntegral ringBytes + 1))
   where
     dupFd fd = (\(Fd d) -> d) <$> dup (Fd fd)
+
+-- A fresh segment of two rings of 'ringBytes', sealed, and the master's
+-- and the worker's eventfds.
+createSegment :: IO (CInt, CInt, CInt)
+createSegment = allocaArray 3 $ \out -> do
+  rc <- c_create (fromIntegral ringBytes) out
+  when (rc /= 0) $ throwIO (errnoToIOError "creating the shared segment" (Errno rc) Nothing Nothing)
+  [memfd, efdMaster, efdWorker] <- peekArray 3 out
+  pure (memfd, efdMaster, efdWorker)
 
 socketOf :: Connection -> IO Socket
 socketOf conn = case connSocket conn of
@@ -182,25 +182,24 @@ shmConnection ring sock peer = do
         isClosed <- readIORef closed
         when isClosed $ throwIO (PeerBroken "connection closed")
         withForeignPtr ring act
+      broken :: IO a
       broken = throwIO (PeerBroken "the peer's shared ring has inconsistent indices")
+      recvNow r buf n = do
+        got <- c_recv r buf (fromIntegral n)
+        if got == -2 then broken else pure (fromIntegral got)
       ep = Endpoint
         { epKind = ShmTransport
-        , epRecv = \buf n -> use $ \r -> do
-            got <- c_recv r buf (fromIntegral n)
-            if got == -2 then broken else pure (fromIntegral got)
+        , epRecv = \buf n -> use $ \r -> recvNow r buf n
         , epSend = \buf n -> use $ \r -> do
             got <- c_send r buf (fromIntegral n)
             if got == -2 then broken else pure (fromIntegral got)
         , epRecvWait = \buf n -> use $ \r -> do
-            let recvNow = do
-                  got <- c_recv r buf (fromIntegral n)
-                  if got == -2 then broken else pure (fromIntegral got)
-            first <- recvNow
+            first <- recvNow r buf n
             if first /= -1 then pure first else do
               spun <- c_spin r
-              if spun /= 0 then recvNow else do
-                rc <- waitResult =<< c_waitIn r (-1)
-                if rc == (0 :: Int) then pure (-1) else recvNow
+              if spun /= 0 then recvNow r buf n else do
+                rc <- waitResult =<< c_waitIn r
+                if rc == (0 :: Int) then pure (-1) else recvNow r buf n
         , epWaitOut = use $ \r -> do
             rc <- c_waitOut r
             when (rc == 0) $ throwIO (PeerBroken "the peer went away while a send waited for room")

@@ -1,7 +1,8 @@
 {-# LANGUAGE InterruptibleFFI #-}
--- | Stream sockets (TCP and Unix-domain) as transport endpoints: reads and
--- writes with @MSG_DONTWAIT@, waits in an interruptible @poll@ on the
--- caller's OS thread.
+-- | Stream sockets (TCP and Unix-domain) as transport endpoints. Reads
+-- that wait are one blocking @recv@ on the caller's OS thread (the socket
+-- is switched to blocking reads with a one-second timeout); every other
+-- read and write passes @MSG_DONTWAIT@. Waits are interruptible.
 module Herd.Transport.Socket
   ( socketEndpoint
   , socketConnection
