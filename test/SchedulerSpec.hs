@@ -33,7 +33,7 @@ apply ev sim =
   in sim1 { simIdleBad = simIdleBad sim1 || idle }
   where
     command s c = case c of
-      AcceptResults _ ranges ->
+      AcceptResults _ _ ranges ->
         foldl' (\acc i -> if M.member i (simAccepted acc) then acc { simDup = True }
                           else acc { simAccepted = M.insert i (i * i) (simAccepted acc) })
                s (rangeIndices ranges)

@@ -31,11 +31,12 @@ import Foreign.Marshal.Array (allocaArray, peekArray)
 import Foreign.Ptr (Ptr)
 import Herd
 import Herd.Clock (monotonicSeconds)
-import Herd.Master (LentLink (..), withLentLinks)
-import Herd.Packet (sendMessage, splitPacket)
+import Herd.Config (packetPolicyOf)
+import Herd.Master (withRawWorker)
+import Herd.Packet (Sender, newSender, sendMessage, splitPacket)
 import Herd.Packet.Policy (Urgency (..))
 import Herd.Report
-import Herd.Transport (Connection, awaitReadable, recvAvailable, recvFrame, takeBufferedFrame)
+import Herd.Transport (Connection, awaitReadable, recvAvailable, recvFrame, sendRaw, takeBufferedFrame)
 import Herd.Transport.Shm (spinNanos)
 import Herd.Wire (FromWorker (..), ToWorker (..), decodeFromWorker, encodeToWorker)
 import System.IO
@@ -76,15 +77,21 @@ cTransport t = case t of
 -- with a 1 MB nursery: the message loop then stays in cache (the default
 -- 32 MB nursery, sized for allocation-heavy tasks, measured about 0.3 us
 -- slower per round trip on shared memory).
-withOneWorker :: TransportKind -> (LentLink -> IO a) -> IO a
+withOneWorker :: TransportKind -> (RawLink -> IO a) -> IO a
 withOneWorker transport body = do
   let cfg = defaultConfig { configWorkers = Just 1, configTransport = Just transport
                           , configPinning = NoPinning, configWorkerRtsOptions = ["-N1", "-A1m"] }
-  withCluster cfg $ \cluster -> withLentLinks cluster $ \(links, _) -> case links of
-    [l] -> do
-      r <- body l
-      pure (r, [])
-    _ -> throwIO (ErrorCall ("expected one worker, got " ++ show (length links)))
+  -- the worker's link is handed to this thread alone: the master's core
+  -- never reads or writes it, so what is timed is the link itself
+  withRawWorker cfg $ \conn -> do
+    sender <- newSender (packetPolicyOf cfg) (sendRaw conn)
+    body (RawLink conn sender)
+
+-- A worker's link read and written by the benchmark alone.
+data RawLink = RawLink
+  { rawConn   :: Connection
+  , rawSender :: Sender
+  }
 
 -- Read frames until the Pong with this number; anything else is an error.
 awaitPong :: Wait -> Connection -> Word64 -> IO ()
@@ -112,23 +119,23 @@ awaitPong wait conn n = do
             _ -> viaIoManager
 
 -- Round trips in microseconds.
-herdRoundTrips :: Wait -> LentLink -> Int -> IO (U.Vector Double)
+herdRoundTrips :: Wait -> RawLink -> Int -> IO (U.Vector Double)
 herdRoundTrips wait l rounds = do
   samples <- UM.new rounds
-  let ping i = sendMessage (lentSender l) Urgent (encodeToWorker (Ping (fromIntegral i) B.empty))
+  let ping i = sendMessage (rawSender l) Urgent (encodeToWorker (Ping (fromIntegral i) B.empty))
   -- warm up for half a second: code paths, caches, the spin's adaptation,
   -- and the first touch of fresh pages (a ring's megabyte, the master's
   -- 64 MB nursery), which faulted on every few round trips of a cold run
   start <- monotonicSeconds
   let warm i = do
-        ping i >> awaitPong wait (lentConn l) (fromIntegral i)
+        ping i >> awaitPong wait (rawConn l) (fromIntegral i)
         now <- monotonicSeconds
         when (now - start < 0.5 || i < 1000) $ warm (i + 1)
   warm (1 :: Int)
   forM_ [0 .. rounds - 1] $ \i -> do
     t0 <- monotonicSeconds
     ping (i + 100000000)
-    awaitPong wait (lentConn l) (fromIntegral (i + 100000000))
+    awaitPong wait (rawConn l) (fromIntegral (i + 100000000))
     t1 <- monotonicSeconds
     UM.write samples i ((t1 - t0) * 1e6)
   U.freeze samples
@@ -207,14 +214,14 @@ runBandwidth o = do
     hPutStrLn stderr ("  " ++ transportName t ++ ": herd")
     h <- withOneWorker t $ \l -> do
       let payload = B.replicate msgBytes 1
-          send i = sendMessage (lentSender l) Urgent (encodeToWorker (Ping (fromIntegral i) payload))
+          send i = sendMessage (rawSender l) Urgent (encodeToWorker (Ping (fromIntegral i) payload))
           window = 4
       -- warm up
-      send (0 :: Int) >> awaitPong Direct (lentConn l) 0
+      send (0 :: Int) >> awaitPong Direct (rawConn l) 0
       t0 <- monotonicSeconds
       forM_ [1 .. min window count] send
       forM_ [1 .. count] $ \i -> do
-        awaitPong Direct (lentConn l) (fromIntegral i)
+        awaitPong Direct (rawConn l) (fromIntegral i)
         when (i + window <= count) $ send (i + window)
       t1 <- monotonicSeconds
       pure (t1 - t0)

@@ -1,7 +1,7 @@
 -- | @herd bench pfilter@: FP Complete's scaling experiment. The particle
 -- filter of "Herd.Examples.ParticleFilter" runs at each worker count with
--- each master loop, on one cluster of the largest count (a run at W
--- workers uploads its particles to the first W and lets only those work).
+-- each master loop, on one cluster of the largest count per loop (a run at
+-- W workers uploads its particles to the first W and lets only those work).
 -- With @--simulate@ each particle's step sleeps @--cost@ instead of
 -- computing, so hundreds of workers fit on a small machine while
 -- everything the master does stays real.
@@ -79,11 +79,12 @@ run o = do
               >> exitWith (ExitFailure 2)
     Right () -> pure ()
   hPutStrLn stderr ("pfilter: starting " ++ show most ++ " workers")
-  rows <- withCluster cfg $ \cluster -> do
+  -- one cluster per master loop: the loop drives every API of its cluster
+  rows <- fmap concat $ forM (optLoops o) $ \loop -> withCluster cfg { configMasterLoop = loop } $ \cluster -> do
     have <- clusterWorkerCount cluster
     when (have < most) $ hPutStrLn stderr ("pfilter: only " ++ show have ++ " workers connected")
-    fmap concat $ forM (optWorkers o) $ \w -> forM (optLoops o) $ \loop -> do
-      let opts = defaultEvolveOptions { evolveLoop = Just loop, evolveWorkerLimit = Just w }
+    forM (optWorkers o) $ \w -> do
+      let opts = defaultEvolveOptions { evolveWorkerLimit = Just w }
       ids <- resetStatesWith opts cluster particleStep (initialParticles setup)
       stats <- newIORef []
       let evolveAll inputs = do

@@ -35,8 +35,8 @@ run o = do
   let costs = skewStates (optStates o) (optUnit o) (optSlow o)
       optimum = max (maximum costs) (sum costs / 2)
       fcfs = firstComeFirstServed 2 costs
-      cfg = defaultConfig { configWorkers = Just 2 }
-      opts = defaultEvolveOptions { evolveLoop = optLoop o }
+      cfg = defaultConfig { configWorkers = Just 2, configMasterLoop = maybe EpollLoop id (optLoop o) }
+      opts = defaultEvolveOptions
   rows <- withCluster cfg $ \cluster -> do
     ids <- resetStatesWith opts cluster skewStep costs
     let go _ 0 = pure []

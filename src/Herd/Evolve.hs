@@ -15,9 +15,10 @@
 -- > ids  <- resetStates cluster stepFn particles
 -- > outs <- evolveMany cluster stepFn (M.fromList [ (i, obs) | i <- ids ])
 --
--- Scheduling is "Herd.Evolve.Schedule" (pure); the master loop that drives
--- it is chosen by 'configMasterLoop' or 'evolveLoop': one thread per worker
--- ("Herd.Master.Threaded") or one thread over epoll ("Herd.Master.Epoll").
+-- Scheduling is "Herd.Evolve.Schedule" (pure); each call is a session of
+-- the master's core ("Herd.Master.Core"), beside farm jobs and streams,
+-- driven by the cluster's loop ('configMasterLoop'): one thread per worker
+-- or one thread over epoll.
 --
 -- Promises: every state given an input is evolved exactly once per call;
 -- an unknown 'StateId' is refused before anything runs ('UnknownStates');
@@ -46,7 +47,7 @@ module Herd.Evolve
 
 import Control.Concurrent.MVar
 import Control.Exception
-import Control.Monad (forM, forM_, unless, when)
+import Control.Monad (forM, unless)
 import qualified Data.ByteString as B
 import Data.Bits (shiftR)
 import Data.List (foldl')
@@ -61,18 +62,17 @@ import Herd.Evolve.Function
 import Herd.Evolve.Holder (stateIdBits)
 import Herd.Evolve.Schedule
 import Herd.Master
-import Herd.Master.Epoll (epollAvailable, runEpoll)
 import Herd.Master.Session
-import Herd.Master.Threaded (runThreaded)
-import Herd.Packet (encoderBytes, sendMessage)
-import Herd.Packet.Policy (Urgency (..))
+import Herd.Packet (encoderBytes)
 import Herd.Task (TaskRef (..), tryUser)
 import Herd.Wire
 
 -- | Per-call choices.
 data EvolveOptions = EvolveOptions
   { evolveLoop       :: !(Maybe MasterLoop)
-    -- ^ the master loop; 'Nothing': the cluster's 'configMasterLoop'
+    -- ^ the master loop the caller expects; every call runs on the
+    -- cluster's one loop ('configMasterLoop'), and one that names another
+    -- throws 'ConfigError' before anything runs. 'Nothing': whichever it is
   , evolveWorkerLimit :: !(Maybe Int)
     -- ^ use only this many workers (the lowest numbered); for scaling
     -- measurements on one cluster
@@ -121,45 +121,57 @@ resetStatesWith opts cluster fn states = do
   encoded <- forM (zip [0 :: Int ..] states) $ \(k, s) -> do
     r <- tryUser (evaluate (evolverStateEncoder fn s) >>= encoderBytes)
     either (throwIO . ArgumentError k (refName (evolverRef fn))) pure r
-  modifyMVar (clusterRegistry cluster) $ \_ -> withLentLinks cluster $ \(links0, forward) -> do
-    let links = limitLinks opts links0
-        cap = configMaxFrameBytes (clusterConfig cluster)
-    end <- runLoop opts cluster cap links forward resetMachine (M.fromList [ (lentWorker l, ()) | l <- links ])
-             [ SendTo (lentWorker l) StatesReset | l <- links ]
-    let live = [ l | l <- links, not (M.member (lentWorker l) (M.fromList (endLost end))) ]
-    when (null live) $ throwIO NoWorkers
-    let ids = [ StateId k | k <- [1 .. fromIntegral (length encoded)] ]
-        placed = zip3 ids encoded (cycle live)
-    forM_ placed $ \(StateId k, bytes, l) -> sendMessage (lentSender l) (toWorkerUrgency (StateAdd k bytes))
-                                                          (encodeToWorker (StateAdd k bytes))
-    -- name the function now, so each worker has looked it up and started
-    -- its evolve thread before the first call
-    forM_ live $ \l -> sendMessage (lentSender l) Urgent (encodeToWorker (EvolveWith (evolverRef fn)))
-    let reg = emptyRegistry { regWhere = M.fromList [ (i, lentWorker l) | (i, _, l) <- placed ]
-                            , regOrigin = M.fromList [ (i, Seen bytes) | (i, bytes, _) <- placed ]
+  checkLoop opts cluster
+  modifyMVar (clusterRegistry cluster) $ \_ -> do
+    -- first every worker drops what it holds and says so
+    cleared <- session cluster (evolveWorkerLimit opts) $ \ws ->
+      if null ws then Left NoWorkers
+      else Right (resetMachine, (ws, M.fromList [ (w, ()) | w <- ws ]), [ SendTo w StatesReset | w <- ws ])
+    let lost = M.fromList (endLost cleared)
+        live = [ w | w <- fst (endState cleared), not (M.member w lost) ]
+        ids = [ StateId k | k <- [1 .. fromIntegral (length encoded)] ]
+    -- then the states go out, round robin over the workers still there;
+    -- naming the function now lets each worker look it up and start its
+    -- evolve thread before the first call
+    placed <- session cluster (evolveWorkerLimit opts) $ \ws -> case filter (`elem` ws) live of
+      [] -> Left NoWorkers
+      here -> let placement = zip3 ids encoded (cycle here)
+              in Right ( Machine (\_ _ p -> (p, [])) (\_ _ p -> (p, [])) (const True), placement
+                       , [ SendTo w (StateAdd k bytes) | (StateId k, bytes, w) <- placement ]
+                         ++ [ SendTo w (EvolveWith (evolverRef fn)) | w <- here ] )
+    let placement = endState placed
+        reg = emptyRegistry { regWhere = M.fromList [ (i, w) | (i, _, w) <- placement ]
+                            , regOrigin = M.fromList [ (i, Seen bytes) | (i, bytes, _) <- placement ]
                             , regNextId = fromIntegral (length encoded) + 1 }
-    pure ((reg, ids), endLost end)
+    pure (reg, ids)
   where
     resetMachine = Machine
-      { machineMessage = \wid msg pending -> case msg of
-          StatesCleared -> (M.delete wid pending, [])
-          _ -> (pending, [])   -- answers from a call that ended early
-      , machineLost = \wid _ pending -> (M.delete wid pending, [])
-      , machineDone = M.null
+      { machineMessage = \wid msg (ws, pending) -> case msg of
+          StatesCleared -> ((ws, M.delete wid pending), [])
+          _ -> ((ws, pending), [])   -- answers from a call that ended early
+      , machineLost = \wid _ (ws, pending) -> ((ws, M.delete wid pending), [])
+      , machineDone = M.null . snd
       }
 
-limitLinks :: EvolveOptions -> [LentLink] -> [LentLink]
-limitLinks opts links = maybe id take (evolveWorkerLimit opts) links
+-- Run a session on the cluster and wait for its end; a session that could
+-- not start, or failed, throws its error.
+session :: Cluster -> Maybe Int -> ([WorkerId] -> Either HerdError (Machine st, st, [Out])) -> IO (SessionEnd st)
+session cluster limit start = do
+  answer <- newEmptyMVar
+  runSession cluster (SessionRequest limit start (putMVar answer))
+  end <- takeMVar answer >>= either throwIO pure
+  maybe (pure end) throwIO (endError end)
 
-runLoop :: EvolveOptions -> Cluster -> Driver
-runLoop opts cluster = case loopOf opts cluster of
-  EpollLoop -> runEpoll
-  ThreadedLoop -> runThreaded
-
-loopOf :: EvolveOptions -> Cluster -> MasterLoop
-loopOf opts cluster = case maybe (configMasterLoop (clusterConfig cluster)) id (evolveLoop opts) of
-  EpollLoop | epollAvailable -> EpollLoop
-  _ -> ThreadedLoop
+-- A call may name the loop it expects; the cluster has one reader for
+-- every API, chosen by 'configMasterLoop'.
+checkLoop :: EvolveOptions -> Cluster -> IO ()
+checkLoop opts cluster = case evolveLoop opts of
+  Just wanted | wanted /= clusterMasterLoop cluster ->
+    throwIO (ConfigError "evolveLoop" ("this cluster runs the " ++ loopName (clusterMasterLoop cluster)
+                                        ++ " master loop (configMasterLoop); a call cannot ask for "
+                                        ++ loopName wanted))
+  _ -> pure ()
+  where loopName l = case l of { ThreadedLoop -> "threaded"; EpollLoop -> "epoll" }
 
 -- The state of one call's session.
 data Call = Call
@@ -190,41 +202,39 @@ evolveManyWith opts cluster fn inputs = do
   encodedInputs <- fmap M.fromList $ forM (zip [0 :: Int ..] (M.toList inputs)) $ \(k, (sid, x)) -> do
     r <- tryUser (evaluate (evolverInputEncoder fn x) >>= encoderBytes)
     either (throwIO . ArgumentError k (refName ref)) (\b -> pure (sid, b)) r
+  checkLoop opts cluster
   result <- modifyMVar (clusterRegistry cluster) $ \reg -> do
     let unknown = [ sid | sid <- M.keys inputs, not (M.member sid (regWhere reg)) ]
     unless (null unknown) $ throwIO (UnknownStates (map show unknown))
     started <- monotonicSeconds
-    outcome <- try $ withLentLinks cluster $ \(links0, forward) -> do
-      let links = limitLinks opts links0
-          cap = configMaxFrameBytes (clusterConfig cluster)
-          present = M.fromList [ (lentWorker l, ()) | l <- links ]
-      when (null links) $ throwIO NoWorkers
-      let mean = regMeanCost reg
-          estimate sid = M.findWithDefault (M.findWithDefault (maybe 0 id mean) sid (regCost reg)) sid
-                                           (evolveCostHints opts)
-          -- states whose worker went away since the last call are recomputed first
-          stranded = [ sid | (sid, w) <- M.toList (regWhere reg), not (M.member w present) ]
-          strandedSet = S.fromList stranded
-          holdings = M.unionWith (++) (M.map (const []) present)
-                       (M.fromListWith (++) [ (regWhere reg M.! sid, [(sid, estimate sid)])
-                                            | sid <- M.keys inputs, not (S.member sid strandedSet) ])
-          settings = defaultPlanSettings { settingsLead = evolveLead opts, settingsMeanCost = mean }
-          (plan, cmds) = startPlan settings holdings
-          call0 = Call plan ref encodedInputs M.empty (regWhere reg) (regCost reg) (regOrigin reg) M.empty
-                       M.empty 0 0 0 (maybe 0 id mean)
-          opening = [ SendTo (lentWorker l) (EvolveWith ref) | l <- links ]
-          (call1, outs) = commandsToOuts call0 cmds
-          (call2, recover) = recoverStates "their worker is no longer connected" stranded call1
-      end <- runLoop opts cluster cap links forward (callMachine (refName ref)) call2 (opening ++ outs ++ recover)
-      pure (end, endLost end)
+    let mean = regMeanCost reg
+        estimate sid = M.findWithDefault (M.findWithDefault (maybe 0 id mean) sid (regCost reg)) sid
+                                         (evolveCostHints opts)
+        begin workers
+          | null workers = Left NoWorkers
+          | otherwise =
+              let present = M.fromList [ (w, ()) | w <- workers ]
+                  -- states whose worker went away since the last call are recomputed first
+                  stranded = [ sid | (sid, w) <- M.toList (regWhere reg), not (M.member w present) ]
+                  strandedSet = S.fromList stranded
+                  holdings = M.unionWith (++) (M.map (const []) present)
+                               (M.fromListWith (++) [ (regWhere reg M.! sid, [(sid, estimate sid)])
+                                                    | sid <- M.keys inputs, not (S.member sid strandedSet) ])
+                  settings = defaultPlanSettings { settingsLead = evolveLead opts, settingsMeanCost = mean }
+                  (plan, cmds) = startPlan settings holdings
+                  call0 = Call plan ref encodedInputs M.empty (regWhere reg) (regCost reg) (regOrigin reg) M.empty
+                               M.empty 0 0 0 (maybe 0 id mean)
+                  opening = [ SendTo w (EvolveWith ref) | w <- workers ]
+                  (call1, outs) = commandsToOuts call0 cmds
+                  (call2, recover) = recoverStates "their worker is no longer connected" stranded call1
+              in Right (callMachine (refName ref), call2, opening ++ outs ++ recover)
+    outcome <- try (session cluster (evolveWorkerLimit opts) begin)
     finished <- monotonicSeconds
     case outcome of
-      Left (e :: SomeException) -> do
+      Left (e :: SomeException) ->
         -- the population is in an unknown state: forget it
         pure (emptyRegistry { regNextId = regNextId reg }, Left e)
-      Right end -> case endError end of
-        Just err -> pure (emptyRegistry { regNextId = regNextId reg }, Left (toException err))
-        Nothing -> do
+      Right end -> do
           let call = endState end
               evolvedN = M.size (callOutputs call)
               busyTotal = sum (M.elems (callBusy call))
@@ -233,7 +243,7 @@ evolveManyWith opts cluster fn inputs = do
                                          else regMeanCost reg
                          , regOrigin = pruneOrigins (M.keys (callWhere call)) (callOrigin call) }
               stats = EvolveStats (finished - started) (length (planWorkers (callPlan call))) evolvedN
-                                  (callChildren call) (callMoved call) (callBusy call) (loopOf opts cluster)
+                                  (callChildren call) (callMoved call) (callBusy call) (clusterMasterLoop cluster)
                                   (callRecovered call)
           pure (reg', Right (callOutputs call, stats))
   (raw, stats) <- either throwIO pure result

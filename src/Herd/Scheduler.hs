@@ -1,7 +1,7 @@
 {-# LANGUAGE BangPatterns #-}
 -- | The task farm's scheduler: a pure state machine.
 --
--- The master loop feeds it 'Event's (a worker joined or left, a job was
+-- The master core feeds it 'Event's (a worker joined or left, a job was
 -- submitted, a batch came back) with the time they happened, and carries
 -- out the 'Command's it returns (send a batch, keep or drop a batch's
 -- results, end a job). It never does IO, so every scheduling decision can be
@@ -9,8 +9,8 @@
 --
 -- Invariants, upheld by 'step' and checked by the properties:
 --
--- * INV-PARTITION: the unfinished tasks of the current job are exactly the
---   pending ranges plus the job's outstanding batches, with no overlap; so
+-- * INV-PARTITION: the unfinished tasks of each running job are exactly
+--   its pending ranges plus its outstanding batches, with no overlap; so
 --   every task's result is accepted exactly once.
 -- * INV-BUSY: while pending tasks remain, every live worker has at least
 --   one batch outstanding.
@@ -47,6 +47,8 @@ module Herd.Scheduler
   , outstandingFor
   , pendingTasks
   , jobActive
+  , activeJobs
+  , batchJobOf
   , batchSizeFor
   ) where
 
@@ -130,13 +132,15 @@ data Job = Job
 -- | The scheduler's state.
 data Sched = Sched
   { schedWorkers   :: !(M.Map WorkerId Worker)
-  , schedJob       :: !(Maybe Job)
+  , schedJobs      :: !(M.Map JobId Job)
+  , schedTurn      :: ![JobId]
+    -- ^ the running jobs in the order they get the next batch (INV-FAIR)
   , schedNextBatch :: !BatchId
   } deriving (Show)
 
 -- | A scheduler with no workers and no job.
 emptySched :: Sched
-emptySched = Sched M.empty Nothing 1
+emptySched = Sched M.empty M.empty [] 1
 
 -- | Why a job ended without all its results.
 data JobFailure
@@ -164,8 +168,8 @@ data Event
 data Command
   = SendBatch !WorkerId !BatchId ![Range]
     -- ^ send these tasks to this worker as one batch
-  | AcceptResults !BatchId ![Range]
-    -- ^ the batch's results are for these tasks: deliver them
+  | AcceptResults !JobId !BatchId ![Range]
+    -- ^ the batch's results are for these tasks of this job: deliver them
   | DropResults !BatchId
     -- ^ the batch's results are stale or unwanted: drop them
   | FinishJob !JobId !JobStats
@@ -181,13 +185,21 @@ outstandingFor :: WorkerId -> Sched -> [(BatchId, [Range])]
 outstandingFor w s = maybe [] (map (\(b, x) -> (b, batchRanges x)) . M.toList . workerOutstanding)
                                (M.lookup w (schedWorkers s))
 
--- | Tasks of the current job not yet given to any worker.
-pendingTasks :: Sched -> Int
-pendingTasks = maybe 0 jobPendingN . schedJob
+-- | The job an outstanding batch belongs to.
+batchJobOf :: WorkerId -> BatchId -> Sched -> Maybe JobId
+batchJobOf w b s = batchJob <$> (M.lookup w (schedWorkers s) >>= M.lookup b . workerOutstanding)
 
--- | Whether a job is running.
+-- | Tasks of the running jobs not yet given to any worker.
+pendingTasks :: Sched -> Int
+pendingTasks = sum . map jobPendingN . M.elems . schedJobs
+
+-- | Whether any job is running.
 jobActive :: Sched -> Bool
-jobActive = isJust . schedJob
+jobActive = not . M.null . schedJobs
+
+-- | The running jobs.
+activeJobs :: Sched -> [JobId]
+activeJobs = M.keys . schedJobs
 
 -- | Advance the machine by one event at the given time (seconds, from any
 -- fixed origin).
@@ -197,63 +209,64 @@ step now ev s = case ev of
     | M.member w (schedWorkers s) -> (s, [])
     | otherwise ->
         let s1 = s { schedWorkers = M.insert w (Worker M.empty) (schedWorkers s)
-                   , schedJob = fmap (joinPresence now w) (schedJob s) }
+                   , schedJobs = M.map (joinPresence now w) (schedJobs s) }
         in assign s1 []
 
   WorkerLost w -> case M.lookup w (schedWorkers s) of
     Nothing -> (s, [])
     Just worker ->
+      -- INV-LOST: the lost worker's batches of running jobs go back to the
+      -- front of their jobs' pending queues
       let s1 = s { schedWorkers = M.delete w (schedWorkers s) }
-          returned = [ b | b <- M.elems (workerOutstanding worker)
-                         , Just j <- [schedJob s], batchJob b == jobId j ]
-          requeue j = j { jobPending = foldr (\b q -> foldr (<|) q (batchRanges b)) (jobPending j) returned
-                        , jobPendingN = jobPendingN j + sum (map batchTasks returned)
+          returned jid = [ b | b <- M.elems (workerOutstanding worker), batchJob b == jid ]
+          requeue j = j { jobPending = foldr (\b q -> foldr (<|) q (batchRanges b)) (jobPending j) (returned (jobId j))
+                        , jobPendingN = jobPendingN j + sum (map batchTasks (returned (jobId j)))
                         , jobPresence = M.adjust (\p -> p { presUntil = Just now }) w (jobPresence j) }
-          s2 = s1 { schedJob = fmap requeue (schedJob s1) }
-      in case schedJob s2 of
-           Just j | M.null (schedWorkers s2) ->
-             (s2 { schedJob = Nothing }, [AbortJob (jobId j) NoWorkersLeft (statsOf now j)])
-           _ -> assign s2 []
+          s2 = s1 { schedJobs = M.map requeue (schedJobs s1) }
+      in if M.null (schedWorkers s2) && not (M.null (schedJobs s2))
+           then ( s2 { schedJobs = M.empty, schedTurn = [] }
+                , [ AbortJob (jobId j) NoWorkersLeft (statsOf now j) | j <- M.elems (schedJobs s2) ] )
+           else assign s2 []
 
   JobSubmitted jid n batching target ->
     let job = Job { jobId = jid, jobTotal = n, jobPending = if n > 0 then Seq.singleton (Range 0 n) else Seq.empty
                   , jobPendingN = n, jobDone = 0, jobStart = now, jobBatching = batching
                   , jobTarget = target, jobEstimate = Nothing
                   , jobPresence = M.fromList [ (w, Presence now Nothing 0 0 0) | w <- M.keys (schedWorkers s) ] }
-    in case schedJob s of
-         Just _ -> error "Herd.Scheduler: a job was submitted while another was running"
-         Nothing
-           | n == 0 -> (s, [FinishJob jid (statsOf now job)])
-           | M.null (schedWorkers s) -> (s, [AbortJob jid NoWorkersLeft (statsOf now job)])
-           | otherwise -> assign s { schedJob = Just job } []
+    in if M.member jid (schedJobs s) then (s, [])   -- a repeated submission is ignored
+       else if n == 0 then (s, [FinishJob jid (statsOf now job)])
+       else if M.null (schedWorkers s) then (s, [AbortJob jid NoWorkersLeft (statsOf now job)])
+       else assign s { schedJobs = M.insert jid job (schedJobs s), schedTurn = schedTurn s ++ [jid] } []
 
   BatchCompleted w bid busy failure -> case takeBatch w bid s of
     Nothing -> (s, [DropResults bid])
-    Just (b, s1) -> case schedJob s1 of
-      Just j | batchJob b == jobId j -> case failure of
+    Just (b, s1) -> case M.lookup (batchJob b) (schedJobs s1) of
+      Just j -> case failure of
         Just (pos, msg) ->
           let j1 = credit w b busy j
               idx = rangeIndices (batchRanges b) !! max 0 (min (batchTasks b - 1) pos)
-          in (s1 { schedJob = Nothing }, [DropResults bid, AbortJob (jobId j) (TaskError idx msg) (statsOf now j1)])
+          in assign (endJob (jobId j) s1) [DropResults bid, AbortJob (jobId j) (TaskError idx msg) (statsOf now j1)]
         Nothing ->
           let j1 = (credit w b busy j) { jobDone = jobDone j + batchTasks b
                                        , jobEstimate = Just (estimate (jobEstimate j) busy (batchTasks b)) }
-              accept = AcceptResults bid (batchRanges b)
+              accept = AcceptResults (jobId j) bid (batchRanges b)
           in if jobDone j1 == jobTotal j1
-               then (s1 { schedJob = Nothing }, [accept, FinishJob (jobId j1) (statsOf now j1)])
-               else assign s1 { schedJob = Just j1 } [accept]
-      _ -> assign s1 [DropResults bid]
+               then assign (endJob (jobId j) s1) [accept, FinishJob (jobId j1) (statsOf now j1)]
+               else assign s1 { schedJobs = M.insert (jobId j) j1 (schedJobs s1) } [accept]
+      Nothing -> assign s1 [DropResults bid]
 
-  JobCancelled jid -> case schedJob s of
-    Just j | jobId j == jid -> (s { schedJob = Nothing }, [])
-    _ -> (s, [])
+  JobCancelled jid -> assign (endJob jid s) []
 
   BatchRefused w bid why -> case takeBatch w bid s of
     Nothing -> (s, [])
-    Just (b, s1) -> case schedJob s1 of
-      Just j | batchJob b == jobId j ->
-        (s1 { schedJob = Nothing }, [AbortJob (jobId j) (FunctionRefused why) (statsOf now j)])
-      _ -> assign s1 []
+    Just (b, s1) -> case M.lookup (batchJob b) (schedJobs s1) of
+      Just j -> assign (endJob (jobId j) s1) [AbortJob (jobId j) (FunctionRefused why) (statsOf now j)]
+      Nothing -> assign s1 []
+
+-- Forget a job: its outstanding batches stay with their workers (their
+-- results will be dropped) but no more of its tasks are handed out.
+endJob :: JobId -> Sched -> Sched
+endJob jid s = s { schedJobs = M.delete jid (schedJobs s), schedTurn = filter (/= jid) (schedTurn s) }
 
 -- Remove an outstanding batch from a worker.
 takeBatch :: WorkerId -> BatchId -> Sched -> Maybe (Batch, Sched)
@@ -287,9 +300,11 @@ statsOf now j = JobStats
                      | (w, p) <- M.toList (jobPresence j) ]
   }
 
--- | The batch size the job would hand out now, with this many live workers.
+-- | The batch size the first running job would hand out now, with this many live workers.
 batchSizeFor :: Int -> Sched -> Int
-batchSizeFor live s = maybe 1 (sizeOf live) (schedJob s)
+batchSizeFor live s = case M.elems (schedJobs s) of
+  j : _ -> sizeOf live j
+  [] -> 1
 
 sizeOf :: Int -> Job -> Int
 sizeOf live j = case jobBatching j of
@@ -312,29 +327,35 @@ wantsWork j worker = case M.size (workerOutstanding worker) of
   _ -> False
 
 -- Hand out pending tasks: first to workers with nothing outstanding (fewest
--- first), then a prefetch to those that want one.
+-- first), then a prefetch to those that want one. Each batch comes from the
+-- first job in turn that has pending tasks this worker should take; that
+-- job then goes to the back of the turn (INV-FAIR: concurrent jobs take
+-- workers in turn).
 assign :: Sched -> [Command] -> (Sched, [Command])
-assign s acc = case schedJob s of
-  Nothing -> (s, acc)
-  Just _ -> go s (sortOn (M.size . workerOutstanding . snd) (M.toList (schedWorkers s))) acc
+assign s acc
+  | M.null (schedJobs s) = (s, acc)
+  | otherwise = go s (sortOn (M.size . workerOutstanding . snd) (M.toList (schedWorkers s))) acc
   where
     go st [] out = (st, out)
-    go st ((w, _) : rest) out = case schedJob st of
-      Just j | jobPendingN j > 0
-             , Just worker <- M.lookup w (schedWorkers st)
-             , wantsWork j worker ->
+    go st ((w, _) : rest) out = case M.lookup w (schedWorkers st) of
+      Nothing -> go st rest out
+      Just worker -> case [ j | jid <- schedTurn st, Just j <- [M.lookup jid (schedJobs st)]
+                              , jobPendingN j > 0, wantsWork j worker ] of
+        [] -> go st rest out
+        j : _ ->
           let live = M.size (schedWorkers st)
               (ranges, n, pending') = takeTasks (sizeOf live j) (jobPending j)
               bid = schedNextBatch st
               worker' = worker { workerOutstanding = M.insert bid (Batch (jobId j) ranges n)
                                                               (workerOutstanding worker) }
               st' = st { schedWorkers = M.insert w worker' (schedWorkers st)
-                       , schedJob = Just j { jobPending = pending', jobPendingN = jobPendingN j - n }
+                       , schedJobs = M.insert (jobId j) j { jobPending = pending', jobPendingN = jobPendingN j - n }
+                                              (schedJobs st)
+                       , schedTurn = filter (/= jobId j) (schedTurn st) ++ [jobId j]
                        , schedNextBatch = bid + 1 }
               -- a worker that can take a prefetch stays in line for one more
               again = [ (w, worker') | M.size (workerOutstanding worker') < 2 ]
           in go st' (rest ++ again) (out ++ [SendBatch w bid ranges])
-      _ -> go st rest out
 
 -- Take up to n tasks from the front of the pending ranges.
 takeTasks :: Int -> Seq Range -> ([Range], Int, Seq Range)

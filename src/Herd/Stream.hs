@@ -38,11 +38,8 @@ import GHC.StaticPtr (StaticPtr)
 import Herd.Config (Config (..))
 import Herd.Error (HerdError (..))
 import Herd.Master
-import Herd.Packet (flushIdle, sendMessage)
-import Herd.Packet.Policy (Urgency (..))
 import Herd.Process
 import Herd.Task (refName)
-import Herd.Wire (ToWorker (..), encodeToWorker, streamInEncoder)
 import System.IO.Unsafe (unsafeInterleaveIO)
 
 -- | Instantiate the process on a worker, give it the list, and run the body
@@ -73,8 +70,8 @@ start cluster ptr xs = do
       encodeIn = processInEncoder ptr
       decodeOut = processOutDecoder ptr
       half = max 1 (window `div` 2)
-  ends <- StreamEnds <$> newTQueueIO <*> newTVarIO window <*> newIORef window
-  (sid, sender) <- openStream cluster ref ends
+  ends <- StreamEnds <$> newTQueueIO <*> newTVarIO window
+  sid <- openStream cluster ref ends
   let credit = endsCredit ends
       -- take all the credit granted so far at once, so the STM cost is per
       -- grant, not per element
@@ -82,17 +79,17 @@ start cluster ptr xs = do
         granted <- atomically $ swapTVar credit 0
         if granted > 0 then pure granted else do
           -- nothing else to send until the worker takes more: flush
-          flushIdle sender
+          flushStream cluster sid
           atomically $ do
             c <- readTVar credit
             when (c <= 0) retry
             writeTVar credit 0
             pure c
-      feed _ [] = sendMessage sender Urgent (encodeToWorker (StreamEnd sid))
+      feed _ [] = endStreamInput cluster sid
       feed free (y : ys) = do
         free' <- if free > 0 then pure free else takeCredit
         enc <- evaluate (encodeIn y)
-        sendMessage sender Bulk (streamInEncoder sid enc)
+        feedStream cluster sid enc
         feed (free' - 1) ys
       feeder = do
         outcome <- try (feed (0 :: Int) xs)
@@ -115,11 +112,10 @@ start cluster ptr xs = do
           StreamBroken why -> throwIO (StreamFailed name why)
           StreamElements encoded -> do
             let k = length encoded
-            atomicModifyIORef' (endsAllowed ends) (\a -> (a + k, ()))
             total <- atomicModifyIORef' consumed (\c -> (c + k, c + k))
             when (total >= half) $ do
               writeIORef consumed 0
-              sendMessage sender Urgent (encodeToWorker (StreamCredit sid (fromIntegral total)))
+              consumedStream cluster sid total
             rest <- unsafeInterleaveIO next
             pure (map (decodeOrThrow name decodeOut) encoded ++ rest)
   out <- unsafeInterleaveIO next

@@ -1,41 +1,25 @@
-{-# LANGUAGE ScopedTypeVariables #-}
-{-# LANGUAGE RankNTypes #-}
--- | What the evolve API's two master loops share: a session is a pure state
--- machine over the workers' messages, and a loop only reads packets,
--- feeds their messages to it and carries out what it says.
+{-# LANGUAGE ExistentialQuantification #-}
+-- | Sessions: the evolve API's calls as pure machines that the master core
+-- hosts beside farm jobs and stream processes.
 --
--- Promise: the machine sees each evolve message of a lent link once, in
--- the order the worker sent it, and each lost worker once; messages that
--- are not about evolve states go back to the cluster's own loop.
+-- A session is a state machine over workers' evolve messages
+-- ('machineMessage') and losses ('machineLost'); it answers with 'Out's
+-- that the core turns into sends. The core feeds a session each evolve
+-- message of its workers once, in the order the worker sent it, and each
+-- loss of one of its workers once; it ends the session when the machine
+-- says it is done, when it fails, or when none of its workers is left.
+-- Nothing here does IO.
 module Herd.Master.Session
   ( Machine (..)
   , Out (..)
   , SessionEnd (..)
-  , Driver
+  , SessionRequest (..)
   , isEvolveMessage
-    -- * For the loops
-  , Feeder (..)
-  , newFeeder
-  , feedPacket
-  , feedLost
-  , feedInitial
-  , flushTouched
   ) where
 
-import Control.Concurrent.MVar
-import Control.Exception (SomeException, try, displayException)
-import Control.Monad (forM_, unless, when)
-import qualified Data.ByteString as B
-import Data.IORef
-import qualified Data.Map.Strict as M
-import qualified Data.Set as S
 import Herd.Error (HerdError)
-import Herd.Evolve.Schedule (WorkerId)
-import Herd.Master (LentLink (..))
-import Herd.Packet (countReceived, flushIdle, sendMessage, sendMessages, splitPacket)
-import Herd.Packet.Policy (Urgency (..))
-import Herd.Transport (closeConnection)
-import Herd.Wire
+import Herd.Scheduler (WorkerId)
+import Herd.Wire (FromWorker (..), ToWorker)
 
 -- | A session's logic: pure functions of its state.
 data Machine st = Machine
@@ -44,9 +28,9 @@ data Machine st = Machine
   , machineDone    :: st -> Bool
   }
 
--- | What a session asks its loop to do.
+-- | What a session asks the core to do.
 data Out
-  = SendTo !WorkerId !ToWorker    -- ^ send a message (buffered; flushed after each packet)
+  = SendTo !WorkerId !ToWorker    -- ^ send a message (the last one to each worker of a step is urgent)
   | Fail !HerdError               -- ^ end the session with this error
   | DropPeer !WorkerId !String    -- ^ the worker broke the protocol: close its link
 
@@ -58,11 +42,15 @@ data SessionEnd st = SessionEnd
   , endLost  :: ![(WorkerId, String)]
   }
 
--- | A master loop: given the frame cap, the lent links, where to send
--- messages that are not the session's, the machine, its first state and
--- the first things to do, run until the machine is done or fails.
-type Driver = forall st. Int -> [LentLink] -> (WorkerId -> [B.ByteString] -> IO ())
-            -> Machine st -> st -> [Out] -> IO (SessionEnd st)
+-- | A caller's request for a session: how many workers it may use (the
+-- lowest numbered; 'Nothing': all), how to start it given those workers
+-- (or why it cannot start), and how to answer the caller. The answer is
+-- the only part the core cannot look into; it runs once, in the driver.
+data SessionRequest = forall st. SessionRequest
+  { requestLimit  :: !(Maybe Int)
+  , requestStart  :: [WorkerId] -> Either HerdError (Machine st, st, [Out])
+  , requestAnswer :: Either HerdError (SessionEnd st) -> IO ()
+  }
 
 -- | Whether a worker's message belongs to an evolve session.
 isEvolveMessage :: FromWorker -> Bool
@@ -76,115 +64,3 @@ isEvolveMessage m = case m of
   StatesCleared -> True
   StateReplayed {} -> True
   _ -> False
-
--- | The state a loop keeps around the machine. The machine's state is in an
--- 'Control.Concurrent.MVar.MVar' so that the threaded loop's threads can share it; the epoll loop
--- takes it uncontended.
-data Feeder st = Feeder
-  { feedMachine :: !(Machine st)
-  , feedState   :: !(MVar st)
-  , feedLinks   :: !(M.Map WorkerId LentLink)
-  , feedForward :: WorkerId -> [B.ByteString] -> IO ()
-  , feedCap     :: !Int
-  , feedError   :: !(IORef (Maybe HerdError))
-  , feedLostSet :: !(IORef (M.Map WorkerId String))
-  , feedTouched :: !(IORef (S.Set WorkerId))
-  , feedFinished :: !(IORef Bool)
-  }
-
--- | Set up a feeder.
-newFeeder :: Int -> [LentLink] -> (WorkerId -> [B.ByteString] -> IO ()) -> Machine st -> st -> IO (Feeder st)
-newFeeder cap links forward machine st0 =
-  Feeder machine <$> newMVar st0 <*> pure (M.fromList [ (lentWorker l, l) | l <- links ]) <*> pure forward
-                 <*> pure cap <*> newIORef Nothing <*> newIORef M.empty <*> newIORef S.empty
-                 <*> newIORef (machineDone machine st0)
-
--- | Carry out the session's first actions; 'True' when the session is
--- over already (nothing to do, or a first action failed it).
-feedInitial :: Feeder st -> [Out] -> IO Bool
-feedInitial f outs = do
-  stepLocked f (\st -> (st, outs))
-  flushTouched f
-  finished f
-
--- | Handle one packet from a worker; 'True' when the session is over.
-feedPacket :: Feeder st -> WorkerId -> B.ByteString -> IO Bool
-feedPacket f wid packet = do
-  let l = feedLinks f M.! wid
-  case splitPacket (feedCap f `div` 5) packet of
-    Left why -> feedLost f wid ("bad packet: " ++ why)
-    Right msgs -> do
-      atomicModifyIORef' (lentReceived l) (\r -> (countReceived (length msgs) (B.length packet) r, ()))
-      others <- go msgs []
-      unless (null others) $ feedForward f wid (reverse others)
-      finished f
-  where
-    go [] others = pure others
-    go (m : ms) others = case decodeFromWorker m of
-      Left why -> do
-        _ <- feedLost f wid ("bad message: " ++ why)
-        pure others
-      Right msg
-        | isEvolveMessage msg -> do
-            stepLocked f (machineMessage (feedMachine f) wid msg)
-            go ms others
-        | otherwise -> go ms (m : others)
-
--- | A worker's link broke (or it broke the protocol); 'True' when the
--- session is over.
-feedLost :: Feeder st -> WorkerId -> String -> IO Bool
-feedLost f wid why = do
-  known <- atomicModifyIORef' (feedLostSet f) (\m -> (M.insertWith (\_ old -> old) wid why m, M.member wid m))
-  unless known $ do
-    mapM_ (closeConnection . lentConn) (M.lookup wid (feedLinks f))
-    stepLocked f (machineLost (feedMachine f) wid why)
-  finished f
-
--- Step the machine and send what it says while still holding its state,
--- so that messages leave in the order the machine decided them even when
--- several threads step it; a worker found broken meanwhile is handled
--- after the lock is released.
-stepLocked :: Feeder st -> (st -> (st, [Out])) -> IO ()
-stepLocked f transition = do
-  broken <- modifyMVar (feedState f) $ \st -> do
-    let (st', outs) = transition st
-    broken <- perform f outs
-    st' `seq` pure (st', broken)
-  mapM_ (\(wid, why) -> feedLost f wid why) broken
-
-finished :: Feeder st -> IO Bool
-finished f = do
-  done <- machineDone (feedMachine f) <$> readMVar (feedState f)
-  failed <- readIORef (feedError f)
-  let over = done || failed /= Nothing
-  when over $ writeIORef (feedFinished f) True
-  pure over
-
--- Messages to one worker go out together, the last one urgent: the buffer
--- is sent at once and left empty, so no flush timer is armed for it.
-perform :: Feeder st -> [Out] -> IO [(WorkerId, String)]
-perform f outs = do
-  mapM_ failure [ err | Fail err <- outs ]
-  let perWorker = M.fromListWith (flip (++)) [ (wid, [msg]) | SendTo wid msg <- outs ]
-  broken <- fmap concat $ mapM sendTo (M.toList perWorker)
-  pure (broken ++ [ (wid, "bad message: " ++ why) | DropPeer wid why <- outs ])
-  where
-    failure err = atomicModifyIORef' (feedError f) (\e -> (maybe (Just err) Just e, ()))
-    sendTo (wid, msgs) = do
-      lost <- M.member wid <$> readIORef (feedLostSet f)
-      case M.lookup wid (feedLinks f) of
-        Just l | not lost -> do
-          let encs = map encodeToWorker msgs
-          sent <- try $ do
-            sendMessages (lentSender l) Bulk (init encs)
-            sendMessage (lentSender l) Urgent (last encs)
-          case sent of
-            Right () -> pure []
-            Left (e :: SomeException) -> pure [(wid, "send failed: " ++ displayException e)]
-        _ -> pure []
-
--- | Send what the session buffered for each worker since the last flush.
-flushTouched :: Feeder st -> IO ()
-flushTouched f = do
-  touched <- atomicModifyIORef' (feedTouched f) (\t -> (S.empty, t))
-  forM_ (S.toList touched) $ \wid -> mapM_ (flushIdle . lentSender) (M.lookup wid (feedLinks f))

@@ -1,0 +1,85 @@
+-- | Starting a cluster's workers: every launch the configuration asks for
+-- (local processes, one agent per ssh host, one @srun@), started at once,
+-- and the wait until each has connected all its workers or failed.
+--
+-- Promise: 'awaitLaunches' returns only when every launch is complete, or
+-- throws 'LaunchError' naming each that failed (unless partial starts are
+-- allowed and some worker connected); it never waits past the start
+-- timeout.
+module Herd.Master.Launching
+  ( startLaunches
+  , awaitLaunches
+  ) where
+
+import Control.Concurrent (threadDelay)
+import Control.Exception (throwIO)
+import Control.Monad (forM, forM_, unless)
+import Data.List (intercalate)
+import Herd.Auth (Secret)
+import Herd.Clock (monotonicSeconds)
+import Herd.Config
+import Herd.Error
+import Herd.Launch.Local
+import Herd.Launch.Process (Launch (..))
+import Herd.Launch.Slurm
+import Herd.Launch.Ssh
+import Herd.Master.Types (WorkerInfo (..))
+import System.Process (getProcessExitCode)
+
+-- | Start every launch the configuration asks for; none waits for another.
+startLaunches :: Config -> Secret -> [Maybe Int] -> Maybe Int -> String -> String -> IO [Launch]
+startLaunches cfg secret plan slurmTasks localAddr remoteAddr = do
+  locals <- if null plan then pure [] else do
+    ws <- spawnLocalWorkers (LocalLaunch localAddr (configWorkerRtsOptions cfg) "local" secret
+                                       (configWorkerNice cfg)) plan
+    pure [localLaunch ws]
+  hosts <- forM (configHosts cfg) $ startSshLaunch SshLaunch
+    { sshCommand = configSshCommand cfg, sshAddress = remoteAddr
+    , sshRtsOptions = configWorkerRtsOptions cfg, sshSecret = secret
+    , sshShip = configShip cfg, sshLog = configLog cfg }
+  slurm <- forM (maybe [] pure slurmTasks) $ startSlurmLaunch SlurmLaunch
+    { slurmAddress = remoteAddr, slurmRtsOptions = configWorkerRtsOptions cfg
+    , slurmSecret = secret, slurmLog = configLog cfg }
+  pure (locals ++ hosts ++ slurm)
+
+localLaunch :: [LocalWorker] -> Launch
+localLaunch ws = Launch
+  { launchName = "local"
+  , launchExpected = pure (Just (length ws))
+  , launchFailure = do
+      exited <- length . filter (/= Nothing) <$> mapM (getProcessExitCode . localHandle) ws
+      pure $ if exited == 0 then Nothing
+             else Just (show exited ++ " of " ++ show (length ws)
+                        ++ " local workers exited early; their errors are on standard error above")
+  , launchStop = stopLocalWorkers ws
+  }
+
+-- | Wait until every launch has all its workers connected or has failed, or
+-- the start timeout passes; then go on or throw as 'withCluster' says.
+awaitLaunches :: Config -> IO [WorkerInfo] -> [Launch] -> IO ()
+awaitLaunches cfg workerInfos launches = do
+  deadline <- (+ configStartTimeout cfg) <$> monotonicSeconds
+  let connectedOf l infos = length (filter ((== launchName l) . infoGroup) infos)
+      -- Right: complete; Left (Just why): failed; Left Nothing: still starting
+      poll = do
+        infos <- workerInfos
+        t <- monotonicSeconds
+        states <- forM launches $ \l -> do
+          want <- launchExpected l
+          failed <- launchFailure l
+          let have = connectedOf l infos
+          pure $ case (want, failed) of
+            (Just n, _) | have >= n -> Right ()
+            (_, Just why) -> Left (Just (launchName l ++ ": " ++ why))
+            _ | t >= deadline -> Left (Just (launchName l ++ ": " ++ show have ++ " of "
+                                            ++ maybe "its" show want ++ " workers connected within "
+                                            ++ show (configStartTimeout cfg) ++ " s"))
+              | otherwise -> Left Nothing
+        if Left Nothing `elem` states then threadDelay 20000 >> poll else pure states
+  states <- poll
+  let failures = [ why | Left (Just why) <- states ]
+  have <- length <$> workerInfos
+  unless (null failures) $
+    if configAllowPartialStart cfg && have > 0
+      then forM_ failures $ \why -> configLog cfg ("herd: going on without a launch that failed: " ++ why)
+      else throwIO (LaunchError (intercalate "; " failures))

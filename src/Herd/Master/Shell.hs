@@ -1,0 +1,342 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | The imperative shell around the master's core ("Herd.Master.Core"):
+-- it owns the core's state behind one lock, steps it with events from the
+-- reader, the accepting threads and callers, and carries out its commands.
+--
+-- Promises:
+--
+-- * INV-ONE-WRITER: only the shell, holding its lock, puts bytes on a
+--   link (through the link's packet sender and writer thread); nothing
+--   else in herd writes to a worker.
+-- * INV-SERIAL: the core is stepped by one thread at a time, so both
+--   readers drive exactly the same machine; a command that fails (an
+--   argument that throws, a result that does not decode, a send that
+--   breaks) is fed back as an event, never lost.
+-- * Sends never block the shell: what the kernel does not take at once
+--   goes to the link's writer thread; a worker with more than 64 MiB
+--   waiting is dropped.
+module Herd.Master.Shell
+  ( Shell
+  , newShell
+  , setReader
+  , shellStep
+  , shellRegister
+  , joinLink
+  , afterRound
+  , shutdownShell
+  , shellWorkers
+  , shellPeers
+  , shellCounters
+  , bumpCounter
+  , Registration (..)
+  ) where
+
+import Control.Concurrent (forkIO)
+import Control.Concurrent.MVar
+import Control.Concurrent.STM
+import Control.Exception
+import Control.Monad (foldM, forM_, unless, void)
+import qualified Data.ByteString as B
+import Data.IORef
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import Data.Word (Word64)
+import Herd.Clock (monotonicSeconds)
+import Herd.Config
+import Herd.Error
+import Herd.Master.Core
+import Herd.Master.Reader
+import Herd.Master.Types
+import Herd.Packet
+import Herd.Packet.Policy (Urgency (..))
+import Herd.Scheduler (JobId, JobStats, Range (..), WorkerId)
+import Herd.Task (TaskRef (..), tryUser)
+import Herd.Transport
+import Herd.Wire
+
+-- A worker's link as the shell drives it.
+data LinkHandle = LinkHandle
+  { lhConn     :: !Connection
+  , lhSender   :: !Sender
+  , lhOutbox   :: !(TQueue (Maybe B.ByteString))
+  }
+
+-- What the lock guards.
+data ShellState = ShellState
+  { ssCore     :: !Core
+  , ssLinks    :: !(M.Map WorkerId LinkHandle)
+  , ssFarms    :: !(M.Map JobId (JobSpec, MVar (Either HerdError JobStats)))
+  , ssStreams  :: !(M.Map Word64 StreamEnds)
+  , ssOpening  :: !(M.Map Word64 (MVar (Either HerdError ())))
+  , ssTouched  :: !(S.Set WorkerId)             -- ^ links with buffered messages
+  , ssGathered :: !(M.Map Word64 [B.ByteString])  -- ^ stream output of this step, newest first
+  }
+
+-- | The shell of one cluster.
+data Shell = Shell
+  { shConfig   :: !Config
+  , shState    :: !(MVar ShellState)
+  , shReader   :: !(IORef Reader)
+  , shWorkers  :: !(TVar (M.Map WorkerId WorkerInfo))
+  , shPeers    :: !(TVar (M.Map WorkerId (Sender, IORef PeerStats)))
+  , shCounters :: !(IORef ConnectionCounters)
+  }
+
+-- | What a caller registers with the shell before its first event: where
+-- the answer goes.
+data Registration
+  = RegisterFarm !JobId !JobSpec !(MVar (Either HerdError JobStats))
+  | RegisterStream !Word64 !StreamEnds !(MVar (Either HerdError ()))
+  | Forget !(Maybe JobId) !(Maybe Word64)   -- ^ the caller went away
+  | NoRegistration
+
+-- | A shell with no links; its reader is set with 'setReader' before any
+-- link joins.
+newShell :: Config -> IO Shell
+newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty M.empty M.empty S.empty M.empty)
+                         <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newIORef noCounters
+  where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ())
+
+-- | Give the shell its reader.
+setReader :: Shell -> Reader -> IO ()
+setReader sh = writeIORef (shReader sh)
+
+-- | The connected workers.
+shellWorkers :: Shell -> TVar (M.Map WorkerId WorkerInfo)
+shellWorkers = shWorkers
+
+-- | Each link's packet sender and received-packet counts.
+shellPeers :: Shell -> TVar (M.Map WorkerId (Sender, IORef PeerStats))
+shellPeers = shPeers
+
+-- | The connection counters.
+shellCounters :: Shell -> IORef ConnectionCounters
+shellCounters = shCounters
+
+-- | Change a counter.
+bumpCounter :: Shell -> (ConnectionCounters -> ConnectionCounters) -> IO ()
+bumpCounter sh f = atomicModifyIORef' (shCounters sh) (\x -> (f x, ()))
+
+-- | Step the core with these events. With 'True' every link with buffered
+-- messages is flushed afterwards; a stream's feeder passes 'False', so its
+-- elements share packets (the reader's rounds and the packet timer flush).
+shellStep :: Shell -> Bool -> [Event] -> IO ()
+shellStep sh flushNow = shellRegister sh flushNow NoRegistration
+
+-- | Register a caller's answer and step the core, under one hold of the lock.
+shellRegister :: Shell -> Bool -> Registration -> [Event] -> IO ()
+shellRegister sh flushNow reg events = modifyMVar_ (shState sh) $ \ss0 -> do
+  let ss = case reg of
+        RegisterFarm jid spec reply -> ss0 { ssFarms = M.insert jid (spec, reply) (ssFarms ss0) }
+        RegisterStream sid ends reply -> ss0 { ssStreams = M.insert sid ends (ssStreams ss0)
+                                             , ssOpening = M.insert sid reply (ssOpening ss0) }
+        Forget jid sid -> ss0 { ssFarms = maybe id M.delete jid (ssFarms ss0)
+                              , ssStreams = maybe id M.delete sid (ssStreams ss0) }
+        NoRegistration -> ss0
+  t <- monotonicSeconds
+  ss1 <- runEvents sh t ss events >>= handOver
+  if flushNow then flushTouched ss1 else pure ss1
+
+-- | What the reader runs after each round: flush what the round buffered.
+afterRound :: Shell -> IO ()
+afterRound sh = modifyMVar_ (shState sh) flushTouched
+
+-- | A worker passed the handshake: set up its sender and writer, start
+-- reading it, and tell the core.
+joinLink :: Shell -> WorkerId -> Connection -> WorkerInfo -> IO ()
+joinLink sh wid conn info = do
+  let cfg = shConfig sh
+      cap = max (64 * 1024 * 1024) (2 * configMaxFrameBytes cfg)
+  outbox <- newTQueueIO
+  failed <- newTVarIO Nothing
+  queued <- newIORef (0 :: Int)
+  received <- newIORef noPeerStats
+  let breakLink why = atomically $ modifyTVar' failed (maybe (Just why) Just)
+      enqueue bytes = do
+        q <- atomicModifyIORef' queued (\k -> (k + B.length bytes, k + B.length bytes))
+        if q > cap then breakLink ("stopped reading: " ++ show q ++ " bytes waiting to be sent to it")
+                   else atomically $ writeTQueue outbox (Just bytes)
+      -- with nothing waiting for the writer thread, send from this thread
+      -- what the kernel takes at once (no hand-off between threads per
+      -- packet); the writer sends the rest
+      out packet = do
+        let parts = frameParts packet
+        waiting <- readIORef queued
+        if waiting > 0 then mapM_ enqueue parts else do
+          rest <- trySync (sendAvailableParts conn parts)
+          either (\e -> breakLink ("send failed: " ++ displayException e)) (mapM_ enqueue) rest
+  sender <- newSender (packetPolicyOf cfg) out
+  let handle = LinkHandle conn sender outbox
+  _ <- forkIO (writer conn outbox failed queued)
+  reader <- readIORef (shReader sh)
+  modifyMVar_ (shState sh) $ \ss -> if coreStopping (ssCore ss) then closeConnection conn >> pure ss else do
+    atomically $ do
+      modifyTVar' (shWorkers sh) (M.insert wid info)
+      modifyTVar' (shPeers sh) (M.insert wid (sender, received))
+    readerAdd reader wid conn (deliver sh wid conn received) (\why -> shellStep sh True [LinkDown wid why])
+    t <- monotonicSeconds
+    runEvents sh t ss { ssLinks = M.insert wid handle (ssLinks ss) } [LinkUp wid] >>= handOver >>= flushTouched
+  where
+    -- the writer thread: drains the outbox, and reports a broken link
+    writer c outbox failed queued = do
+      let next = (Left <$> (readTVar failed >>= maybe retry pure)) `orElse` (Right <$> readTQueue outbox)
+          loop = do
+            item <- atomically next
+            case item of
+              Left why -> pure (Just why)
+              Right Nothing -> pure Nothing
+              Right (Just bytes) -> do
+                sendRaw c bytes
+                atomicModifyIORef' queued (\k -> (k - B.length bytes, ()))
+                loop
+      outcome <- trySync loop
+      let lost why = shellStep sh True [LinkDown wid why]
+      case outcome of
+        Left e -> lost ("send failed: " ++ displayException e)
+        Right (Just why) -> lost why
+        Right Nothing -> pure ()
+
+-- One frame from a worker: check the packet's structure, count it, and
+-- step the core with its messages.
+deliver :: Shell -> WorkerId -> Connection -> IORef PeerStats -> OnPacket
+deliver sh wid conn received packet =
+  case splitPacket (configMaxFrameBytes (shConfig sh) `div` 5) packet of
+    Left why -> pure (Left ("bad packet from " ++ connPeer conn ++ ": " ++ why))
+    Right msgs -> do
+      let n = length msgs
+      modifyIORef' received (countReceived n (B.length packet))
+      bumpCounter sh (\c -> c { countWorkerMessages = countWorkerMessages c + n })
+      shellStep sh False (decodeAll msgs)
+      pure (Right ())
+  where
+    decodeAll [] = []
+    decodeAll (m : ms) = case decodeFromWorker m of
+      Right msg -> Received wid msg : decodeAll ms
+      Left why -> [LinkDown wid ("bad message from " ++ connPeer conn ++ ": " ++ why)]
+
+-- | Stop: answer every caller, ask every worker to stop, and let the
+-- writers drain.
+shutdownShell :: Shell -> IO ()
+shutdownShell sh = do
+  shellStep sh True [Stop]
+  links <- ssLinks <$> readMVar (shState sh)
+  forM_ (M.elems links) $ \l -> atomically $ writeTQueue (lhOutbox l) Nothing
+
+-- Step the core through the events and every event its commands feed back.
+runEvents :: Shell -> Double -> ShellState -> [Event] -> IO ShellState
+runEvents _ _ ss [] = pure ss
+runEvents sh t ss (e : es) = do
+  let (core', cmds) = step t e (ssCore ss)
+  (ss', fed) <- foldM (execute sh) (ss { ssCore = core' }, []) cmds
+  runEvents sh t ss' (reverse fed ++ es)
+
+-- Carry out one command; events it feeds back are collected, newest first.
+execute :: Shell -> (ShellState, [Event]) -> Command -> IO (ShellState, [Event])
+execute sh (ss, fed) cmd = case cmd of
+  Send w urgency msg -> withLink w $ \l -> send w l (sendMessage (lhSender l) urgency (encodeToWorker msg))
+  SendInput w sid enc -> withLink w $ \l -> send w l (sendMessage (lhSender l) Bulk (streamInEncoder sid enc))
+  Flush w -> withLink w $ \l -> do
+    flushIdle (lhSender l)
+    pure (ss { ssTouched = S.delete w (ssTouched ss) }, fed)
+  SendBatch w jid bid ref indices -> case (M.lookup w (ssLinks ss), M.lookup jid (ssFarms ss)) of
+    (Just l, Just (spec, _)) -> do
+      checked <- checkArgs spec indices
+      case checked of
+        Left (i, why) -> pure (ss, BatchNotSent w bid (ArgumentError i (refName ref) why) : fed)
+        Right () -> do
+          sent <- trySync $ sendMessages (lhSender l) Bulk
+            (encodeToWorker (RunBatch bid ref (fromIntegral (length indices))) : map (argEncoder . specArg spec) indices)
+          case sent of
+            Right () -> pure (ss { ssTouched = S.insert w (ssTouched ss) }, fed)
+            Left ex ->
+              -- part of the batch went out: the worker's stream is spoilt
+              pure (ss, LinkDown w "an argument threw while it was being sent"
+                        : BatchNotSent w bid (ArgumentError (headOr 0 indices) (refName ref) (displayException ex)) : fed)
+    (Nothing, _) -> pure (ss, fed)   -- the link is being dropped; the core hears of it next
+    (_, Nothing) -> pure (ss, BatchNotSent w bid ClusterClosed : fed)
+  Stage jid i bytes -> withFarm jid $ \spec -> do
+    r <- tryUser (specStage spec i bytes)
+    pure (ss, either (\why -> FarmBroken jid (ResultDecodeError i (refName (specRef spec)) why) : fed) (const fed) r)
+  Accept jid ranges -> withFarm jid $ \spec -> do
+    r <- tryUser (specAccept spec ranges)
+    let first = case ranges of { Range lo _ : _ -> lo; [] -> 0 }
+    pure (ss, either (\why -> FarmBroken jid (ResultDecodeError first (refName (specRef spec)) why) : fed) (const fed) r)
+  JobDone jid result -> case M.lookup jid (ssFarms ss) of
+    Just (_, reply) -> do
+      void (tryPutMVar reply result)
+      pure (ss { ssFarms = M.delete jid (ssFarms ss) }, fed)
+    Nothing -> pure (ss, fed)
+  StreamOpened sid result -> do
+    forM_ (M.lookup sid (ssOpening ss)) $ \reply -> tryPutMVar reply (() <$ result)
+    let ss1 = ss { ssOpening = M.delete sid (ssOpening ss) }
+    pure (either (const ss1 { ssStreams = M.delete sid (ssStreams ss1) }) (const ss1) result, fed)
+  StreamOutput sid value -> pure (ss { ssGathered = M.insertWith (++) sid [value] (ssGathered ss) }, fed)
+  StreamGrant sid n -> do
+    forM_ (M.lookup sid (ssStreams ss)) $ \ends -> atomically $ modifyTVar' (endsCredit ends) (+ n)
+    pure (ss, fed)
+  StreamEnded sid why -> do
+    forM_ (M.lookup sid (ssStreams ss)) $ \ends -> do
+      forM_ (M.lookup sid (ssGathered ss)) $ \elems ->
+        atomically $ writeTQueue (endsOutput ends) (StreamElements (reverse elems))
+      atomically $ writeTQueue (endsOutput ends) (maybe StreamFinished StreamBroken why)
+    pure (ss { ssStreams = M.delete sid (ssStreams ss), ssGathered = M.delete sid (ssGathered ss) }, fed)
+  SessionEnded answer -> answer >> pure (ss, fed)
+  Drop w _ -> case M.lookup w (ssLinks ss) of
+    Nothing -> pure (ss, fed)
+    Just l -> do
+      reader <- readIORef (shReader sh)
+      readerRemove reader w (lhConn l)
+      closeConnection (lhConn l)
+      atomically $ do
+        writeTQueue (lhOutbox l) Nothing
+        modifyTVar' (shWorkers sh) (M.delete w)
+        modifyTVar' (shPeers sh) (M.delete w)
+      pure (ss { ssLinks = M.delete w (ssLinks ss), ssTouched = S.delete w (ssTouched ss) }, fed)
+  Note line -> configLog (shConfig sh) line >> pure (ss, fed)
+  where
+    withLink w act = maybe (pure (ss, fed)) act (M.lookup w (ssLinks ss))
+    withFarm jid act = maybe (pure (ss, fed)) (act . fst) (M.lookup jid (ssFarms ss))
+    send w _ act = do
+      r <- trySync act
+      case r of
+        Right () -> pure (ss { ssTouched = S.insert w (ssTouched ss) }, fed)
+        Left ex -> pure (ss, LinkDown w ("send failed: " ++ displayException ex) : fed)
+    headOr d xs = case xs of { x : _ -> x; [] -> d }
+
+-- Evaluate every argument of a batch first, so one that throws ends the
+-- job before any of its batch is sent.
+checkArgs :: JobSpec -> [Int] -> IO (Either (Int, String) ())
+checkArgs spec = go
+  where
+    go [] = pure (Right ())
+    go (i : is) = do
+      ok <- tryUser (specCheck spec i)
+      either (\why -> pure (Left (i, why))) (const (go is)) ok
+
+-- Give the callers of stream processes what this step received.
+handOver :: ShellState -> IO ShellState
+handOver ss
+  | M.null (ssGathered ss) = pure ss
+  | otherwise = do
+      forM_ (M.toList (ssGathered ss)) $ \(sid, elems) ->
+        forM_ (M.lookup sid (ssStreams ss)) $ \ends ->
+          atomically $ writeTQueue (endsOutput ends) (StreamElements (reverse elems))
+      pure ss { ssGathered = M.empty }
+
+-- Send what is buffered for every link touched since the last flush.
+flushTouched :: ShellState -> IO ShellState
+flushTouched ss = do
+  unless (S.null (ssTouched ss)) $
+    forM_ (S.toList (ssTouched ss)) $ \w -> forM_ (M.lookup w (ssLinks ss)) $ \l ->
+      void (trySync (flushIdle (lhSender l)))
+  pure ss { ssTouched = S.empty }
+
+-- Run an action, catching what it throws except asynchronous exceptions
+-- (a send fails with an 'IOException' on a socket, a 'TransportError' on a
+-- shared ring).
+trySync :: IO a -> IO (Either SomeException a)
+trySync act = do
+  r <- try act
+  case r of
+    Left e | Just (_ :: SomeAsyncException) <- fromException e -> throwIO e
+    _ -> pure r

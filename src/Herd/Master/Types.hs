@@ -1,0 +1,70 @@
+-- | The records the master's modules and its callers share: what is known
+-- of a worker, connection counters, a farm job as its caller hands it
+-- over, and a stream process's caller side. Plain data, no behaviour.
+module Herd.Master.Types
+  ( WorkerInfo (..)
+  , ConnectionCounters (..)
+  , noCounters
+  , JobSpec (..)
+  , StreamEnds (..)
+  , StreamEvent (..)
+  ) where
+
+import Control.Concurrent.STM (TQueue, TVar)
+import qualified Data.ByteString as B
+import Herd.Packet (Encoder)
+import Herd.Scheduler (Range, WorkerId)
+import Herd.Task (TaskRef)
+import Herd.Transport (TransportKind)
+
+-- | What the master knows about a connected worker.
+data WorkerInfo = WorkerInfo
+  { infoId   :: !WorkerId
+  , infoPid  :: !Int
+  , infoHost :: !String
+  , infoPeer :: !String   -- ^ the connection's address
+  , infoGroup :: !String  -- ^ the launch that started it (@local@, @ssh:HOST@, @slurm@; empty: joined by hand)
+  , infoTransport :: !TransportKind  -- ^ how it is linked to the master
+  } deriving (Eq, Show)
+
+-- | What happened to connections since the cluster started.
+data ConnectionCounters = ConnectionCounters
+  { countAccepted       :: !Int  -- ^ connections accepted
+  , countBusyRefused    :: !Int  -- ^ closed at once: too many handshakes in progress
+  , countAuthFailures   :: !Int  -- ^ peers that could not prove the secret
+  , countHandshakeFailures :: !Int  -- ^ other failed handshakes: timeouts, bad frames, wrong build
+  , countJoined         :: !Int  -- ^ workers that passed the handshake
+  , countWorkerMessages :: !Int  -- ^ messages from joined workers handed to the core
+  } deriving (Eq, Show)
+
+-- | All counters at zero.
+noCounters :: ConnectionCounters
+noCounters = ConnectionCounters 0 0 0 0 0 0
+
+-- | A farm job as its caller hands it to the master: how to check and
+-- encode tasks, and where results go. The functions run in the driver.
+data JobSpec = JobSpec
+  { specTasks    :: !Int
+  , specRef      :: !TaskRef
+  , specCheck    :: Int -> IO ()
+    -- ^ evaluate task @i@'s argument (throws what it throws)
+  , specArg      :: Int -> Encoder
+    -- ^ the encoder of task @i@'s argument, once checked
+  , specStage    :: Int -> B.ByteString -> IO ()
+    -- ^ decode task @i@'s result and keep it (throws if it does not
+    -- decode); a task may be staged twice when its worker was lost
+  , specAccept   :: [Range] -> IO ()
+    -- ^ these tasks' staged results are final; called once per task
+  }
+
+-- | A stream process's caller side, as the master sees it.
+data StreamEnds = StreamEnds
+  { endsOutput  :: !(TQueue StreamEvent)  -- ^ to the caller's output list
+  , endsCredit  :: !(TVar Int)            -- ^ input elements the caller may still send
+  }
+
+-- | What the caller of a stream process receives.
+data StreamEvent
+  = StreamElements [B.ByteString]  -- ^ encoded output elements, in order
+  | StreamFinished                 -- ^ the output ended
+  | StreamBroken String            -- ^ the process failed, or its worker was lost
