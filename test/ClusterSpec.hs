@@ -4,6 +4,7 @@
 module ClusterSpec (spec, orphanMasterMain, withTestClusterConfig) where
 
 import Control.Concurrent
+import Control.Concurrent.Async (concurrently)
 import Control.Exception
 import Control.Monad
 import qualified Data.ByteString as B
@@ -16,6 +17,7 @@ import GHC.Fingerprint (Fingerprint (..))
 import Herd
 import Herd.Auth
 import Herd.BuildId (buildIdentity)
+import Herd.Clock (monotonicSeconds)
 import Herd.Packet (packetOf, splitPacket)
 import Control.DeepSeq (force)
 import Herd.Task (TaskRef (..), taskRef)
@@ -54,10 +56,12 @@ withTestClusterConfig n tweak body = do
         , configLog = \l -> atomicModifyIORef' logs (\ls -> (l : ls, ())) }
   withCluster cfg (body logs)
 
--- The farm and stream tests, over one transport between master and workers.
-transportSpec :: TransportKind -> Spec
-transportSpec transport = describe ("over " ++ transportName transport) $ do
-  let withOverConfig n tweak = withTestClusterConfig n (\c -> tweak c { configTransport = Just transport })
+-- The farm and stream tests, over one transport between master and
+-- workers, driven by one master loop.
+transportSpec :: TransportKind -> MasterLoop -> Spec
+transportSpec transport loop = describe ("over " ++ transportName transport ++ ", with the " ++ show loop) $ do
+  let withOverConfig n tweak = withTestClusterConfig n (\c -> tweak c { configTransport = Just transport
+                                                                      , configMasterLoop = loop })
       withOver n = withOverConfig n id
   it "links every local worker by this transport" $
     withOver 2 $ \_ cluster -> do
@@ -81,6 +85,22 @@ transportSpec transport = describe ("over " ++ transportName transport) $ do
       _ <- farmAsCompleted cluster squareTask [0 .. 499] $ \i y -> modifyIORef' seen ((i, y) :)
       got <- sort <$> readIORef seen
       got `shouldBe` [ (i, i * i) | i <- [0 .. 499] ]
+
+  it "runs two threads' farms at once, their batches interleaved on the workers" $
+    withOver 2 $ \_ cluster -> do
+      done <- newIORef []
+      let job name = farmAsCompleted cluster sleepySquareTask [ (10, x) | x <- [1 .. 30] ] $ \_ _ -> do
+            t <- monotonicSeconds
+            modifyIORef' done ((name, t) :)
+      (statsA, statsB) <- concurrently (job 'a') (job 'b')
+      times <- readIORef done
+      let at name = [ t | (n, t) <- times, n == name ]
+      -- each job had results before the other's last: neither waited for the other
+      minimum (at 'a') < maximum (at 'b') `shouldBe` True
+      minimum (at 'b') < maximum (at 'a') `shouldBe` True
+      -- and each ran on both workers
+      [ statTasks s > 0 | s <- jobWorkerStats statsA ] `shouldBe` [True, True]
+      [ statTasks s > 0 | s <- jobWorkerStats statsB ] `shouldBe` [True, True]
 
   it "reports the user's exception with the task index and message" $
     withOver 2 $ \_ cluster -> do
@@ -206,7 +226,7 @@ eventually cond = go (100 :: Int)
 
 spec :: Spec
 spec = describe "a cluster of local worker processes" $ do
-  forM_ [minBound .. maxBound] transportSpec
+  forM_ [minBound .. maxBound] $ \t -> forM_ [ThreadedLoop, EpollLoop] (transportSpec t)
   it "refuses a worker from a different build, with a clear message on both sides" $
     withTestCluster 0 $ \logs cluster -> do
       exe <- getExecutablePath

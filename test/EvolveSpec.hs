@@ -40,7 +40,7 @@ spec = describe "the evolve API" $ forM_ [minBound .. maxBound] $ \transport -> 
         sort (map snd (concat (M.elems out2))) `shouldBe`
           sort [ (s + j) * 10 | (s, k) <- zip [100, 200 .. 1000] (cycle [0, 1, 2 :: Int]), j <- [0 .. k - 1] ]
 
-    it "answers many calls in a row, each lending the links anew (and a farm between them)" $
+    it "answers many calls in a row, with a farm between them" $
       withLoop loop 2 $ \cluster -> do
         ids <- resetStates cluster countEvolver [1 .. 8]
         -- one child each, so the population stays the same size

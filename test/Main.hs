@@ -11,6 +11,7 @@ import qualified EvolveScheduleSpec
 import qualified AuthSpec
 import Herd (serveIfWorker)
 import qualified SchedulerSpec
+import qualified CoreSpec
 import qualified PacketSpec
 import System.Environment (lookupEnv)
 import Test.Hspec
@@ -29,6 +30,7 @@ main = do
       ConfigSpec.spec
       AuthSpec.spec
       SchedulerSpec.spec
+      CoreSpec.spec
       PacketSpec.spec
       TransportSpec.spec
       EvolveScheduleSpec.spec

@@ -65,7 +65,7 @@ import Herd.Launch.Local (planCpus)
 import Herd.Launch.Process (Launch (..))
 import Herd.Launch.Slurm (slurmTaskCount)
 import Herd.Master.Accept
-import Herd.Master.Core (Event (..), FarmJob (..))
+import Herd.Master.Events (Event (..), FarmJob (..))
 import Herd.Epoll (epollAvailable)
 import Herd.Master.EpollReader
 import Herd.Master.Launching

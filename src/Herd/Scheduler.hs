@@ -236,7 +236,7 @@ step now ev s = case ev of
     in if M.member jid (schedJobs s) then (s, [])   -- a repeated submission is ignored
        else if n == 0 then (s, [FinishJob jid (statsOf now job)])
        else if M.null (schedWorkers s) then (s, [AbortJob jid NoWorkersLeft (statsOf now job)])
-       else assign s { schedJobs = M.insert jid job (schedJobs s), schedTurn = schedTurn s ++ [jid] } []
+       else assign s { schedJobs = M.insert jid job (schedJobs s), schedTurn = jid : schedTurn s } []
 
   BatchCompleted w bid busy failure -> case takeBatch w bid s of
     Nothing -> (s, [DropResults bid])

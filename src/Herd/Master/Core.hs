@@ -1,10 +1,9 @@
-{-# LANGUAGE ExistentialQuantification #-}
 -- | The master's one functional core: every decision the master makes, for
 -- farm jobs, stream processes and evolve sessions alike, as a pure state
 -- machine @Event -> Core -> (Core, [Command])@.
 --
 -- A driver ("Herd.Master.Shell" with one of the readers) feeds it what
--- happened (a link came up or went down, a worker's message, a caller's
+-- happened ("Herd.Master.Events") (a link came up or went down, a worker's message, a caller's
 -- request) and carries out the commands it returns (send, stage a result,
 -- answer a caller, drop a link). The core never does IO, so every
 -- interleaving of workers, losses and concurrent jobs can be replayed in a
@@ -25,9 +24,6 @@ module Herd.Master.Core
   ( -- * The machine
     Core
   , emptyCore
-  , Event (..)
-  , Command (..)
-  , FarmJob (..)
   , step
     -- * Inspection
   , coreSched
@@ -38,101 +34,32 @@ module Herd.Master.Core
   , coreFarmJobs
   ) where
 
-import Data.Foldable (toList)
 import Data.List (partition, sortOn)
 import qualified Data.Map.Strict as M
-import Data.Sequence (Seq, ViewL (..), (|>))
-import qualified Data.Sequence as Seq
-import qualified Data.Set as S
 import qualified Data.Text as T
 import Data.Word (Word64)
-import qualified Data.ByteString as B
-import Herd.Config (Batching)
 import Herd.Error (HerdError (..))
-import Herd.Master.Session (Machine (..), Out (..), SessionEnd (..), SessionRequest (..), isEvolveMessage)
-import Herd.Packet (Encoder)
+import Herd.Master.Events
+import Herd.Master.Expect
+import Herd.Master.Session
 import Herd.Packet.Policy (Urgency (..))
-import Herd.Scheduler (BatchId, JobId, Range (..), Sched, WorkerId, emptySched, outstandingFor, rangeIndices, rangeSize)
+import Herd.Scheduler (JobId, Range (..), Sched, WorkerId, emptySched, outstandingFor, rangeIndices, rangeSize)
 import qualified Herd.Scheduler as S
 import Herd.Task (TaskRef (..))
 import Herd.Wire (FromWorker (..), ToWorker (..))
-
--- | A farm job as the core knows it.
-data FarmJob = FarmJob
-  { farmRef      :: !TaskRef
-  , farmTasks    :: !Int
-  , farmBatching :: !Batching
-  , farmTarget   :: !Double    -- ^ seconds of work per batch
-  }
-
--- | Something that happened, or that a caller asks for.
-data Event
-  = LinkUp !WorkerId                    -- ^ a worker passed the handshake
-  | LinkDown !WorkerId !String          -- ^ its link broke, or it broke the protocol
-  | Received !WorkerId !FromWorker      -- ^ one message from a worker
-  | FarmSubmit !JobId !FarmJob
-  | FarmCancel !JobId                   -- ^ the caller gave up (no answer is due)
-  | FarmBroken !JobId !HerdError        -- ^ an argument or a result failed in the driver: end the job
-  | BatchNotSent !WorkerId !BatchId !HerdError
-    -- ^ the driver could not send a batch (an argument threw): end its job
-  | OpenStream !Word64 !TaskRef !Int    -- ^ a stream process, and its flow window
-  | FeedStream !Word64 !Encoder         -- ^ one input element
-  | EndStreamInput !Word64
-  | ConsumedStream !Word64 !Int         -- ^ the caller read this many more output elements
-  | FlushStream !Word64                 -- ^ the caller waits: send what is buffered
-  | CloseStream !Word64                 -- ^ the caller wants no more output
-  | SessionStart !SessionRequest
-  | Stop                                -- ^ the cluster stops: answer everyone, stop the workers
-
--- | What the driver must do, in order.
-data Command
-  = Send !WorkerId !Urgency !ToWorker
-  | SendInput !WorkerId !Word64 !Encoder
-  | SendBatch !WorkerId !JobId !BatchId !TaskRef ![Int]
-    -- ^ check and encode these tasks' arguments and send them as one batch
-    -- (if one throws, feed back 'BatchNotSent')
-  | Flush !WorkerId
-  | Stage !JobId !Int !B.ByteString
-    -- ^ a task's encoded result (a task may be staged twice when its
-    -- first worker was lost)
-  | Accept !JobId ![Range]              -- ^ these tasks' staged results are final
-  | JobDone !JobId !(Either HerdError S.JobStats)
-  | StreamOpened !Word64 !(Either HerdError WorkerId)
-  | StreamOutput !Word64 !B.ByteString
-  | StreamGrant !Word64 !Int            -- ^ the caller may send this many more input elements
-  | StreamEnded !Word64 !(Maybe String) -- ^ finished ('Nothing') or broken, with why
-  | SessionEnded (IO ())                -- ^ answer the session's caller
-  | Drop !WorkerId !String              -- ^ close this link; stop reading it
-  | Note !String                        -- ^ a line for the log
-
--- What the core knows of one link: the batches sent on it whose results
--- are due, oldest first (INV-ORDER).
-newtype Link = Link { linkExpect :: Seq Expect }
-
-data Expect = Expect
-  { expJob   :: !JobId
-  , expBatch :: !BatchId
-  , expNext  :: ![Int]   -- ^ tasks whose results are still to come, in order
-  , expGot   :: !Int
-  }
 
 data Stream = Stream
   { streamWorker  :: !WorkerId
   , streamAllowed :: !Int    -- ^ output elements the worker may still send
   }
 
--- A running session: its machine and state, its workers, those lost, its
--- error, and how to answer its caller.
-data Session = forall st. Session !(Machine st) !st !(S.Set WorkerId) !(M.Map WorkerId String)
-                                  !(Maybe HerdError) (Either HerdError (SessionEnd st) -> IO ())
-
 -- | The master's state.
 data Core = Core
   { coreSched    :: !Sched                      -- ^ the farm's scheduler
-  , coreLinks    :: !(M.Map WorkerId Link)
+  , coreLinks    :: !(M.Map WorkerId Expected)   -- ^ per live link, the batches due on it
   , coreFarms    :: !(M.Map JobId FarmJob)
   , coreStreams  :: !(M.Map Word64 Stream)
-  , coreSession  :: !(Maybe Session)
+  , coreSession  :: !(Maybe Hosted)
   , coreStopping :: !Bool
   , coreRequeued :: ![(WorkerId, Double, [Range])]  -- ^ a lost worker's tasks not yet re-sent, for the log
   }
@@ -163,7 +90,7 @@ step :: Double -> Event -> Core -> (Core, [Command])
 step now ev core = case ev of
   LinkUp w
     | coreStopping core || M.member w (coreLinks core) -> (core, [])
-    | otherwise -> sched now (S.WorkerJoined w) core { coreLinks = M.insert w (Link Seq.empty) (coreLinks core) }
+    | otherwise -> sched now (S.WorkerJoined w) core { coreLinks = M.insert w noneExpected (coreLinks core) }
   LinkDown w why -> linkDown now w why core
   Received w msg
     | M.member w (coreLinks core) -> received now w msg core
@@ -177,14 +104,15 @@ step now ev core = case ev of
   BatchNotSent w bid err -> case M.lookup w (coreLinks core) of
     Nothing -> (core, [])
     Just l ->
-      let (gone, kept) = Seq.partition ((== bid) . expBatch) (linkExpect l)
-          core1 = core { coreLinks = M.insert w (Link kept) (coreLinks core) }
-      in case toList gone of
-           e : _ -> let (core2, out1) = endFarm now (expJob e) err core1
-                        -- the batch is stale now: the scheduler forgets it
-                        (core3, out2) = sched now (S.BatchCompleted w bid 0 Nothing) core2
-                    in (core3, out1 ++ out2)
-           [] -> (core1, [])
+      let (gone, kept) = forgetBatch bid l
+          core1 = core { coreLinks = M.insert w kept (coreLinks core) }
+      in case gone of
+           Just jid ->
+             let (core2, out1) = endFarm now jid err core1
+                 -- the batch is stale now: the scheduler forgets it
+                 (core3, out2) = sched now (S.BatchCompleted w bid 0 Nothing) core2
+             in (core3, out1 ++ out2)
+           Nothing -> (core1, [])
   OpenStream sid ref window
     | coreStopping core -> (core, [StreamOpened sid (Left ClusterClosed)])
     | otherwise -> case leastLoaded core of
@@ -205,7 +133,7 @@ step now ev core = case ev of
         streams = [ StreamEnded sid (Just "the cluster was closed") | sid <- M.keys (coreStreams core) ]
         stops = [ Send w Urgent Shutdown | w <- M.keys (coreLinks core) ]
         (core1, ended) = case coreSession core of
-          Just (Session m st ws lost _ answer) -> (core { coreSession = Nothing }, [finishSession (Session m st ws lost (Just ClusterClosed) answer)])
+          Just h -> (core { coreSession = Nothing }, [SessionEnded (hostAbort ClusterClosed h)])
           Nothing -> (core, [])
     in ( core1 { coreStopping = True, coreFarms = M.empty, coreStreams = M.empty
                , coreSched = foldr (\jid s -> fst (S.step now (S.JobCancelled jid) s)) (coreSched core)
@@ -252,11 +180,9 @@ linkDown now w why core
 -- A message from a live worker.
 received :: Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
 received now w msg core = case msg of
-  Result value -> case viewExpect of
-    Just (e, later) | (i : next) <- expNext e ->
-      ( setExpect (e { expNext = next, expGot = expGot e + 1 } Seq.<| later)
-      , [ Stage (expJob e) i value | M.member (expJob e) (coreFarms core) ] )
-    _ -> bad "a result that no batch was waiting for"
+  Result value -> case nextResult link of
+    Just (jid, i, link') -> (setExpect link', [ Stage jid i value | M.member jid (coreFarms core) ])
+    Nothing -> bad "a result that no batch was waiting for"
   BatchDone bid busyNs -> popExpect bid $ \e core1 ->
     if not (null (expNext e))
       then badIn core1 ("batch " ++ show bid ++ " ended after " ++ show (expGot e) ++ " of "
@@ -280,14 +206,11 @@ received now w msg core = case msg of
   _ | isEvolveMessage msg -> sessionMessage now w msg core
     | otherwise -> (core, [])
   where
-    link = M.findWithDefault (Link Seq.empty) w (coreLinks core)
-    viewExpect = case Seq.viewl (linkExpect link) of
-      e :< later -> Just (e, later)
-      EmptyL -> Nothing
-    setExpect q = core { coreLinks = M.insert w (Link q) (coreLinks core) }
-    popExpect bid act = case viewExpect of
-      Just (e, later) | expBatch e == bid -> act e (setExpect later)
-      _ -> bad ("an end of batch " ++ show bid ++ ", which is not the batch in progress")
+    link = M.findWithDefault noneExpected w (coreLinks core)
+    setExpect l = core { coreLinks = M.insert w l (coreLinks core) }
+    popExpect bid act = case endOfBatch bid link of
+      Just (e, later) -> act e (setExpect later)
+      Nothing -> bad ("an end of batch " ++ show bid ++ ", which is not the batch in progress")
     bad = badIn core
     badIn c why = linkDown now w ("bad message: " ++ why) c
     ownStream sid act = case M.lookup sid (coreStreams core) of
@@ -305,7 +228,7 @@ sched now ev core =
       S.SendBatch w bid ranges -> case (S.batchJobOf w bid (coreSched c), M.lookup w (coreLinks c)) of
         (Just jid, Just l) | Just job <- M.lookup jid (coreFarms c) ->
           let indices = rangeIndices ranges
-              c1 = c { coreLinks = M.insert w (Link (linkExpect l |> Expect jid bid indices 0)) (coreLinks c) }
+              c1 = c { coreLinks = M.insert w (expectBatch jid bid indices l) (coreLinks c) }
               (c2, notes) = noteRerun w ranges c1
           in (c2, out ++ notes ++ [SendBatch w jid bid (farmRef job) indices])
         _ -> (c, out)
@@ -336,56 +259,35 @@ failureError name failure = case failure of
 
 -- Start a session on the live workers (the lowest numbered, up to its limit).
 startSession :: Double -> SessionRequest -> Core -> (Core, [Command])
-startSession now (SessionRequest limit start answer) core
-  | coreStopping core = (core, [SessionEnded (answer (Left ClusterClosed))])
+startSession now req core
+  | coreStopping core = (core, [SessionEnded (refuseRequest ClusterClosed req)])
   | Just _ <- coreSession core =
-      (core, [SessionEnded (answer (Left (EvolveFailed "" "" "another evolve call is running on this cluster")))])
-  | otherwise = case start workers of
-      Left err -> (core, [SessionEnded (answer (Left err))])
-      Right (machine, st0, outs) ->
-        settle now (Session machine st0 (S.fromList workers) M.empty Nothing answer) outs core
-  where workers = maybe id take limit (M.keys (coreLinks core))
+      (core, [SessionEnded (refuseRequest (EvolveFailed "" "" "another evolve call is running on this cluster") req)])
+  | otherwise = case hostStart (maybe id take (requestLimit req) (M.keys (coreLinks core))) req of
+      Left answer -> (core, [SessionEnded answer])
+      Right (hosted, outs) -> settle now hosted outs core
 
 -- Hand a worker's evolve message to the session, if it is one of its workers.
 sessionMessage :: Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
-sessionMessage now w msg core = case coreSession core of
-  Just (Session machine st ws lost err answer) | S.member w ws, not (M.member w lost) ->
-    let (st', outs) = machineMessage machine w msg st
-    in settle now (Session machine st' ws lost err answer) outs core
-  _ -> (core, [])   -- a late answer of a call that ended
+sessionMessage now w msg core = case coreSession core >>= hostMessage w msg of
+  Just (hosted, outs) -> settle now hosted outs core
+  Nothing -> (core, [])   -- a late answer of a call that ended
 
 sessionLost :: Double -> WorkerId -> String -> Core -> (Core, [Command])
-sessionLost now w why core = case coreSession core of
-  Just (Session machine st ws lost err answer) | S.member w ws, not (M.member w lost) ->
-    let (st', outs) = machineLost machine w why st
-    in settle now (Session machine st' ws (M.insert w why lost) err answer) outs core
-  _ -> (core, [])
+sessionLost now w why core = case coreSession core >>= hostLost w why of
+  Just (hosted, outs) -> settle now hosted outs core
+  Nothing -> (core, [])
 
 -- Carry out a session's outs and end it if it is over. Messages to one
--- worker go out together, the last one urgent.
-settle :: Double -> Session -> [Out] -> Core -> (Core, [Command])
-settle now s0 outs core0 =
-  let failed = case (s0, [ e | Fail e <- outs ]) of
-        (Session m st ws lost Nothing answer, e : _) -> Session m st ws lost (Just e) answer
-        _ -> s0
-      live w = case failed of
-        Session _ _ ws lost _ _ -> S.member w ws && not (M.member w lost) && M.member w (coreLinks core0)
-      perWorker = M.fromListWith (flip (++)) [ (w, [m]) | SendTo w m <- outs, live w ]
+-- worker go out together, the last one urgent; a dropped peer is a lost
+-- worker for the session too.
+settle :: Double -> Hosted -> [Out] -> Core -> (Core, [Command])
+settle now hosted outs core0 =
+  let (hosted1, perWorker, drops) = hostApply (`M.member` coreLinks core0) outs hosted
       sends = concat [ [ Send w Bulk m | m <- init ms ] ++ [Send w Urgent (last ms)]
-                     | (w, ms) <- M.toList perWorker, not (null ms) ]
-      drops = [ (w, "bad message: " ++ why) | DropPeer w why <- outs ]
-      core1 = core0 { coreSession = Just failed }
-      -- a dropped peer is a lost worker for the session too
-      (core2, dropOut) = foldl (\(c, acc) (w, why) -> let (c', o) = stepLinkDown w why c in (c', acc ++ o))
-                               (core1, []) drops
+                     | (w, ms) <- perWorker, not (null ms) ]
+      (core2, dropOut) = foldl (\(c, acc) (w, why) -> let (c', o) = linkDown now w ("bad message: " ++ why) c in (c', acc ++ o))
+                               (core0 { coreSession = Just hosted1 }, []) drops
   in case coreSession core2 of
-       Just s | over s -> (core2 { coreSession = Nothing }, sends ++ dropOut ++ [finishSession s])
+       Just h | hostOver h -> (core2 { coreSession = Nothing }, sends ++ dropOut ++ [SessionEnded (hostAnswer h)])
        _ -> (core2, sends ++ dropOut)
-  where
-    stepLinkDown w why c = linkDown now w why c
-    over (Session machine st ws lost err _) =
-      maybe False (const True) err || machineDone machine st || S.null (S.difference ws (M.keysSet lost))
-
-finishSession :: Session -> Command
-finishSession (Session _ st _ lost err answer) =
-  SessionEnded (answer (Right (SessionEnd st err (M.toList lost))))

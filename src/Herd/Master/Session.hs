@@ -15,8 +15,20 @@ module Herd.Master.Session
   , SessionEnd (..)
   , SessionRequest (..)
   , isEvolveMessage
+    -- * Hosting (for "Herd.Master.Core")
+  , Hosted
+  , hostStart
+  , refuseRequest
+  , hostMessage
+  , hostLost
+  , hostApply
+  , hostOver
+  , hostAnswer
+  , hostAbort
   ) where
 
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
 import Herd.Error (HerdError)
 import Herd.Scheduler (WorkerId)
 import Herd.Wire (FromWorker (..), ToWorker)
@@ -64,3 +76,61 @@ isEvolveMessage m = case m of
   StatesCleared -> True
   StateReplayed {} -> True
   _ -> False
+
+-- | A running session as the core hosts it: its machine and state, its
+-- workers, those lost (with why), its error, and how to answer its caller.
+data Hosted = forall st. Hosted !(Machine st) !st !(S.Set WorkerId) !(M.Map WorkerId String)
+                                !(Maybe HerdError) (Either HerdError (SessionEnd st) -> IO ())
+
+-- | Start a request on these workers: the session and its first outs, or
+-- the answer to give at once (it could not start).
+hostStart :: [WorkerId] -> SessionRequest -> Either (IO ()) (Hosted, [Out])
+hostStart workers (SessionRequest _ start answer) = case start workers of
+  Left err -> Left (answer (Left err))
+  Right (machine, st0, outs) -> Right (Hosted machine st0 (S.fromList workers) M.empty Nothing answer, outs)
+
+-- | The answer to a request refused before it started.
+refuseRequest :: HerdError -> SessionRequest -> IO ()
+refuseRequest err (SessionRequest _ _ answer) = answer (Left err)
+
+-- | A message from a worker; 'Nothing' if it is not one of the session's
+-- live workers (a late answer of a call that ended).
+hostMessage :: WorkerId -> FromWorker -> Hosted -> Maybe (Hosted, [Out])
+hostMessage w msg (Hosted machine st ws lost err answer)
+  | S.member w ws, not (M.member w lost) =
+      let (st', outs) = machineMessage machine w msg st
+      in Just (Hosted machine st' ws lost err answer, outs)
+  | otherwise = Nothing
+
+-- | One of the session's workers was lost (each is told once).
+hostLost :: WorkerId -> String -> Hosted -> Maybe (Hosted, [Out])
+hostLost w why (Hosted machine st ws lost err answer)
+  | S.member w ws, not (M.member w lost) =
+      let (st', outs) = machineLost machine w why st
+      in Just (Hosted machine st' ws (M.insert w why lost) err answer, outs)
+  | otherwise = Nothing
+
+-- | Take in a step's outs: the first failure is kept; messages to each of
+-- the session's live workers (those the predicate accepts too) are
+-- gathered per worker, in order; the peers to drop are listed.
+hostApply :: (WorkerId -> Bool) -> [Out] -> Hosted -> (Hosted, [(WorkerId, [ToWorker])], [(WorkerId, String)])
+hostApply linked outs (Hosted machine st ws lost err answer) =
+  let err' = case (err, [ e | Fail e <- outs ]) of
+        (Nothing, e : _) -> Just e
+        _ -> err
+      live w = S.member w ws && not (M.member w lost) && linked w
+      perWorker = M.fromListWith (flip (++)) [ (w, [m]) | SendTo w m <- outs, live w ]
+  in (Hosted machine st ws lost err' answer, M.toList perWorker, [ (w, why) | DropPeer w why <- outs ])
+
+-- | Whether the session is over: done, failed, or left with no worker.
+hostOver :: Hosted -> Bool
+hostOver (Hosted machine st ws lost err _) =
+  maybe False (const True) err || machineDone machine st || S.null (S.difference ws (M.keysSet lost))
+
+-- | The answer to the session's caller, with how it ended.
+hostAnswer :: Hosted -> IO ()
+hostAnswer (Hosted _ st _ lost err answer) = answer (Right (SessionEnd st err (M.toList lost)))
+
+-- | The answer when the session is cut short with this error.
+hostAbort :: HerdError -> Hosted -> IO ()
+hostAbort e (Hosted _ st _ lost _ answer) = answer (Right (SessionEnd st (Just e) (M.toList lost)))

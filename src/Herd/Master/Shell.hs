@@ -31,7 +31,6 @@ module Herd.Master.Shell
   , Registration (..)
   ) where
 
-import Control.Concurrent (forkIO)
 import Control.Concurrent.MVar
 import Control.Concurrent.STM
 import Control.Exception
@@ -45,6 +44,8 @@ import Herd.Clock (monotonicSeconds)
 import Herd.Config
 import Herd.Error
 import Herd.Master.Core
+import Herd.Master.Events
+import Herd.Master.Link
 import Herd.Master.Reader
 import Herd.Master.Types
 import Herd.Packet
@@ -53,13 +54,6 @@ import Herd.Scheduler (JobId, JobStats, Range (..), WorkerId)
 import Herd.Task (TaskRef (..), tryUser)
 import Herd.Transport
 import Herd.Wire
-
--- A worker's link as the shell drives it.
-data LinkHandle = LinkHandle
-  { lhConn     :: !Connection
-  , lhSender   :: !Sender
-  , lhOutbox   :: !(TQueue (Maybe B.ByteString))
-  }
 
 -- What the lock guards.
 data ShellState = ShellState
@@ -145,56 +139,17 @@ afterRound sh = modifyMVar_ (shState sh) flushTouched
 -- reading it, and tell the core.
 joinLink :: Shell -> WorkerId -> Connection -> WorkerInfo -> IO ()
 joinLink sh wid conn info = do
-  let cfg = shConfig sh
-      cap = max (64 * 1024 * 1024) (2 * configMaxFrameBytes cfg)
-  outbox <- newTQueueIO
-  failed <- newTVarIO Nothing
-  queued <- newIORef (0 :: Int)
   received <- newIORef noPeerStats
-  let breakLink why = atomically $ modifyTVar' failed (maybe (Just why) Just)
-      enqueue bytes = do
-        q <- atomicModifyIORef' queued (\k -> (k + B.length bytes, k + B.length bytes))
-        if q > cap then breakLink ("stopped reading: " ++ show q ++ " bytes waiting to be sent to it")
-                   else atomically $ writeTQueue outbox (Just bytes)
-      -- with nothing waiting for the writer thread, send from this thread
-      -- what the kernel takes at once (no hand-off between threads per
-      -- packet); the writer sends the rest
-      out packet = do
-        let parts = frameParts packet
-        waiting <- readIORef queued
-        if waiting > 0 then mapM_ enqueue parts else do
-          rest <- trySync (sendAvailableParts conn parts)
-          either (\e -> breakLink ("send failed: " ++ displayException e)) (mapM_ enqueue) rest
-  sender <- newSender (packetPolicyOf cfg) out
-  let handle = LinkHandle conn sender outbox
-  _ <- forkIO (writer conn outbox failed queued)
+  handle <- openLink (shConfig sh) conn (\why -> shellStep sh True [LinkDown wid why])
   reader <- readIORef (shReader sh)
-  modifyMVar_ (shState sh) $ \ss -> if coreStopping (ssCore ss) then closeConnection conn >> pure ss else do
-    atomically $ do
-      modifyTVar' (shWorkers sh) (M.insert wid info)
-      modifyTVar' (shPeers sh) (M.insert wid (sender, received))
-    readerAdd reader wid conn (deliver sh wid conn received) (\why -> shellStep sh True [LinkDown wid why])
-    t <- monotonicSeconds
-    runEvents sh t ss { ssLinks = M.insert wid handle (ssLinks ss) } [LinkUp wid] >>= handOver >>= flushTouched
-  where
-    -- the writer thread: drains the outbox, and reports a broken link
-    writer c outbox failed queued = do
-      let next = (Left <$> (readTVar failed >>= maybe retry pure)) `orElse` (Right <$> readTQueue outbox)
-          loop = do
-            item <- atomically next
-            case item of
-              Left why -> pure (Just why)
-              Right Nothing -> pure Nothing
-              Right (Just bytes) -> do
-                sendRaw c bytes
-                atomicModifyIORef' queued (\k -> (k - B.length bytes, ()))
-                loop
-      outcome <- trySync loop
-      let lost why = shellStep sh True [LinkDown wid why]
-      case outcome of
-        Left e -> lost ("send failed: " ++ displayException e)
-        Right (Just why) -> lost why
-        Right Nothing -> pure ()
+  modifyMVar_ (shState sh) $ \ss ->
+    if coreStopping (ssCore ss) then stopWriting handle >> closeConnection conn >> pure ss else do
+      atomically $ do
+        modifyTVar' (shWorkers sh) (M.insert wid info)
+        modifyTVar' (shPeers sh) (M.insert wid (lhSender handle, received))
+      readerAdd reader wid conn (deliver sh wid conn received) (\why -> shellStep sh True [LinkDown wid why])
+      t <- monotonicSeconds
+      runEvents sh t ss { ssLinks = M.insert wid handle (ssLinks ss) } [LinkUp wid] >>= handOver >>= flushTouched
 
 -- One frame from a worker: check the packet's structure, count it, and
 -- step the core with its messages.
@@ -220,7 +175,7 @@ shutdownShell :: Shell -> IO ()
 shutdownShell sh = do
   shellStep sh True [Stop]
   links <- ssLinks <$> readMVar (shState sh)
-  forM_ (M.elems links) $ \l -> atomically $ writeTQueue (lhOutbox l) Nothing
+  mapM_ stopWriting (M.elems links)
 
 -- Step the core through the events and every event its commands feed back.
 runEvents :: Shell -> Double -> ShellState -> [Event] -> IO ShellState
@@ -287,8 +242,8 @@ execute sh (ss, fed) cmd = case cmd of
       reader <- readIORef (shReader sh)
       readerRemove reader w (lhConn l)
       closeConnection (lhConn l)
+      stopWriting l
       atomically $ do
-        writeTQueue (lhOutbox l) Nothing
         modifyTVar' (shWorkers sh) (M.delete w)
         modifyTVar' (shPeers sh) (M.delete w)
       pure (ss { ssLinks = M.delete w (ssLinks ss), ssTouched = S.delete w (ssTouched ss) }, fed)
@@ -330,13 +285,3 @@ flushTouched ss = do
     forM_ (S.toList (ssTouched ss)) $ \w -> forM_ (M.lookup w (ssLinks ss)) $ \l ->
       void (trySync (flushIdle (lhSender l)))
   pure ss { ssTouched = S.empty }
-
--- Run an action, catching what it throws except asynchronous exceptions
--- (a send fails with an 'IOException' on a socket, a 'TransportError' on a
--- shared ring).
-trySync :: IO a -> IO (Either SomeException a)
-trySync act = do
-  r <- try act
-  case r of
-    Left e | Just (_ :: SomeAsyncException) <- fromException e -> throwIO e
-    _ -> pure r

@@ -1,0 +1,67 @@
+-- | The vocabulary of the master's core ("Herd.Master.Core"): the events a
+-- driver feeds it and the commands it returns. Plain data; the core gives
+-- them their meaning.
+module Herd.Master.Events
+  ( FarmJob (..)
+  , Event (..)
+  , Command (..)
+  ) where
+
+import qualified Data.ByteString as B
+import Data.Word (Word64)
+import Herd.Config (Batching)
+import Herd.Error (HerdError)
+import Herd.Master.Session (SessionRequest)
+import Herd.Packet (Encoder)
+import Herd.Packet.Policy (Urgency)
+import Herd.Scheduler (BatchId, JobId, JobStats, Range, WorkerId)
+import Herd.Task (TaskRef)
+import Herd.Wire (FromWorker, ToWorker)
+
+-- | A farm job as the core knows it.
+data FarmJob = FarmJob
+  { farmRef      :: !TaskRef
+  , farmTasks    :: !Int
+  , farmBatching :: !Batching
+  , farmTarget   :: !Double    -- ^ seconds of work per batch
+  }
+
+-- | Something that happened, or that a caller asks for.
+data Event
+  = LinkUp !WorkerId                    -- ^ a worker passed the handshake
+  | LinkDown !WorkerId !String          -- ^ its link broke, or it broke the protocol
+  | Received !WorkerId !FromWorker      -- ^ one message from a worker
+  | FarmSubmit !JobId !FarmJob
+  | FarmCancel !JobId                   -- ^ the caller gave up (no answer is due)
+  | FarmBroken !JobId !HerdError        -- ^ an argument or a result failed in the driver: end the job
+  | BatchNotSent !WorkerId !BatchId !HerdError
+    -- ^ the driver could not send a batch (an argument threw): end its job
+  | OpenStream !Word64 !TaskRef !Int    -- ^ a stream process, and its flow window
+  | FeedStream !Word64 !Encoder         -- ^ one input element
+  | EndStreamInput !Word64
+  | ConsumedStream !Word64 !Int         -- ^ the caller read this many more output elements
+  | FlushStream !Word64                 -- ^ the caller waits: send what is buffered
+  | CloseStream !Word64                 -- ^ the caller wants no more output
+  | SessionStart !SessionRequest
+  | Stop                                -- ^ the cluster stops: answer everyone, stop the workers
+
+-- | What the driver must do, in order.
+data Command
+  = Send !WorkerId !Urgency !ToWorker
+  | SendInput !WorkerId !Word64 !Encoder
+  | SendBatch !WorkerId !JobId !BatchId !TaskRef ![Int]
+    -- ^ check and encode these tasks' arguments and send them as one batch
+    -- (if one throws, feed back 'BatchNotSent')
+  | Flush !WorkerId
+  | Stage !JobId !Int !B.ByteString
+    -- ^ a task's encoded result (a task may be staged twice when its
+    -- first worker was lost)
+  | Accept !JobId ![Range]              -- ^ these tasks' staged results are final
+  | JobDone !JobId !(Either HerdError JobStats)
+  | StreamOpened !Word64 !(Either HerdError WorkerId)
+  | StreamOutput !Word64 !B.ByteString
+  | StreamGrant !Word64 !Int            -- ^ the caller may send this many more input elements
+  | StreamEnded !Word64 !(Maybe String) -- ^ finished ('Nothing') or broken, with why
+  | SessionEnded (IO ())                -- ^ answer the session's caller
+  | Drop !WorkerId !String              -- ^ close this link; stop reading it
+  | Note !String                        -- ^ a line for the log

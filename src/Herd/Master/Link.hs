@@ -1,0 +1,89 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | One worker's link as the master's shell writes it: a packet sender
+-- ("Herd.Packet") whose packets go out from the sending thread when the
+-- kernel takes them at once, and through the link's own writer thread
+-- otherwise, so a slow worker never blocks the shell.
+--
+-- Promises: sending never blocks the caller; packets leave in the order
+-- they were made; a send that fails, or more than 64 MiB (or twice the
+-- frame cap) waiting for a worker that stopped reading, breaks the link,
+-- and the writer thread reports it once through the action given; closing
+-- lets the writer drain what waits and end.
+module Herd.Master.Link
+  ( LinkHandle (..)
+  , openLink
+  , stopWriting
+  , trySync
+  ) where
+
+import Control.Concurrent (forkIO)
+import Control.Concurrent.STM
+import Control.Exception
+import Control.Monad (void)
+import qualified Data.ByteString as B
+import Data.IORef
+import Herd.Config
+import Herd.Packet
+import Herd.Transport
+
+-- | A worker's link as the shell drives it.
+data LinkHandle = LinkHandle
+  { lhConn   :: !Connection
+  , lhSender :: !Sender
+  , lhOutbox :: !(TQueue (Maybe B.ByteString))  -- ^ for the writer thread; 'Nothing' ends it
+  }
+
+-- | Set up a link's sender and start its writer thread; the action is
+-- called from that thread, once, if the link breaks.
+openLink :: Config -> Connection -> (String -> IO ()) -> IO LinkHandle
+openLink cfg conn onBroken = do
+  let cap = max (64 * 1024 * 1024) (2 * configMaxFrameBytes cfg)
+  outbox <- newTQueueIO
+  failed <- newTVarIO Nothing
+  queued <- newIORef (0 :: Int)
+  let breakLink why = atomically $ modifyTVar' failed (maybe (Just why) Just)
+      enqueue bytes = do
+        q <- atomicModifyIORef' queued (\k -> (k + B.length bytes, k + B.length bytes))
+        if q > cap then breakLink ("stopped reading: " ++ show q ++ " bytes waiting to be sent to it")
+                   else atomically $ writeTQueue outbox (Just bytes)
+      -- with nothing waiting for the writer thread, send from this thread
+      -- what the kernel takes at once (no hand-off between threads per
+      -- packet); the writer sends the rest
+      out packet = do
+        let parts = frameParts packet
+        waiting <- readIORef queued
+        if waiting > 0 then mapM_ enqueue parts else do
+          rest <- trySync (sendAvailableParts conn parts)
+          either (\e -> breakLink ("send failed: " ++ displayException e)) (mapM_ enqueue) rest
+      next = (Left <$> (readTVar failed >>= maybe retry pure)) `orElse` (Right <$> readTQueue outbox)
+      writer = do
+        item <- atomically next
+        case item of
+          Left why -> pure (Just why)
+          Right Nothing -> pure Nothing
+          Right (Just bytes) -> do
+            sendRaw conn bytes
+            atomicModifyIORef' queued (\k -> (k - B.length bytes, ()))
+            writer
+  sender <- newSender (packetPolicyOf cfg) out
+  void $ forkIO $ do
+    outcome <- trySync writer
+    case outcome of
+      Left e -> onBroken ("send failed: " ++ displayException e)
+      Right (Just why) -> onBroken why
+      Right Nothing -> pure ()
+  pure (LinkHandle conn sender outbox)
+
+-- | Let the writer send what waits, then end.
+stopWriting :: LinkHandle -> IO ()
+stopWriting l = atomically $ writeTQueue (lhOutbox l) Nothing
+
+-- | Run an action, catching what it throws except asynchronous exceptions
+-- (a send fails with an 'IOException' on a socket, a 'TransportError' on a
+-- shared ring).
+trySync :: IO a -> IO (Either SomeException a)
+trySync act = do
+  r <- try act
+  case r of
+    Left e | Just (_ :: SomeAsyncException) <- fromException e -> throwIO e
+    _ -> pure r

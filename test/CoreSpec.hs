@@ -1,0 +1,328 @@
+-- | Properties of the master's pure core ("Herd.Master.Core"), driven by
+-- simulated workers and callers with no socket: random interleavings of
+-- worker messages, joins, losses, protocol-breaking peers, and concurrent
+-- farm jobs, stream processes and evolve sessions. At every step no worker
+-- is idle while a job has unassigned tasks; at the end every caller was
+-- answered exactly once, every task of a finished job was accepted exactly
+-- once with its own result, and every stream that finished returned its
+-- input in order.
+module CoreSpec (spec) where
+
+import Control.Monad (foldM)
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Char8 as BC
+import Data.IORef
+import Data.List (isPrefixOf)
+import qualified Data.Map.Strict as M
+import qualified Data.Text as T
+import Data.Sequence (Seq, ViewL (..), (|>))
+import qualified Data.Sequence as Seq
+import Herd.Config (Batching (..))
+import Herd.Error (HerdError (..))
+import Herd.Master.Core
+import Herd.Master.Events
+import Herd.Master.Session
+import Herd.Packet (encodeBytes, encoderBytes)
+import Herd.Scheduler (WorkerId, liveWorkers, outstandingFor, pendingTasks, rangeIndices)
+import Herd.Task (TaskRef, taskRef)
+import Herd.Wire (FromWorker (..), ToWorker (..))
+import Test.Hspec
+import Test.QuickCheck
+import TestTasks (squareTask)
+
+-- What a simulated worker has been sent and not yet handled, and what it
+-- has answered that the master has not yet read.
+data WorkerModel = WorkerModel
+  { wmInbox   :: Seq Item
+  , wmOutbox  :: Seq FromWorker
+  , wmStreams :: M.Map Word (Int, [B.ByteString], Bool)  -- credit, outputs waiting for credit, input ended
+  }
+
+data Item = Msg ToWorker | Batch Word Word [Int] | Input Word B.ByteString
+
+data FarmModel = FarmModel
+  { fmTasks    :: Int
+  , fmPoison   :: Maybe Int
+  , fmStaged   :: M.Map Int B.ByteString
+  , fmAccepted :: M.Map Int Int        -- times each task was accepted
+  , fmAnswers  :: [Either HerdError ()]
+  , fmCancelled :: Bool
+  }
+
+data StreamModel = StreamModel
+  { smInput    :: [B.ByteString]       -- not yet sent
+  , smCredit   :: Int
+  , smEnded    :: Bool                 -- input end sent
+  , smOutput   :: [B.ByteString]       -- received, in order
+  , smUnread   :: Int                  -- received, not yet reported consumed
+  , smOpened   :: [Either HerdError WorkerId]
+  , smEnds     :: [Maybe String]
+  , smSent     :: [B.ByteString]
+  }
+
+data World = World
+  { wCore      :: Core
+  , wTime      :: Double
+  , wWorkers   :: M.Map WorkerId WorkerModel
+  , wNextW     :: WorkerId
+  , wNextId    :: Word
+  , wFarms     :: M.Map Word FarmModel
+  , wStreams   :: M.Map Word StreamModel
+  , wSessions  :: [IORef [Either HerdError ()]]
+  , wProblems  :: [String]
+  }
+
+-- | One happening, chosen by numbers.
+data Action
+  = Join | Kill Int | Handle Int | Deliver Int | Garbage Int
+  | Submit Int (Maybe Int) Bool | Cancel Int
+  | Open Int | Caller Int | Session (Maybe Int)
+  deriving (Show)
+
+genAction :: Gen Action
+genAction = frequency
+  [ (2, pure Join), (1, Kill <$> arbitrary), (12, Handle <$> arbitrary), (12, Deliver <$> arbitrary)
+  , (1, Garbage <$> arbitrary)
+  , (3, Submit <$> choose (0, 25) <*> frequency [(4, pure Nothing), (1, Just <$> choose (0, 25))] <*> arbitrary)
+  , (1, Cancel <$> arbitrary), (2, Open <$> choose (0, 12)), (6, Caller <$> arbitrary)
+  , (1, Session <$> elements [Nothing, Just 1, Just 2]) ]
+
+ref :: TaskRef
+ref = taskRef squareTask
+
+resultOf :: Word -> Int -> B.ByteString
+resultOf jid i = BC.pack (show (jid, i))
+
+window :: Int
+window = 3
+
+pick :: Int -> [a] -> Maybe a
+pick _ [] = Nothing
+pick k xs = Just (xs !! (k `mod` length xs))
+
+-- Step the core and carry out its commands on the models.
+feed :: Event -> World -> IO World
+feed ev w = do
+  let t = wTime w + 0.001
+      (core', cmds) = step t ev (wCore w)
+  w1 <- foldM command w { wCore = core', wTime = t } cmds
+  -- INV-BUSY, seen through the core: no live worker without work while a
+  -- job has tasks no worker was given
+  let s = coreSched core'
+      idle = [ x | x <- liveWorkers s, null (outstandingFor x s) ]
+  pure $ if pendingTasks s > 0 && not (null idle)
+           then w1 { wProblems = ("workers " ++ show idle ++ " idle with tasks pending") : wProblems w1 }
+           else w1
+
+command :: World -> Command -> IO World
+command w cmd = case cmd of
+  Send x _ msg -> pure (toWorker x (Msg msg))
+  SendInput x sid enc -> toWorker x . Input (fromIntegral sid) <$> encoderBytes enc
+  SendBatch x jid bid _ tasks -> pure (toWorker x (Batch (fromIntegral jid) (fromIntegral bid) tasks))
+  Flush _ -> pure w
+  Stage jid i bytes -> farmDo jid $ \f ->
+    if bytes /= resultOf (fromIntegral jid) i then Left ("wrong result staged for task " ++ show i)
+    else Right f { fmStaged = M.insert i bytes (fmStaged f) }
+  Accept jid ranges -> farmDo jid $ \f ->
+    let is = rangeIndices ranges
+        unstaged = [ i | i <- is, not (M.member i (fmStaged f)) ]
+    in if not (null unstaged) then Left ("accepted unstaged tasks " ++ show unstaged)
+       else Right f { fmAccepted = M.unionWith (+) (fmAccepted f) (M.fromList [ (i, 1) | i <- is ]) }
+  JobDone jid r -> farmDo jid $ \f -> Right f { fmAnswers = (() <$ r) : fmAnswers f }
+  StreamOpened sid r -> streamDo sid $ \m -> m { smOpened = r : smOpened m }
+  StreamOutput sid v -> streamDo sid $ \m -> m { smOutput = smOutput m ++ [v], smUnread = smUnread m + 1 }
+  StreamGrant sid n -> streamDo sid $ \m -> m { smCredit = smCredit m + n }
+  StreamEnded sid why -> streamDo sid $ \m -> m { smEnds = why : smEnds m }
+  SessionEnded answer -> answer >> pure w
+  Drop x _ -> pure w { wWorkers = M.delete x (wWorkers w) }
+  Note _ -> pure w
+  where
+    toWorker x item = w { wWorkers = M.adjust (\m -> m { wmInbox = wmInbox m |> item }) x (wWorkers w) }
+    problem p = pure w { wProblems = p : wProblems w }
+    farmDo jid change = case M.lookup (fromIntegral jid) (wFarms w) of
+      Nothing -> problem ("a command for unknown job " ++ show jid)
+      Just f -> either problem (\f' -> pure w { wFarms = M.insert (fromIntegral jid) f' (wFarms w) }) (change f)
+    streamDo sid f = pure w { wStreams = M.adjust f (fromIntegral sid) (wStreams w) }
+
+-- A worker handles the oldest thing it was sent.
+handle :: WorkerId -> WorkerModel -> World -> WorkerModel
+handle _ m w = case Seq.viewl (wmInbox m) of
+  EmptyL -> m
+  item :< rest -> let m1 = m { wmInbox = rest } in case item of
+    Batch jid bid tasks ->
+      let poison = M.lookup jid (wFarms w) >>= fmPoison
+          (good, bad) = break ((== poison) . Just) tasks
+          answers = [ Result (resultOf jid i) | i <- good ]
+                    ++ [ if null bad then BatchDone (fromIntegral bid) 1000
+                         else TaskThrew (fromIntegral bid) (fromIntegral (length good)) (T.pack "boom") ]
+      in say m1 answers
+    Msg (StreamOpen sid _) -> m1 { wmStreams = M.insert (fromIntegral sid) (window, [], False) (wmStreams m1) }
+    Input sid v -> case M.lookup sid (wmStreams m1) of
+      Just (credit, waiting, ended) -> release sid (credit, waiting ++ [v], ended) (say m1 [StreamTaken (fromIntegral sid) 1])
+      Nothing -> m1
+    Msg (StreamEnd sid) -> case M.lookup (fromIntegral sid) (wmStreams m1) of
+      Just (credit, waiting, _) -> release (fromIntegral sid) (credit, waiting, True) m1
+      Nothing -> m1
+    Msg (StreamCredit sid k) -> case M.lookup (fromIntegral sid) (wmStreams m1) of
+      Just (credit, waiting, ended) -> release (fromIntegral sid) (credit + fromIntegral k, waiting, ended) m1
+      Nothing -> m1
+    Msg (StreamClose sid) -> m1 { wmStreams = M.delete (fromIntegral sid) (wmStreams m1) }
+    Msg StatesReset -> say m1 [StatesCleared]
+    Msg _ -> m1
+  where
+    say x replies = x { wmOutbox = foldl (|>) (wmOutbox x) replies }
+    -- send the outputs the credit allows; end the stream when its input
+    -- ended and nothing waits
+    release sid (credit, waiting, ended) x =
+      let (now, later) = splitAt credit waiting
+          x1 = say x [ StreamOut (fromIntegral sid) v | v <- now ]
+          left = (credit - length now, later, ended)
+      in if ended && null later
+           then (say x1 [StreamDone (fromIntegral sid)]) { wmStreams = M.delete sid (wmStreams x1) }
+           else x1 { wmStreams = M.insert sid left (wmStreams x1) }
+
+act :: World -> Action -> IO World
+act w a = case a of
+  Join -> feed (LinkUp (wNextW w)) w { wNextW = wNextW w + 1
+                                     , wWorkers = M.insert (wNextW w) (WorkerModel Seq.empty Seq.empty M.empty) (wWorkers w) }
+  Kill k -> onWorker k $ \x _ -> feed (LinkDown x "killed") w { wWorkers = M.delete x (wWorkers w) }
+  Handle k -> onWorker k $ \x m -> pure w { wWorkers = M.insert x (handle x m w) (wWorkers w) }
+  Deliver k -> onWorker k $ \x m -> case Seq.viewl (wmOutbox m) of
+    EmptyL -> pure w
+    msg :< rest -> feed (Received x msg) w { wWorkers = M.insert x m { wmOutbox = rest } (wWorkers w) }
+  Garbage k -> onWorker k $ \x _ -> feed (Received x (BatchDone 999999 0)) w
+  Submit n poison fixed -> do
+    let jid = wNextId w
+        job = FarmJob ref n (if fixed then FixedBatch 3 else Adaptive) 0.02
+    feed (FarmSubmit (fromIntegral jid) job)
+         w { wNextId = jid + 1, wFarms = M.insert jid (FarmModel n poison M.empty M.empty [] False) (wFarms w) }
+  Cancel k -> case pick k [ j | (j, f) <- M.toList (wFarms w), null (fmAnswers f), not (fmCancelled f) ] of
+    Nothing -> pure w
+    Just j -> feed (FarmCancel (fromIntegral j)) w { wFarms = M.adjust (\f -> f { fmCancelled = True }) j (wFarms w) }
+  Open n -> do
+    let sid = wNextId w
+        input = [ BC.pack (show (sid, i)) | i <- [1 .. n] ]
+    feed (OpenStream (fromIntegral sid) ref window)
+         w { wNextId = sid + 1, wStreams = M.insert sid (StreamModel input window False [] 0 [] [] []) (wStreams w) }
+  Caller k -> case pick k [ (s, m) | (s, m) <- M.toList (wStreams w), null (smEnds m), Right _ <- take 1 (smOpened m) ] of
+    Nothing -> pure w
+    Just (sid, m)
+      | smUnread m > 0 -> feed (ConsumedStream (fromIntegral sid) (smUnread m)) (setStream sid m { smUnread = 0 })
+      | (x : rest) <- smInput m, smCredit m > 0 ->
+          feed (FeedStream (fromIntegral sid) (encodeBytes x))
+               (setStream sid m { smInput = rest, smCredit = smCredit m - 1, smSent = smSent m ++ [x] })
+      | null (smInput m), not (smEnded m) -> feed (EndStreamInput (fromIntegral sid)) (setStream sid m { smEnded = True })
+      | otherwise -> pure w
+  Session limit -> do
+    answers <- newIORef []
+    let start ws = if null ws then Left NoWorkers
+                   else Right (resetMachine, M.fromList [ (x, ()) | x <- ws ], [ SendTo x StatesReset | x <- ws ])
+        answer r = modifyIORef answers ((() <$ r) :)
+    feed (SessionStart (SessionRequest limit start answer)) w { wSessions = answers : wSessions w }
+  where
+    onWorker k f = case pick k (M.toList (wWorkers w)) of
+      Nothing -> pure w
+      Just (x, m) -> f x m
+    setStream sid m = w { wStreams = M.insert sid m (wStreams w) }
+    resetMachine = Machine
+      { machineMessage = \x msg pending -> case msg of { StatesCleared -> (M.delete x pending, []); _ -> (pending, []) }
+      , machineLost = \x _ pending -> (M.delete x pending, [])
+      , machineDone = M.null }
+
+-- Let everything in flight run to its end: workers handle and answer all
+-- they were sent, callers feed and read their streams.
+settle :: Int -> World -> IO World
+settle 0 w = pure w { wProblems = "the world did not settle" : wProblems w }
+settle k w = do
+  let ws = M.toList (wWorkers w)
+      busy = [ i | (i, (_, m)) <- zip [0 ..] ws, not (Seq.null (wmInbox m)) ]
+      talking = [ i | (i, (_, m)) <- zip [0 ..] ws, not (Seq.null (wmOutbox m)) ]
+      callers = [ i | (i, (_, m)) <- zip [0 ..] (M.toList (wStreams w)), null (smEnds m)
+                    , Right _ <- take 1 (smOpened m)
+                    , smUnread m > 0 || (not (null (smInput m)) && smCredit m > 0) || (null (smInput m) && not (smEnded m)) ]
+  case (talking, busy, callers) of
+    (i : _, _, _) -> act w (Deliver i) >>= settle (k - 1)
+    (_, i : _, _) -> act w (Handle i) >>= settle (k - 1)
+    (_, _, i : _) -> act w (Caller i) >>= settle (k - 1)
+    _ -> pure w
+
+-- Everything a settled world must show.
+verdict :: World -> IO [String]
+verdict w = do
+  sessions <- mapM readIORef (wSessions w)
+  let farms = concat
+        [ [ "job " ++ show j ++ " answered " ++ show (length (fmAnswers f)) ++ " times"
+          | not (fmCancelled f), length (fmAnswers f) /= 1 ]
+          ++ [ "job " ++ show j ++ " answered after its caller cancelled it" | fmCancelled f, not (null (fmAnswers f)) ]
+          ++ [ "job " ++ show j ++ " finished without task " ++ show i ++ " accepted once"
+             | [Right ()] <- [fmAnswers f], i <- [0 .. fmTasks f - 1], M.lookup i (fmAccepted f) /= Just 1 ]
+          ++ [ "job " ++ show j ++ " finished though task " ++ show p ++ " throws"
+             | [Right ()] <- [fmAnswers f], Just p <- [fmPoison f], p < fmTasks f ]
+          ++ [ "job " ++ show j ++ " failed with " ++ show e
+             | [Left e] <- [fmAnswers f], not (expectedFailure f e) ]
+        | (j, f) <- M.toList (wFarms w) ]
+      streams = concat
+        [ [ "stream " ++ show s ++ " opened " ++ show (length (smOpened m)) ++ " times" | length (smOpened m) /= 1 ]
+          ++ [ "stream " ++ show s ++ " ended " ++ show (length (smEnds m)) ++ " times"
+             | Right _ <- take 1 (smOpened m), length (smEnds m) /= 1 ]
+          ++ [ "stream " ++ show s ++ " finished with " ++ show (smOutput m) ++ " for " ++ show (smSent m)
+             | [Nothing] <- [smEnds m], smOutput m /= smSent m ]
+          ++ [ "stream " ++ show s ++ " sent more than it was sent" | not (smOutput m `isPrefixOf'` smSent m) ]
+        | (s, m) <- M.toList (wStreams w) ]
+      answered = [ "a session was answered " ++ show (length a) ++ " times" | a <- sessions, length a /= 1 ]
+  pure (reverse (wProblems w) ++ farms ++ streams ++ answered)
+  where
+    expectedFailure f e = case e of
+      TaskFailed i _ _ -> Just i == fmPoison f
+      AllWorkersLost _ -> True
+      _ -> False
+    isPrefixOf' = isPrefixOf
+
+runWorld :: [Action] -> IO (World, [String])
+runWorld actions = do
+  let w0 = World emptyCore 0 M.empty 1 1 M.empty M.empty [] []
+  w1 <- foldM act w0 (Join : Join : actions)
+  w2 <- settle 100000 w1
+  problems <- verdict w2
+  pure (w2, problems)
+
+spec :: Spec
+spec = describe "Herd.Master.Core" $ do
+  it "answers every caller once, accepts every task once, and streams return their input, under random interleavings" $
+    withMaxSuccess 300 $ forAll (resize 120 (listOf genAction)) $ \actions -> ioProperty $ do
+      (w, problems) <- runWorld actions
+      let kinds = [ "farm" | not (M.null (wFarms w)) ] ++ [ "stream" | not (M.null (wStreams w)) ]
+                  ++ [ "session" | not (null (wSessions w)) ]
+          killed = or [ True | Kill _ <- actions ]
+      pure $ classify killed "a worker was killed"
+           $ classify (length kinds == 3) "all three kinds at once"
+           $ counterexample (unlines problems) (null problems)
+
+  it "shares the workers between two farm jobs in turn" $ do
+    let job = FarmJob ref 40 (FixedBatch 1) 0.02
+        (c1, _) = step 0 (LinkUp 1) emptyCore
+        (c2, _) = step 0 (LinkUp 2) c1
+        (c3, out1) = step 0 (FarmSubmit 1 job) c2
+        (_, out2) = step 0 (FarmSubmit 2 job) c3
+        sent cmds = [ jid | SendBatch _ jid _ _ _ <- cmds ]
+    -- the first job fills both workers (with prefetch); the second gets the next batches
+    sent out1 `shouldBe` [1, 1, 1, 1]
+    sent out2 `shouldBe` []
+    -- as batches complete, the workers alternate between the jobs
+    let finishFirst c w bid = step 0 (Received w (BatchDone bid 1000)) (fst (step 0 (Received w (Result (resultOf 1 0))) c))
+        (c4, out3) = finishFirst c3 1 1
+        (c5, _) = step 0 (FarmSubmit 2 job) c3
+        (_, out4) = finishFirst c5 1 1
+    sent out3 `shouldBe` [1]
+    -- the new job goes first: it has had no worker yet
+    sent out4 `shouldBe` [2]
+    length (coreFarmJobs c4) `shouldBe` 1
+    length (coreFarmJobs c5) `shouldBe` 2
+
+  it "drops a worker that answers a batch it was not sent, and runs its tasks elsewhere" $ do
+    (w, problems) <- runWorld [Submit 10 Nothing False, Garbage 0]
+    problems `shouldBe` []
+    M.size (wWorkers w) `shouldBe` 1
+    case M.elems (wFarms w) of
+      [f] -> fmAnswers f `shouldBe` [Right ()]
+      _ -> expectationFailure "one job expected"
