@@ -209,6 +209,8 @@ throughputOptions = Throughput.Options
                           <> help "tasks with chunking off (default: a tenth of --tasks)"))
   <*> optional (option (eitherReader parseTransportKind) (long "transport" <> metavar "tcp|unix|shm"
                           <> help "how the workers are linked (default: shm)"))
+  <*> option loopListArg (long "master" <> metavar "LIST" <> value [EpollLoop]
+                          <> showDefaultWith (const "epoll") <> help "master loops to run: threaded, epoll")
   <*> switch (long "json" <> help "end with one line of JSON")
 
 nurseryOptions :: Parser Nursery.Options

@@ -1,6 +1,7 @@
 -- | @herd bench throughput@: tiny tasks (@x -> x + 1@) per second through
--- the farm, with dynamic chunking on and off. Every task is its own
--- message both ways; with chunking on, many share a packet.
+-- the farm, with dynamic chunking on and off, for each master loop asked
+-- for. Every task is its own message both ways; with chunking on, many
+-- share a packet.
 module Bench.Throughput
   ( Options (..)
   , run
@@ -18,6 +19,7 @@ data Options = Options
   { optTasks    :: Int        -- ^ tasks with chunking on
   , optTasksOff :: Maybe Int  -- ^ tasks with chunking off (default: a tenth)
   , optTransport :: Maybe TransportKind  -- ^ how the workers are linked (default: shm)
+  , optLoops    :: [MasterLoop]         -- ^ the master loops to run, in order
   , optJson     :: Bool
   }
 
@@ -26,22 +28,30 @@ run :: Options -> IO ()
 run o = do
   hSetBuffering stdout LineBuffering
   let offTasks = maybe (max 1 (optTasks o `div` 10)) id (optTasksOff o)
-  rows <- forM [(True, optTasks o), (False, offTasks)] $ \(on, n) ->
-    withChunking on (\c -> c { configTransport = optTransport o }) $ \cluster -> do
+  rows <- forM [ (loop, on, n) | loop <- optLoops o, (on, n) <- [(True, optTasks o), (False, offTasks)] ] $ \(loop, on, n) ->
+    withChunking on (\c -> c { configTransport = optTransport o, configMasterLoop = loop }) $ \cluster -> do
       _ <- farm cluster incrementTask [1 .. 1000]   -- warm up
       (secs, (total, packets)) <- timed $ do
         (packets, ys) <- packetDelta cluster (farm cluster incrementTask [1 .. n])
         let total = sum ys
         total `seq` pure (total, packets)
       when (total /= sum [2 .. n + 1]) $ hPutStrLn stderr "throughput: wrong results"
-      hPutStrLn stderr ("  chunking " ++ chunkingName on ++ ": " ++ show n ++ " tasks in " ++ fixed 3 secs ++ " s")
-      pure (on, n, secs, packets)
+      hPutStrLn stderr ("  " ++ loopName loop ++ ", chunking " ++ chunkingName on ++ ": " ++ show n
+                        ++ " tasks in " ++ fixed 3 secs ++ " s")
+      pure (loop, on, n, secs, packets)
   putStrLn "tiny tasks (x -> x + 1) through the farm, one message per task each way"
-  putStr $ renderTable ["chunking", "tasks", "seconds", "tasks/s", "packets"]
-    [ [chunkingName on, show n, fixed 3 s, fixed 0 (fromIntegral n / s), show p] | (on, n, s, p) <- rows ]
+  putStr $ renderTable ["master", "chunking", "tasks", "seconds", "tasks/s", "packets"]
+    [ [loopName loop, chunkingName on, show n, fixed 3 s, fixed 0 (fromIntegral n / s), show p]
+    | (loop, on, n, s, p) <- rows ]
   when (optJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "throughput")
-    , ("rows", JArray [ JObject [ ("chunking", JString (chunkingName on)), ("tasks", JNumber (fromIntegral n))
+    , ("rows", JArray [ JObject [ ("master", JString (loopName loop)), ("chunking", JString (chunkingName on))
+                                , ("tasks", JNumber (fromIntegral n))
                                 , ("seconds", JNumber s), ("tasks_per_s", JNumber (fromIntegral n / s))
                                 , ("packets", JNumber (fromIntegral p)) ]
-                      | (on, n, s, p) <- rows ]) ]
+                      | (loop, on, n, s, p) <- rows ]) ]
+
+loopName :: MasterLoop -> String
+loopName l = case l of
+  ThreadedLoop -> "threaded"
+  EpollLoop -> "epoll"
