@@ -12,6 +12,7 @@ import qualified AuthSpec
 import Herd (serveIfWorker)
 import qualified SchedulerSpec
 import qualified CoreSpec
+import qualified ImportSpec
 import qualified PacketSpec
 import System.Environment (lookupEnv)
 import Test.Hspec
@@ -31,6 +32,7 @@ main = do
       AuthSpec.spec
       SchedulerSpec.spec
       CoreSpec.spec
+      ImportSpec.spec
       PacketSpec.spec
       TransportSpec.spec
       EvolveScheduleSpec.spec

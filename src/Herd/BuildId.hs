@@ -26,6 +26,7 @@ import qualified Data.ByteString.Lazy as BL
 import System.Environment (getExecutablePath)
 import System.IO.Unsafe (unsafePerformIO)
 import Control.Exception (IOException, try)
+import Herd.Base (hexEncode, shortBuildId)
 import Herd.Launch.Env (envBuildHint)
 import System.Environment (lookupEnv)
 import System.Posix.Files (deviceID, fileID, fileSize, getFileStatus, modificationTimeHiRes)
@@ -70,16 +71,6 @@ hexDecode = fmap B.pack . go
     go [] = Just []
     go _ = Nothing
     digit c = lookup c (zip "0123456789abcdef" [0 :: Int ..])
-
--- | Lower-case hexadecimal, two digits a byte.
-hexEncode :: B.ByteString -> String
-hexEncode = concatMap (\w -> [digits !! fromIntegral (w `div` 16), digits !! fromIntegral (w `mod` 16)]) . B.unpack
-  where digits = "0123456789abcdef"
-
--- | The first 16 hex digits of a build identity: enough to tell builds
--- apart in messages and file names.
-shortBuildId :: B.ByteString -> String
-shortBuildId = take 16 . hexEncode
 
 -- | SHA-256 of a file's contents.
 hashFile :: FilePath -> IO B.ByteString

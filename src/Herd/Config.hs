@@ -31,7 +31,7 @@ import Herd.Error (HerdError (..))
 import Herd.Packet.Policy (PacketPolicy (..), defaultPacketPolicy)
 import System.IO (hPutStrLn, stderr)
 import System.Info (os)
-import Herd.Transport (TransportKind (..))
+import Herd.Base (Batching (..), MasterLoop (..), TransportKind (..), parseMasterLoop)
 
 -- | Which CPUs local workers are pinned to.
 data Pinning
@@ -39,16 +39,6 @@ data Pinning
   | PinLogicalCores    -- ^ one worker per logical CPU, hyperthread siblings included
   | PinCores [Int]     -- ^ exactly these CPU numbers, in this order
   | NoPinning          -- ^ let the kernel place workers
-  deriving (Eq, Show)
-
--- | How many tasks go to a worker at a time.
-data Batching
-  = Adaptive
-    -- ^ sized from measured task times so that a batch takes about
-    -- 'configBatchTarget' seconds, and shrinking as the job nears its end
-    -- (factoring), so no worker is left with a long tail (default)
-  | FixedBatch Int
-    -- ^ always this many tasks (the last batch may be smaller)
   deriving (Eq, Show)
 
 -- | A host to start workers on over ssh: @[USER\@]HOST@ and how many
@@ -178,19 +168,6 @@ data Config = Config
     -- default): shared memory on Linux, TCP elsewhere. Workers on other
     -- hosts always use TCP, the only transport that crosses hosts
   }
-
--- | How the master drives an evolve call ("Herd.Evolve").
-data MasterLoop
-  = ThreadedLoop  -- ^ one thread per worker over GHC's IO manager, sharing the state
-  | EpollLoop     -- ^ one thread over @epoll@ directly (Linux; elsewhere the threaded loop)
-  deriving (Eq, Show, Enum, Bounded)
-
--- | Parse @threaded@ or @epoll@, naming what is wrong.
-parseMasterLoop :: String -> Either String MasterLoop
-parseMasterLoop s = case s of
-  "threaded" -> Right ThreadedLoop
-  "epoll" -> Right EpollLoop
-  _ -> Left ("unknown master loop " ++ show s ++ " (expected threaded or epoll)")
 
 -- | RTS options every local worker gets unless told otherwise: one
 -- capability (a worker is one core; more made messaging slower here) and a

@@ -54,21 +54,7 @@ import Foreign.Ptr (Ptr, plusPtr)
 import Foreign.Storable (pokeByteOff)
 import Herd.Clock (monotonicSeconds)
 import Herd.Packet.Policy
-
--- | How to write one message body: its size in bytes, and a function that
--- writes exactly that many bytes at a pointer. The writer may throw (a
--- lazy value's exception); then nothing of the message is sent.
-data Encoder = Encoder !Int (Ptr Word8 -> IO ())
-
--- | An encoder for bytes already encoded.
-encodeBytes :: B.ByteString -> Encoder
-encodeBytes bs = Encoder (B.length bs) $ \dst ->
-  BU.unsafeUseAsCStringLen bs $ \(src, n) -> BI.memcpy dst (castPtr8 src) n
-  where castPtr8 p = p `plusPtr` 0
-
--- | The bytes an encoder writes.
-encoderBytes :: Encoder -> IO B.ByteString
-encoderBytes (Encoder n write) = BI.create n write
+import Herd.Base (Encoder (..), encodeBytes, encoderBytes)
 
 -- | One packet holding these messages, whatever their size (for tests and
 -- tools that speak the protocol by hand).

@@ -57,29 +57,7 @@ import qualified Data.Map.Strict as M
 import Data.Maybe (fromMaybe, isJust)
 import Data.Sequence (Seq, ViewL (..), viewl, (<|))
 import qualified Data.Sequence as Seq
-import Data.Word (Word64)
-import Herd.Config (Batching (..))
-
--- | A worker's number, unique for the life of a cluster.
-type WorkerId = Int
-
--- | A batch's number, unique for the life of a cluster.
-type BatchId = Word64
-
--- | A job's number, unique for the life of a cluster.
-type JobId = Word64
-
--- | Task indices @[lo, hi)@.
-data Range = Range !Int !Int
-  deriving (Eq, Show)
-
--- | How many tasks a range holds.
-rangeSize :: Range -> Int
-rangeSize (Range lo hi) = hi - lo
-
--- | The task indices of some ranges, in order.
-rangeIndices :: [Range] -> [Int]
-rangeIndices = concatMap (\(Range lo hi) -> [lo .. hi - 1])
+import Herd.Base (BatchId, Batching (..), JobId, Range (..), WorkerId, rangeIndices, rangeSize)
 
 data Batch = Batch
   { batchJob    :: !JobId

@@ -42,9 +42,9 @@ import Data.Store (Store)
 import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
 import GHC.Fingerprint (Fingerprint (..))
 import GHC.StaticPtr
-  (StaticKey, StaticPtr, StaticPtrInfo (..), deRefStaticPtr, staticKey, staticPtrInfo,
+  (StaticPtr, StaticPtrInfo (..), deRefStaticPtr, staticKey, staticPtrInfo,
    unsafeLookupStaticPtr)
-import Herd.Packet (Encoder)
+import Herd.Base (Encoder, TaskRef (..))
 import Herd.Wire.Value (decodeValueIO, forcedEncoder, valueEncoder)
 
 -- | A function from @a@ to @b@ that a worker can run, with what it takes to
@@ -102,16 +102,6 @@ tryUser act = do
 -- | Give a task a name for error messages and statistics.
 named :: String -> Task a b -> Task a b
 named label t = t { taskLabel = Just label }
-
--- | What the master sends to name a function: its static key, a readable
--- name, and the fingerprints of its argument and result types (a task's,
--- or a stream process's element types).
-data TaskRef = TaskRef
-  { refKey        :: !StaticKey
-  , refName       :: !String
-  , refArgType    :: !Fingerprint
-  , refResultType :: !Fingerprint
-  } deriving (Eq, Ord, Show)
 
 -- | The reference for a static task.
 taskRef :: StaticPtr (Task a b) -> TaskRef

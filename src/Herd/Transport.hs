@@ -73,26 +73,7 @@ import Foreign.Ptr (Ptr, castPtr, plusPtr)
 import Foreign.Storable (pokeByteOff)
 import System.Posix.Types (Fd (..))
 import Network.Socket (Socket)
-
--- | The ways a master and a worker can be linked.
-data TransportKind
-  = TcpTransport    -- ^ TCP: across hosts, and the fallback on one
-  | UnixTransport   -- ^ a Unix-domain socket: one host, through the kernel
-  | ShmTransport    -- ^ shared-memory rings: one host, no kernel on the data path
-  deriving (Eq, Ord, Show, Enum, Bounded)
-
--- | The name used on the command line and in reports: @tcp@, @unix@, @shm@.
-transportName :: TransportKind -> String
-transportName k = case k of
-  TcpTransport -> "tcp"
-  UnixTransport -> "unix"
-  ShmTransport -> "shm"
-
--- | Parse a transport's name, naming the choices when it is none of them.
-parseTransportKind :: String -> Either String TransportKind
-parseTransportKind s = case [ k | k <- [minBound .. maxBound], transportName k == s ] of
-  [k] -> Right k
-  _ -> Left ("unknown transport " ++ show s ++ " (expected tcp, unix or shm)")
+import Herd.Base (TransportKind (..), transportName, parseTransportKind)
 
 -- | One transport's byte pipe. Every operation but the waits returns at
 -- once.

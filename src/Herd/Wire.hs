@@ -48,11 +48,9 @@ import qualified Data.ByteString.Unsafe as BU
 import Data.Word (Word16, Word32, Word64, Word8)
 import Foreign.Ptr (plusPtr)
 import Foreign.Storable (pokeByteOff)
-import Herd.Packet (Encoder (..), encodeBytes)
 import Herd.Packet.Policy (Urgency (..))
 import GHC.Fingerprint (Fingerprint (..))
-import Herd.BuildId (shortBuildId)
-import Herd.Task (TaskRef (..))
+import Herd.Base (Encoder (..), TaskRef (..), encodeBytes, shortBuildId)
 import Herd.Wire.Codec
 
 -- | Version of this protocol; peers must match exactly.

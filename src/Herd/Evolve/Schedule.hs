@@ -53,7 +53,7 @@ import qualified Data.Map.Strict as M
 import Data.Ord (comparing, Down (..))
 import qualified Data.Set as S
 import Data.Word (Word64)
-import Herd.Task (TaskRef)
+import Herd.Base (TaskRef, WorkerId)
 
 -- | A state held by some worker, as the caller names it.
 newtype StateId = StateId
@@ -63,9 +63,6 @@ newtype StateId = StateId
 
 instance Show StateId where
   show (StateId w) = "#" ++ show w
-
--- | A worker, as the master numbers it.
-type WorkerId = Int
 
 -- | What the scheduler needs to know besides the states.
 data PlanSettings = PlanSettings

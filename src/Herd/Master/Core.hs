@@ -43,9 +43,10 @@ import Herd.Master.Events
 import Herd.Master.Expect
 import Herd.Master.Session
 import Herd.Packet.Policy (Urgency (..))
-import Herd.Scheduler (JobId, Range (..), Sched, WorkerId, emptySched, outstandingFor, rangeIndices, rangeSize)
+import Herd.Base (JobId, Range (..), WorkerId, rangeIndices, rangeSize)
+import Herd.Scheduler (Sched, emptySched, outstandingFor)
 import qualified Herd.Scheduler as S
-import Herd.Task (TaskRef (..))
+import Herd.Base (TaskRef (..))
 import Herd.Wire (FromWorker (..), ToWorker (..))
 
 data Stream = Stream

@@ -9,13 +9,11 @@ module Herd.Master.Events
 
 import qualified Data.ByteString as B
 import Data.Word (Word64)
-import Herd.Config (Batching)
+import Herd.Base (BatchId, Batching, Encoder, JobId, Range, TaskRef, WorkerId)
 import Herd.Error (HerdError)
 import Herd.Master.Session (SessionRequest)
-import Herd.Packet (Encoder)
 import Herd.Packet.Policy (Urgency)
-import Herd.Scheduler (BatchId, JobId, JobStats, Range, WorkerId)
-import Herd.Task (TaskRef)
+import Herd.Scheduler (JobStats)
 import Herd.Wire (FromWorker, ToWorker)
 
 -- | A farm job as the core knows it.

@@ -15,7 +15,7 @@ module Herd.Master.Expect
 import Data.Foldable (toList)
 import Data.Sequence (Seq, ViewL (..), (|>), (<|))
 import qualified Data.Sequence as Seq
-import Herd.Scheduler (BatchId, JobId)
+import Herd.Base (BatchId, JobId)
 
 -- | One batch whose results are due.
 data Expect = Expect

@@ -30,7 +30,7 @@ module Herd.Master.Session
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Herd.Error (HerdError)
-import Herd.Scheduler (WorkerId)
+import Herd.Base (WorkerId)
 import Herd.Wire (FromWorker (..), ToWorker)
 
 -- | A session's logic: pure functions of its state.

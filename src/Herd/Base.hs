@@ -1,0 +1,145 @@
+-- | The vocabulary every part of herd shares, with no behaviour and no IO
+-- of herd's own: numbers of workers, batches and jobs, task ranges, the
+-- choices a configuration names (batching, master loop, transport), how
+-- a message body is written ('Encoder'), how a function is named on the
+-- wire ('TaskRef'), and hex for build identities.
+--
+-- Promise: this module imports nothing of herd, and only pure libraries;
+-- the pure modules (the master's core, the schedulers, the protocol) build
+-- on it alone, which a test of the suite checks ("ImportSpec").
+module Herd.Base
+  ( -- * Numbers
+    WorkerId
+  , BatchId
+  , JobId
+  , StreamId
+    -- * Tasks
+  , Range (..)
+  , rangeSize
+  , rangeIndices
+  , Batching (..)
+  , TaskRef (..)
+    -- * Choices
+  , MasterLoop (..)
+  , parseMasterLoop
+  , TransportKind (..)
+  , transportName
+  , parseTransportKind
+    -- * Message bodies
+  , Encoder (..)
+  , encodeBytes
+  , encoderBytes
+    -- * Hex
+  , hexEncode
+  , shortBuildId
+  ) where
+
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Internal as BI
+import qualified Data.ByteString.Unsafe as BU
+import Data.Word (Word64, Word8)
+import Foreign.Ptr (Ptr, plusPtr)
+import GHC.Fingerprint (Fingerprint)
+import GHC.StaticPtr (StaticKey)
+
+-- | A worker's number, unique for the life of a cluster.
+type WorkerId = Int
+
+-- | A batch's number, unique for the life of a cluster.
+type BatchId = Word64
+
+-- | A job's number, unique for the life of a cluster.
+type JobId = Word64
+
+-- | A stream process's number, unique for the life of a cluster.
+type StreamId = Word64
+
+-- | Task indices @[lo, hi)@.
+data Range = Range !Int !Int
+  deriving (Eq, Show)
+
+-- | How many tasks a range holds.
+rangeSize :: Range -> Int
+rangeSize (Range lo hi) = hi - lo
+
+-- | The task indices of some ranges, in order.
+rangeIndices :: [Range] -> [Int]
+rangeIndices = concatMap (\(Range lo hi) -> [lo .. hi - 1])
+
+-- | How many tasks go to a worker at a time.
+data Batching
+  = Adaptive
+    -- ^ sized from measured task times so that a batch takes about
+    -- 'Herd.Config.configBatchTarget' seconds, and shrinking as the job
+    -- nears its end (factoring), so no worker is left with a long tail
+    -- (default)
+  | FixedBatch Int
+    -- ^ always this many tasks (the last batch may be smaller)
+  deriving (Eq, Show)
+
+-- | What the master sends to name a function: its static key, a readable
+-- name, and the fingerprints of its argument and result types (a task's,
+-- or a stream process's element types).
+data TaskRef = TaskRef
+  { refKey        :: !StaticKey
+  , refName       :: !String
+  , refArgType    :: !Fingerprint
+  , refResultType :: !Fingerprint
+  } deriving (Eq, Ord, Show)
+
+-- | How the master reads its workers' links, for every API.
+data MasterLoop
+  = ThreadedLoop  -- ^ one thread per worker over GHC's IO manager, sharing the core under a lock
+  | EpollLoop     -- ^ one thread over @epoll@ directly (Linux; elsewhere the threaded loop)
+  deriving (Eq, Show, Enum, Bounded)
+
+-- | Parse @threaded@ or @epoll@, naming what is wrong.
+parseMasterLoop :: String -> Either String MasterLoop
+parseMasterLoop s = case s of
+  "threaded" -> Right ThreadedLoop
+  "epoll" -> Right EpollLoop
+  _ -> Left ("unknown master loop " ++ show s ++ " (expected threaded or epoll)")
+
+-- | The ways a master and a worker can be linked.
+data TransportKind
+  = TcpTransport    -- ^ TCP: across hosts, and the fallback on one
+  | UnixTransport   -- ^ a Unix-domain socket: one host, through the kernel
+  | ShmTransport    -- ^ shared-memory rings: one host, no kernel on the data path
+  deriving (Eq, Ord, Show, Enum, Bounded)
+
+-- | The name used on the command line and in reports: @tcp@, @unix@, @shm@.
+transportName :: TransportKind -> String
+transportName k = case k of
+  TcpTransport -> "tcp"
+  UnixTransport -> "unix"
+  ShmTransport -> "shm"
+
+-- | Parse a transport's name, naming the choices when it is none of them.
+parseTransportKind :: String -> Either String TransportKind
+parseTransportKind s = case [ k | k <- [minBound .. maxBound], transportName k == s ] of
+  [k] -> Right k
+  _ -> Left ("unknown transport " ++ show s ++ " (expected tcp, unix or shm)")
+
+-- | How to write one message body: its size in bytes, and a function that
+-- writes exactly that many bytes at a pointer. The writer may throw (a
+-- lazy value's exception); then nothing of the message is sent.
+data Encoder = Encoder !Int (Ptr Word8 -> IO ())
+
+-- | An encoder for bytes already encoded.
+encodeBytes :: B.ByteString -> Encoder
+encodeBytes bs = Encoder (B.length bs) $ \dst ->
+  BU.unsafeUseAsCStringLen bs $ \(src, n) -> BI.memcpy dst (src `plusPtr` 0) n
+
+-- | The bytes an encoder writes.
+encoderBytes :: Encoder -> IO B.ByteString
+encoderBytes (Encoder n write) = BI.create n write
+
+-- | Lower-case hex of some bytes.
+hexEncode :: B.ByteString -> String
+hexEncode = concatMap (\w -> [digits !! fromIntegral (w `div` 16), digits !! fromIntegral (w `mod` 16)]) . B.unpack
+  where digits = "0123456789abcdef"
+
+-- | The first 16 hex digits of a build identity: enough to tell builds
+-- apart in messages and file names.
+shortBuildId :: B.ByteString -> String
+shortBuildId = take 16 . hexEncode
