@@ -18,6 +18,7 @@ import System.Environment (lookupEnv)
 import Test.Hspec
 import qualified WireSpec
 import qualified TransportSpec
+import qualified ConformanceSpec
 
 main :: IO ()
 main = do
@@ -35,6 +36,7 @@ main = do
       ImportSpec.spec
       PacketSpec.spec
       TransportSpec.spec
+      ConformanceSpec.spec
       EvolveScheduleSpec.spec
       ClusterSpec.spec
       EvolveSpec.spec
