@@ -28,7 +28,7 @@ bench-models: build
 	$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bench models --json
 
 haddock: deps
-	$(CABAL) haddock $(CABAL_FLAGS) lib:herd
+	$(CABAL) haddock $(CABAL_FLAGS) lib:herd lib:herd-internal
 
 clean:
 	rm -rf dist-newstyle

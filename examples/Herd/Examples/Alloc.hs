@@ -11,7 +11,7 @@ module Herd.Examples.Alloc
 import Data.List (foldl')
 import qualified Data.Map.Strict as M
 import GHC.StaticPtr (StaticPtr)
-import Herd.Task (Task, named, task)
+import Herd (Task, named, task)
 
 -- | Insert @n@ keys from a linear congruential sequence, then sum the map.
 mapBuild :: Int -> Int

@@ -29,8 +29,8 @@ import Data.List (sort)
 import qualified Data.Vector.Unboxed as U
 import Data.Word (Word16)
 import GHC.StaticPtr (StaticPtr)
-import Herd.Process (Process, namedProcess, process)
-import Herd.Task (Task, named, task)
+import Herd (Process, namedProcess, process)
+import Herd (Task, named, task)
 
 -- | @x -> x + 1@: a task that costs nothing, so only herd's own cost shows.
 incrementTask :: StaticPtr (Task Int Int)

@@ -10,7 +10,7 @@ module Herd.Examples.Fib
   ) where
 
 import GHC.StaticPtr (StaticPtr)
-import Herd.Task (Task, named, task)
+import Herd (Task, named, task)
 
 -- | Naive Fibonacci, deliberately exponential so each call is real work.
 fib :: Int -> Int

@@ -45,7 +45,7 @@ import Data.Store (Store)
 import Data.Word (Word64)
 import GHC.Generics (Generic)
 import GHC.StaticPtr (StaticPtr)
-import Herd.Evolve.Function (Evolver, evolver, namedEvolver)
+import Herd (Evolver, evolver, namedEvolver)
 import System.IO.Unsafe (unsafePerformIO)
 
 -- | One hypothesis: where the object is, how fast it goes, and the seed of

@@ -10,7 +10,7 @@ module Herd.Examples.Skew
 
 import Foreign.C.Types (CInt (..), CUInt (..))
 import GHC.StaticPtr (StaticPtr)
-import Herd.Evolve.Function (Evolver, evolver, namedEvolver)
+import Herd (Evolver, evolver, namedEvolver)
 import System.IO.Unsafe (unsafePerformIO)
 
 -- | A state is its step's cost in seconds; a step sleeps that long and
