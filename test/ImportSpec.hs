@@ -15,7 +15,8 @@ import Test.Hspec
 pureModules :: [String]
 pureModules =
   [ "Herd.Base", "Herd.Error", "Herd.Scheduler", "Herd.Packet.Policy", "Herd.Wire", "Herd.Wire.Codec", "Herd.Wire.Tags", "Herd.Wire.Handshake"
-  , "Herd.Evolve.Schedule", "Herd.Master.Core", "Herd.Master.Events", "Herd.Master.Expect", "Herd.Master.Session" ]
+  , "Herd.Evolve.Schedule", "Herd.Evolve.Registry", "Herd.Master.Core", "Herd.Master.Events", "Herd.Master.Expect", "Herd.Master.Session"
+  , "Herd.Worker.Step" ]
 
 -- Libraries a pure module may use: containers, bytes, text, and the
 -- pieces of base that do no IO of their own (pointers appear only in

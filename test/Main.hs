@@ -13,6 +13,7 @@ import Herd (serveIfWorker)
 import qualified SchedulerSpec
 import qualified CoreSpec
 import qualified ImportSpec
+import qualified WorkerStepSpec
 import qualified PacketSpec
 import System.Environment (lookupEnv)
 import Test.Hspec
@@ -34,6 +35,7 @@ main = do
       SchedulerSpec.spec
       CoreSpec.spec
       ImportSpec.spec
+      WorkerStepSpec.spec
       PacketSpec.spec
       TransportSpec.spec
       ConformanceSpec.spec

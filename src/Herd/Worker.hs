@@ -25,36 +25,24 @@ module Herd.Worker
   , parseHostPort
   ) where
 
-import Control.Concurrent (ThreadId, forkIO, killThread)
-import Control.Concurrent.MVar
-import Control.Concurrent.STM
 import Control.Exception
-import Control.Monad (foldM_, forM_, unless, when)
+import Control.Monad (forM_, unless, when)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Lazy as BL
-import Data.IORef
-import Data.Maybe (isJust)
-import Data.Word (Word64)
-import qualified Data.Map.Strict as M
 import qualified Data.Text as T
-import Herd.Clock (monotonicSeconds)
-import Herd.Packet
-import Herd.Packet.Policy (PacketPolicy (..), Urgency (..))
-import Herd.Process (ProcessRunner (..), lookupProcess)
-import Herd.Evolve.Holder (Holder, holderMessage, newHolder, stopHolder)
-import System.IO.Unsafe (unsafeInterleaveIO)
+import Herd.Packet.Policy (PacketPolicy (..))
 import Herd.Auth
 import Herd.BuildId (buildIdentity)
 import Herd.Launch.Agent (parseAgentCount, runAgent)
 import Herd.Launch.Env
 import Herd.Launch.Topology (physicalCores)
 import Herd.Sys (exitWhenStdinCloses, niceProcessThreads, pinProcessThreads)
-import Herd.Task (Runner (..), TaskRef (..), lookupRunner, tryUser)
 import Herd.Transport
 import Herd.Transport.Tcp (connectTcp)
 import Herd.Transport.Unix (connectUnix, unixAddressName)
 import Herd.Transport.Shm (upgradeWorker)
 import Herd.Wire
+import Herd.Worker.Serve (serve)
 import System.Posix.Unistd (getSystemID, nodeName)
 import System.Environment (lookupEnv)
 import System.Exit
@@ -230,211 +218,3 @@ failWith code msg = hPutStrLn stderr ("herd worker: " ++ msg) >> exitWith (ExitF
 lazy :: B.ByteString -> BL.ByteString
 lazy = BL.fromStrict
 
-type RunnerCache = IORef (M.Map TaskRef (Either String Runner))
-
--- The batch whose arguments are arriving.
-data Current = Current
-  { curBatch   :: !Word64
-  , curRunner  :: !(Maybe Runner)  -- ^ 'Nothing': rejected or failed, skip the rest
-  , curLeft    :: !Int             -- ^ arguments still to come
-  , curPos     :: !Int             -- ^ position of the next argument
-  , curStarted :: !Double          -- ^ when its first argument was taken up
-  , curName    :: !String          -- ^ the function's name, for messages
-  }
-
--- A stream process running here.
-data Slot = Slot
-  { slotInput  :: !(TQueue (Maybe [B.ByteString]))  -- ^ chunks of input; 'Nothing' ends it
-  , slotCredit :: !(TVar Int)                        -- ^ output elements it may still send
-  , slotThread :: !(MVar ThreadId)
-  }
-
-data Serving = Serving
-  { svSender  :: !Sender
-  , svRunners :: !RunnerCache
-  , svProcs   :: !(IORef (M.Map TaskRef (Either String ProcessRunner)))
-  , svCurrent :: !(IORef (Maybe Current))
-  , svSlots   :: !(IORef (M.Map Word64 Slot))
-  , svBusy    :: !(IORef Int)  -- ^ stream threads computing (not waiting)
-  , svWindow  :: !Int
-  , svHolder  :: !Holder  -- ^ evolve states ("Herd.Evolve.Holder")
-  }
-
--- Serve the master's packets until it says stop or goes away. Farm tasks
--- run here, one message at a time; each stream process runs in its own
--- thread. The buffer to the master is flushed whenever nothing is left to
--- do (no whole frame waiting and no stream thread computing).
-serve :: Connection -> Word64 -> Int -> PacketPolicy -> Int -> IO ()
-serve conn wid maxFrame policy window = do
-  sender <- newSender policy (sendFrameStrict conn)
-  holder <- newHolder wid (\m -> sendMessage sender (fromWorkerUrgency m) (encodeFromWorker m))
-  sv <- Serving sender <$> newIORef M.empty <*> newIORef M.empty <*> newIORef Nothing
-                       <*> newIORef M.empty <*> newIORef 0 <*> pure window <*> pure holder
-  let loop = do
-        frame <- recvFrame maxFrame conn `catch` \(e :: SomeException) ->
-          failWith 4 ("connection to master broke: " ++ displayException e)
-        case frame of
-          Nothing -> pure ()  -- the master is gone: stop quietly
-          Just packet -> case splitPacket (maxFrame `div` 5) packet of
-            Left why -> failWith 4 ("bad packet from master: " ++ why)
-            Right msgs -> do
-              pending <- newIORef M.empty
-              go <- processAll sv pending msgs
-              pushPending sv pending
-              when go $ do
-                ready <- hasBufferedFrame conn
-                busy <- readIORef (svBusy sv)
-                when (not ready && busy == 0) $ flushIdle sender
-                loop
-  loop `finally` do
-    stopHolder holder
-    readIORef (svSlots sv) >>= mapM_ (\sl -> tryReadMVar (slotThread sl) >>= mapM_ killThread)
-
-processAll :: Serving -> IORef (M.Map Word64 [B.ByteString]) -> [B.ByteString] -> IO Bool
-processAll _ _ [] = pure True
-processAll sv pending (m : ms) = case decodeToWorker m of
-  Left why -> failWith 4 ("bad message from master: " ++ why)
-  Right Shutdown -> pure False
-  Right msg -> handleMessage sv pending msg >> processAll sv pending ms
-
-handleMessage :: Serving -> IORef (M.Map Word64 [B.ByteString]) -> ToWorker -> IO ()
-handleMessage sv pending msg = case msg of
-  Ping n _ -> send Urgent (Pong n)
-  RunBatch bid ref count -> do
-    current <- readIORef (svCurrent sv)
-    case current of
-      Just c | curLeft c > 0 -> failWith 4 ("master started batch " ++ show bid ++ " while batch "
-                                            ++ show (curBatch c) ++ " still had arguments to come")
-      _ -> pure ()
-    runner <- cached (svRunners sv) lookupRunner ref
-    now <- monotonicSeconds
-    case runner of
-      Left why -> do
-        send Urgent (BatchRejected bid (T.pack why))
-        writeIORef (svCurrent sv) (Just (Current bid Nothing (fromIntegral count) 0 now (refName ref)))
-      Right r -> do
-        writeIORef (svCurrent sv) (Just (Current bid (Just r) (fromIntegral count) 0 now (refName ref)))
-        when (count == 0) $ send Bulk (BatchDone bid 0)
-  Arg bytes -> do
-    current <- readIORef (svCurrent sv)
-    c <- case current of
-      Just c | curLeft c > 0 -> pure c
-      _ -> failWith 4 "master sent an argument outside any batch"
-    c' <- case curRunner c of
-      Nothing -> pure c
-      Just r -> do
-        start <- if curPos c == 0 then monotonicSeconds else pure (curStarted c)
-        applied <- runnerApply r bytes
-        case applied of
-          Left why -> do
-            send Urgent (BatchRejected (curBatch c) (T.pack ("argument " ++ show (curPos c) ++ " for "
-                                                            ++ curName c ++ " does not decode: " ++ why)))
-            pure c { curRunner = Nothing }
-          Right act -> do
-            outcome <- tryUser (act >>= sendMessage (svSender sv) Bulk . resultEncoder)
-            case outcome of
-              Right () -> pure c { curStarted = start }
-              Left why -> do
-                send Urgent (TaskThrew (curBatch c) (fromIntegral (curPos c)) (T.pack why))
-                pure c { curRunner = Nothing }
-    let c'' = c' { curLeft = curLeft c' - 1, curPos = curPos c' + 1 }
-    writeIORef (svCurrent sv) (Just c'')
-    when (curLeft c'' == 0 && isJust (curRunner c'')) $ do
-      end <- monotonicSeconds
-      send Bulk (BatchDone (curBatch c'') (round (max 0 (end - curStarted c'') * 1e9)))
-  Shutdown -> pure ()   -- stops the loop in processAll before it gets here
-  StreamOpen sid ref -> do
-    known <- M.member sid <$> readIORef (svSlots sv)
-    when known $ failWith 4 ("master opened stream " ++ show sid ++ " twice")
-    runner <- cached (svProcs sv) lookupProcess ref
-    case runner of
-      Left why -> send Urgent (StreamAborted sid (T.pack why))
-      Right pr -> do
-        slot <- Slot <$> newTQueueIO <*> newTVarIO (svWindow sv) <*> newEmptyMVar
-        modifyIORef' (svSlots sv) (M.insert sid slot)
-        modifyIORef' (svBusy sv) (+ 1)
-        tid <- forkIO (runStream sv sid pr slot)
-        putMVar (slotThread slot) tid
-  StreamIn sid bytes -> modifyIORef' pending (M.insertWith (++) sid [bytes])
-  StreamEnd sid -> do
-    pushOne sv pending sid
-    withSlot sid $ \slot -> atomically (writeTQueue (slotInput slot) Nothing)
-  StreamCredit sid n -> withSlot sid $ \slot -> atomically (modifyTVar' (slotCredit slot) (+ fromIntegral n))
-  StreamClose sid -> withSlot sid $ \slot -> do
-    modifyIORef' (svSlots sv) (M.delete sid)
-    tryReadMVar (slotThread slot) >>= mapM_ killThread
-  _ -> holderMessage (svHolder sv) msg
-  where
-    send u m = sendMessage (svSender sv) u (encodeFromWorker m)
-    -- a stream that already ended or was closed: late messages are dropped
-    withSlot sid act = M.lookup sid <$> readIORef (svSlots sv) >>= mapM_ act
-
--- Hand the input elements gathered from one packet to their streams.
-pushPending :: Serving -> IORef (M.Map Word64 [B.ByteString]) -> IO ()
-pushPending sv pending = readIORef pending >>= mapM_ (pushOne sv pending) . M.keys
-
-pushOne :: Serving -> IORef (M.Map Word64 [B.ByteString]) -> Word64 -> IO ()
-pushOne sv pending sid = do
-  elems <- M.lookup sid <$> readIORef pending
-  modifyIORef' pending (M.delete sid)
-  case elems of
-    Just xs@(_ : _) -> do
-      slots <- readIORef (svSlots sv)
-      mapM_ (\slot -> atomically (writeTQueue (slotInput slot) (Just (reverse xs)))) (M.lookup sid slots)
-    _ -> pure ()
-
--- One stream process: its output, element by element as credit allows; its
--- input, read lazily, with credit returned as it is consumed.
-runStream :: Serving -> Word64 -> ProcessRunner -> Slot -> IO ()
-runStream sv sid pr slot = do
-  taken <- newIORef (0 :: Int)
-  let half = max 1 (svWindow sv `div` 2)
-      waiting act = do
-        -- Eden's rule: when no stream thread can go on, send what is buffered
-        n <- atomicModifyIORef' (svBusy sv) (\k -> (k - 1, k - 1))
-        when (n == 0) $ flushIdle (svSender sv)
-        r <- act
-        atomicModifyIORef' (svBusy sv) (\k -> (k + 1, ()))
-        pure r
-      nextChunk = do
-        ready <- atomically (tryReadTQueue (slotInput slot))
-        chunk <- maybe (waiting (atomically (readTQueue (slotInput slot)))) pure ready
-        case chunk of
-          Nothing -> pure []
-          Just xs -> do
-            k <- atomicModifyIORef' taken (\t -> let t' = t + length xs in (t', t'))
-            when (k >= half) $ do
-              writeIORef taken 0
-              sendMessage (svSender sv) Urgent (encodeFromWorker (StreamTaken sid (fromIntegral k)))
-            rest <- unsafeInterleaveIO nextChunk
-            pure (xs ++ rest)
-      -- output credit is taken from the shared counter a grant at a time
-      emit free act = do
-        enc <- act
-        free' <- if free > 0 then pure free else do
-          granted <- atomically $ swapTVar (slotCredit slot) 0
-          if granted > 0 then pure granted else waiting $ atomically $ do
-            c <- readTVar (slotCredit slot)
-            when (c <= 0) retry
-            writeTVar (slotCredit slot) 0
-            pure c
-        sendMessage (svSender sv) Bulk (streamOutEncoder sid enc)
-        pure (free' - 1)
-  inputs <- unsafeInterleaveIO nextChunk
-  outcome <- tryUser (foldM_ emit (0 :: Int) (prRun pr inputs))
-  modifyIORef' (svSlots sv) (M.delete sid)
-  atomicModifyIORef' (svBusy sv) (\k -> (k - 1, ()))
-  sendMessage (svSender sv) Urgent $ encodeFromWorker $ case outcome of
-    Right () -> StreamDone sid
-    Left why -> StreamAborted sid (T.pack why)
-
-cached :: IORef (M.Map TaskRef (Either String r)) -> (TaskRef -> IO (Either String r)) -> TaskRef
-       -> IO (Either String r)
-cached cache look ref = do
-  known <- M.lookup ref <$> readIORef cache
-  case known of
-    Just r -> pure r
-    Nothing -> do
-      r <- look ref
-      modifyIORef' cache (M.insert ref r)
-      pure r

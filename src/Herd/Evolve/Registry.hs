@@ -1,0 +1,74 @@
+-- | What the master keeps of an evolve population between calls: where
+-- each state lives, what its next step is expected to cost, and how to
+-- make it again if its worker is lost (its lineage back to bytes the master
+-- has seen). Pure.
+module Herd.Evolve.Registry
+  ( StateId (..)
+  , Registry (..)
+  , emptyRegistry
+  , Origin (..)
+  , lineage
+  , pruneOrigins
+  ) where
+
+import qualified Data.ByteString as B
+import Data.List (foldl')
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import Data.Word (Word64)
+import Herd.Base (TaskRef, WorkerId)
+
+-- | A state held by some worker, as the caller names it.
+newtype StateId = StateId
+  { stateIdWord :: Word64  -- ^ the id as a number (the worker that made it in the high 24 bits)
+  }
+  deriving (Eq, Ord)
+
+instance Show StateId where
+  show (StateId w) = "#" ++ show w
+
+-- | Where every state of a cluster's population lives, what its next
+-- evolution is expected to cost, and how to make it again; kept by the
+-- master between calls.
+data Registry = Registry
+  { regWhere    :: !(M.Map StateId WorkerId)
+  , regCost     :: !(M.Map StateId Double)  -- ^ measured time of the step that made it
+  , regMeanCost :: !(Maybe Double)          -- ^ mean step time of the last call
+  , regNextId   :: !Word64                  -- ^ next id for an uploaded state
+  , regOrigin   :: !(M.Map StateId Origin)  -- ^ for live states and the ancestors they need
+  } deriving (Eq, Show)
+
+-- | No states.
+emptyRegistry :: Registry
+emptyRegistry = Registry M.empty M.empty Nothing 1 M.empty
+
+-- | How a state came to be, so that it can be made again if its worker is
+-- lost: the master saw its bytes (uploaded, or moved through the master),
+-- or it is a child of another state.
+data Origin
+  = Seen !B.ByteString
+  | ChildOf !StateId !TaskRef !B.ByteString !Int
+    -- ^ the parent, the evolve function and the parent's input, and the
+    -- child's position among the parent's children
+  deriving (Eq, Show)
+
+-- | The bytes to start from and the steps to replay to make a state again,
+-- oldest first; 'Nothing' when some ancestor's origin is unknown.
+lineage :: M.Map StateId Origin -> StateId -> Maybe (B.ByteString, [(TaskRef, B.ByteString, Int)])
+lineage origins = go []
+  where
+    go path s = case M.lookup s origins of
+      Just (Seen bytes) -> Just (bytes, path)
+      Just (ChildOf parent ref input k) -> go ((ref, input, k) : path) parent
+      Nothing -> Nothing
+
+-- | Keep only the origins these states need.
+pruneOrigins :: [StateId] -> M.Map StateId Origin -> M.Map StateId Origin
+pruneOrigins live origins = M.restrictKeys origins (foldl' visit S.empty live)
+  where
+    visit seen s
+      | S.member s seen = seen
+      | otherwise = case M.lookup s origins of
+          Just (ChildOf parent _ _ _) -> visit (S.insert s seen) parent
+          Just (Seen _) -> S.insert s seen
+          Nothing -> seen

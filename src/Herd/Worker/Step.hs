@@ -1,0 +1,106 @@
+-- | The worker's side of the farm protocol as a pure step: what to answer
+-- to 'Herd.Wire.RunBatch' and 'Herd.Wire.Arg' messages, given the
+-- outcomes of the function calls the loop makes. The loop ("Herd.Worker")
+-- looks functions up, calls them and reads the clock; every decision is
+-- here, so the same step can drive real workers and simulated ones, and a
+-- property can replay any sequence of messages without a socket.
+--
+-- Promises (checked by properties in "WorkerStepSpec"): every batch
+-- started is answered exactly once: with 'Herd.Wire.BatchDone' after one
+-- 'Herd.Wire.Result' per argument, with 'Herd.Wire.TaskThrew' naming the
+-- position of the first task that threw (after the results before it), or
+-- with 'Herd.Wire.BatchRejected' when the function cannot run here or an
+-- argument does not decode. An argument outside any batch, or a batch
+-- started before the last one's arguments all came, breaks the protocol.
+module Herd.Worker.Step
+  ( Batches
+  , noBatch
+  , Verdict (..)
+  , Outcome (..)
+  , startBatch
+  , argument
+  , applied
+  ) where
+
+import qualified Data.Text as T
+import Data.Word (Word64)
+import Herd.Packet.Policy (Urgency (..))
+import Herd.Wire (FromWorker (..))
+
+-- The batch whose arguments are arriving; @r@ is the function to run.
+data Current r = Current
+  { curBatch   :: !Word64
+  , curRunner  :: !(Maybe r)  -- ^ 'Nothing': rejected or failed, skip the rest
+  , curLeft    :: !Int        -- ^ arguments still to come
+  , curPos     :: !Int        -- ^ position of the next argument
+  , curStarted :: !Double     -- ^ when its first argument was taken up
+  , curName    :: !String     -- ^ the function's name, for messages
+  }
+
+-- | The worker's farm state: the batch in progress, if any.
+newtype Batches r = Batches (Maybe (Current r))
+
+-- | No batch yet.
+noBatch :: Batches r
+noBatch = Batches Nothing
+
+-- | What the loop must do.
+data Verdict r
+  = Reply !Urgency !FromWorker
+    -- ^ send this to the master
+  | Apply r !Int
+    -- ^ call the function on the argument just received (this position);
+    -- send its result, and feed the outcome back with 'applied'
+  | Broken String
+    -- ^ the master broke the protocol: stop
+
+-- | How calling the function on an argument went.
+data Outcome
+  = Computed                 -- ^ its result was sent
+  | Undecodable String       -- ^ the argument did not decode
+  | Threw String             -- ^ the function (or forcing its result) threw
+
+-- | A batch of this many tasks starts, of a function found here ('Right')
+-- or not ('Left', why), named for messages.
+startBatch :: Double -> Word64 -> Either String r -> Int -> String -> Batches r -> (Batches r, [Verdict r])
+startBatch now bid found count name (Batches current) = case current of
+  Just c | curLeft c > 0 ->
+    ( Batches current
+    , [Broken ("master started batch " ++ show bid ++ " while batch " ++ show (curBatch c)
+               ++ " still had arguments to come")] )
+  _ -> case found of
+    Left why -> (Batches (Just (Current bid Nothing count 0 now name)), [Reply Urgent (BatchRejected bid (T.pack why))])
+    Right r -> ( Batches (Just (Current bid (Just r) count 0 now name))
+               , [ Reply Bulk (BatchDone bid 0) | count == 0 ] )
+
+-- | An argument arrived.
+argument :: Double -> Batches r -> (Batches r, [Verdict r])
+argument now (Batches current) = case current of
+  Just c | curLeft c > 0 -> case curRunner c of
+    -- a rejected or failed batch: its remaining arguments are skipped
+    Nothing -> done (Batches (Just (advance c)))
+    Just r -> ( Batches (Just c { curStarted = if curPos c == 0 then now else curStarted c })
+              , [Apply r (curPos c)] )
+  _ -> (Batches current, [Broken "master sent an argument outside any batch"])
+  where done b = (b, [])
+
+-- | The outcome of the call 'Apply' asked for.
+applied :: Double -> Outcome -> Batches r -> (Batches r, [Verdict r])
+applied now outcome (Batches current) = case current of
+  Nothing -> (Batches current, [])
+  Just c ->
+    let (c1, out) = case outcome of
+          Computed -> (c, [])
+          Undecodable why ->
+            ( c { curRunner = Nothing }
+            , [Reply Urgent (BatchRejected (curBatch c) (T.pack ("argument " ++ show (curPos c) ++ " for "
+                                                                   ++ curName c ++ " does not decode: " ++ why)))] )
+          Threw why -> (c { curRunner = Nothing }, [Reply Urgent (TaskThrew (curBatch c) (fromIntegral (curPos c)) (T.pack why))])
+        c2 = advance c1
+        finished = [ Reply Bulk (BatchDone (curBatch c2) (round (max 0 (now - curStarted c2) * 1e9)))
+                   | curLeft c2 == 0, Just _ <- [curRunner c2] ]
+    in (Batches (Just c2), out ++ finished)
+
+advance :: Current r -> Current r
+advance c = c { curLeft = curLeft c - 1, curPos = curPos c + 1 }
+
