@@ -10,9 +10,12 @@ import qualified Data.Text as T
 import Data.Word (Word32, Word64, Word8)
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Packet (Encoder, encoderBytes)
+import Herd.Closure (describeClosureError)
+import Herd.Evolve.Function (lookupEvolver)
+import Herd.Process (lookupProcess, processRef)
 import Herd.Task (Runner (..), TaskRef (..), lookupRunner, taskResultDecoder, taskRef)
 import Herd.Wire.Value (valueEncoder)
-import TestTasks (squareTask, unitTask)
+import TestTasks (runningSumProcess, squareTask, unitTask)
 import Herd.Wire
 import Herd.Wire.Codec (buildStrict, putWord32, putWord64, putWord8)
 import Test.Hspec
@@ -83,7 +86,17 @@ spec = describe "Herd.Wire" $ do
     r2 `shouldSatisfy` either (\(_ :: SomeException) -> True) (const False)
     Right runner <- lookupRunner (taskRef squareTask)
     applied <- runnerApply runner (B.pack [1, 2, 3])
-    either id (const "decoded") (() <$ applied) `shouldContain` "bytes"
+    either describeClosureError (const "decoded") (() <$ applied) `shouldContain` "bytes"
+  it "finds a closure only as the kind it is, with its own types" $ do
+    Right _ <- lookupRunner (taskRef squareTask)
+    asTask <- lookupRunner (processRef runningSumProcess)
+    either id (const "found") asTask `shouldContain` "is a stream process, not a task"
+    asProcess <- lookupProcess (taskRef squareTask)
+    either id (const "found") asProcess `shouldContain` "is a task, not a stream process"
+    wrongTypes <- lookupRunner (taskRef squareTask) { refResultType = Fingerprint 1 2 }
+    either id (const "found") wrongTypes `shouldContain` "type mismatch"
+    missing <- lookupEvolver (taskRef squareTask) { refKey = Fingerprint 3 4 }
+    either id (const "found") missing `shouldContain` "has no such function"
   it "rejects garbage in place of a hello" $
     decodeWorkerHello (B.pack [71, 69, 84, 32, 47]) `shouldSatisfy` either (const True) (const False)
 

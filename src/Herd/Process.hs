@@ -10,6 +10,7 @@
 -- at top level in a module other than @Main@.
 module Herd.Process
   ( Process
+  , ProcessCodecs (..)
   , process
   , namedProcess
     -- * For the drivers
@@ -24,27 +25,24 @@ import Control.Exception (ErrorCall (..), throw)
 import qualified Data.ByteString as B
 import Data.Store (Store)
 import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
-import GHC.Fingerprint (Fingerprint)
-import GHC.StaticPtr (StaticPtr, deRefStaticPtr, staticKey)
-import Herd.Packet (Encoder)
-import Herd.Task (TaskRef (..), describePtr, lookupTyped)
+import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
+import Herd.Base (Encoder, TaskRef)
+import Herd.Closure
 import Herd.Wire.Value (decodeValue, forcedEncoder, valueEncoder)
 
 -- | A function from a stream of @a@ to a stream of @b@ that a worker can
--- run. Build one with 'process' inside a @static@ form.
-data Process a b = Process
-  { procLabel  :: !(Maybe String)
-  , procEncodeIn :: a -> Encoder
-  , procDecodeOut :: B.ByteString -> Either String b
-  , procRunner :: !ProcessRunner
+-- run: a 'Closure'. Build one with 'process' inside a @static@ form.
+type Process a b = Closure (ProcessCodecs a b) ProcessRunner
+
+-- | The caller's side of a stream process.
+data ProcessCodecs a b = ProcessCodecs
+  { encodeIn  :: a -> Encoder
+  , decodeOut :: B.ByteString -> Either String b
   }
 
 -- | The type-erased side of a process that a worker runs.
-data ProcessRunner = ProcessRunner
-  { prInType  :: !Fingerprint
-  , prOutType :: !Fingerprint
-  , prTypes   :: !String
-  , prRun     :: [B.ByteString] -> [IO Encoder]
+newtype ProcessRunner = ProcessRunner
+  { prRun :: [B.ByteString] -> [IO Encoder]
     -- ^ from the encoded input elements (decoded lazily, as the function
     -- demands them; one that does not decode throws) to the output
     -- elements, each an action that forces it and gives its encoder
@@ -52,46 +50,37 @@ data ProcessRunner = ProcessRunner
 
 -- | Wrap a list function so it can be shipped as a static pointer.
 process :: forall a b. (Store a, Store b, Typeable a, Typeable b) => ([a] -> [b]) -> Process a b
-process f = Process
-  { procLabel = Nothing
-  , procEncodeIn = valueEncoder
-  , procDecodeOut = decodeValue
-  , procRunner = ProcessRunner
-      { prInType = typeRepFingerprint (typeRep (Proxy :: Proxy a))
-      , prOutType = typeRepFingerprint (typeRep (Proxy :: Proxy b))
-      , prTypes = "[" ++ show (typeRep (Proxy :: Proxy a)) ++ "] -> ["
-                  ++ show (typeRep (Proxy :: Proxy b)) ++ "]"
-      , prRun = \inputs -> map forcedEncoder (f (zipWith decodeOrThrow [0 :: Int ..] inputs))
-      }
+process f = Closure
+  { closureKind = ProcessClosure
+  , closureLabel = Nothing
+  , closureIn = typeRepFingerprint (typeRep (Proxy :: Proxy a))
+  , closureOut = typeRepFingerprint (typeRep (Proxy :: Proxy b))
+  , closureTypes = "[" ++ show (typeRep (Proxy :: Proxy a)) ++ "] -> [" ++ show (typeRep (Proxy :: Proxy b)) ++ "]"
+  , closureCodecs = ProcessCodecs valueEncoder decodeValue
+  , closureRunner = ProcessRunner $ \inputs -> map forcedEncoder (f (zipWith decodeOrThrow [0 :: Int ..] inputs))
   }
   where
     decodeOrThrow i bytes = case decodeValue bytes of
       Right x -> x
       Left why -> throw (ErrorCall ("input element " ++ show i ++ " does not decode: " ++ why))
 
--- | Give a process a name for error messages.
+-- | Give a process a name for error messages ('named').
 namedProcess :: String -> Process a b -> Process a b
-namedProcess label p = p { procLabel = Just label }
+namedProcess = named
 
 -- | The reference the master sends to instantiate a static process.
 processRef :: StaticPtr (Process a b) -> TaskRef
-processRef ptr = TaskRef
-  { refKey = staticKey ptr
-  , refName = describePtr ptr (procLabel p)
-  , refArgType = prInType (procRunner p)
-  , refResultType = prOutType (procRunner p)
-  }
-  where p = deRefStaticPtr ptr
+processRef = closureRef
 
 -- | The caller's encoder for one input element.
 processInEncoder :: StaticPtr (Process a b) -> a -> Encoder
-processInEncoder ptr = procEncodeIn (deRefStaticPtr ptr)
+processInEncoder ptr = encodeIn (closureCodecs (deRefStaticPtr ptr))
 
 -- | The caller's decoder for one output element.
 processOutDecoder :: StaticPtr (Process a b) -> B.ByteString -> Either String b
-processOutDecoder ptr = procDecodeOut (deRefStaticPtr ptr)
+processOutDecoder ptr = decodeOut (closureCodecs (deRefStaticPtr ptr))
 
--- | Find a process in this binary's static pointer table, checking types.
+-- | Find a process in this binary's static pointer table, checking its
+-- kind and types.
 lookupProcess :: TaskRef -> IO (Either String ProcessRunner)
-lookupProcess = lookupTyped (\(p :: Process () ()) -> let r = procRunner p in
-                               (r, prInType r, prOutType r, prTypes r))
+lookupProcess ref = either (Left . describeClosureError) Right <$> lookupClosure ProcessClosure ref

@@ -15,6 +15,7 @@
 module Herd.Evolve.Function
   ( Evolve
   , Evolver
+  , EvolverCodecs (..)
   , evolver
   , namedEvolver
     -- * For the drivers
@@ -30,32 +31,29 @@ import Control.Exception (SomeException, displayException, evaluate, try)
 import qualified Data.ByteString as B
 import Data.Store (Store, encode)
 import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
-import GHC.Fingerprint (Fingerprint)
-import GHC.StaticPtr (StaticPtr, deRefStaticPtr, staticKey)
-import Herd.Packet (Encoder)
-import Herd.Task (TaskRef (..), describePtr, lookupTyped)
+import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
+import Herd.Base (Encoder, TaskRef)
+import Herd.Closure
 import Herd.Wire.Value (decodeValueIO, valueEncoder)
 
 -- | One step of a stateful computation: a state and its input give the
 -- children (zero, one or many new states), each with an output.
 type Evolve s i o = s -> i -> [(s, o)]
 
--- | An evolve function that a worker can run. Build one with 'evolver'
--- inside a @static@ form.
-data Evolver s i o = Evolver
-  { evLabel        :: !(Maybe String)
-  , evEncodeState  :: s -> Encoder
-  , evEncodeInput  :: i -> Encoder
-  , evDecodeOutput :: B.ByteString -> IO o
-  , evRunner       :: !EvolveRunner
+-- | An evolve function that a worker can run: a 'Closure'. Build one with
+-- 'evolver' inside a @static@ form.
+type Evolver s i o = Closure (EvolverCodecs s i o) EvolveRunner
+
+-- | The caller's side of an evolve function.
+data EvolverCodecs s i o = EvolverCodecs
+  { encodeState  :: s -> Encoder
+  , encodeInput  :: i -> Encoder
+  , decodeOutput :: B.ByteString -> IO o
   }
 
 -- | The type-erased side of an evolve function that a worker runs.
-data EvolveRunner = EvolveRunner
-  { erStateInput :: !Fingerprint  -- ^ fingerprint of @(s, i)@
-  , erOutput     :: !Fingerprint  -- ^ fingerprint of @[(s, o)]@
-  , erTypes      :: !String
-  , erApply      :: B.ByteString -> B.ByteString -> IO (Either String [(B.ByteString, B.ByteString)])
+newtype EvolveRunner = EvolveRunner
+  { erApply :: B.ByteString -> B.ByteString -> IO (Either ClosureError [(B.ByteString, B.ByteString)])
     -- ^ from an encoded state and input to the children's encoded states
     -- and outputs, all forced; 'Left' when the state or input does not
     -- decode; throws what the function throws
@@ -64,58 +62,47 @@ data EvolveRunner = EvolveRunner
 -- | Wrap an evolve function so it can be shipped as a static pointer.
 evolver :: forall s i o. (Store s, Store i, Store o, Typeable s, Typeable i, Typeable o)
         => Evolve s i o -> Evolver s i o
-evolver f = Evolver
-  { evLabel = Nothing
-  , evEncodeState = valueEncoder
-  , evEncodeInput = valueEncoder
-  , evDecodeOutput = decodeValueIO
-  , evRunner = EvolveRunner
-      { erStateInput = typeRepFingerprint (typeRep (Proxy :: Proxy (s, i)))
-      , erOutput = typeRepFingerprint (typeRep (Proxy :: Proxy [(s, o)]))
-      , erTypes = show (typeRep (Proxy :: Proxy s)) ++ " -> " ++ show (typeRep (Proxy :: Proxy i))
-                  ++ " -> [(" ++ show (typeRep (Proxy :: Proxy s)) ++ ", "
-                  ++ show (typeRep (Proxy :: Proxy o)) ++ ")]"
-      , erApply = \stateBytes inputBytes -> do
-          decoded <- try ((,) <$> decodeValueIO stateBytes <*> decodeValueIO inputBytes)
-          case decoded of
-            Left (e :: SomeException) -> pure (Left (displayException e))
-            Right (s :: s, i :: i) -> do
-              -- encoding forces every child and output, so a throw happens here
-              children <- evaluate (forceAll [ (encode s', encode o) | (s', o) <- f s i ])
-              pure (Right children)
-      }
+evolver f = Closure
+  { closureKind = EvolverClosure
+  , closureLabel = Nothing
+  , closureIn = typeRepFingerprint (typeRep (Proxy :: Proxy (s, i)))
+  , closureOut = typeRepFingerprint (typeRep (Proxy :: Proxy [(s, o)]))
+  , closureTypes = show (typeRep (Proxy :: Proxy s)) ++ " -> " ++ show (typeRep (Proxy :: Proxy i))
+                   ++ " -> [(" ++ show (typeRep (Proxy :: Proxy s)) ++ ", " ++ show (typeRep (Proxy :: Proxy o)) ++ ")]"
+  , closureCodecs = EvolverCodecs valueEncoder valueEncoder decodeValueIO
+  , closureRunner = EvolveRunner $ \stateBytes inputBytes -> do
+      decoded <- try ((,) <$> decodeValueIO stateBytes <*> decodeValueIO inputBytes)
+      case decoded of
+        Left (e :: SomeException) -> pure (Left (DoesNotDecode (displayException e)))
+        Right (s :: s, i :: i) -> do
+          -- encoding forces every child and output, so a throw happens here
+          children <- evaluate (forceAll [ (encode s', encode o) | (s', o) <- f s i ])
+          pure (Right children)
   }
   where
     forceAll xs = foldr (\(a, b) rest -> a `seq` b `seq` rest) xs xs
 
--- | Give an evolve function a name for error messages.
+-- | Give an evolve function a name for error messages ('named').
 namedEvolver :: String -> Evolver s i o -> Evolver s i o
-namedEvolver label e = e { evLabel = Just label }
+namedEvolver = named
 
 -- | The reference the master sends to name a static evolve function.
 evolverRef :: StaticPtr (Evolver s i o) -> TaskRef
-evolverRef ptr = TaskRef
-  { refKey = staticKey ptr
-  , refName = describePtr ptr (evLabel e)
-  , refArgType = erStateInput (evRunner e)
-  , refResultType = erOutput (evRunner e)
-  }
-  where e = deRefStaticPtr ptr
+evolverRef = closureRef
 
 -- | The caller's encoder for a state (to upload or move it).
 evolverStateEncoder :: StaticPtr (Evolver s i o) -> s -> Encoder
-evolverStateEncoder ptr = evEncodeState (deRefStaticPtr ptr)
+evolverStateEncoder ptr = encodeState (closureCodecs (deRefStaticPtr ptr))
 
 -- | The caller's encoder for an input.
 evolverInputEncoder :: StaticPtr (Evolver s i o) -> i -> Encoder
-evolverInputEncoder ptr = evEncodeInput (deRefStaticPtr ptr)
+evolverInputEncoder ptr = encodeInput (closureCodecs (deRefStaticPtr ptr))
 
 -- | The caller's decoder for an output (throws if the bytes are not one).
 evolverOutputDecoder :: StaticPtr (Evolver s i o) -> B.ByteString -> IO o
-evolverOutputDecoder ptr = evDecodeOutput (deRefStaticPtr ptr)
+evolverOutputDecoder ptr = decodeOutput (closureCodecs (deRefStaticPtr ptr))
 
 -- | Find an evolve function in this binary's static pointer table,
--- checking its types.
+-- checking its kind and types.
 lookupEvolver :: TaskRef -> IO (Either String EvolveRunner)
-lookupEvolver = lookupTyped (\(e :: Evolver () () ()) -> let r = evRunner e in
-                               (r, erStateInput r, erOutput r, erTypes r))
+lookupEvolver ref = either (Left . describeClosureError) Right <$> lookupClosure EvolverClosure ref

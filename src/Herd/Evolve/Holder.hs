@@ -41,6 +41,7 @@ import qualified Data.Sequence as Seq
 import qualified Data.Text as T
 import Data.Word (Word64)
 import Herd.Clock (monotonicSeconds)
+import Herd.Closure (describeClosureError)
 import Herd.Evolve.Function (EvolveRunner (..), lookupEvolver)
 import Herd.Task (TaskRef, tryUser)
 import Herd.Wire
@@ -167,7 +168,7 @@ evolveOne h sid input runner = do
       end <- monotonicSeconds
       case outcome of
         Left why -> pure (EvolveThrew sid (T.pack why))
-        Right (Left why) -> pure (EvolveThrew sid (T.pack ("state or input does not decode: " ++ why)))
+        Right (Left why) -> pure (EvolveThrew sid (T.pack ("state or input does not decode: " ++ describeClosureError why)))
         Right (Right children) -> do
           named <- forM children $ \(s, o) -> do
             n <- atomicModifyIORef' (hNext h) (\k -> (k + 1, k))
@@ -198,5 +199,5 @@ replay h sid root path = go root (0 :: Int) path
               pure (EvolveThrew sid (T.pack ("recomputing it, step " ++ show depth ++ " gave " ++ show (length children)
                                              ++ " children where child " ++ show k ++ " was expected: "
                                              ++ "is the evolve function deterministic?")))
-            Right (Left why) -> pure (EvolveThrew sid (T.pack ("recomputing it: " ++ why)))
+            Right (Left why) -> pure (EvolveThrew sid (T.pack ("recomputing it: " ++ describeClosureError why)))
             Left why -> pure (EvolveThrew sid (T.pack ("recomputing it: " ++ why)))

@@ -24,6 +24,7 @@ import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Data.Word (Word64)
 import Herd.Clock (monotonicSeconds)
+import Herd.Closure (describeClosureError)
 import Herd.Evolve.Holder (Holder, holderMessage, newHolder, stopHolder)
 import Herd.Packet
 import Herd.Packet.Policy (PacketPolicy (..), Urgency (..))
@@ -107,7 +108,7 @@ handleMessage sv pending msg = case msg of
       Apply r _ -> do
         decoded <- runnerApply r bytes
         outcome <- case decoded of
-          Left why -> pure (Undecodable why)
+          Left why -> pure (Undecodable (describeClosureError why))
           Right act -> either Threw (const Computed)
                          <$> tryUser (act >>= sendMessage (svSender sv) Bulk . resultEncoder)
         end <- lazyClock
