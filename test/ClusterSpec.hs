@@ -102,6 +102,13 @@ transportSpec transport loop = describe ("over " ++ transportName transport ++ "
       [ statTasks s > 0 | s <- jobWorkerStats statsA ] `shouldBe` [True, True]
       [ statTasks s > 0 | s <- jobWorkerStats statsB ] `shouldBe` [True, True]
 
+  it "measures each worker's busy time from the first task of a batch to its last" $
+    withOver 2 $ \_ cluster -> do
+      (_, stats) <- farmWithStats cluster sleepySquareTask [ (20, x) | x <- [1 .. 20] ]
+      let busy = sum (map statBusy (jobWorkerStats stats))
+      -- 20 tasks of 20 ms: 0.4 s of work, all of it counted
+      (busy > 0.38 && busy < 0.6) `shouldBe` True
+
   it "reports the user's exception with the task index and message" $
     withOver 2 $ \_ cluster -> do
       r <- try (farm cluster failAt13Task [0 .. 40])

@@ -138,9 +138,11 @@ handleMessage sv pending msg = case msg of
   _ -> holderMessage (svHolder sv) msg
   where
     send u m = sendMessage (svSender sv) u (encodeFromWorker m)
+    -- the new state is forced before its verdicts are carried out, so a
+    -- batch's start is read before its first task runs
     stepBatches f = do
       (b', verdicts) <- f <$> readIORef (svBatches sv)
-      writeIORef (svBatches sv) b'
+      writeIORef (svBatches sv) $! b'
       pure verdicts
     plain v = case v of
       Reply u m -> send u m

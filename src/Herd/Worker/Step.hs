@@ -37,8 +37,14 @@ data Current r = Current
   , curName    :: !String     -- ^ the function's name, for messages
   }
 
--- | The worker's farm state: the batch in progress, if any.
+-- | The worker's farm state: the batch in progress, if any. Built
+-- strictly: forcing the state forces the time it holds, so a loop that
+-- reads the clock lazily reads it when it steps, not later.
 newtype Batches r = Batches (Maybe (Current r))
+
+-- The state of a batch in progress, forced.
+inProgress :: Current r -> Batches r
+inProgress c = c `seq` Batches (Just c)
 
 -- | No batch yet.
 noBatch :: Batches r
@@ -69,8 +75,8 @@ startBatch now bid found count name (Batches current) = case current of
     , [Broken ("master started batch " ++ show bid ++ " while batch " ++ show (curBatch c)
                ++ " still had arguments to come")] )
   _ -> case found of
-    Left why -> (Batches (Just (Current bid Nothing count 0 now name)), [Reply Urgent (BatchRejected bid (T.pack why))])
-    Right r -> ( Batches (Just (Current bid (Just r) count 0 now name))
+    Left why -> (inProgress (Current bid Nothing count 0 now name), [Reply Urgent (BatchRejected bid (T.pack why))])
+    Right r -> ( inProgress (Current bid (Just r) count 0 now name)
                , [ Reply Bulk (BatchDone bid 0) | count == 0 ] )
 
 -- | An argument arrived.
@@ -78,8 +84,8 @@ argument :: Double -> Batches r -> (Batches r, [Verdict r])
 argument now (Batches current) = case current of
   Just c | curLeft c > 0 -> case curRunner c of
     -- a rejected or failed batch: its remaining arguments are skipped
-    Nothing -> done (Batches (Just (advance c)))
-    Just r -> ( Batches (Just c { curStarted = if curPos c == 0 then now else curStarted c })
+    Nothing -> done (inProgress (advance c))
+    Just r -> ( inProgress c { curStarted = if curPos c == 0 then now else curStarted c }
               , [Apply r (curPos c)] )
   _ -> (Batches current, [Broken "master sent an argument outside any batch"])
   where done b = (b, [])
@@ -99,7 +105,7 @@ applied now outcome (Batches current) = case current of
         c2 = advance c1
         finished = [ Reply Bulk (BatchDone (curBatch c2) (round (max 0 (now - curStarted c2) * 1e9)))
                    | curLeft c2 == 0, Just _ <- [curRunner c2] ]
-    in (Batches (Just c2), out ++ finished)
+    in (inProgress c2, out ++ finished)
 
 advance :: Current r -> Current r
 advance c = c { curLeft = curLeft c - 1, curPos = curPos c + 1 }
