@@ -68,6 +68,17 @@ spec = describe "the evolve API" $ forM_ [minBound .. maxBound] $ \transport -> 
         populationSize cluster `shouldReturn` 3
         out2 <- evolveMany cluster countEvolver (M.fromList [ (c, 1) | (c, _) <- concat (M.elems out) ])
         M.size out2 `shouldBe` 3
+        -- a call that expects the other loop is refused before anything runs
+        let other = if loop == EpollLoop then ThreadedLoop else EpollLoop
+            kids = M.fromList [ (c, 1) | (c, _) <- concat (M.elems out2) ]
+        wrong <- try (evolveManyWith defaultEvolveOptions { evolveLoop = Just other } cluster countEvolver kids)
+        case wrong of
+          Left (ConfigError field _) -> field `shouldBe` "evolveLoop"
+          Right _ -> expectationFailure "a call naming another loop than the cluster's ran"
+          Left e -> expectationFailure ("expected ConfigError, got " ++ show e)
+        (out3, stats) <- evolveManyWith defaultEvolveOptions { evolveLoop = Just loop } cluster countEvolver kids
+        M.size out3 `shouldBe` M.size kids
+        esLoop stats `shouldBe` loop
 
     it "names the state a throwing step failed on" $
       withLoop loop 2 $ \cluster -> do

@@ -14,7 +14,7 @@ import Test.Hspec
 -- | herd's pure modules.
 pureModules :: [String]
 pureModules =
-  [ "Herd.Base", "Herd.Error", "Herd.Scheduler", "Herd.Packet.Policy", "Herd.Wire", "Herd.Wire.Codec", "Herd.Wire.Tags", "Herd.Wire.Handshake"
+  [ "Herd.Base", "Herd.Bytes", "Herd.Error", "Herd.Scheduler", "Herd.Packet.Policy", "Herd.Wire", "Herd.Wire.Codec", "Herd.Wire.Tags", "Herd.Wire.Handshake"
   , "Herd.Evolve.Schedule", "Herd.Evolve.Registry", "Herd.Master.Core", "Herd.Master.Events", "Herd.Master.Expect", "Herd.Master.Session"
   , "Herd.Worker.Step" ]
 

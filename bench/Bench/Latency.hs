@@ -19,7 +19,7 @@ module Bench.Latency
 
 import Control.Concurrent (runInUnboundThread)
 import Control.Concurrent.STM (retry)
-import Control.Exception (throwIO, ErrorCall (..))
+import Control.Exception (finally, throwIO, ErrorCall (..))
 import Control.Monad (forM, forM_, when, unless)
 import qualified Data.ByteString as B
 import Data.List (sort)
@@ -31,12 +31,12 @@ import Foreign.Marshal.Array (allocaArray, peekArray)
 import Foreign.Ptr (Ptr)
 import Herd
 import Herd.Clock (monotonicSeconds)
-import Herd.Config (packetPolicyOf)
 import Herd.Master (withRawWorker)
-import Herd.Packet (Sender, newSender, sendMessage, splitPacket)
+import Herd.Master.Link (LinkHandle (..), openLink, stopWriting)
+import Herd.Packet (Sender, sendMessage, splitPacket)
 import Herd.Packet.Policy (Urgency (..))
 import Herd.Report
-import Herd.Transport (Connection, awaitReadable, recvAvailable, recvFrame, sendRaw, takeBufferedFrame)
+import Herd.Transport (Connection, awaitReadable, recvAvailable, recvFrame, takeBufferedFrame)
 import Herd.Transport.Shm (spinNanos)
 import Herd.Wire (FromWorker (..), ToWorker (..), decodeFromWorker, encodeToWorker)
 import System.IO
@@ -84,8 +84,10 @@ withOneWorker transport body = do
   -- the worker's link is handed to this thread alone: the master's core
   -- never reads or writes it, so what is timed is the link itself
   withRawWorker cfg $ \conn -> do
-    sender <- newSender (packetPolicyOf cfg) (sendRaw conn)
-    body (RawLink conn sender)
+    -- the master's own send path for a link: packets leave from this
+    -- thread when the kernel takes them, else through the link's writer
+    l <- openLink cfg conn (\why -> hPutStrLn stderr ("the link broke: " ++ why))
+    body (RawLink conn (lhSender l)) `finally` stopWriting l
 
 -- A worker's link read and written by the benchmark alone.
 data RawLink = RawLink

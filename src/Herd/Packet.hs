@@ -42,7 +42,6 @@ import Control.Concurrent (forkIO, threadDelay)
 import Control.Concurrent.MVar
 import Control.Exception (mask, onException)
 import Control.Monad (void, when)
-import Data.Bits (shiftL, shiftR, (.|.))
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
@@ -51,10 +50,10 @@ import qualified Data.Map.Strict as M
 import Data.Word (Word32, Word8)
 import Foreign.ForeignPtr (ForeignPtr, withForeignPtr, mallocForeignPtrBytes)
 import Foreign.Ptr (Ptr, plusPtr)
-import Foreign.Storable (pokeByteOff)
 import Herd.Clock (monotonicSeconds)
 import Herd.Packet.Policy
 import Herd.Base (Encoder (..), encodeBytes, encoderBytes)
+import Herd.Bytes (bytesBE, pokeBE, word32At)
 
 -- | One packet holding these messages, whatever their size (for tests and
 -- tools that speak the protocol by hand).
@@ -63,7 +62,7 @@ packetOf encs = do
   bodies <- mapM encoderBytes encs
   let header = B.pack . word32Bytes
   pure (B.concat (header (length bodies) : concatMap (\b -> [header (B.length b), b]) bodies))
-  where word32Bytes n = [fromIntegral (n `shiftR` k) | k <- [24, 16, 8, 0]]
+  where word32Bytes n = bytesBE 4 (fromIntegral n)
 
 -- | Per-peer packet statistics.
 data PeerStats = PeerStats
@@ -268,11 +267,7 @@ record s why msgs bytes = modifyIORef' (sStats s) $ \st -> st
   }
 
 pokeWord32 :: Ptr Word8 -> Word32 -> IO ()
-pokeWord32 p w = do
-  pokeByteOff p 0 (fromIntegral (w `shiftR` 24) :: Word8)
-  pokeByteOff p 1 (fromIntegral (w `shiftR` 16) :: Word8)
-  pokeByteOff p 2 (fromIntegral (w `shiftR` 8) :: Word8)
-  pokeByteOff p 3 (fromIntegral w :: Word8)
+pokeWord32 p w = pokeBE 4 p 0 (fromIntegral w)
 
 -- | Split a packet into its messages, checking the count and every length
 -- against the bytes present first (so nothing of a bad packet is used); at
@@ -305,8 +300,3 @@ splitPacket maxMessages packet
     slices k off = let len = word32At packet off
                    in BU.unsafeTake len (BU.unsafeDrop (off + 4) packet) : slices (k - 1) (off + 4 + len)
 
-word32At :: B.ByteString -> Int -> Int
-word32At bs off =
-  (byte 0 `shiftL` 24) .|. (byte 1 `shiftL` 16) .|. (byte 2 `shiftL` 8) .|. byte 3
-  where byte i = fromIntegral (BU.unsafeIndex bs (off + i)) :: Int
-{-# INLINE word32At #-}

@@ -60,7 +60,6 @@ import Control.Concurrent.MVar
 import Control.Concurrent.STM (STM, atomically, orElse)
 import Control.Exception
 import Control.Monad (when, forM)
-import Data.Bits (shiftL, shiftR, (.|.))
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Lazy as BL
@@ -70,10 +69,10 @@ import Data.Word (Word8)
 import Foreign.C.Types (CInt (..))
 import Foreign.ForeignPtr (ForeignPtr, mallocForeignPtrBytes, withForeignPtr)
 import Foreign.Ptr (Ptr, castPtr, plusPtr)
-import Foreign.Storable (pokeByteOff)
 import System.Posix.Types (Fd (..))
 import Network.Socket (Socket)
 import Herd.Base (TransportKind (..), transportName, parseTransportKind)
+import Herd.Bytes (pokeBE, word32At)
 
 -- | One transport's byte pipe. Every operation but the waits returns at
 -- once.
@@ -189,13 +188,12 @@ frameParts body
   | otherwise = [lengthBytes, body]
   where
     lengthBytes = BI.unsafeCreate 4 $ \p ->
-      mapM_ (\i -> pokeByteOff p i (fromIntegral (B.length body `shiftR` (8 * (3 - i))) :: Word8)) [0 .. 3]
+      pokeBE 4 p 0 (fromIntegral (B.length body))
 
 -- | The bytes of one frame: its length, then the body.
 framed :: B.ByteString -> B.ByteString
 framed body = BI.unsafeCreate (4 + n) $ \p -> do
-  let byte i = fromIntegral (n `shiftR` (8 * (3 - i))) :: Word8
-  mapM_ (\i -> pokeByteOff p i (byte i)) [0 .. 3]
+  pokeBE 4 p 0 (fromIntegral n)
   BU.unsafeUseAsCString body $ \src -> BI.memcpy (p `plusPtr` 4) (castPtr src) n
   where n = B.length body
 
@@ -242,7 +240,7 @@ hasBufferedFrame conn = do
   pure $ complete /= Nothing || (B.length pending >= 4 && B.length pending - 4 >= lengthPrefix pending)
 
 lengthPrefix :: B.ByteString -> Int
-lengthPrefix = B.foldl' (\acc w -> (acc `shiftL` 8) .|. fromIntegral w) 0 . B.take 4
+lengthPrefix bs = word32At bs 0   -- callers check that four bytes are there
 
 -- | Receive one frame of at most the given size, waiting on this thread's
 -- own OS thread. 'Nothing' means the peer closed the connection cleanly

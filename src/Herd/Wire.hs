@@ -41,7 +41,6 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Builder as BB
 import Data.Text (Text)
 import qualified Data.Text as T
-import Data.Bits (shiftL, shiftR, (.|.))
 import qualified Data.ByteString.Unsafe as BU
 import Data.Word (Word32, Word64, Word8)
 import Foreign.Ptr (plusPtr)
@@ -49,6 +48,7 @@ import Foreign.Storable (pokeByteOff)
 import Herd.Packet.Policy (Urgency (..))
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Base (Encoder (..), TaskRef (..), encodeBytes)
+import Herd.Bytes (pokeBE, word64At)
 import Herd.Wire.Codec
 import Herd.Wire.Handshake
 import Herd.Wire.Tags
@@ -239,14 +239,6 @@ decodeFromWorker bs
   | B.length bs >= 9 && BU.unsafeHead bs == tagStreamOut = Right (StreamOut (word64At bs 1) (BU.unsafeDrop 9 bs))
   | otherwise = decodeFromWorkerSlow bs
 
--- A big-endian 64-bit number at an offset the caller has checked.
-word64At :: B.ByteString -> Int -> Word64
-word64At bs off = go 0 0
-  where
-    go :: Int -> Word64 -> Word64
-    go 8 !acc = acc
-    go i !acc = go (i + 1) ((acc `shiftL` 8) .|. fromIntegral (BU.unsafeIndex bs (off + i)))
-
 decodeFromWorkerSlow :: B.ByteString -> Either String FromWorker
 decodeFromWorkerSlow = runGet $ do
   tag <- getWord8
@@ -299,5 +291,5 @@ tagged tag (Encoder n write) = Encoder (n + 1) $ \p -> do
 taggedStream :: Word8 -> Word64 -> Encoder -> Encoder
 taggedStream tag sid (Encoder n write) = Encoder (n + 9) $ \p -> do
   pokeByteOff p 0 tag
-  mapM_ (\i -> pokeByteOff p (1 + i) (fromIntegral (sid `shiftR` (8 * (7 - i))) :: Word8)) [0 .. 7]
+  pokeBE 8 p 1 sid
   write (p `plusPtr` 9)

@@ -181,6 +181,7 @@ linkDown now w why core
 -- A message from a live worker.
 received :: Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
 received now w msg core = case msg of
+  -- INV-ORDER: a result is for the next task of the oldest batch due on its link
   Result value -> case nextResult link of
     Just (jid, i, link') -> (setExpect link', [ Stage jid i value | M.member jid (coreFarms core) ])
     Nothing -> bad "a result that no batch was waiting for"
@@ -209,11 +210,13 @@ received now w msg core = case msg of
   where
     link = M.findWithDefault noneExpected w (coreLinks core)
     setExpect l = core { coreLinks = M.insert w l (coreLinks core) }
+    -- INV-ORDER: a batch's end must be the oldest batch's
     popExpect bid act = case endOfBatch bid link of
       Just (e, later) -> act e (setExpect later)
       Nothing -> bad ("an end of batch " ++ show bid ++ ", which is not the batch in progress")
     bad = badIn core
     badIn c why = linkDown now w ("bad message: " ++ why) c
+    -- INV-ROUTE: a stream's messages come from its own worker
     ownStream sid act = case M.lookup sid (coreStreams core) of
       Just s | streamWorker s == w -> act s
              | otherwise -> bad ("message for stream " ++ show sid ++ " of another worker")
@@ -241,6 +244,7 @@ sched now ev core =
       S.AbortJob jid failure _ -> case M.lookup jid (coreFarms c) of
         Just job -> answer c out jid (Left (failureError (refName (farmRef job)) failure))
         Nothing -> (c, out)
+    -- INV-ONCE: a job is answered only while it is known, and forgotten then
     answer c out jid result
       | M.member jid (coreFarms c) = (c { coreFarms = M.delete jid (coreFarms c) }, out ++ [JobDone jid result])
       | otherwise = (c, out)

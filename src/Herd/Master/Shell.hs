@@ -119,6 +119,7 @@ shellStep sh flushNow = shellRegister sh flushNow NoRegistration
 
 -- | Register a caller's answer and step the core, under one hold of the lock.
 shellRegister :: Shell -> Bool -> Registration -> [Event] -> IO ()
+-- INV-SERIAL: every step of the core happens under this one lock
 shellRegister sh flushNow reg events = modifyMVar_ (shState sh) $ \ss0 -> do
   let ss = case reg of
         RegisterFarm jid spec reply -> ss0 { ssFarms = M.insert jid (spec, reply) (ssFarms ss0) }
@@ -128,12 +129,16 @@ shellRegister sh flushNow reg events = modifyMVar_ (shState sh) $ \ss0 -> do
                               , ssStreams = maybe id M.delete sid (ssStreams ss0) }
         NoRegistration -> ss0
   t <- monotonicSeconds
-  ss1 <- runEvents sh t ss events >>= handOver
-  if flushNow then flushTouched ss1 else pure ss1
+  ss1 <- runEvents sh t ss events
+  -- a reader's packets wait for the end of its round (afterRound): stream
+  -- output is handed over once per round, not once per packet, so a
+  -- caller is woken once for many elements
+  if flushNow then handOver ss1 >>= flushTouched else pure ss1
 
--- | What the reader runs after each round: flush what the round buffered.
+-- | What the reader runs after each round: hand the callers of streams
+-- what the round received, and flush what it buffered.
 afterRound :: Shell -> IO ()
-afterRound sh = modifyMVar_ (shState sh) flushTouched
+afterRound sh = modifyMVar_ (shState sh) (\ss -> handOver ss >>= flushTouched)
 
 -- | A worker passed the handshake: set up its sender and writer, start
 -- reading it, and tell the core.
@@ -188,6 +193,7 @@ runEvents sh t ss (e : es) = do
 -- Carry out one command; events it feeds back are collected, newest first.
 execute :: Shell -> (ShellState, [Event]) -> Command -> IO (ShellState, [Event])
 execute sh (ss, fed) cmd = case cmd of
+  -- INV-ONE-WRITER: the link's sender is used here, under the lock, and nowhere else
   Send w urgency msg -> withLink w $ \l -> send w l (sendMessage (lhSender l) urgency (encodeToWorker msg))
   SendInput w sid enc -> withLink w $ \l -> send w l (sendMessage (lhSender l) Bulk (streamInEncoder sid enc))
   Flush w -> withLink w $ \l -> do

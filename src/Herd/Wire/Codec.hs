@@ -35,16 +35,15 @@ module Herd.Wire.Codec
   , buildStrict
   ) where
 
-import Data.Bits (shiftL, (.|.))
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Builder as BB
 import qualified Data.ByteString.Builder.Extra as BBE
 import qualified Data.ByteString.Lazy as BL
-import qualified Data.ByteString.Unsafe as BU
 import Data.Int (Int64)
 import qualified Data.Text as T
 import qualified Data.Text.Encoding as TE
 import Data.Word (Word16, Word32, Word64, Word8)
+import Herd.Bytes (peekBE)
 
 -- | A decoder over one strict buffer, tracking the offset.
 newtype Get a = Get { unGet :: B.ByteString -> Int -> Either String (a, Int) }
@@ -90,18 +89,8 @@ need n what = Get $ \bs o ->
     else Left ("truncated " ++ what ++ ": needs " ++ show n ++ " bytes, "
                ++ show (B.length bs - o) ++ " left")
 
-byteAt :: B.ByteString -> Int -> Word64
-byteAt bs i = fromIntegral (BU.unsafeIndex bs i)
-
-bigEndian :: Int -> B.ByteString -> Int -> Word64
-bigEndian n bs o = go 0 0
-  where
-    go !acc !i
-      | i == n = acc
-      | otherwise = go ((acc `shiftL` 8) .|. byteAt bs (o + i)) (i + 1)
-
 fixed :: Int -> String -> Get Word64
-fixed n what = need n what >> Get (\bs o -> Right (bigEndian n bs o, o + n))
+fixed n what = need n what >> Get (\bs o -> Right (peekBE n bs o, o + n))
 
 -- | One byte.
 getWord8 :: Get Word8

@@ -1,0 +1,53 @@
+{-# LANGUAGE BangPatterns #-}
+-- | Big-endian numbers in bytes, the one place herd reads and writes them:
+-- frame lengths, packet counts and message lengths, message fields.
+-- Reads take an offset the caller has checked against the bytes present;
+-- nothing here checks bounds. Pure, apart from writing at a pointer.
+module Herd.Bytes
+  ( peekBE
+  , word32At
+  , word64At
+  , pokeBE
+  , bytesBE
+  ) where
+
+import Data.Bits (shiftL, shiftR, (.|.))
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Unsafe as BU
+import Data.Word (Word64, Word8)
+import Foreign.Ptr (Ptr)
+import Foreign.Storable (pokeByteOff)
+
+-- | The @n@-byte big-endian number at an offset.
+peekBE :: Int -> B.ByteString -> Int -> Word64
+peekBE n bs off = go 0 0
+  where
+    go !acc !i
+      | i == n = acc
+      | otherwise = go ((acc `shiftL` 8) .|. fromIntegral (BU.unsafeIndex bs (off + i))) (i + 1)
+{-# INLINE peekBE #-}
+
+-- | The 4-byte big-endian number at an offset, as an 'Int'.
+word32At :: B.ByteString -> Int -> Int
+word32At bs off = fromIntegral (peekBE 4 bs off)
+{-# INLINE word32At #-}
+
+-- | The 8-byte big-endian number at an offset.
+word64At :: B.ByteString -> Int -> Word64
+word64At = peekBE 8
+{-# INLINE word64At #-}
+
+-- | Write a number as @n@ big-endian bytes at a pointer and offset.
+pokeBE :: Int -> Ptr Word8 -> Int -> Word64 -> IO ()
+pokeBE n p off w = go 0
+  where
+    go !i
+      | i == n = pure ()
+      | otherwise = do
+          pokeByteOff p (off + i) (fromIntegral (w `shiftR` (8 * (n - 1 - i))) :: Word8)
+          go (i + 1)
+{-# INLINE pokeBE #-}
+
+-- | A number as @n@ big-endian bytes.
+bytesBE :: Int -> Word64 -> [Word8]
+bytesBE n w = [ fromIntegral (w `shiftR` (8 * (n - 1 - i))) | i <- [0 .. n - 1] ]
