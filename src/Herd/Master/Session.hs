@@ -125,7 +125,9 @@ hostApply linked outs (Hosted machine st ws lost err answer) =
 -- | Whether the session is over: done, failed, or left with no worker.
 hostOver :: Hosted -> Bool
 hostOver (Hosted machine st ws lost err _) =
-  maybe False (const True) err || machineDone machine st || S.null (S.difference ws (M.keysSet lost))
+  -- the lost are always among the session's workers (hostLost), so
+  -- counting them is enough: no walk over hundreds of workers per message
+  maybe False (const True) err || machineDone machine st || M.size lost >= S.size ws
 
 -- | The answer to the session's caller, with how it ended.
 hostAnswer :: Hosted -> IO ()
