@@ -61,7 +61,7 @@ data Core = Core
   , coreFarms    :: !(M.Map JobId FarmJob)
   , coreStreams  :: !(M.Map Word64 Stream)
   , coreSession  :: !(Maybe Hosted)
-  , coreStopping :: !Bool
+  , coreStopping :: !Bool   -- ^ the cluster is stopping: no new link or job is taken
   , coreRequeued :: ![(WorkerId, Double, [Range])]  -- ^ a lost worker's tasks not yet re-sent, for the log
   }
 

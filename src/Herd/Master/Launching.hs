@@ -55,7 +55,7 @@ localLaunch ws = Launch
   }
 
 -- | Wait until every launch has all its workers connected or has failed, or
--- the start timeout passes; then go on or throw as 'withCluster' says.
+-- the start timeout passes; then go on or throw as 'Herd.Master.withCluster' says.
 awaitLaunches :: Config -> IO [WorkerInfo] -> [Launch] -> IO ()
 awaitLaunches cfg workerInfos launches = do
   deadline <- (+ configStartTimeout cfg) <$> monotonicSeconds

@@ -57,10 +57,12 @@ data Serving = Serving
   , svHolder  :: !Holder  -- ^ evolve states ("Herd.Evolve.Holder")
   }
 
--- Serve the master's packets until it says stop or goes away. Farm tasks
--- run here, one message at a time; each stream process runs in its own
--- thread. The buffer to the master is flushed whenever nothing is left to
--- do (no whole frame waiting and no stream thread computing).
+-- | Serve the master's packets on a joined link (this worker's number,
+-- the frame cap, the packet policy and the stream window the master sent)
+-- until it says stop or goes away. Farm tasks run here, one message at a
+-- time; each stream process runs in its own thread. The buffer to the
+-- master is flushed whenever nothing is left to do (no whole frame
+-- waiting and no stream thread computing).
 serve :: Connection -> Word64 -> Int -> PacketPolicy -> Int -> IO ()
 serve conn wid maxFrame policy window = do
   sender <- newSender policy (sendFrameStrict conn)
