@@ -18,6 +18,7 @@ import qualified PacketSpec
 import System.Environment (lookupEnv)
 import Test.Hspec
 import qualified WireSpec
+import qualified MessageSpec
 import qualified TransportSpec
 import qualified ConformanceSpec
 
@@ -30,6 +31,7 @@ main = do
     _ -> hspec $ do
       CodecSpec.spec
       WireSpec.spec
+      MessageSpec.spec
       ConfigSpec.spec
       AuthSpec.spec
       SchedulerSpec.spec

@@ -29,13 +29,13 @@ roundTrip enc dec msg = dec <$> encoderBytes (enc msg)
 
 spec :: Spec
 spec = describe "Herd.Wire" $ do
-  it "round-trips every message to a worker" $ property $ \(sid :: Word64', n :: Word32, val :: [Word8]) -> ioProperty $ do
+  it "round-trips the farm and stream messages to a worker (every message: MessageSpec)" $ property $ \(sid :: Word64', n :: Word32, val :: [Word8]) -> ioProperty $ do
     let v = B.pack (1 : val)
         msgs = [ RunBatch (unW sid) ref n, Arg v, Shutdown, StreamOpen (unW sid) ref, StreamIn (unW sid) v
                , StreamEnd (unW sid), StreamCredit (unW sid) n, StreamClose (unW sid) ]
     outs <- mapM (roundTrip encodeToWorker decodeToWorker) msgs
     pure (outs === map Right msgs)
-  it "round-trips every message to the master" $ property $ \(sid :: Word64', n :: Word32, why :: String, val :: [Word8]) -> ioProperty $ do
+  it "round-trips the farm and stream messages to the master (every message: MessageSpec)" $ property $ \(sid :: Word64', n :: Word32, why :: String, val :: [Word8]) -> ioProperty $ do
     let v = B.pack val
         msgs = [ Result v, BatchDone (unW sid) (unW sid), TaskThrew (unW sid) n (T.pack why)
                , BatchRejected (unW sid) (T.pack why), StreamOut (unW sid) v, StreamDone (unW sid)
