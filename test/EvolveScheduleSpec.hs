@@ -195,6 +195,53 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
     let holdings = M.fromList [ (1, [ (StateId k, 1) | k <- [1 .. 7] ])
                               , (2, [(StateId 8, 10), (StateId 9, 1), (StateId 10, 1)]) ]
         (plan, cmds) = startPlan defaultPlanSettings holdings
+    planLeft plan `shouldBe` 10
+    -- run to the end in time: every state evolved once, the last done at 10 s
+    -- (the optimum: the slow state alone on one worker, the nine others on
+    -- the other; first come first served would end at 12 s)
+    let costs = M.fromList ((StateId 8, 10) : [ (StateId k, 1) | k <- [1 .. 7] ++ [9, 10] ])
+    case timedRun (M.map (map fst) holdings) costs plan cmds of
+      Left why -> expectationFailure why
+      Right (end, evolved) -> do
+        sort evolved `shouldBe` sort (M.keys costs)
+        end `shouldBe` 10
     -- the two short states move to worker 1 before anything starts
     [ s | Release 2 s <- cmds ] `shouldBe` [StateId 9, StateId 10]
-    planLeft plan `shouldBe` 10
+
+-- Run a plan to its end with workers that take each state's cost in time
+-- and messages that arrive at once, as "Herd.Evolve.Holder" answers: the
+-- time the last state is done, and the states evolved, in order.
+timedRun :: M.Map WorkerId [StateId] -> M.Map StateId Double -> Plan -> [Command] -> Either String (Double, [StateId])
+timedRun holdings costs plan0 cmds0 =
+  let ws00 = M.map (\ss -> (S.fromList ss, [], Nothing)) holdings
+      (ws0, q0) = commands cmds0 ws00 []
+  in go (0 :: Int) 0 plan0 ws0 q0 []
+  where
+    -- per worker: the states it holds and has not started, those of them
+    -- it was asked to evolve (in order), and the one running with its end
+    commands [] ws q = (ws, q)
+    commands (c : cs) ws q = case c of
+      Ask w ss -> commands cs (M.adjust (\(held, asked, r) -> (held, asked ++ ss, r)) w ws) q
+      Release w st -> case M.lookup w ws of
+        Just (held, asked, r) | S.member st held ->
+          commands cs (M.insert w (S.delete st held, filter (/= st) asked, r) ws) (q ++ [Released w st B.empty])
+        _ -> commands cs ws (q ++ [Kept w st])
+      Place w st _ -> commands cs (M.adjust (\(held, asked, r) -> (S.insert st held, asked, r)) w ws) q
+      Lose _ -> commands cs ws q
+    -- idle workers start the first state they were asked for
+    start t = M.map (\(held, asked, running) -> case (asked, running) of
+                        (st : rest, Nothing) -> (S.delete st held, rest, Just (st, t + costs M.! st))
+                        _ -> (held, asked, running))
+    go n t plan ws queued done
+      | n > 10000 = Left "the plan did not finish"
+      | (ev : rest) <- queued = case stepPlan ev plan of
+          Left why -> Left why
+          Right (plan', cmds) -> let (ws', more) = commands cmds ws [] in go (n + 1) t plan' ws' (rest ++ more) done
+      | planDone plan = Right (t, reverse done)
+      | otherwise =
+          let ws1 = start t ws
+          in case sort [ (end, w, st) | (w, (_, _, Just (st, end))) <- M.toList ws1 ] of
+               [] -> Left ("nothing runs and the plan is not done: " ++ show (planLeft plan) ++ " left")
+               (end, w, st) : _ ->
+                 go (n + 1) end plan (M.adjust (\(held, asked, _) -> (held, asked, Nothing)) w ws1)
+                    [Evolved w st (costs M.! st)] (st : done)
