@@ -147,7 +147,7 @@ transportSpec transport loop = describe ("over " ++ transportName transport ++ "
         other -> expectationFailure ("expected AllWorkersLost, got " ++ show (fmap (const ()) other))
 
   it "streams an infinite input to a bounded consumer, in order, with bounded flow" $
-    withOverConfig 1 (\c -> c { configStreamWindow = 64 }) $ \_ cluster -> do
+    withOverConfig 1 (\c -> c { configStreamWindow = 64 }) $ \logs cluster -> do
       -- far more elements than the window: the flow must go round many times
       ys <- withStream cluster runningSumProcess [1 ..] (evaluate . force . take 20000)
       ys `shouldBe` take 20000 (scanl1 (+) [1 ..])
@@ -156,6 +156,14 @@ transportSpec transport loop = describe ("over " ++ transportName transport ++ "
       zs `shouldBe` scanl1 (+) [1 .. 100]
       stats <- clusterPacketStats cluster
       sum (map (messagesReceived . snd) stats) `shouldSatisfy` (>= 20000)
+      -- the window held both ways: the master drops a worker that sends
+      -- more than its credit (it is still here, and nothing was lost), and
+      -- no packet carried more than a window of elements plus its credit notes
+      clusterWorkerCount cluster `shouldReturn` 1
+      logsContain logs "lost" `shouldReturn` False
+      forM_ stats $ \(_, s) -> do
+        maxReceivedPerPacket s `shouldSatisfy` (<= 64 + 4)
+        maxSentPerPacket s `shouldSatisfy` (<= 64 + 4)
 
   it "gathers many stream elements per packet with chunking on, one per packet with it off" $ do
     ratios <- forM [True, False] $ \on ->
@@ -187,14 +195,18 @@ transportSpec transport loop = describe ("over " ++ transportName transport ++ "
       before <- shmFiles
       killed <- newIORef False
       -- 3 MB results: larger than a shared ring, so each is written in pieces
+      seen <- newIORef []
       stats <- farmAsCompleted cluster bigResultTask [0 .. 39] $ \i bytes -> do
+        modifyIORef' seen (i :)
         B.length bytes `shouldBe` 3000000
         BC.head bytes `shouldBe` toEnum (fromEnum 'a' + i `mod` 26)
         already <- readIORef killed
         unless already $ do
           writeIORef killed True
           signalProcess sigKILL (fromIntegral (infoPid victim))
-      sum (map statTasks (jobWorkerStats stats)) `shouldSatisfy` (>= 40)
+      -- each result exactly once, though the victim died mid-write
+      sort <$> readIORef seen `shouldReturn` [0 .. 39]
+      sum (map statTasks (jobWorkerStats stats)) `shouldBe` 40
       any statLost (jobWorkerStats stats) `shouldBe` True
       logsContain logs "lost" `shouldReturn` True
       after <- shmFiles
