@@ -1,7 +1,7 @@
 {-# LANGUAGE ScopedTypeVariables #-}
 -- | Integration tests with real worker processes (copies of this test
 -- executable started in worker mode) over real TCP on loopback.
-module ClusterSpec (spec, orphanMasterMain, withTestClusterConfig) where
+module ClusterSpec (spec, orphanMasterMain, withTestClusterConfig, eventually) where
 
 import Control.Concurrent
 import Control.Concurrent.Async (concurrently)

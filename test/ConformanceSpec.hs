@@ -119,6 +119,6 @@ conformance kind = describe (transportName kind) $ do
     withPair kind $ \(a, b) -> do
       forM_ [1 .. 3] $ \i -> sendFrameStrict a (frameOf i (100 * i))
       closeConnection a
-      got <- forM [1 .. 3] $ \_ -> recvWithin 1000 b
+      got <- forM [1 .. 3 :: Int] $ \_ -> recvWithin 1000 b
       got `shouldBe` [ Just (frameOf i (100 * i)) | i <- [1 .. 3] ]
       recvWithin 1000 b `shouldReturn` Nothing

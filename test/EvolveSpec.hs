@@ -10,17 +10,11 @@ import Data.List (nub, sort)
 import qualified Data.Map.Strict as M
 import Herd
 import Herd.Examples.ParticleFilter
-import ClusterSpec (withTestClusterConfig)
+import ClusterSpec (eventually, withTestClusterConfig)
 import System.Posix.Signals (sigKILL, signalProcess)
 import System.Timeout (timeout)
 import Test.Hspec
 import TestTasks
-
--- Wait (up to five seconds) until the condition holds.
-eventually :: IO Bool -> IO Bool
-eventually cond = go (100 :: Int)
-  where go 0 = cond
-        go k = cond >>= \ok -> if ok then pure True else threadDelay 50000 >> go (k - 1)
 
 spec :: Spec
 spec = describe "the evolve API" $ forM_ [minBound .. maxBound] $ \transport -> forM_ [ThreadedLoop, EpollLoop] $ \loop ->

@@ -1,3 +1,4 @@
+{-# LANGUAGE BangPatterns #-}
 -- | The vocabulary every part of herd shares, with no behaviour and no IO
 -- of herd's own: numbers of workers, batches and jobs, task ranges, the
 -- choices a configuration names (batching, master loop, transport), how
@@ -17,6 +18,7 @@ module Herd.Base
   , Range (..)
   , rangeSize
   , rangeIndices
+  , takeTasks
   , Batching (..)
   , TaskRef (..)
     -- * Choices
@@ -35,6 +37,7 @@ module Herd.Base
   ) where
 
 import qualified Data.ByteString as B
+import Data.Sequence (Seq, ViewL (..), viewl, (<|))
 import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
 import Data.Word (Word64, Word8)
@@ -65,6 +68,21 @@ rangeSize (Range lo hi) = hi - lo
 -- | The task indices of some ranges, in order.
 rangeIndices :: [Range] -> [Int]
 rangeIndices = concatMap (\(Range lo hi) -> [lo .. hi - 1])
+
+-- | Take up to n tasks from the front of some ranges: the ranges taken,
+-- how many tasks they hold, and what is left.
+takeTasks :: Int -> Seq Range -> ([Range], Int, Seq Range)
+takeTasks want = go [] 0
+  where
+    go acc !got q
+      | got >= want = (reverse acc, got, q)
+      | otherwise = case viewl q of
+          EmptyL -> (reverse acc, got, q)
+          r@(Range lo hi) :< rest
+            | rangeSize r <= want - got -> go (r : acc) (got + rangeSize r) rest
+            | otherwise ->
+                let cut = lo + (want - got)
+                in (reverse (Range lo cut : acc), want, Range cut hi <| rest)
 
 -- | How many tasks go to a worker at a time.
 data Batching

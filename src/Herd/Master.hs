@@ -60,7 +60,7 @@ import Herd.Auth
 import Herd.BuildId (buildIdentity)
 import Herd.Config
 import Herd.Error
-import Herd.Evolve.Schedule (Registry, emptyRegistry)
+import Herd.Evolve.Schedule (emptyRegistry)
 import Herd.Launch.Local (planCpus)
 import Herd.Launch.Process (Launch (..))
 import Herd.Launch.Slurm (slurmTaskCount)
@@ -73,93 +73,19 @@ import Herd.Master.Reader
 import Herd.Master.Session (SessionRequest (..))
 import Herd.Master.Shell
 import Herd.Master.ThreadedReader
+import Herd.Master.Cluster
 import Herd.Master.Types
 import Herd.Packet
-import Herd.Scheduler (JobStats, WorkerId)
+import Herd.Scheduler (JobStats)
 import Herd.Task (TaskRef (..))
 import Herd.Transport
 import Herd.Transport.Tcp
 import Herd.Transport.Unix (listenUnix, acceptUnix)
 import Herd.Worker (serveIfWorker)
 import Network.Socket (close)
-import System.Environment (getEnvironment, getProgName, getExecutablePath)
+import System.Environment (getEnvironment)
 import System.Posix.Unistd (getSystemID, nodeName)
 import System.Timeout (timeout)
-
--- | A running set of workers and the master that drives them.
-data Cluster = Cluster
-  { clConfig    :: !Config
-  , clShell     :: !Shell
-  , clPort      :: !Int
-  , clNextId    :: !(IORef Word64)     -- ^ numbers of jobs and streams
-  , clClosed    :: !(TVar Bool)
-  , clAdvertise :: !String
-  , clRegistry  :: !(MVar Registry)    -- ^ the evolve API's population ("Herd.Evolve")
-  }
-
--- | The address workers connect to: host and port.
-clusterAddress :: Cluster -> (String, Int)
-clusterAddress c = (clAdvertise c, clPort c)
-
--- | The shell command that adds a worker to this cluster from another
--- machine (which needs the same secret: the same @~/.herd/cookie@, or
--- @HERD_SECRET@).
-clusterJoinCommand :: Cluster -> IO String
-clusterJoinCommand c = joinCommand (clAdvertise c ++ ":" ++ show (clPort c))
-
-joinCommand :: String -> IO String
-joinCommand addr = do
-  prog <- getProgName
-  exe <- getExecutablePath
-  pure $ if prog == "herd" then "herd worker --connect " ++ addr
-         else "HERD_WORKER=" ++ addr ++ " " ++ exe
-
--- | Connection counters, for monitoring and tests.
-clusterCounters :: Cluster -> IO ConnectionCounters
-clusterCounters c = readIORef (shellCounters (clShell c))
-
--- | How many workers are connected now.
-clusterWorkerCount :: Cluster -> IO Int
-clusterWorkerCount c = M.size <$> readTVarIO (shellWorkers (clShell c))
-
--- | The connected workers.
-clusterWorkerInfo :: Cluster -> IO [WorkerInfo]
-clusterWorkerInfo c = M.elems <$> readTVarIO (shellWorkers (clShell c))
-
--- | Wait until at least this many workers are connected, or the timeout
--- (seconds) passes; returns whether they did.
-waitForWorkers :: Cluster -> Int -> Double -> IO Bool
-waitForWorkers c n secs = do
-  r <- timeout (round (secs * 1e6)) $ atomically $ do
-    ws <- readTVar (shellWorkers (clShell c))
-    unless (M.size ws >= n) retry
-  pure (r == Just ())
-
--- | The cluster's configuration (after validation).
-clusterConfig :: Cluster -> Config
-clusterConfig = clConfig
-
--- | The loop that drives this cluster: its 'configMasterLoop', or the
--- threaded loop where epoll is not available.
-clusterMasterLoop :: Cluster -> MasterLoop
-clusterMasterLoop c = case configMasterLoop (clConfig c) of
-  EpollLoop | epollAvailable -> EpollLoop
-  _ -> ThreadedLoop
-
--- | The evolve API's population on this cluster.
-clusterRegistry :: Cluster -> MVar Registry
-clusterRegistry = clRegistry
-
--- | Packet statistics of each connected worker's link, both directions,
--- since it joined.
-clusterPacketStats :: Cluster -> IO [(WorkerId, PeerStats)]
-clusterPacketStats c = do
-  peers <- M.toList <$> readTVarIO (shellPeers (clShell c))
-  forM peers $ \(wid, (sender, received)) -> do
-    sent <- senderStats sender
-    got <- readIORef received
-    pure (wid, sent { packetsReceived = packetsReceived got, messagesReceived = messagesReceived got
-                    , bytesReceived = bytesReceived got, maxReceivedPerPacket = maxReceivedPerPacket got })
 
 -- | Start a cluster, run the body with it, and stop it, leaving no worker
 -- process behind.
@@ -251,13 +177,6 @@ shutdown cluster = do
   atomically (writeTVar (clClosed cluster) True)
   void (timeout 2000000 (shutdownShell (clShell cluster)))
 
--- A fresh number for a job or a stream, once the cluster is known open.
-freshId :: Cluster -> IO Word64
-freshId cluster = do
-  closed <- readTVarIO (clClosed cluster)
-  when closed $ throwIO ClusterClosed
-  atomicModifyIORef' (clNextId cluster) (\n -> (n + 1, n))
-
 -- | Run one farm job on the cluster and wait for it. Jobs from several
 -- threads run at once, sharing the workers; a caller interrupted by an
 -- exception cancels its job.
@@ -308,7 +227,7 @@ closeStream cluster sid = shellRegister (clShell cluster) True (Forget Nothing (
 -- those workers, and may refuse to start.
 runSession :: Cluster -> SessionRequest -> IO ()
 runSession cluster req = do
-  _ <- freshId cluster
+  ensureOpen cluster
   shellStep (clShell cluster) True [SessionStart req]
 
 -- | Start a master with one local worker whose link is handed to the body

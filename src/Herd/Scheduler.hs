@@ -47,17 +47,15 @@ module Herd.Scheduler
   , outstandingFor
   , pendingTasks
   , jobActive
-  , activeJobs
   , batchJobOf
-  , batchSizeFor
   ) where
 
 import Data.List (sortOn)
 import qualified Data.Map.Strict as M
-import Data.Maybe (fromMaybe, isJust)
-import Data.Sequence (Seq, ViewL (..), viewl, (<|))
+import Data.Sequence (Seq, (<|))
 import qualified Data.Sequence as Seq
-import Herd.Base (BatchId, Batching (..), JobId, Range (..), WorkerId, rangeIndices, rangeSize)
+import Herd.Base (BatchId, Batching (..), JobId, Range (..), WorkerId, rangeIndices, rangeSize, takeTasks)
+import Herd.Scheduler.Presence
 
 data Batch = Batch
   { batchJob    :: !JobId
@@ -67,31 +65,6 @@ data Batch = Batch
 
 data Worker = Worker
   { workerOutstanding :: !(M.Map BatchId Batch)
-  } deriving (Show)
-
--- | What one worker did during a job.
-data WorkerStats = WorkerStats
-  { statWorker   :: !WorkerId
-  , statTasks    :: !Int     -- ^ tasks whose results were accepted
-  , statBatches  :: !Int     -- ^ batches accepted
-  , statBusy     :: !Double  -- ^ seconds spent computing, as the worker measured
-  , statWaiting  :: !Double  -- ^ seconds present during the job but not computing
-  , statLost     :: !Bool    -- ^ the worker was lost during the job
-  } deriving (Eq, Show)
-
--- | Statistics of a finished job.
-data JobStats = JobStats
-  { jobElapsed     :: !Double          -- ^ seconds from submission to the last result
-  , jobTaskCount   :: !Int
-  , jobWorkerStats :: ![WorkerStats]   -- ^ by worker number
-  } deriving (Eq, Show)
-
-data Presence = Presence
-  { presFrom  :: !Double
-  , presUntil :: !(Maybe Double)
-  , presTasks :: !Int
-  , presBatches :: !Int
-  , presBusy  :: !Double
   } deriving (Show)
 
 data Job = Job
@@ -104,7 +77,7 @@ data Job = Job
   , jobBatching  :: !Batching
   , jobTarget    :: !Double
   , jobEstimate  :: !(Maybe Double)   -- ^ seconds per task, moving average
-  , jobPresence  :: !(M.Map WorkerId Presence)
+  , jobPresence  :: !Presence
   } deriving (Show)
 
 -- | The scheduler's state.
@@ -175,10 +148,6 @@ pendingTasks = sum . map jobPendingN . M.elems . schedJobs
 jobActive :: Sched -> Bool
 jobActive = not . M.null . schedJobs
 
--- | The running jobs.
-activeJobs :: Sched -> [JobId]
-activeJobs = M.keys . schedJobs
-
 -- | Advance the machine by one event at the given time (seconds, from any
 -- fixed origin).
 step :: Double -> Event -> Sched -> (Sched, [Command])
@@ -187,7 +156,7 @@ step now ev s = case ev of
     | M.member w (schedWorkers s) -> (s, [])
     | otherwise ->
         let s1 = s { schedWorkers = M.insert w (Worker M.empty) (schedWorkers s)
-                   , schedJobs = M.map (joinPresence now w) (schedJobs s) }
+                   , schedJobs = M.map (\j -> j { jobPresence = joined now w (jobPresence j) }) (schedJobs s) }
         in assign s1 []
 
   WorkerLost w -> case M.lookup w (schedWorkers s) of
@@ -199,7 +168,7 @@ step now ev s = case ev of
           returned jid = [ b | b <- M.elems (workerOutstanding worker), batchJob b == jid ]
           requeue j = j { jobPending = foldr (\b q -> foldr (<|) q (batchRanges b)) (jobPending j) (returned (jobId j))
                         , jobPendingN = jobPendingN j + sum (map batchTasks (returned (jobId j)))
-                        , jobPresence = M.adjust (\p -> p { presUntil = Just now }) w (jobPresence j) }
+                        , jobPresence = left now w (jobPresence j) }
           s2 = s1 { schedJobs = M.map requeue (schedJobs s1) }
       in if M.null (schedWorkers s2) && not (M.null (schedJobs s2))
            then ( s2 { schedJobs = M.empty, schedTurn = [] }
@@ -210,7 +179,7 @@ step now ev s = case ev of
     let job = Job { jobId = jid, jobTotal = n, jobPending = if n > 0 then Seq.singleton (Range 0 n) else Seq.empty
                   , jobPendingN = n, jobDone = 0, jobStart = now, jobBatching = batching
                   , jobTarget = target, jobEstimate = Nothing
-                  , jobPresence = M.fromList [ (w, Presence now Nothing 0 0 0) | w <- M.keys (schedWorkers s) ] }
+                  , jobPresence = presentFrom now (M.keys (schedWorkers s)) }
     in if M.member jid (schedJobs s) then (s, [])   -- a repeated submission is ignored
        else if n == 0 then (s, [FinishJob jid (statsOf now job)])
        else if M.null (schedWorkers s) then (s, [AbortJob jid NoWorkersLeft (statsOf now job)])
@@ -255,13 +224,7 @@ takeBatch w bid s = do
   pure (b, s { schedWorkers = M.insert w worker' (schedWorkers s) })
 
 credit :: WorkerId -> Batch -> Double -> Job -> Job
-credit w b busy j = j { jobPresence = M.adjust add w (jobPresence j) }
-  where add p = p { presTasks = presTasks p + batchTasks b, presBatches = presBatches p + 1
-                  , presBusy = presBusy p + max 0 busy }
-
-joinPresence :: Double -> WorkerId -> Job -> Job
-joinPresence now w j = j { jobPresence = M.insertWith (\_ old -> old { presUntil = Nothing }) w
-                                                      (Presence now Nothing 0 0 0) (jobPresence j) }
+credit w b busy j = j { jobPresence = credited w (batchTasks b) busy (jobPresence j) }
 
 estimate :: Maybe Double -> Double -> Int -> Double
 estimate old busy n =
@@ -269,20 +232,7 @@ estimate old busy n =
   in maybe sample (\e -> 0.5 * e + 0.5 * sample) old
 
 statsOf :: Double -> Job -> JobStats
-statsOf now j = JobStats
-  { jobElapsed = now - jobStart j
-  , jobTaskCount = jobTotal j
-  , jobWorkerStats = [ WorkerStats w (presTasks p) (presBatches p) (presBusy p)
-                                   (max 0 (fromMaybe now (presUntil p) - presFrom p - presBusy p))
-                                   (isJust (presUntil p))
-                     | (w, p) <- M.toList (jobPresence j) ]
-  }
-
--- | The batch size the first running job would hand out now, with this many live workers.
-batchSizeFor :: Int -> Sched -> Int
-batchSizeFor live s = case M.elems (schedJobs s) of
-  j : _ -> sizeOf live j
-  [] -> 1
+statsOf now j = jobStatsOf now (jobStart j) (jobTotal j) (jobPresence j)
 
 sizeOf :: Int -> Job -> Int
 sizeOf live j = case jobBatching j of
@@ -334,17 +284,3 @@ assign s acc
               -- a worker that can take a prefetch stays in line for one more
               again = [ (w, worker') | M.size (workerOutstanding worker') < 2 ]
           in go st' (rest ++ again) (out ++ [SendBatch w bid ranges])
-
--- Take up to n tasks from the front of the pending ranges.
-takeTasks :: Int -> Seq Range -> ([Range], Int, Seq Range)
-takeTasks want = go [] 0
-  where
-    go acc !got q
-      | got >= want = (reverse acc, got, q)
-      | otherwise = case viewl q of
-          EmptyL -> (reverse acc, got, q)
-          r@(Range lo hi) :< rest
-            | rangeSize r <= want - got -> go (r : acc) (got + rangeSize r) rest
-            | otherwise ->
-                let cut = lo + (want - got)
-                in (reverse (Range lo cut : acc), want, Range cut hi <| rest)

@@ -43,12 +43,10 @@ import Data.Word (Word64)
 import Herd.Clock (monotonicSeconds)
 import Herd.Closure (describeClosureError)
 import Herd.Evolve.Function (EvolveRunner (..), lookupEvolver)
+import Herd.Evolve.Registry (stateIdBits)
 import Herd.Task (TaskRef, tryUser)
 import Herd.Wire
 
--- | Bits of a state id below the worker's number (its per-worker counter).
-stateIdBits :: Int
-stateIdBits = 40
 
 -- One queued piece of work: evolve a held state (its id, input and
 -- function), or recompute a lost state along its lineage.

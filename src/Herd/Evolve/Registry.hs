@@ -4,6 +4,7 @@
 -- has seen). Pure.
 module Herd.Evolve.Registry
   ( StateId (..)
+  , stateIdBits
   , Registry (..)
   , emptyRegistry
   , Origin (..)
@@ -26,6 +27,11 @@ newtype StateId = StateId
 
 instance Show StateId where
   show (StateId w) = "#" ++ show w
+
+-- | Bits of a state id below the worker's number: a worker makes ids
+-- @worker << stateIdBits .|. n@, so ids from different workers never clash.
+stateIdBits :: Int
+stateIdBits = 40
 
 -- | Where every state of a cluster's population lives, what its next
 -- evolution is expected to cost, and how to make it again; kept by the

@@ -28,9 +28,6 @@ module Herd.Master.Core
     -- * Inspection
   , coreSched
   , coreStopping
-  , coreWorkers
-  , coreStreamWorker
-  , coreSessionRunning
   , coreFarmJobs
   ) where
 
@@ -68,18 +65,6 @@ data Core = Core
 -- | No links, no jobs.
 emptyCore :: Core
 emptyCore = Core emptySched M.empty M.empty M.empty Nothing False []
-
--- | The workers with a live link.
-coreWorkers :: Core -> [WorkerId]
-coreWorkers = M.keys . coreLinks
-
--- | The worker a stream process runs on.
-coreStreamWorker :: Word64 -> Core -> Maybe WorkerId
-coreStreamWorker sid = fmap streamWorker . M.lookup sid . coreStreams
-
--- | Whether an evolve session is running.
-coreSessionRunning :: Core -> Bool
-coreSessionRunning = maybe False (const True) . coreSession
 
 -- | The farm jobs running.
 coreFarmJobs :: Core -> [JobId]

@@ -1,0 +1,148 @@
+-- | One evolve call as a pure session ("Herd.Master.Session"): the plan
+-- ("Herd.Evolve.Schedule") fed by the workers' answers, with the outputs,
+-- where each state now lives, and the recomputation of states lost with
+-- their worker. The master's core hosts it; nothing here does IO.
+--
+-- Promises: every state given an input is evolved once in the call, or the
+-- call fails naming it ('StatesLost', 'EvolveFailed'); a child is accepted
+-- only under an id of the worker that made it and never seen before; a
+-- worker that answers for a state it was not given is dropped.
+module Herd.Evolve.Call
+  ( Call (..)
+  , callMachine
+  , recoverStates
+  , commandsToOuts
+  ) where
+
+import qualified Data.ByteString as B
+import Data.Bits (shiftR)
+import Data.List (foldl')
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import qualified Data.Text as T
+import Herd.Base (TaskRef)
+import Herd.Error (HerdError (..))
+import Herd.Evolve.Registry (stateIdBits)
+import Herd.Evolve.Schedule
+import Herd.Master.Session (Machine (..), Out (..))
+import Herd.Wire (FromWorker (..), ToWorker (..))
+
+-- | The state of one call's session.
+data Call = Call
+  { callPlan      :: !Plan
+  , callRef       :: !TaskRef
+  , callInputs    :: !(M.Map StateId B.ByteString)
+  , callOutputs   :: !(M.Map StateId [(StateId, B.ByteString)])
+  , callWhere     :: !(M.Map StateId WorkerId)
+  , callCost      :: !(M.Map StateId Double)
+  , callOrigin    :: !(M.Map StateId Origin)
+  , callReplaying :: !(M.Map StateId (WorkerId, Bool, Double))
+    -- ^ states being recomputed: where, whether to evolve them in this
+    -- call once there, and their estimated cost
+  , callBusy      :: !(M.Map WorkerId Double)
+  , callMoved     :: !Int
+  , callChildren  :: !Int
+  , callRecovered :: !Int
+  , callMean      :: !Double
+  }
+
+-- | The session of one call: the plan, fed by the workers' answers.
+callMachine :: String -> Machine Call
+callMachine name = Machine
+  { machineMessage = \wid msg call -> case msg of
+      StateEvolved parent busyNs children -> evolved wid (StateId parent) (fromIntegral busyNs / 1e9) children call
+      StateReleased sid bytes ->
+        -- the master has seen its bytes: a lineage can start here now
+        planStep wid (Released wid (StateId sid) bytes)
+                 call { callOrigin = M.insert (StateId sid) (Seen bytes) (callOrigin call) }
+      StateKept sid -> planStep wid (Kept wid (StateId sid)) call
+      StateMissing sid
+        -- asked back after it had been evolved: it simply stays
+        | planIsMoving (StateId sid) (callPlan call) -> planStep wid (Kept wid (StateId sid)) call
+        | otherwise -> (call, [DropPeer wid ("it does not hold " ++ show (StateId sid) ++ ", which it was given")])
+      StateReplayed sid -> case M.lookup (StateId sid) (callReplaying call) of
+        Just (w, toEvolve, cost) | w == wid ->
+          let call' = call { callReplaying = M.delete (StateId sid) (callReplaying call)
+                           , callWhere = M.insert (StateId sid) wid (callWhere call)
+                           , callRecovered = callRecovered call + 1 }
+          in if toEvolve then planStep wid (Adopted wid [(StateId sid, cost)]) call' else (call', [])
+        _ -> (call, [DropPeer wid ("it recomputed " ++ show (StateId sid) ++ ", which it was not asked to")])
+      EvolveThrew sid why -> (call, [Fail (EvolveFailed name (show (StateId sid)) (T.unpack why))])
+      EvolveRejected why -> (call, [Fail (RemoteFunctionError name (T.unpack why))])
+      _ -> (call, [])
+  , machineLost = \wid why call -> case stepPlan (WorkerGone wid) (callPlan call) of
+      Left _ -> (call, [])
+      Right (plan, cmds) ->
+        -- besides the states the plan still had there, the lost worker held
+        -- children made in this call, states without an input, and states
+        -- being recomputed there: all are recomputed elsewhere
+        let held = [ sid | (sid, w) <- M.toList (callWhere call), w == wid ]
+            replaying = [ sid | (sid, (w, _, _)) <- M.toList (callReplaying call), w == wid ]
+            lost = S.toList (S.fromList (concat [ ss | Lose ss <- cmds ] ++ held ++ replaying))
+            (call1, outs) = commandsToOuts call { callPlan = plan } [ c | c <- cmds, not (isLose c) ]
+            (call2, recover) = recoverStates ("worker " ++ show wid ++ " was lost: " ++ why) lost call1
+        in (call2, outs ++ recover)
+  , machineDone = \call -> planDone (callPlan call) && M.null (callReplaying call)
+  }
+  where
+    isLose c = case c of { Lose _ -> True; _ -> False }
+    planStep wid ev call = case stepPlan ev (callPlan call) of
+      Left why -> (call, [DropPeer wid why])
+      Right (plan, cmds) ->
+        let moved = length [ () | Place {} <- cmds ]
+        in commandsToOuts call { callPlan = plan, callMoved = callMoved call + moved } cmds
+    evolved wid parent secs children call
+      | bad : _ <- [ c | (c, _) <- children, not (ownId wid c) || M.member (StateId c) (callWhere call) ] =
+          (call, [DropPeer wid ("it named a child " ++ show (StateId bad) ++ " with an id that is not its own or not new")])
+      | otherwise = case stepPlan (Evolved wid parent secs) (callPlan call) of
+          Left why -> (call, [DropPeer wid why])
+          Right (plan, cmds) ->
+            let kids = [ (StateId c, o) | (c, o) <- children ]
+                input = M.findWithDefault B.empty parent (callInputs call)
+                call' = call
+                  { callPlan = plan
+                  , callOutputs = M.insert parent kids (callOutputs call)
+                  , callWhere = foldl' (\m (c, _) -> M.insert c wid m) (M.delete parent (callWhere call)) kids
+                  , callCost = foldl' (\m (c, _) -> M.insert c secs m) (M.delete parent (callCost call)) kids
+                  , callOrigin = foldl' (\m (k, (c, _)) -> M.insert c (ChildOf parent (callRef call) input k) m)
+                                        (callOrigin call) (zip [0 ..] kids)
+                  , callBusy = M.insertWith (+) wid secs (callBusy call)
+                  , callChildren = callChildren call + length kids }
+            in commandsToOuts call' cmds
+    ownId wid c = fromIntegral (c `shiftR` stateIdBits) == wid
+
+-- | Recompute states lost with their worker on the live workers, spread
+-- round robin; those that still had to be evolved in this call join the
+-- plan when they are back. Without a live worker, or without a lineage,
+-- the call fails naming them.
+recoverStates :: String -> [StateId] -> Call -> (Call, [Out])
+recoverStates _ [] call = (call, [])
+recoverStates why lost call = case (live, missing) of
+  ([], _) -> (call, [Fail (StatesLost (map show lost) (why ++ "; no worker is left to recompute them"))])
+  (_, _ : _) -> (call, [Fail (StatesLost (map show missing) (why ++ "; how they were made is unknown"))])
+  _ -> (call { callReplaying = foldl' (\m (s, w) -> M.insert s (w, M.member s pending, estimate s) m)
+                                      (callReplaying call) assigned
+             , callWhere = foldl' (flip M.delete) (callWhere call) lost }
+       , [ SendTo w (StateReplay k root [ (ref, input, fromIntegral i) | (ref, input, i) <- path ])
+         | (s@(StateId k), w) <- assigned, Just (root, path) <- [lineage (callOrigin call) s] ])
+  where
+    live = planWorkers (callPlan call)
+    missing = [ s | s <- lost, lineage (callOrigin call) s == Nothing ]
+    assigned = zip lost (cycle live)
+    -- states of this call not evolved yet (their output is still due)
+    pending = M.filterWithKey (\s _ -> not (M.member s (callOutputs call))) (callInputs call)
+    estimate s = M.findWithDefault (callMean call) s (callCost call)
+
+-- | Turn the plan's commands into messages.
+commandsToOuts :: Call -> [Command] -> (Call, [Out])
+commandsToOuts call cmds = (foldl' track call cmds, concatMap out cmds)
+  where
+    out cmd = case cmd of
+      Ask w sids -> [ SendTo w (EvolveState k (callInputs call M.! sid)) | sid@(StateId k) <- sids ]
+      Release w (StateId k) -> [SendTo w (StateRelease k)]
+      Place w (StateId k) bytes -> [SendTo w (StateAdd k bytes)]
+      Lose _ -> []
+    track c cmd = case cmd of
+      Place w sid _ -> c { callWhere = M.insert sid w (callWhere c) }
+      _ -> c
+
