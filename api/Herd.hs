@@ -98,6 +98,7 @@ module Herd
   , EvolveStats (..)
   , populationSize
   , MasterLoop (..)
+  , masterLoopName
   , TransportKind (..)
   , transportName
   , parseTransportKind

@@ -50,10 +50,6 @@ data Row = Row
   , rowMoved   :: Int
   }
 
-loopName :: MasterLoop -> String
-loopName l = case l of
-  ThreadedLoop -> "threaded"
-  EpollLoop -> "epoll"
 
 -- | Run the benchmark: table, plot file, and JSON line.
 run :: Options -> IO ()
@@ -98,15 +94,15 @@ run o = do
           ideal = if optSimulate o then fromIntegral evolved * optCost o / fromIntegral w
                   else busyTotal / fromIntegral w
           row = Row loop w secs ideal (busyTotal / (fromIntegral w * secs)) (sum (map esMoved calls))
-      hPutStrLn stderr ("  " ++ loopName loop ++ ", " ++ show w ++ " workers: " ++ fixed 3 secs ++ " s (ideal "
+      hPutStrLn stderr ("  " ++ masterLoopName loop ++ ", " ++ show w ++ " workers: " ++ fixed 3 secs ++ " s (ideal "
                         ++ fixed 3 ideal ++ " s, efficiency " ++ fixed 2 (ideal / secs) ++ ")")
       pure row
   putStr $ renderTable ["master", "workers", "seconds", "ideal", "efficiency", "busy", "waiting", "moved"]
-    [ [ loopName (rowLoop r), show (rowWorkers r), fixed 3 (rowSeconds r), fixed 3 (rowIdeal r)
+    [ [ masterLoopName (rowLoop r), show (rowWorkers r), fixed 3 (rowSeconds r), fixed 3 (rowIdeal r)
       , fixed 3 (rowIdeal r / rowSeconds r), fixed 3 (rowBusy r), fixed 3 (1 - rowBusy r), show (rowMoved r) ]
     | r <- rows ]
   let colours = [(ThreadedLoop, "#d62728"), (EpollLoop, "#1f77b4")]
-      series = [ Series (loopName l) c False [ (fromIntegral (rowWorkers r), rowSeconds r) | r <- rows, rowLoop r == l ]
+      series = [ Series (masterLoopName l) c False [ (fromIntegral (rowWorkers r), rowSeconds r) | r <- rows, rowLoop r == l ]
                | (l, c) <- colours, l `elem` optLoops o ]
             ++ [ Series "ideal" "#555" True
                    [ (fromIntegral (rowWorkers r), rowIdeal r) | r <- rows, rowLoop r == head (optLoops o) ] ]
@@ -115,11 +111,11 @@ run o = do
   writeFile (optPlot o) (logLogSvg title "workers" "seconds" series)
   putStrLn ("plot written to " ++ optPlot o)
   forM_ [ r | r <- rows, rowWorkers r == maximum (map rowWorkers rows) ] $ \r ->
-    putStrLn (loopName (rowLoop r) ++ " at " ++ show (rowWorkers r) ++ " workers: efficiency "
+    putStrLn (masterLoopName (rowLoop r) ++ " at " ++ show (rowWorkers r) ++ " workers: efficiency "
               ++ fixed 3 (rowIdeal r / rowSeconds r))
   when (optJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "pfilter")
-    , ("rows", JArray [ JObject [ ("master", JString (loopName (rowLoop r))), ("workers", JInt (fromIntegral (rowWorkers r)))
+    , ("rows", JArray [ JObject [ ("master", JString (masterLoopName (rowLoop r))), ("workers", JInt (fromIntegral (rowWorkers r)))
                                 , ("seconds", JNumber (rowSeconds r)), ("ideal", JNumber (rowIdeal r))
                                 , ("efficiency", JNumber (rowIdeal r / rowSeconds r))
                                 , ("busy", JNumber (rowBusy r)), ("waiting", JNumber (1 - rowBusy r))

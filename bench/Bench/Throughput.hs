@@ -36,22 +36,18 @@ run o = do
         let total = sum ys
         total `seq` pure (total, packets)
       when (total /= sum [2 .. n + 1]) $ hPutStrLn stderr "throughput: wrong results"
-      hPutStrLn stderr ("  " ++ loopName loop ++ ", chunking " ++ chunkingName on ++ ": " ++ show n
+      hPutStrLn stderr ("  " ++ masterLoopName loop ++ ", chunking " ++ chunkingName on ++ ": " ++ show n
                         ++ " tasks in " ++ fixed 3 secs ++ " s")
       pure (loop, on, n, secs, packets)
   putStrLn "tiny tasks (x -> x + 1) through the farm, one message per task each way"
   putStr $ renderTable ["master", "chunking", "tasks", "seconds", "tasks/s", "packets"]
-    [ [loopName loop, chunkingName on, show n, fixed 3 s, fixed 0 (fromIntegral n / s), show p]
+    [ [masterLoopName loop, chunkingName on, show n, fixed 3 s, fixed 0 (fromIntegral n / s), show p]
     | (loop, on, n, s, p) <- rows ]
   when (optJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "throughput")
-    , ("rows", JArray [ JObject [ ("master", JString (loopName loop)), ("chunking", JString (chunkingName on))
+    , ("rows", JArray [ JObject [ ("master", JString (masterLoopName loop)), ("chunking", JString (chunkingName on))
                                 , ("tasks", JNumber (fromIntegral n))
                                 , ("seconds", JNumber s), ("tasks_per_s", JNumber (fromIntegral n / s))
                                 , ("packets", JNumber (fromIntegral p)) ]
                       | (loop, on, n, s, p) <- rows ]) ]
 
-loopName :: MasterLoop -> String
-loopName l = case l of
-  ThreadedLoop -> "threaded"
-  EpollLoop -> "epoll"

@@ -24,6 +24,7 @@ module Herd.Base
     -- * Choices
   , MasterLoop (..)
   , parseMasterLoop
+  , masterLoopName
   , TransportKind (..)
   , transportName
   , parseTransportKind
@@ -111,11 +112,16 @@ data MasterLoop
   | EpollLoop     -- ^ one thread over @epoll@ directly (Linux; elsewhere the threaded loop)
   deriving (Eq, Show, Enum, Bounded)
 
+-- | The name used on the command line and in reports: @threaded@ or @epoll@.
+masterLoopName :: MasterLoop -> String
+masterLoopName l = case l of
+  ThreadedLoop -> "threaded"
+  EpollLoop -> "epoll"
+
 -- | Parse @threaded@ or @epoll@, naming what is wrong.
 parseMasterLoop :: String -> Either String MasterLoop
-parseMasterLoop s = case s of
-  "threaded" -> Right ThreadedLoop
-  "epoll" -> Right EpollLoop
+parseMasterLoop s = case [ l | l <- [minBound .. maxBound], masterLoopName l == s ] of
+  [l] -> Right l
   _ -> Left ("unknown master loop " ++ show s ++ " (expected threaded or epoll)")
 
 -- | The ways a master and a worker can be linked.

@@ -10,6 +10,7 @@ module Herd.Config
   , Batching (..)
   , MasterLoop (..)
   , parseMasterLoop
+  , masterLoopName
   , HostSpec (..)
   , parseHostList
   , parseHostsFile
@@ -31,7 +32,7 @@ import Herd.Error (HerdError (..))
 import Herd.Packet.Policy (PacketPolicy (..), defaultPacketPolicy)
 import System.IO (hPutStrLn, stderr)
 import System.Info (os)
-import Herd.Base (Batching (..), MasterLoop (..), TransportKind (..), parseMasterLoop)
+import Herd.Base (Batching (..), MasterLoop (..), TransportKind (..), masterLoopName, parseMasterLoop)
 
 -- | Which CPUs local workers are pinned to.
 data Pinning

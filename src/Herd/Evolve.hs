@@ -163,11 +163,10 @@ session cluster limit start = do
 checkLoop :: EvolveOptions -> Cluster -> IO ()
 checkLoop opts cluster = case evolveLoop opts of
   Just wanted | wanted /= clusterMasterLoop cluster ->
-    throwIO (ConfigError "evolveLoop" ("this cluster runs the " ++ loopName (clusterMasterLoop cluster)
+    throwIO (ConfigError "evolveLoop" ("this cluster runs the " ++ masterLoopName (clusterMasterLoop cluster)
                                         ++ " master loop (configMasterLoop); a call cannot ask for "
-                                        ++ loopName wanted))
+                                        ++ masterLoopName wanted))
   _ -> pure ()
-  where loopName l = case l of { ThreadedLoop -> "threaded"; EpollLoop -> "epoll" }
 
 -- | Evolve the states named in the map with their inputs. Returns, for
 -- each, its children (new ids, with their outputs), in the order the step

@@ -194,8 +194,8 @@ runEvents sh t ss (e : es) = do
 execute :: Shell -> (ShellState, [Event]) -> Command -> IO (ShellState, [Event])
 execute sh (ss, fed) cmd = case cmd of
   -- INV-ONE-WRITER: the link's sender is used here, under the lock, and nowhere else
-  Send w urgency msg -> withLink w $ \l -> send w l (sendMessage (lhSender l) urgency (encodeToWorker msg))
-  SendInput w sid enc -> withLink w $ \l -> send w l (sendMessage (lhSender l) Bulk (streamInEncoder sid enc))
+  Send w urgency msg -> withLink w $ \l -> send w (sendMessage (lhSender l) urgency (encodeToWorker msg))
+  SendInput w sid enc -> withLink w $ \l -> send w (sendMessage (lhSender l) Bulk (streamInEncoder sid enc))
   Flush w -> withLink w $ \l -> do
     flushIdle (lhSender l)
     pure (ss { ssTouched = S.delete w (ssTouched ss) }, fed)
@@ -257,7 +257,7 @@ execute sh (ss, fed) cmd = case cmd of
   where
     withLink w act = maybe (pure (ss, fed)) act (M.lookup w (ssLinks ss))
     withFarm jid act = maybe (pure (ss, fed)) (act . fst) (M.lookup jid (ssFarms ss))
-    send w _ act = do
+    send w act = do
       r <- trySync act
       case r of
         Right () -> pure (ss { ssTouched = S.insert w (ssTouched ss) }, fed)
