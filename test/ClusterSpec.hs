@@ -273,7 +273,7 @@ spec = describe "a cluster of local worker processes" $ do
       Just _ <- recvFrame handshakeFrameLimit conn
       liar <- forkIO $ do
         Just _ <- recvFrame 100000000 conn   -- its first batch
-        good <- packetOf [encodeFromWorker (Result (encode (1 :: Int)))]
+        good <- packetOf [encodeFromWorker (Results 1 (encode (1 :: Int)))]
         sendFrameStrict conn (B.pack [0, 0, 0, 9] <> B.drop 4 good)   -- claims 9 messages, holds 1
         threadDelay 5000000
       True <- waitForWorkers cluster 2 5
@@ -315,7 +315,7 @@ spec = describe "a cluster of local worker processes" $ do
         T.unpack why `shouldContain` "type mismatch"
       other -> expectationFailure (show other)
     -- arguments that are not what the batch claims: refused, naming the function
-    send [RunBatch 8 real 1, Arg (B.pack [1, 2, 3])]
+    send [RunBatch 8 real 1, Args 1 (B.pack [1, 2, 3])]
     receive >>= \r -> case r of
       Right (BatchRejected 8 why) -> T.unpack why `shouldContain` "square"
       other -> expectationFailure (show other)
@@ -396,7 +396,7 @@ spec = describe "a cluster of local worker processes" $ do
       _ <- try $ do
         sendFrame conn (BL.fromStrict (encodeAuthResponse nw (workerProof wrong nm nw)))
         sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "intruder") T.empty False)))
-        packetOf [encodeFromWorker (Result (encode (1 :: Int)))] >>= sendFrameStrict conn
+        packetOf [encodeFromWorker (Results 1 (encode (1 :: Int)))] >>= sendFrameStrict conn
         :: IO (Either IOException ())
       -- a refusal (unless the master's close, with our unread frames, reset
       -- the connection first), then the end of the connection

@@ -27,7 +27,7 @@ import Herd.Scheduler (WorkerId, liveWorkers, outstandingFor, pendingTasks, rang
 import Herd.Task (TaskRef, taskRef)
 import Herd.Wire (FromWorker (..), ToWorker (..))
 import Test.Hspec
-import Test.QuickCheck
+import Test.QuickCheck hiding (Args)
 import TestTasks (squareTask)
 
 -- What a simulated worker has been sent and not yet handled, and what it
@@ -118,11 +118,12 @@ command :: World -> Command -> IO World
 command w cmd = case cmd of
   Send x _ msg -> pure (toWorker x (Msg msg))
   SendInput x sid enc -> toWorker x . Input (fromIntegral sid) <$> encoderBytes enc
-  SendBatch x jid bid _ tasks -> pure (toWorker x (Batch (fromIntegral jid) (fromIntegral bid) tasks))
+  SendBatch x jid bid _ tasks -> pure (toWorker x (Batch (fromIntegral jid) (fromIntegral bid) (rangeIndices tasks)))
   Flush _ -> pure w
-  Stage jid i bytes -> farmDo jid $ \f ->
-    if bytes /= resultOf (fromIntegral jid) i then Left ("wrong result staged for task " ++ show i)
-    else Right f { fmStaged = M.insert i bytes (fmStaged f) }
+  Stage jid tasks bytes -> farmDo jid $ \f ->
+    let is = rangeIndices tasks
+    in if bytes /= B.concat (map (resultOf (fromIntegral jid)) is) then Left ("wrong results staged for tasks " ++ show is)
+       else Right f { fmStaged = foldr (\i -> M.insert i (resultOf (fromIntegral jid) i)) (fmStaged f) is }
   Accept jid ranges -> farmDo jid $ \f ->
     let is = rangeIndices ranges
         unstaged = [ i | i <- is, not (M.member i (fmStaged f)) ]
@@ -144,6 +145,12 @@ command w cmd = case cmd of
       Just f -> either problem (\f' -> pure w { wFarms = M.insert (fromIntegral jid) f' (wFarms w) }) (change f)
     streamDo sid f = pure w { wStreams = M.adjust f (fromIntegral sid) (wStreams w) }
 
+pairs :: [a] -> [[a]]
+pairs xs = case xs of
+  a : b : rest -> [a, b] : pairs rest
+  [a] -> [[a]]
+  [] -> []
+
 -- A worker handles the oldest thing it was sent.
 handle :: WorkerId -> WorkerModel -> World -> WorkerModel
 handle _ m w = case Seq.viewl (wmInbox m) of
@@ -152,7 +159,8 @@ handle _ m w = case Seq.viewl (wmInbox m) of
     Batch jid bid tasks ->
       let poison = M.lookup jid (wFarms w) >>= fmPoison
           (good, bad) = break ((== poison) . Just) tasks
-          answers = [ Result (resultOf jid i) | i <- good ]
+          -- results go in runs of one or two, as a worker's packets split them
+          answers = [ Results (fromIntegral (length run)) (B.concat (map (resultOf jid) run)) | run <- pairs good ]
                     ++ [ if null bad then BatchDone (fromIntegral bid) 1000
                          else TaskThrew (fromIntegral bid) (fromIntegral (length good)) (T.pack "boom") ]
       in say m1 answers
@@ -309,7 +317,7 @@ spec = describe "Herd.Master.Core" $ do
     sent out1 `shouldBe` [1, 1, 1, 1]
     sent out2 `shouldBe` []
     -- as batches complete, the workers alternate between the jobs
-    let finishFirst c w bid = step 0 (Received w (BatchDone bid 1000)) (fst (step 0 (Received w (Result (resultOf 1 0))) c))
+    let finishFirst c w bid = step 0 (Received w (BatchDone bid 1000)) (fst (step 0 (Received w (Results 1 (resultOf 1 0))) c))
         (c4, out3) = finishFirst c3 1 1
         (c5, _) = step 0 (FarmSubmit 2 job) c3
         (_, out4) = finishFirst c5 1 1

@@ -18,6 +18,7 @@ import qualified PacketSpec
 import System.Environment (lookupEnv)
 import Test.Hspec
 import qualified WireSpec
+import qualified BatchSpec
 import qualified MessageSpec
 import qualified TransportSpec
 import qualified ConformanceSpec
@@ -31,6 +32,7 @@ main = do
     _ -> hspec $ do
       CodecSpec.spec
       WireSpec.spec
+      BatchSpec.spec
       MessageSpec.spec
       ConfigSpec.spec
       AuthSpec.spec

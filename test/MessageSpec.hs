@@ -17,17 +17,17 @@ import GHC.Fingerprint (Fingerprint (..))
 import Herd.Base (TaskRef (..), encoderBytes)
 import Herd.Wire
 import Test.Hspec
-import Test.QuickCheck
+import Test.QuickCheck hiding (Args)
 
 toWorkerIndex :: ToWorker -> Int
 toWorkerIndex m = case m of
-  RunBatch {} -> 0; Arg {} -> 1; Shutdown -> 2; StreamOpen {} -> 3; StreamIn {} -> 4; StreamEnd {} -> 5
+  RunBatch {} -> 0; Args {} -> 1; Shutdown -> 2; StreamOpen {} -> 3; StreamIn {} -> 4; StreamEnd {} -> 5
   StreamCredit {} -> 6; StreamClose {} -> 7; StatesReset -> 8; StateAdd {} -> 9; EvolveWith {} -> 10
   EvolveState {} -> 11; StateRelease {} -> 12; StateReplay {} -> 13; Ping {} -> 14
 
 fromWorkerIndex :: FromWorker -> Int
 fromWorkerIndex m = case m of
-  Result {} -> 0; BatchDone {} -> 1; TaskThrew {} -> 2; BatchRejected {} -> 3; StreamOut {} -> 4
+  Results {} -> 0; BatchDone {} -> 1; TaskThrew {} -> 2; BatchRejected {} -> 3; StreamOut {} -> 4
   StreamDone {} -> 5; StreamAborted {} -> 6; StreamTaken {} -> 7; StateEvolved {} -> 8; EvolveThrew {} -> 9
   EvolveRejected {} -> 10; StateReleased {} -> 11; StateKept {} -> 12; StateMissing {} -> 13
   StatesCleared -> 14; StateReplayed {} -> 15; Pong {} -> 16
@@ -44,7 +44,7 @@ ref = TaskRef <$> fp <*> (T.unpack <$> text) <*> fp <*> fp
 
 genToWorker :: Gen ToWorker
 genToWorker = oneof
-  [ RunBatch <$> arbitrary <*> ref <*> arbitrary, Arg <$> bytes, pure Shutdown
+  [ RunBatch <$> arbitrary <*> ref <*> arbitrary, Args <$> arbitrary <*> bytes, pure Shutdown
   , StreamOpen <$> arbitrary <*> ref, StreamIn <$> arbitrary <*> bytes, StreamEnd <$> arbitrary
   , StreamCredit <$> arbitrary <*> arbitrary, StreamClose <$> arbitrary, pure StatesReset
   , StateAdd <$> arbitrary <*> bytes, EvolveWith <$> ref, EvolveState <$> arbitrary <*> bytes
@@ -54,7 +54,7 @@ genToWorker = oneof
 
 genFromWorker :: Gen FromWorker
 genFromWorker = oneof
-  [ Result <$> bytes, BatchDone <$> arbitrary <*> arbitrary, TaskThrew <$> arbitrary <*> arbitrary <*> text
+  [ Results <$> arbitrary <*> bytes, BatchDone <$> arbitrary <*> arbitrary, TaskThrew <$> arbitrary <*> arbitrary <*> text
   , BatchRejected <$> arbitrary <*> text, StreamOut <$> arbitrary <*> bytes, StreamDone <$> arbitrary
   , StreamAborted <$> arbitrary <*> text, StreamTaken <$> arbitrary <*> arbitrary
   , StateEvolved <$> arbitrary <*> arbitrary <*> resize 5 (listOf ((,) <$> arbitrary <*> bytes))

@@ -3,23 +3,25 @@
 -- allocation.
 module WireSpec (spec) where
 
-import Control.Exception (SomeException, evaluate, try)
+import Control.Exception (evaluate)
 import Control.Monad (forM_)
+import Data.List (isInfixOf)
 import qualified Data.ByteString as B
 import qualified Data.Text as T
 import Data.Word (Word32, Word64, Word8)
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Packet (Encoder, encoderBytes)
-import Herd.Closure (describeClosureError)
 import Herd.Evolve.Function (lookupEvolver)
 import Herd.Process (lookupProcess, processRef)
-import Herd.Task (Runner (..), TaskRef (..), lookupRunner, taskResultDecoder, taskRef)
+import Herd.Base (Range (..))
+import Herd.Task (Runner (..), TaskCodecs (..), TaskRef (..), lookupRunner, taskCodecs, taskRef)
+import Herd.Wire.Batch (ChunkOutcome (..), argsEncoder, newScratch, resultsEncoder)
 import Herd.Wire.Value (valueEncoder)
 import TestTasks (runningSumProcess, squareTask, unitTask)
 import Herd.Wire
 import Herd.Wire.Codec (buildStrict, putWord32, putWord64, putWord8)
 import Test.Hspec
-import Test.QuickCheck
+import Test.QuickCheck hiding (Args)
 
 ref :: TaskRef
 ref = TaskRef (Fingerprint 1 2) "square (Test:1:1)" (Fingerprint 3 4) (Fingerprint 5 6)
@@ -31,26 +33,34 @@ spec :: Spec
 spec = describe "Herd.Wire" $ do
   it "round-trips the farm and stream messages to a worker (every message: MessageSpec)" $ property $ \(sid :: Word64', n :: Word32, val :: [Word8]) -> ioProperty $ do
     let v = B.pack (1 : val)
-        msgs = [ RunBatch (unW sid) ref n, Arg v, Shutdown, StreamOpen (unW sid) ref, StreamIn (unW sid) v
+        msgs = [ RunBatch (unW sid) ref n, Args n v, Shutdown, StreamOpen (unW sid) ref, StreamIn (unW sid) v
                , StreamEnd (unW sid), StreamCredit (unW sid) n, StreamClose (unW sid) ]
     outs <- mapM (roundTrip encodeToWorker decodeToWorker) msgs
     pure (outs === map Right msgs)
   it "round-trips the farm and stream messages to the master (every message: MessageSpec)" $ property $ \(sid :: Word64', n :: Word32, why :: String, val :: [Word8]) -> ioProperty $ do
     let v = B.pack val
-        msgs = [ Result v, BatchDone (unW sid) (unW sid), TaskThrew (unW sid) n (T.pack why)
+        msgs = [ Results n v, BatchDone (unW sid) (unW sid), TaskThrew (unW sid) n (T.pack why)
                , BatchRejected (unW sid) (T.pack why), StreamOut (unW sid) v, StreamDone (unW sid)
                , StreamAborted (unW sid) (T.pack why), StreamTaken (unW sid) n ]
     outs <- mapM (roundTrip encodeFromWorker decodeFromWorker) msgs
     pure (outs === map Right msgs)
-  it "builds the hot-path messages as the general encoder does" $ property $ \(sid :: Word64', x :: Int) -> ioProperty $ do
+  it "builds the hot-path messages as the general encoder does" $ property $ \(sid :: Word64', x :: Int, xs :: [Int]) -> ioProperty $ do
     let val = valueEncoder x
+        args = x : xs
     bytes <- encoderBytes val
-    a <- encoderBytes (argEncoder val)
-    r <- encoderBytes (resultEncoder val)
     i <- encoderBytes (streamInEncoder (unW sid) val)
     o <- encoderBytes (streamOutEncoder (unW sid) val)
-    pure $ (decodeToWorker a, decodeFromWorker r, decodeToWorker i, decodeFromWorker o)
-       === (Right (Arg bytes), Right (Result bytes), Right (StreamIn (unW sid) bytes), Right (StreamOut (unW sid) bytes))
+    Right table <- encodeArgs (taskCodecs squareTask) args
+    a <- encoderBytes (argsEncoder table 0 (length args))
+    all' <- B.concat <$> mapM (encoderBytes . valueEncoder) args
+    Right runner <- lookupRunner (taskRef squareTask)
+    scratch <- newScratch
+    ChunkDone <- runnerChunk runner scratch all' (length args)
+    r <- resultsEncoder scratch 0 (length args) >>= encoderBytes
+    squares <- B.concat <$> mapM (encoderBytes . valueEncoder . (\y -> y * y)) args
+    pure $ (decodeToWorker i, decodeFromWorker o, decodeToWorker a, decodeFromWorker r)
+       === ( Right (StreamIn (unW sid) bytes), Right (StreamOut (unW sid) bytes)
+           , Right (Args (fromIntegral (length args)) all'), Right (Results (fromIntegral (length args)) squares) )
   it "round-trips the handshake" $ do
     let hello = WorkerHello protocolVersion (B.replicate 32 7) 1234 (T.pack "host") (T.pack "ssh:host") True
     decodeWorkerHello (encodeWorkerHello hello) `shouldBe` Right hello
@@ -79,14 +89,18 @@ spec = describe "Herd.Wire" $ do
       `shouldSatisfy` either (const True) (const False)
     checkHello ours (WorkerHello (protocolVersion + 1) ours 1 T.empty T.empty False)
       `shouldSatisfy` either (const True) (const False)
-  it "refuses a value with bytes left over, or too few bytes" $ do
-    r1 <- try (taskResultDecoder unitTask (B.pack [1]))
-    r1 `shouldSatisfy` either (\(_ :: SomeException) -> True) (const False)
-    r2 <- try (taskResultDecoder squareTask (B.pack [1, 2, 3]))
-    r2 `shouldSatisfy` either (\(_ :: SomeException) -> True) (const False)
+  it "refuses a run with bytes left over, or too few bytes" $ do
+    let ignore _ _ = pure ()
+    r1 <- decodeResults (taskCodecs unitTask) ignore [Range 0 1] (B.pack [1])
+    r1 `shouldSatisfy` either (\(i, why) -> i == 0 && "left over" `isInfixOf` why) (const False)
+    r2 <- decodeResults (taskCodecs squareTask) ignore [Range 0 1] (B.pack [1, 2, 3])
+    r2 `shouldSatisfy` either ((== 0) . fst) (const False)
     Right runner <- lookupRunner (taskRef squareTask)
-    applied <- runnerApply runner (B.pack [1, 2, 3])
-    either describeClosureError (const "decoded") (() <$ applied) `shouldContain` "bytes"
+    scratch <- newScratch
+    short <- runnerChunk runner scratch (B.pack [1, 2, 3]) 1
+    short `shouldSatisfy` (\o -> case o of { ChunkUndecodable 0 _ -> True; _ -> False })
+    long <- runnerChunk runner scratch (B.pack (replicate 9 0)) 1
+    long `shouldSatisfy` (\o -> case o of { ChunkUndecodable 0 why -> "left over" `isInfixOf` why; _ -> False })
   it "finds a closure only as the kind it is, with its own types" $ do
     Right _ <- lookupRunner (taskRef squareTask)
     asTask <- lookupRunner (processRef runningSumProcess)

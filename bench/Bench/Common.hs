@@ -4,6 +4,7 @@ module Bench.Common
   ( ChunkingRun (..)
   , withChunking
   , timed
+  , allocatedDuring
   , packetDelta
   , chunkingName
   , reportEden
@@ -13,8 +14,10 @@ import Control.Monad (when)
 import Herd.Report
 
 import Control.Exception (evaluate)
+import GHC.Stats (allocated_bytes, getRTSStats, getRTSStatsEnabled)
 import Herd
 import Herd.Clock (monotonicSeconds)
+import System.Mem (performMinorGC)
 
 -- | One setting to run under.
 data ChunkingRun = ChunkingRun
@@ -33,6 +36,21 @@ timed act = do
   x <- act >>= evaluate
   t1 <- monotonicSeconds
   pure (t1 - t0, x)
+
+-- | Bytes this process (the master) allocated during an action, from
+-- GHC.Stats ('Nothing' when the runtime keeps no statistics: run with
+-- @+RTS -T@; herd's own binary does). A minor collection before and after
+-- makes the count exact; it is taken outside any timing.
+allocatedDuring :: IO a -> IO (Maybe Int, a)
+allocatedDuring act = do
+  enabled <- getRTSStatsEnabled
+  if not enabled then (,) Nothing <$> act else do
+    performMinorGC
+    before <- allocated_bytes <$> getRTSStats
+    x <- act
+    performMinorGC
+    after <- allocated_bytes <$> getRTSStats
+    pure (Just (fromIntegral (after - before)), x)
 
 -- | Packets sent plus received over every link, during an action.
 packetDelta :: Cluster -> IO a -> IO (Int, a)

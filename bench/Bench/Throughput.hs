@@ -1,7 +1,9 @@
 -- | @herd bench throughput@: tiny tasks (@x -> x + 1@) per second through
 -- the farm, with dynamic chunking on and off, for each master loop asked
--- for. Every task is its own message both ways; with chunking on, many
--- share a packet.
+-- for, with the bytes the master allocates per task (GHC.Stats). With
+-- chunking on, a run of tasks travels as one message (as many as a
+-- packet has room for); off, every task is a message and a packet of its
+-- own, both ways.
 module Bench.Throughput
   ( Options (..)
   , run
@@ -31,23 +33,24 @@ run o = do
   rows <- forM [ (loop, on, n) | loop <- optLoops o, (on, n) <- [(True, optTasks o), (False, offTasks)] ] $ \(loop, on, n) ->
     withChunking on (\c -> c { configTransport = optTransport o, configMasterLoop = loop }) $ \cluster -> do
       _ <- farm cluster incrementTask [1 .. 1000]   -- warm up
-      (secs, (total, packets)) <- timed $ do
+      (alloc, (secs, (total, packets))) <- allocatedDuring $ timed $ do
         (packets, ys) <- packetDelta cluster (farm cluster incrementTask [1 .. n])
         let total = sum ys
         total `seq` pure (total, packets)
       when (total /= sum [2 .. n + 1]) $ hPutStrLn stderr "throughput: wrong results"
       hPutStrLn stderr ("  " ++ masterLoopName loop ++ ", chunking " ++ chunkingName on ++ ": " ++ show n
                         ++ " tasks in " ++ fixed 3 secs ++ " s")
-      pure (loop, on, n, secs, packets)
-  putStrLn "tiny tasks (x -> x + 1) through the farm, one message per task each way"
-  putStr $ renderTable ["master", "chunking", "tasks", "seconds", "tasks/s", "packets"]
-    [ [masterLoopName loop, chunkingName on, show n, fixed 3 s, fixed 0 (fromIntegral n / s), show p]
-    | (loop, on, n, s, p) <- rows ]
+      pure (loop, on, n, secs, packets, fmap (\b -> fromIntegral b / fromIntegral n) alloc :: Maybe Double)
+  putStrLn "tiny tasks (x -> x + 1) through the farm: with chunking on, runs of tasks share a message and a packet; off, one task per message per packet"
+  putStr $ renderTable ["master", "chunking", "tasks", "seconds", "tasks/s", "packets", "alloc B/task"]
+    [ [masterLoopName loop, chunkingName on, show n, fixed 3 s, fixed 0 (fromIntegral n / s), show p, maybe "-" (fixed 1) a]
+    | (loop, on, n, s, p, a) <- rows ]
   when (optJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "throughput")
     , ("rows", JArray [ JObject [ ("master", JString (masterLoopName loop)), ("chunking", JString (chunkingName on))
                                 , ("tasks", JNumber (fromIntegral n))
                                 , ("seconds", JNumber s), ("tasks_per_s", JNumber (fromIntegral n / s))
-                                , ("packets", JNumber (fromIntegral p)) ]
-                      | (loop, on, n, s, p) <- rows ]) ]
+                                , ("packets", JNumber (fromIntegral p))
+                                , ("alloc_bytes_per_task", maybe JNull JNumber a) ]
+                      | (loop, on, n, s, p, a) <- rows ]) ]
 

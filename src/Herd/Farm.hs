@@ -1,4 +1,6 @@
+{-# LANGUAGE MagicHash #-}
 {-# LANGUAGE ScopedTypeVariables #-}
+{-# LANGUAGE UnboxedTuples #-}
 -- | The task farm: apply a static function to every element of a list on
 -- the cluster's workers.
 --
@@ -20,9 +22,11 @@ import Control.Exception
 import Data.Primitive.Array
 import GHC.StaticPtr (StaticPtr)
 import Herd.Master
-import Herd.Scheduler (JobStats, rangeIndices)
-import Herd.Packet (Encoder (..))
+import qualified Data.ByteString as B
+import Herd.Scheduler (JobStats, Range, rangeIndices)
+import Herd.Error (HerdError (..))
 import Herd.Task
+import Herd.Wire.Batch (ArgTable, argCount, newArena)
 
 -- | Statistics of one farm: elapsed time and, per worker, tasks, busy and
 -- waiting time.
@@ -35,13 +39,29 @@ farm cluster f xs = fst <$> farmWithStats cluster f xs
 -- | Like 'farm', also returning the job's statistics.
 farmWithStats :: Cluster -> StaticPtr (Task a b) -> [a] -> IO ([b], FarmStats)
 farmWithStats cluster f xs = do
-  let n = length xs
-  out <- newArray n (error "Herd.Farm: result not delivered")
-  -- results go straight into the output array: a task staged twice (its
-  -- first worker was lost) gets the same value again, as tasks are pure
-  stats <- runFarm cluster f xs (writeArray out) (\_ -> pure ())
-  done <- unsafeFreezeArray out
-  pure ([ indexArray done i | i <- [0 .. n - 1] ], stats)
+  table <- encodeAll f xs
+  let n = argCount table
+      codecs = taskCodecs f
+  case resultWidth codecs of
+    -- results of one encoded size stay encoded until the caller's list
+    -- reaches them: nothing per task for the garbage collector to copy
+    Just width -> do
+      arena <- newArena n width
+      stats <- runJob' cluster f table (stageResults codecs arena) (\_ -> pure ())
+      pure (arenaResults codecs arena n, stats)
+    Nothing -> do
+      out <- newArray n notDelivered
+      -- results go straight into the output array: a task staged twice (its
+      -- first worker was lost) gets the same value again, as tasks are pure
+      stats <- runFarm cluster f table (writeArray out) (\_ -> pure ())
+      done <- unsafeFreezeArray out
+      pure (elementsOf done n, stats)
+  where
+    notDelivered = error "Herd.Farm: result not delivered"
+    -- each element is read out when its cell is, not kept as a thunk
+    elementsOf done n = go 0
+      where go i | i >= n = []
+                 | otherwise = case indexArray## done i of (# x #) -> x : go (i + 1)
 
 -- | Run the tasks and call the function with each task's index and result
 -- as results arrive (in batches, in no particular order; each task exactly
@@ -49,8 +69,9 @@ farmWithStats cluster f xs = do
 -- tasks keep arriving meanwhile.
 farmAsCompleted :: Cluster -> StaticPtr (Task a b) -> [a] -> (Int -> b -> IO ()) -> IO FarmStats
 farmAsCompleted cluster f xs callback = do
+  table <- encodeAll f xs
   queue <- newTQueueIO
-  staged <- newArray (length xs) (error "Herd.Farm: result not staged")
+  staged <- newArray (argCount table) (error "Herd.Farm: result not staged")
   let drain = do
         next <- atomically (readTQueue queue)
         case next of
@@ -59,31 +80,35 @@ farmAsCompleted cluster f xs callback = do
       accept indices = do
         pairs <- mapM (\i -> (,) i <$> readArray staged i) indices
         atomically (writeTQueue queue (Just pairs))
-      produce = runFarm cluster f xs (writeArray staged) accept
+      produce = runFarm cluster f table (writeArray staged) accept
                   `finally` atomically (writeTQueue queue Nothing)
   withAsync produce $ \producer -> do
     drain
     r <- waitCatch producer
     either throwIO pure r
 
+-- Evaluate and encode every argument before anything is sent: an
+-- argument that throws ends the call with 'ArgumentError' naming it.
+encodeAll :: StaticPtr (Task a b) -> [a] -> IO ArgTable
+encodeAll f xs = do
+  built <- encodeArgs (taskCodecs f) xs
+  either (\(i, why) -> throwIO (ArgumentError i (refName (taskRef f)) why)) pure built
+
 -- Run a farm job: stage each decoded result, and report each batch's task
 -- indices once its results are final.
-runFarm :: Cluster -> StaticPtr (Task a b) -> [a] -> (Int -> b -> IO ()) -> ([Int] -> IO ())
+runFarm :: Cluster -> StaticPtr (Task a b) -> ArgTable -> (Int -> b -> IO ()) -> ([Int] -> IO ())
         -> IO FarmStats
-runFarm cluster f xs stage accept = do
-  let n = length xs
-      args = arrayFromListN n xs
-      encodeArg = taskArgEncoder f
-      decodeResult = taskResultDecoder f
-      spec = JobSpec
-        { specTasks = n
+runFarm cluster f table stage = runJob' cluster f table (decodeResults (taskCodecs f) stage)
+
+-- Run a farm job whose runs of results go to the given stage.
+runJob' :: Cluster -> StaticPtr (Task a b) -> ArgTable -> ([Range] -> B.ByteString -> IO (Either (Int, String) ()))
+        -> ([Int] -> IO ()) -> IO FarmStats
+runJob' cluster f table stage accept = do
+  let spec = JobSpec
+        { specTasks = argCount table
         , specRef = taskRef f
-        , specCheck = \i -> do
-            x <- evaluate (indexArray args i)
-            Encoder _ _ <- evaluate (encodeArg x)
-            pure ()
-        , specArg = encodeArg . indexArray args
-        , specStage = \i bytes -> decodeResult bytes >>= stage i
+        , specArgs = table
+        , specStage = stage
         , specAccept = accept . rangeIndices
         }
   result <- runJob cluster spec

@@ -27,6 +27,7 @@ module Herd.Packet
   , sendMessage
   , sendMessages
   , flushIdle
+  , senderRoom
     -- * Receiving
   , splitPacket
     -- * Statistics
@@ -112,16 +113,21 @@ countReceived msgs bytes s = s
 -- | One peer's send buffer. Safe to use from several threads.
 data Sender = Sender
   { sLock     :: !(MVar ())
-  , sBuffer   :: !(IORef (ForeignPtr Word8))  -- ^ 4-byte count, then the messages
+  , sBuffer   :: !(IORef (ForeignPtr Word8))
+    -- ^ room for the frame's 4-byte length and the packet's 4-byte count,
+    -- then the messages: a packet leaves framed, straight from here
   , sFill     :: !(IORef Fill)
   , sArmed    :: !(IORef Bool)                -- ^ a timer thread is watching the buffer
   , sStats    :: !(IORef PeerStats)
   , sPolicy   :: !PacketPolicy
-  , sOut      :: B.ByteString -> IO ()        -- ^ hands one packet to the transport
+  , sOut      :: B.ByteString -> IO ()        -- ^ hands one framed packet to the transport
   }
 
--- | A sender that hands each packet to the given action (which may block:
--- that is how a peer that stops reading holds its senders back).
+-- | A sender that hands each packet to the given action, as a whole
+-- transport frame (its 4-byte length first), which may block: that is how
+-- a peer that stops reading holds its senders back. The bytes are the
+-- sender's own buffer, valid only during the call: an action that keeps
+-- any of them must copy them.
 newSender :: PacketPolicy -> (B.ByteString -> IO ()) -> IO Sender
 newSender policy out = do
   buf <- newBuffer policy
@@ -129,7 +135,11 @@ newSender policy out = do
          <*> newIORef noPeerStats <*> pure policy <*> pure out
 
 newBuffer :: PacketPolicy -> IO (ForeignPtr Word8)
-newBuffer policy = mallocForeignPtrBytes (4 + policyCapacity policy)
+newBuffer policy = mallocForeignPtrBytes (headerBytes + policyCapacity policy)
+
+-- The frame's length and the packet's message count.
+headerBytes :: Int
+headerBytes = 8
 
 -- | The policy this sender follows.
 senderPolicy :: Sender -> PacketPolicy
@@ -148,6 +158,13 @@ sendMessage s urgency enc = withLock s $ \now -> addOne s now urgency enc
 -- encoder that throws stops there, after the messages before it.
 sendMessages :: Sender -> Urgency -> [Encoder] -> IO ()
 sendMessages s urgency encs = withLock s $ \now -> mapM_ (addOne s now urgency) encs
+
+-- | How many bytes of body the next message may have to join what is
+-- buffered ('roomFor'): a sender of runs of values fills its message to
+-- this. Read without the lock: a stale answer only makes a run shorter
+-- or longer, never wrong.
+senderRoom :: Sender -> IO Int
+senderRoom s = roomFor (sPolicy s) <$> readIORef (sFill s)
 
 -- | The sending side has nothing else ready to do: send what is buffered.
 flushIdle :: Sender -> IO ()
@@ -210,7 +227,7 @@ addOne s now urgency enc@(Encoder size write) = do
       -- the common case, decided without building a plan
       buf <- readIORef (sBuffer s)
       withForeignPtr buf $ \p -> do
-        let at = p `plusPtr` (4 + fillBytes fill)
+        let at = p `plusPtr` (headerBytes + fillBytes fill)
         write (at `plusPtr` 4)
         pokeWord32 at (fromIntegral size)
       writeIORef (sFill s) $! fill { fillBytes = fillBytes fill + size + messageOverhead
@@ -227,7 +244,7 @@ addPlanned s now urgency enc@(Encoder size write) fill = do
       base <- readIORef (sFill s)
       buf <- readIORef (sBuffer s)
       withForeignPtr buf $ \p -> do
-        let at = p `plusPtr` (4 + fillBytes base)
+        let at = p `plusPtr` (headerBytes + fillBytes base)
         write (at `plusPtr` 4)     -- may throw: the fill is not advanced then
         pokeWord32 at (fromIntegral size)
       writeIORef (sFill s) $! fillAfterAdd now size plan { planBefore = Nothing } base
@@ -235,12 +252,13 @@ addPlanned s now urgency enc@(Encoder size write) fill = do
 
 sendAlone :: Sender -> FlushReason -> Encoder -> IO ()
 sendAlone s why (Encoder size write) = do
-  packet <- BI.create (8 + size) $ \p -> do
-    write (p `plusPtr` 8)
-    pokeWord32 p 1
-    pokeWord32 (p `plusPtr` 4) (fromIntegral size)
-  record s why 1 (B.length packet)
-  sOut s packet
+  frame <- BI.create (headerBytes + 4 + size) $ \p -> do
+    write (p `plusPtr` (headerBytes + 4))
+    pokeWord32 p (fromIntegral (4 + 4 + size))
+    pokeWord32 (p `plusPtr` 4) 1
+    pokeWord32 (p `plusPtr` headerBytes) (fromIntegral size)
+  record s why 1 (B.length frame - 4)
+  sOut s frame
 
 -- Send the buffer as a packet, with the lock held.
 flush :: Sender -> FlushReason -> IO ()
@@ -248,14 +266,15 @@ flush s why = do
   fill <- readIORef (sFill s)
   when (fillCount fill > 0) $ do
     buf <- readIORef (sBuffer s)
-    -- the packet is a copy of the used part, and the buffer is kept: a
-    -- small packet then costs a small allocation, not a fresh buffer
-    packet <- withForeignPtr buf $ \p -> do
-      pokeWord32 p (fromIntegral (fillCount fill))
-      BI.create (4 + fillBytes fill) $ \dst -> BI.memcpy dst p (4 + fillBytes fill)
+    -- the frame is the buffer itself (no copy); it is reused once the
+    -- transport has taken it
+    let packetBytes = 4 + fillBytes fill
+    withForeignPtr buf $ \p -> do
+      pokeWord32 p (fromIntegral packetBytes)
+      pokeWord32 (p `plusPtr` 4) (fromIntegral (fillCount fill))
     writeIORef (sFill s) emptyFill
-    record s why (fillCount fill) (B.length packet)
-    sOut s packet
+    record s why (fillCount fill) packetBytes
+    sOut s (BI.fromForeignPtr buf 0 (4 + packetBytes))
 
 record :: Sender -> FlushReason -> Int -> Int -> IO ()
 record s why msgs bytes = modifyIORef' (sStats s) $ \st -> st

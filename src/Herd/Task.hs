@@ -27,44 +27,53 @@ module Herd.Task
     -- * Using tasks (for the master and worker drivers)
   , TaskRef (..)
   , taskRef
-  , taskArgEncoder
-  , taskResultDecoder
+  , taskCodecs
   , Runner (..)
   , lookupRunner
   , tryUser
   , describePtr
   ) where
 
-import Control.Exception
-  (SomeAsyncException, SomeException, fromException, throwIO, try, displayException)
+import Control.Exception (SomeAsyncException, SomeException, fromException, throwIO, try, displayException)
 import qualified Data.ByteString as B
 import Data.Store (Store)
 import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
 import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
-import Herd.Base (Encoder, TaskRef (..))
+import Herd.Base (Range, TaskRef (..))
 import Herd.Closure
-import Herd.Wire.Value (decodeValueIO, forcedEncoder, valueEncoder)
+import Herd.Wire.Batch
 
 -- | A function from @a@ to @b@ that a worker can run, with what it takes to
 -- ship its arguments and results: a 'Closure'. Build one with 'task' inside
 -- a @static@ form.
 type Task a b = Closure (TaskCodecs a b) Runner
 
--- | The caller's side of a task.
+-- | The caller's side of a task: runs of values, not single ones
+-- ("Herd.Wire.Batch").
 data TaskCodecs a b = TaskCodecs
-  { encodeArg    :: a -> Encoder
-  , decodeResult :: B.ByteString -> IO b
+  { encodeArgs    :: [a] -> IO (Either (Int, String) ArgTable)
+    -- ^ evaluate and encode all arguments ('Left': the first that threw)
+  , decodeResults :: (Int -> b -> IO ()) -> [Range] -> B.ByteString -> IO (Either (Int, String) ())
+    -- ^ decode a run of results for these tasks, handing each to the sink
+  , resultWidth   :: Maybe Int
+    -- ^ the encoded size of every result, if the type has one
+  , stageResults  :: Arena -> [Range] -> B.ByteString -> IO (Either (Int, String) ())
+    -- ^ check a run of results and keep them encoded (constant width only)
+  , arenaResults  :: Arena -> Int -> [b]
+    -- ^ the results kept, decoded as the list is walked
   }
 
 -- | The worker's side of a task: it only ever sees bytes.
 newtype Runner = Runner
-  { runnerApply :: B.ByteString -> IO (Either ClosureError (IO Encoder))
-    -- ^ decode one argument ('Left': it does not decode); the action
-    -- applies the function, forces the result and gives its encoder, and
-    -- throws what the function throws
+  { runnerChunk :: Scratch -> B.ByteString -> Int -> IO ChunkOutcome
+    -- ^ decode a run of this many arguments, apply the function, force
+    -- and encode each result into the scratch buffer
   }
 
 -- | Wrap a function so that it can be shipped as a static pointer.
+--
+-- Inlined where it is used, so that the loops over runs of values are
+-- compiled for the task's own types (no dictionary call per value).
 task :: forall a b. (Store a, Store b, Typeable a, Typeable b) => (a -> b) -> Task a b
 task f = Closure
   { closureKind = TaskClosure
@@ -72,13 +81,11 @@ task f = Closure
   , closureIn = typeRepFingerprint (typeRep (Proxy :: Proxy a))
   , closureOut = typeRepFingerprint (typeRep (Proxy :: Proxy b))
   , closureTypes = show (typeRep (Proxy :: Proxy a)) ++ " -> " ++ show (typeRep (Proxy :: Proxy b))
-  , closureCodecs = TaskCodecs valueEncoder decodeValueIO
-  , closureRunner = Runner $ \bytes -> do
-      decoded <- try (decodeValueIO bytes)
-      pure $ case decoded of
-        Left (e :: SomeException) -> Left (DoesNotDecode (displayException e))
-        Right (x :: a) -> Right (forcedEncoder (f x))
+  , closureCodecs = TaskCodecs buildArgTable decodeRun (constantWidth (Proxy :: Proxy b))
+                               (stageRun (Proxy :: Proxy b)) arenaValues
+  , closureRunner = Runner (runChunk f)
   }
+{-# INLINE task #-}
 
 -- | Run user code, turning its exceptions (but not asynchronous ones,
 -- which are rethrown) into their text.
@@ -95,14 +102,9 @@ tryUser act = do
 taskRef :: StaticPtr (Task a b) -> TaskRef
 taskRef = closureRef
 
--- | The master's encoder for one argument of a static task.
-taskArgEncoder :: StaticPtr (Task a b) -> a -> Encoder
-taskArgEncoder ptr = encodeArg (closureCodecs (deRefStaticPtr ptr))
-
--- | The master's decoder for one result of a static task (throws if the
--- bytes are not one value of the result type).
-taskResultDecoder :: StaticPtr (Task a b) -> B.ByteString -> IO b
-taskResultDecoder ptr = decodeResult (closureCodecs (deRefStaticPtr ptr))
+-- | The caller's codecs of a static task.
+taskCodecs :: StaticPtr (Task a b) -> TaskCodecs a b
+taskCodecs ptr = closureCodecs (deRefStaticPtr ptr)
 
 -- | Find the runner for a reference in this binary's static pointer table,
 -- checking its kind and types; 'Left' says why it cannot run here.

@@ -30,8 +30,6 @@ module Herd.Wire
   , encodeFromWorker
   , decodeFromWorker
     -- * Encoders for the hot paths
-  , argEncoder
-  , resultEncoder
   , streamInEncoder
   , streamOutEncoder
   ) where
@@ -48,7 +46,7 @@ import Foreign.Storable (pokeByteOff)
 import Herd.Packet.Policy (Urgency (..))
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Base (Encoder (..), TaskRef (..), encodeBytes)
-import Herd.Bytes (pokeBE, word64At)
+import Herd.Bytes (pokeBE, word32At, word64At)
 import Herd.Wire.Codec
 import Herd.Wire.Handshake
 import Herd.Wire.Tags
@@ -59,10 +57,12 @@ data ToWorker
   = RunBatch
       { runBatchId :: !Word64
       , runRef     :: !TaskRef
-      , runCount   :: !Word32   -- ^ the number of 'Arg' messages that follow
+      , runCount   :: !Word32   -- ^ the number of arguments that follow
       }
-    -- ^ Start a batch; its arguments follow as 'Arg' messages, in order.
-  | Arg !B.ByteString           -- ^ one task's @store@-encoded argument
+    -- ^ Start a batch; its arguments follow in 'Args' messages, in order.
+  | Args !Word32 !B.ByteString
+    -- ^ the next arguments of the batch, this many, their @store@
+    -- encodings back to back ("Herd.Wire.Batch")
   | Shutdown                    -- ^ stop serving and exit
   | StreamOpen !Word64 !TaskRef -- ^ instantiate a stream process under this number
   | StreamIn !Word64 !B.ByteString  -- ^ one input element
@@ -88,12 +88,14 @@ data ToWorker
 
 -- | Messages from worker to master.
 data FromWorker
-  = Result !B.ByteString        -- ^ the next task's @store@-encoded result, in batch order
+  = Results !Word32 !B.ByteString
+    -- ^ the next results of the batch in progress, this many, in batch
+    -- order, their @store@ encodings back to back
   | BatchDone
       { doneBatchId :: !Word64
       , doneBusyNs  :: !Word64  -- ^ time spent computing the batch
       }
-    -- ^ Every task of the batch gave a 'Result'.
+    -- ^ Every task of the batch gave a result.
   | TaskThrew !Word64 !Word32 !Text
     -- ^ The task at this position of the batch threw (results before it
     -- were sent; none after it will be).
@@ -139,7 +141,7 @@ getRest = remaining >>= getBytes
 toWorkerUrgency :: ToWorker -> Urgency
 toWorkerUrgency msg = case msg of
   RunBatch {} -> Bulk
-  Arg _ -> Bulk
+  Args _ _ -> Bulk
   StreamOpen _ _ -> Bulk
   StreamIn _ _ -> Bulk
   StateAdd _ _ -> Bulk
@@ -150,7 +152,7 @@ toWorkerUrgency msg = case msg of
 -- | How soon a message to the master must leave.
 fromWorkerUrgency :: FromWorker -> Urgency
 fromWorkerUrgency msg = case msg of
-  Result _ -> Bulk
+  Results _ _ -> Bulk
   BatchDone _ _ -> Bulk
   StreamOut _ _ -> Bulk
   _ -> Urgent
@@ -160,7 +162,7 @@ encodeToWorker :: ToWorker -> Encoder
 -- a probe's padding is written straight into the packet: it may be large
 encodeToWorker (Ping n pad) = taggedStream tagPing n (encodeBytes pad)
 encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
-    Arg v -> putWord8 tagArg <> BB.byteString v
+    Args k v -> putWord8 tagArgs <> putWord32 k <> BB.byteString v
     StreamIn sid v -> putWord8 tagStreamIn <> putWord64 sid <> BB.byteString v
     RunBatch bid ref count -> putWord8 tagRunBatch <> putWord64 bid <> putRef ref <> putWord32 count
     Shutdown -> putWord8 tagShutdown
@@ -180,7 +182,7 @@ encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
 -- | Decode one message to a worker (a value inside is a slice of the input).
 decodeToWorker :: B.ByteString -> Either String ToWorker
 decodeToWorker bs
-  | B.length bs >= 1 && BU.unsafeHead bs == tagArg = Right (Arg (BU.unsafeTail bs))   -- the hot path
+  | B.length bs >= 5 && BU.unsafeHead bs == tagArgs = Right (Args (fromIntegral (word32At bs 1)) (BU.unsafeDrop 5 bs))   -- the hot path
   | B.length bs >= 9 && BU.unsafeHead bs == tagStreamIn = Right (StreamIn (word64At bs 1) (BU.unsafeDrop 9 bs))
   | otherwise = decodeToWorkerSlow bs
 
@@ -189,7 +191,7 @@ decodeToWorkerSlow = runGet $ do
   tag <- getWord8
   case () of
     _ | tag == tagRunBatch -> RunBatch <$> getWord64 <*> getRef <*> getWord32
-      | tag == tagArg -> Arg <$> getRest
+      | tag == tagArgs -> Args <$> getWord32 <*> getRest
       | tag == tagShutdown -> pure Shutdown
       | tag == tagStreamOpen -> StreamOpen <$> getWord64 <*> getRef
       | tag == tagStreamIn -> StreamIn <$> getWord64 <*> getRest
@@ -212,7 +214,7 @@ decodeToWorkerSlow = runGet $ do
 -- | The encoder of a message to the master.
 encodeFromWorker :: FromWorker -> Encoder
 encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
-  Result v -> putWord8 tagResult <> BB.byteString v
+  Results k v -> putWord8 tagResults <> putWord32 k <> BB.byteString v
   BatchDone bid busy -> putWord8 tagBatchDone <> putWord64 bid <> putWord64 busy
   TaskThrew bid pos why -> putWord8 tagTaskThrew <> putWord64 bid <> putWord32 pos <> putText why
   BatchRejected bid why -> putWord8 tagBatchRejected <> putWord64 bid <> putText why
@@ -235,7 +237,7 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
 -- | Decode one message to the master (a value inside is a slice of the input).
 decodeFromWorker :: B.ByteString -> Either String FromWorker
 decodeFromWorker bs
-  | B.length bs >= 1 && BU.unsafeHead bs == tagResult = Right (Result (BU.unsafeTail bs))   -- the hot path
+  | B.length bs >= 5 && BU.unsafeHead bs == tagResults = Right (Results (fromIntegral (word32At bs 1)) (BU.unsafeDrop 5 bs))   -- the hot path
   | B.length bs >= 9 && BU.unsafeHead bs == tagStreamOut = Right (StreamOut (word64At bs 1) (BU.unsafeDrop 9 bs))
   | otherwise = decodeFromWorkerSlow bs
 
@@ -243,7 +245,7 @@ decodeFromWorkerSlow :: B.ByteString -> Either String FromWorker
 decodeFromWorkerSlow = runGet $ do
   tag <- getWord8
   case () of
-    _ | tag == tagResult -> Result <$> getRest
+    _ | tag == tagResults -> Results <$> getWord32 <*> getRest
       | tag == tagBatchDone -> BatchDone <$> getWord64 <*> getWord64
       | tag == tagTaskThrew -> TaskThrew <$> getWord64 <*> getWord32 <*> getText
       | tag == tagBatchRejected -> BatchRejected <$> getWord64 <*> getText
@@ -266,15 +268,6 @@ decodeFromWorkerSlow = runGet $ do
       | tag == tagPong -> Pong <$> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 
--- | The encoder of a 'Result' message whose value is written by the given
--- encoder (no intermediate copy: the hot path of every task).
-resultEncoder :: Encoder -> Encoder
-resultEncoder = tagged tagResult
-
--- | The encoder of an 'Arg' message (the hot path on the master).
-argEncoder :: Encoder -> Encoder
-argEncoder = tagged tagArg
-
 -- | The encoder of a 'StreamIn' message.
 streamInEncoder :: Word64 -> Encoder -> Encoder
 streamInEncoder sid = taggedStream tagStreamIn sid
@@ -282,11 +275,6 @@ streamInEncoder sid = taggedStream tagStreamIn sid
 -- | The encoder of a 'StreamOut' message.
 streamOutEncoder :: Word64 -> Encoder -> Encoder
 streamOutEncoder sid = taggedStream tagStreamOut sid
-
-tagged :: Word8 -> Encoder -> Encoder
-tagged tag (Encoder n write) = Encoder (n + 1) $ \p -> do
-  pokeByteOff p 0 tag
-  write (p `plusPtr` 1)
 
 taggedStream :: Word8 -> Word64 -> Encoder -> Encoder
 taggedStream tag sid (Encoder n write) = Encoder (n + 9) $ \p -> do

@@ -12,7 +12,7 @@
 -- Invariants (besides the scheduler's, "Herd.Scheduler"):
 --
 -- * INV-ORDER: a worker answers the batches of a link in the order they
---   were sent; the core tracks, per link, which task each 'Result' is for,
+--   were sent; the core tracks, per link, which tasks each run of results is for,
 --   and a message that breaks that order drops the link ('Drop').
 -- * INV-ONCE: each farm job, stream and session is answered exactly once
 --   ('JobDone', 'StreamEnded', 'SessionEnded'), also when its workers are
@@ -40,7 +40,7 @@ import Herd.Master.Events
 import Herd.Master.Expect
 import Herd.Master.Session
 import Herd.Packet.Policy (Urgency (..))
-import Herd.Base (JobId, Range (..), WorkerId, rangeIndices, rangeSize)
+import Herd.Base (JobId, Range (..), WorkerId, rangeSize)
 import Herd.Scheduler (Sched, emptySched, outstandingFor)
 import qualified Herd.Scheduler as S
 import Herd.Base (TaskRef (..))
@@ -166,14 +166,14 @@ linkDown now w why core
 -- A message from a live worker.
 received :: Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
 received now w msg core = case msg of
-  -- INV-ORDER: a result is for the next task of the oldest batch due on its link
-  Result value -> case nextResult link of
-    Just (jid, i, link') -> (setExpect link', [ Stage jid i value | M.member jid (coreFarms core) ])
-    Nothing -> bad "a result that no batch was waiting for"
+  -- INV-ORDER: a run of results is for the next tasks of the oldest batch due on its link
+  Results k value -> case nextResults (fromIntegral k) link of
+    Just (jid, tasks, link') -> (setExpect link', [ Stage jid tasks value | M.member jid (coreFarms core) ])
+    Nothing -> bad ("a run of " ++ show k ++ " results that no batch was waiting for")
   BatchDone bid busyNs -> popExpect bid $ \e core1 ->
-    if not (null (expNext e))
+    if expLeft e > 0
       then badIn core1 ("batch " ++ show bid ++ " ended after " ++ show (expGot e) ++ " of "
-                        ++ show (expGot e + length (expNext e)) ++ " results")
+                        ++ show (expGot e + expLeft e) ++ " results")
       else sched now (S.BatchCompleted w bid (fromIntegral busyNs / 1e9) Nothing) core1
   TaskThrew bid pos why -> popExpect bid $ \e core1 ->
     if fromIntegral pos /= expGot e
@@ -216,10 +216,9 @@ sched now ev core =
     run (c, out) cmd = case cmd of
       S.SendBatch w bid ranges -> case (S.batchJobOf w bid (coreSched c), M.lookup w (coreLinks c)) of
         (Just jid, Just l) | Just job <- M.lookup jid (coreFarms c) ->
-          let indices = rangeIndices ranges
-              c1 = c { coreLinks = M.insert w (expectBatch jid bid indices l) (coreLinks c) }
+          let c1 = c { coreLinks = M.insert w (expectBatch jid bid ranges l) (coreLinks c) }
               (c2, notes) = noteRerun w ranges c1
-          in (c2, out ++ notes ++ [SendBatch w jid bid (farmRef job) indices])
+          in (c2, out ++ notes ++ [SendBatch w jid bid (farmRef job) ranges])
         _ -> (c, out)
       S.AcceptResults jid _ ranges
         | M.member jid (coreFarms c) -> (c, out ++ [Accept jid ranges])

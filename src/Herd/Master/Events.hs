@@ -33,7 +33,7 @@ data Event
   | FarmCancel !JobId                   -- ^ the caller gave up (no answer is due)
   | FarmBroken !JobId !HerdError        -- ^ an argument or a result failed in the driver: end the job
   | BatchNotSent !WorkerId !BatchId !HerdError
-    -- ^ the driver could not send a batch (an argument threw): end its job
+    -- ^ the driver could not send a batch (its job is gone): end its job
   | OpenStream !Word64 !TaskRef !Int    -- ^ a stream process, and its flow window
   | FeedStream !Word64 !Encoder         -- ^ one input element
   | EndStreamInput !Word64
@@ -47,13 +47,12 @@ data Event
 data Command
   = Send !WorkerId !Urgency !ToWorker
   | SendInput !WorkerId !Word64 !Encoder
-  | SendBatch !WorkerId !JobId !BatchId !TaskRef ![Int]
-    -- ^ check and encode these tasks' arguments and send them as one batch
-    -- (if one throws, feed back 'BatchNotSent')
+  | SendBatch !WorkerId !JobId !BatchId !TaskRef ![Range]
+    -- ^ send these tasks' arguments (encoded already) as one batch
   | Flush !WorkerId
-  | Stage !JobId !Int !B.ByteString
-    -- ^ a task's encoded result (a task may be staged twice when its
-    -- first worker was lost)
+  | Stage !JobId ![Range] !B.ByteString
+    -- ^ a run of these tasks' encoded results (a task may be staged twice
+    -- when its first worker was lost)
   | Accept !JobId ![Range]              -- ^ these tasks' staged results are final
   | JobDone !JobId !(Either HerdError JobStats)
   | StreamOpened !Word64 !(Either HerdError WorkerId)

@@ -1,13 +1,14 @@
 -- | What the master's core knows of one link's farm traffic: the batches
 -- sent on it whose results are due, oldest first. A worker answers the
 -- batches of a link in the order they were sent (INV-ORDER), so each
--- 'Herd.Wire.Result' is for the next task of the oldest batch. Pure.
+-- run of 'Herd.Wire.Results' is for the next tasks of the oldest batch.
+-- Pure.
 module Herd.Master.Expect
   ( Expected
   , Expect (..)
   , noneExpected
   , expectBatch
-  , nextResult
+  , nextResults
   , endOfBatch
   , forgetBatch
   ) where
@@ -15,14 +16,15 @@ module Herd.Master.Expect
 import Data.Foldable (toList)
 import Data.Sequence (Seq, ViewL (..), (|>), (<|))
 import qualified Data.Sequence as Seq
-import Herd.Base (BatchId, JobId)
+import Herd.Base (BatchId, JobId, Range (..), rangeSize)
 
 -- | One batch whose results are due.
 data Expect = Expect
   { expJob   :: !JobId
   , expBatch :: !BatchId
-  , expNext  :: ![Int]   -- ^ tasks whose results are still to come, in order
-  , expGot   :: !Int     -- ^ results received so far
+  , expNext  :: ![Range]  -- ^ tasks whose results are still to come, in order
+  , expLeft  :: !Int      -- ^ how many those are
+  , expGot   :: !Int      -- ^ results received so far
   }
 
 -- | The batches of one link whose results are due.
@@ -33,16 +35,27 @@ noneExpected :: Expected
 noneExpected = Expected Seq.empty
 
 -- | A batch of these tasks was sent.
-expectBatch :: JobId -> BatchId -> [Int] -> Expected -> Expected
-expectBatch jid bid tasks (Expected q) = Expected (q |> Expect jid bid tasks 0)
+expectBatch :: JobId -> BatchId -> [Range] -> Expected -> Expected
+expectBatch jid bid tasks (Expected q) = Expected (q |> Expect jid bid tasks (sum (map rangeSize tasks)) 0)
 
--- | A result arrived: the job and task it is for, or 'Nothing' if no
--- batch was waiting for one.
-nextResult :: Expected -> Maybe (JobId, Int, Expected)
-nextResult (Expected q) = case Seq.viewl q of
-  e :< later | (i : next) <- expNext e ->
-    Just (expJob e, i, Expected (e { expNext = next, expGot = expGot e + 1 } <| later))
+-- | A run of this many results arrived: the job and tasks it is for, or
+-- 'Nothing' if the oldest batch was not waiting for that many (or none).
+nextResults :: Int -> Expected -> Maybe (JobId, [Range], Expected)
+nextResults k (Expected q) = case Seq.viewl q of
+  e :< later | k >= 1, k <= expLeft e ->
+    let (these, rest) = splitRanges k (expNext e)
+    in Just (expJob e, these, Expected (e { expNext = rest, expLeft = expLeft e - k, expGot = expGot e + k } <| later))
   _ -> Nothing
+
+-- The first k tasks of some ranges, and the rest.
+splitRanges :: Int -> [Range] -> ([Range], [Range])
+splitRanges k rs
+  | k <= 0 = ([], rs)
+  | otherwise = case rs of
+      [] -> ([], [])
+      r@(Range lo hi) : rest
+        | rangeSize r <= k -> let (a, b) = splitRanges (k - rangeSize r) rest in (r : a, b)
+        | otherwise -> ([Range lo (lo + k)], Range (lo + k) hi : rest)
 
 -- | A batch ended: it must be the oldest.
 endOfBatch :: BatchId -> Expected -> Maybe (Expect, Expected)

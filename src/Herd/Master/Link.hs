@@ -49,12 +49,12 @@ openLink cfg conn onBroken = do
       -- with nothing waiting for the writer thread, send from this thread
       -- what the kernel takes at once (no hand-off between threads per
       -- packet); the writer sends the rest
-      out packet = do
-        let parts = frameParts packet
+      -- the frame is the sender's buffer: what is queued is copied
+      out frame = do
         waiting <- readIORef queued
-        if waiting > 0 then mapM_ enqueue parts else do
-          rest <- trySync (sendAvailableParts conn parts)
-          either (\e -> breakLink ("send failed: " ++ displayException e)) (mapM_ enqueue) rest
+        if waiting > 0 then enqueue (B.copy frame) else do
+          rest <- trySync (sendAvailableParts conn [frame])
+          either (\e -> breakLink ("send failed: " ++ displayException e)) (mapM_ (enqueue . B.copy)) rest
       next = (Left <$> (readTVar failed >>= maybe retry pure)) `orElse` (Right <$> readTQueue outbox)
       writer = do
         item <- atomically next

@@ -50,10 +50,11 @@ import Herd.Master.Reader
 import Herd.Master.Types
 import Herd.Packet
 import Herd.Packet.Policy (Urgency (..))
-import Herd.Scheduler (JobId, JobStats, Range (..), WorkerId)
+import Herd.Scheduler (JobId, JobStats, Range (..), WorkerId, rangeSize)
 import Herd.Task (TaskRef (..), tryUser)
 import Herd.Transport
 import Herd.Wire
+import Herd.Wire.Batch (ArgTable, argsEncoder, argsFitting)
 
 -- What the lock guards.
 data ShellState = ShellState
@@ -199,25 +200,16 @@ execute sh (ss, fed) cmd = case cmd of
   Flush w -> withLink w $ \l -> do
     flushIdle (lhSender l)
     pure (ss { ssTouched = S.delete w (ssTouched ss) }, fed)
-  SendBatch w jid bid ref indices -> case (M.lookup w (ssLinks ss), M.lookup jid (ssFarms ss)) of
-    (Just l, Just (spec, _)) -> do
-      checked <- checkArgs spec indices
-      case checked of
-        Left (i, why) -> pure (ss, BatchNotSent w bid (ArgumentError i (refName ref) why) : fed)
-        Right () -> do
-          sent <- trySync $ sendMessages (lhSender l) Bulk
-            (encodeToWorker (RunBatch bid ref (fromIntegral (length indices))) : map (argEncoder . specArg spec) indices)
-          case sent of
-            Right () -> pure (ss { ssTouched = S.insert w (ssTouched ss) }, fed)
-            Left ex ->
-              -- part of the batch went out: the worker's stream is spoilt
-              pure (ss, LinkDown w "an argument threw while it was being sent"
-                        : BatchNotSent w bid (ArgumentError (headOr 0 indices) (refName ref) (displayException ex)) : fed)
+  SendBatch w jid bid ref ranges -> case (M.lookup w (ssLinks ss), M.lookup jid (ssFarms ss)) of
+    (Just l, Just (spec, _)) -> send w $ do
+      let sender = lhSender l
+      sendMessage sender Bulk (encodeToWorker (RunBatch bid ref (fromIntegral (sum (map rangeSize ranges)))))
+      mapM_ (sendArgs sender (specArgs spec)) ranges
     (Nothing, _) -> pure (ss, fed)   -- the link is being dropped; the core hears of it next
     (_, Nothing) -> pure (ss, BatchNotSent w bid ClusterClosed : fed)
-  Stage jid i bytes -> withFarm jid $ \spec -> do
-    r <- tryUser (specStage spec i bytes)
-    pure (ss, either (\why -> FarmBroken jid (ResultDecodeError i (refName (specRef spec)) why) : fed) (const fed) r)
+  Stage jid tasks bytes -> withFarm jid $ \spec -> do
+    r <- specStage spec tasks bytes
+    pure (ss, either (\(i, why) -> FarmBroken jid (ResultDecodeError i (refName (specRef spec)) why) : fed) (const fed) r)
   Accept jid ranges -> withFarm jid $ \spec -> do
     r <- tryUser (specAccept spec ranges)
     let first = case ranges of { Range lo _ : _ -> lo; [] -> 0 }
@@ -262,17 +254,19 @@ execute sh (ss, fed) cmd = case cmd of
       case r of
         Right () -> pure (ss { ssTouched = S.insert w (ssTouched ss) }, fed)
         Left ex -> pure (ss, LinkDown w ("send failed: " ++ displayException ex) : fed)
-    headOr d xs = case xs of { x : _ -> x; [] -> d }
 
--- Evaluate every argument of a batch first, so one that throws ends the
--- job before any of its batch is sent.
-checkArgs :: JobSpec -> [Int] -> IO (Either (Int, String) ())
-checkArgs spec = go
+-- Send the arguments of a range as runs, each as long as the packet
+-- layer has room for (one argument each with chunking off).
+sendArgs :: Sender -> ArgTable -> Range -> IO ()
+sendArgs sender table (Range lo hi) = go lo
   where
-    go [] = pure (Right ())
-    go (i : is) = do
-      ok <- tryUser (specCheck spec i)
-      either (\why -> pure (Left (i, why))) (const (go is)) ok
+    go i
+      | i >= hi = pure ()
+      | otherwise = do
+          room <- senderRoom sender
+          let k = argsFitting table i hi room
+          sendMessage sender Bulk (argsEncoder table i (i + k))
+          go (i + k)
 
 -- Give the callers of stream processes what this step received.
 handOver :: ShellState -> IO ShellState

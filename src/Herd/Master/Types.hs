@@ -12,7 +12,7 @@ module Herd.Master.Types
 
 import Control.Concurrent.STM (TQueue, TVar)
 import qualified Data.ByteString as B
-import Herd.Packet (Encoder)
+import Herd.Wire.Batch (ArgTable)
 import Herd.Scheduler (Range, WorkerId)
 import Herd.Task (TaskRef)
 import Herd.Transport (TransportKind)
@@ -41,18 +41,17 @@ data ConnectionCounters = ConnectionCounters
 noCounters :: ConnectionCounters
 noCounters = ConnectionCounters 0 0 0 0 0 0
 
--- | A farm job as its caller hands it to the master: how to check and
--- encode tasks, and where results go. The functions run in the driver.
+-- | A farm job as its caller hands it to the master: its encoded
+-- arguments, and where results go. The functions run in the driver.
 data JobSpec = JobSpec
   { specTasks    :: !Int
   , specRef      :: !TaskRef
-  , specCheck    :: Int -> IO ()
-    -- ^ evaluate task @i@'s argument (throws what it throws)
-  , specArg      :: Int -> Encoder
-    -- ^ the encoder of task @i@'s argument, once checked
-  , specStage    :: Int -> B.ByteString -> IO ()
-    -- ^ decode task @i@'s result and keep it (throws if it does not
-    -- decode); a task may be staged twice when its worker was lost
+  , specArgs     :: !ArgTable
+    -- ^ every task's argument, encoded
+  , specStage    :: [Range] -> B.ByteString -> IO (Either (Int, String) ())
+    -- ^ decode a run of these tasks' results and keep them ('Left': the
+    -- first that did not decode); a task may be staged twice when its
+    -- worker was lost
   , specAccept   :: [Range] -> IO ()
     -- ^ these tasks' staged results are final; called once per task
   }

@@ -32,6 +32,7 @@ module Herd.Packet.Policy
   , planTick
   , planIdle
   , deadlineOf
+  , roomFor
     -- * A reference run
   , Event (..)
   , simulate
@@ -162,6 +163,20 @@ deadlineOf :: PacketPolicy -> Fill -> Maybe Double
 deadlineOf policy fill
   | fillCount fill > 0 = Just (fillSince fill + policyTimeout policy)
   | otherwise = Nothing
+
+-- | How many bytes of body a new message may have and still join the
+-- buffer: what a sender of runs of values packs into one message. The
+-- space left, when at least an eighth of a packet is; else a whole
+-- packet's (the buffer leaves first, full enough). None with chunking
+-- off, where every message is a packet of its own (so a run is one value).
+roomFor :: PacketPolicy -> Fill -> Int
+roomFor policy fill
+  | not (policyChunking policy) = 0
+  | free >= cap `div` 8 = free
+  | otherwise = cap - messageOverhead
+  where
+    cap = policyCapacity policy
+    free = cap - fillBytes fill - messageOverhead
 
 -- | What happens to a send buffer, for 'simulate'.
 data Event m

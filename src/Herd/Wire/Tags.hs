@@ -4,11 +4,11 @@
 -- written once. Pure.
 module Herd.Wire.Tags
   ( -- * Master to worker
-    tagRunBatch, tagArg, tagShutdown, tagStreamOpen, tagStreamIn, tagStreamEnd, tagStreamCredit
+    tagRunBatch, tagArgs, tagShutdown, tagStreamOpen, tagStreamIn, tagStreamEnd, tagStreamCredit
   , tagStreamClose, tagStatesReset, tagStateAdd, tagEvolveWith, tagEvolveState, tagStateRelease
   , tagStateReplay, tagPing
     -- * Worker to master
-  , tagResult, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone
+  , tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone
   , tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected
   , tagStateReleased, tagStateKept, tagStateMissing, tagStatesCleared, tagStateReplayed, tagPong
   ) where
@@ -16,11 +16,11 @@ module Herd.Wire.Tags
 import Data.Word (Word8)
 
 -- | Tags of the messages to a worker.
-tagRunBatch, tagArg, tagShutdown, tagStreamOpen, tagStreamIn, tagStreamEnd, tagStreamCredit,
+tagRunBatch, tagArgs, tagShutdown, tagStreamOpen, tagStreamIn, tagStreamEnd, tagStreamCredit,
   tagStreamClose, tagStatesReset, tagStateAdd, tagEvolveWith, tagEvolveState, tagStateRelease,
   tagStateReplay, tagPing :: Word8
 tagRunBatch = 1
-tagArg = 2
+tagArgs = 2
 tagShutdown = 3
 tagStreamOpen = 4
 tagStreamIn = 5
@@ -36,10 +36,10 @@ tagStateReplay = 14
 tagPing = 15
 
 -- | Tags of the messages to the master.
-tagResult, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone,
+tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone,
   tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected,
   tagStateReleased, tagStateKept, tagStateMissing, tagStatesCleared, tagStateReplayed, tagPong :: Word8
-tagResult = 1
+tagResults = 1
 tagBatchDone = 2
 tagTaskThrew = 3
 tagBatchRejected = 4

@@ -24,12 +24,12 @@ import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Data.Word (Word64)
 import Herd.Clock (monotonicSeconds)
-import Herd.Closure (describeClosureError)
 import Herd.Evolve.Holder (Holder, holderMessage, newHolder, stopHolder)
 import Herd.Packet
 import Herd.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.Process (ProcessRunner (..), lookupProcess)
 import Herd.Task (Runner (..), TaskRef (..), lookupRunner, tryUser)
+import Herd.Wire.Batch (ChunkOutcome (..), Scratch, newScratch, resultsEncoder, resultsFitting, scratchCount)
 import Herd.Transport
 import Herd.Wire
 import Herd.Worker.Step
@@ -55,20 +55,21 @@ data Serving = Serving
   , svBusy    :: !(IORef Int)  -- ^ stream threads computing (not waiting)
   , svWindow  :: !Int
   , svHolder  :: !Holder  -- ^ evolve states ("Herd.Evolve.Holder")
+  , svScratch :: !Scratch -- ^ the results of the run of arguments in progress
   }
 
 -- | Serve the master's packets on a joined link (this worker's number,
 -- the frame cap, the packet policy and the stream window the master sent)
--- until it says stop or goes away. Farm tasks run here, one message at a
--- time; each stream process runs in its own thread. The buffer to the
+-- until it says stop or goes away. Farm tasks run here, a run of
+-- arguments at a time; each stream process runs in its own thread. The buffer to the
 -- master is flushed whenever nothing is left to do (no whole frame
 -- waiting and no stream thread computing).
 serve :: Connection -> Word64 -> Int -> PacketPolicy -> Int -> IO ()
 serve conn wid maxFrame policy window = do
-  sender <- newSender policy (sendFrameStrict conn)
+  sender <- newSender policy (sendRaw conn)
   holder <- newHolder wid (\m -> sendMessage sender (fromWorkerUrgency m) (encodeFromWorker m))
   sv <- Serving sender <$> newIORef M.empty <*> newIORef M.empty <*> newIORef noBatch
-                       <*> newIORef M.empty <*> newIORef 0 <*> pure window <*> pure holder
+                       <*> newIORef M.empty <*> newIORef 0 <*> pure window <*> pure holder <*> newScratch
   let loop = do
         frame <- recvFrame maxFrame conn `catch` \(e :: SomeException) ->
           failWith 4 ("connection to master broke: " ++ displayException e)
@@ -103,17 +104,18 @@ handleMessage sv pending msg = case msg of
     runner <- cached (svRunners sv) lookupRunner ref
     now <- lazyClock
     stepBatches (startBatch now bid runner (fromIntegral count) (refName ref)) >>= mapM_ plain
-  Arg bytes -> do
+  Args k bytes -> do
     now <- lazyClock
-    verdicts <- stepBatches (argument now)
+    verdicts <- stepBatches (arguments now (fromIntegral k))
     forM_ verdicts $ \v -> case v of
-      Apply r _ -> do
-        decoded <- runnerApply r bytes
-        outcome <- case decoded of
-          Left why -> pure (Undecodable (describeClosureError why))
-          Right act -> either Threw (const Computed)
-                         <$> tryUser (act >>= sendMessage (svSender sv) Bulk . resultEncoder)
+      Apply r _ count -> do
+        ran <- runnerChunk r (svScratch sv) bytes count
+        sendResults sv
         end <- lazyClock
+        let outcome = case ran of
+              ChunkDone -> Computed
+              ChunkUndecodable j why -> Undecodable j why
+              ChunkThrew j why -> Threw j why
         stepBatches (applied end outcome) >>= mapM_ plain
       _ -> plain v
   Shutdown -> pure ()   -- stops the loop in processAll before it gets here
@@ -149,12 +151,26 @@ handleMessage sv pending msg = case msg of
     plain v = case v of
       Reply u m -> send u m
       Broken why -> failWith 4 why
-      Apply _ _ -> failWith 4 "a function call asked for outside an argument"
+      Apply {} -> failWith 4 "a function call asked for outside a run of arguments"
     -- the step reads the time only at a batch's first argument and its
     -- end: the clock is read only if it does
     lazyClock = unsafeInterleaveIO monotonicSeconds
     -- a stream that already ended or was closed: late messages are dropped
     withSlot sid act = M.lookup sid <$> readIORef (svSlots sv) >>= mapM_ act
+
+-- Send the results of the last run, as many to a message as the packet
+-- layer has room for (one each with chunking off).
+sendResults :: Serving -> IO ()
+sendResults sv = scratchCount sc >>= go 0
+  where
+    sc = svScratch sv
+    go lo n
+      | lo >= n = pure ()
+      | otherwise = do
+          room <- senderRoom (svSender sv)
+          k <- resultsFitting sc lo room
+          resultsEncoder sc lo (lo + k) >>= sendMessage (svSender sv) Bulk
+          go (lo + k) n
 
 -- Hand the input elements gathered from one packet to their streams.
 pushPending :: Serving -> IORef (M.Map Word64 [B.ByteString]) -> IO ()

@@ -1,24 +1,25 @@
 -- | The worker's side of the farm protocol as a pure step: what to answer
--- to 'Herd.Wire.RunBatch' and 'Herd.Wire.Arg' messages, given the
--- outcomes of the function calls the loop makes. The loop ("Herd.Worker")
+-- to 'Herd.Wire.RunBatch' and 'Herd.Wire.Args' messages, given the
+-- outcomes of the runs of calls the loop makes. The loop ("Herd.Worker")
 -- looks functions up, calls them and reads the clock; every decision is
 -- here, so the same step can drive real workers and simulated ones, and a
 -- property can replay any sequence of messages without a socket.
 --
 -- Promises (checked by properties in "WorkerStepSpec"): every batch
 -- started is answered exactly once: with 'Herd.Wire.BatchDone' after one
--- 'Herd.Wire.Result' per argument, with 'Herd.Wire.TaskThrew' naming the
--- position of the first task that threw (after the results before it), or
--- with 'Herd.Wire.BatchRejected' when the function cannot run here or an
--- argument does not decode. An argument outside any batch, or a batch
--- started before the last one's arguments all came, breaks the protocol.
+-- result per argument, with 'Herd.Wire.TaskThrew' naming the position of
+-- the first task that threw (after the results before it), or with
+-- 'Herd.Wire.BatchRejected' when the function cannot run here or an
+-- argument does not decode. Arguments outside any batch, more arguments
+-- than the batch holds, or a batch started before the last one's
+-- arguments all came, break the protocol.
 module Herd.Worker.Step
   ( Batches
   , noBatch
   , Verdict (..)
   , Outcome (..)
   , startBatch
-  , argument
+  , arguments
   , applied
   ) where
 
@@ -33,6 +34,7 @@ data Current r = Current
   , curRunner  :: !(Maybe r)  -- ^ 'Nothing': rejected or failed, skip the rest
   , curLeft    :: !Int        -- ^ arguments still to come
   , curPos     :: !Int        -- ^ position of the next argument
+  , curRun     :: !Int        -- ^ arguments of the run being applied
   , curStarted :: !Double     -- ^ when its first argument was taken up
   , curName    :: !String     -- ^ the function's name, for messages
   }
@@ -54,17 +56,19 @@ noBatch = Batches Nothing
 data Verdict r
   = Reply !Urgency !FromWorker
     -- ^ send this to the master
-  | Apply r !Int
-    -- ^ call the function on the argument just received (this position);
-    -- send its result, and feed the outcome back with 'applied'
+  | Apply r !Int !Int
+    -- ^ call the function on the run of arguments just received (its
+    -- first position in the batch, and how many); send the results, and
+    -- feed the outcome back with 'applied'
   | Broken String
     -- ^ the master broke the protocol: stop
 
--- | How calling the function on an argument went.
+-- | How calling the function on a run of arguments went. Positions are
+-- within the run; the results before a failed position were sent.
 data Outcome
-  = Computed                 -- ^ its result was sent
-  | Undecodable String       -- ^ the argument did not decode
-  | Threw String             -- ^ the function (or forcing its result) threw
+  = Computed                   -- ^ every result was sent
+  | Undecodable !Int String    -- ^ the argument at this position did not decode
+  | Threw !Int String          -- ^ the function (or forcing its result) threw on this one
 
 -- | A batch of this many tasks starts, of a function found here ('Right')
 -- or not ('Left', why), named for messages.
@@ -75,38 +79,41 @@ startBatch now bid found count name (Batches current) = case current of
     , [Broken ("master started batch " ++ show bid ++ " while batch " ++ show (curBatch c)
                ++ " still had arguments to come")] )
   _ -> case found of
-    Left why -> (inProgress (Current bid Nothing count 0 now name), [Reply Urgent (BatchRejected bid (T.pack why))])
-    Right r -> ( inProgress (Current bid (Just r) count 0 now name)
+    Left why -> (inProgress (Current bid Nothing count 0 0 now name), [Reply Urgent (BatchRejected bid (T.pack why))])
+    Right r -> ( inProgress (Current bid (Just r) count 0 0 now name)
                , [ Reply Bulk (BatchDone bid 0) | count == 0 ] )
 
--- | An argument arrived.
-argument :: Double -> Batches r -> (Batches r, [Verdict r])
-argument now (Batches current) = case current of
-  Just c | curLeft c > 0 -> case curRunner c of
-    -- a rejected or failed batch: its remaining arguments are skipped
-    Nothing -> done (inProgress (advance c))
-    Just r -> ( inProgress c { curStarted = if curPos c == 0 then now else curStarted c }
-              , [Apply r (curPos c)] )
-  _ -> (Batches current, [Broken "master sent an argument outside any batch"])
-  where done b = (b, [])
+-- | A run of this many arguments arrived.
+arguments :: Double -> Int -> Batches r -> (Batches r, [Verdict r])
+arguments now k (Batches current) = case current of
+  Just c | k < 1 -> (Batches current, [Broken ("master sent an empty run of arguments for batch " ++ show (curBatch c))])
+         | k > curLeft c ->
+             ( Batches current
+             , [Broken ("master sent " ++ show k ++ " arguments for batch " ++ show (curBatch c)
+                        ++ ", which has " ++ show (curLeft c) ++ " to come")] )
+         | otherwise -> case curRunner c of
+             -- a rejected or failed batch: its remaining arguments are skipped
+             Nothing -> (inProgress (advance k c), [])
+             Just r -> ( inProgress c { curStarted = if curPos c == 0 then now else curStarted c, curRun = k }
+                       , [Apply r (curPos c) k] )
+  Nothing -> (Batches current, [Broken "master sent arguments outside any batch"])
 
--- | The outcome of the call 'Apply' asked for.
+-- | The outcome of the run 'Apply' asked for.
 applied :: Double -> Outcome -> Batches r -> (Batches r, [Verdict r])
 applied now outcome (Batches current) = case current of
   Nothing -> (Batches current, [])
   Just c ->
     let (c1, out) = case outcome of
           Computed -> (c, [])
-          Undecodable why ->
+          Undecodable j why ->
             ( c { curRunner = Nothing }
-            , [Reply Urgent (BatchRejected (curBatch c) (T.pack ("argument " ++ show (curPos c) ++ " for "
+            , [Reply Urgent (BatchRejected (curBatch c) (T.pack ("argument " ++ show (curPos c + j) ++ " for "
                                                                    ++ curName c ++ " does not decode: " ++ why)))] )
-          Threw why -> (c { curRunner = Nothing }, [Reply Urgent (TaskThrew (curBatch c) (fromIntegral (curPos c)) (T.pack why))])
-        c2 = advance c1
+          Threw j why -> (c { curRunner = Nothing }, [Reply Urgent (TaskThrew (curBatch c) (fromIntegral (curPos c + j)) (T.pack why))])
+        c2 = advance (curRun c) c1
         finished = [ Reply Bulk (BatchDone (curBatch c2) (round (max 0 (now - curStarted c2) * 1e9)))
                    | curLeft c2 == 0, Just _ <- [curRunner c2] ]
-    in (inProgress c2, out ++ finished)
+    in (inProgress c2 { curRun = 0 }, out ++ finished)
 
-advance :: Current r -> Current r
-advance c = c { curLeft = curLeft c - 1, curPos = curPos c + 1 }
-
+advance :: Int -> Current r -> Current r
+advance k c = c { curLeft = curLeft c - k, curPos = curPos c + k }

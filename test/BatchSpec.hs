@@ -1,0 +1,106 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | The farm's runs of values ("Herd.Wire.Batch"): an argument table cut
+-- into runs by any budget gives back every argument once, in order; a
+-- function that throws, or bytes that do not decode, are named by their
+-- position; results kept encoded in an arena come back as decoded ones do,
+-- whatever order their runs arrive in.
+module BatchSpec (spec) where
+
+import Control.Exception (ErrorCall (..), throw)
+import Control.Monad (foldM)
+import qualified Data.ByteString as B
+import Data.IORef
+import Data.List (isInfixOf, sortOn)
+import Data.Proxy (Proxy (..))
+import qualified Data.Map.Strict as M
+import Herd.Base (Encoder (..), Range (..), encoderBytes)
+import Herd.Wire.Batch
+import Test.Hspec
+import Test.QuickCheck
+
+-- Cut arguments lo..hi-1 into runs as the master's shell does, each run
+-- given the budget next in the list (cycled).
+runsOf :: ArgTable -> [Int] -> Int -> Int -> [(Int, Int)]
+runsOf table budgets lo hi = go lo (cycle budgets)
+  where
+    go i (b : bs)
+      | i >= hi = []
+      | otherwise = let k = argsFitting table i hi b in (i, i + k) : go (i + k) bs
+    go _ [] = []
+
+-- The body of a run message, without its tag and count.
+bodyOf :: Encoder -> IO B.ByteString
+bodyOf enc = B.drop runHeaderBytes <$> encoderBytes enc
+
+spec :: Spec
+spec = describe "Herd.Wire.Batch" $ do
+  it "gives back every argument once, in order, however the runs are cut" $
+    property $ \(xs :: [String]) (budgets :: [Positive Int]) -> ioProperty $ do
+      Right table <- buildArgTable xs
+      let n = argCount table
+          cuts = runsOf table (map ((* 4) . getPositive) budgets ++ [1000]) 0 n
+      got <- newIORef M.empty
+      results <- mapM (\(lo, hi) -> do
+        body <- bodyOf (argsEncoder table lo hi)
+        decodeRun (\i x -> modifyIORef' got (M.insertWith (++) i [x])) [Range lo hi] body) cuts
+      seen <- readIORef got
+      pure $ classify (length cuts > 1) "several runs"
+           $ n === length xs .&&. all (either (const False) (const True)) results
+             .&&. seen === M.fromList (zip [0 ..] (map pure xs))
+
+  it "fills a run to its budget, and never leaves an argument out" $
+    property $ \(xs :: [[Int]]) (Positive budget) -> not (null xs) ==> ioProperty $ do
+      Right table <- buildArgTable xs
+      let k = argsFitting table 0 (length xs) budget
+      size <- B.length <$> bodyOf (argsEncoder table 0 k)
+      more <- if k < length xs then Just . B.length <$> bodyOf (argsEncoder table 0 (k + 1)) else pure Nothing
+      pure $ counterexample (show (k, size, more))
+           $ k >= 1 .&&. (k == 1 || size + runHeaderBytes <= budget)
+             .&&. maybe True (\m -> m + runHeaderBytes > budget) more
+
+  it "names the first argument that throws, or a list that breaks off" $ do
+    Left (i, why) <- buildArgTable [1, 2, throw (ErrorCall "bad argument"), 4 :: Int]
+    (i, "bad argument" `isInfixOf` why) `shouldBe` (2, True)
+    Left (j, _) <- buildArgTable ([1, 2, 3 :: Int] ++ error "no more")
+    j `shouldBe` 3
+
+  it "runs a function over a run, keeping the results before a throw and naming its position" $
+    property $ \(xs :: [Int]) (NonNegative cut) -> not (null xs) ==> ioProperty $ do
+      let bad = cut `mod` length xs
+          f x = if x == xs !! bad then throw (ErrorCall "boom") else x * 2
+      Right table <- buildArgTable xs
+      args <- bodyOf (argsEncoder table 0 (length xs))
+      scratch <- newScratch
+      outcome <- runChunk f scratch args (length xs)
+      kept <- scratchCount scratch
+      let firstBad = length (takeWhile (/= xs !! bad) xs)
+      results <- if kept == 0 then pure [] else do
+        body <- resultsEncoder scratch 0 kept >>= bodyOf
+        out <- newIORef []
+        _ <- decodeRun (\_ (y :: Int) -> modifyIORef' out (y :)) [Range 0 kept] body
+        reverse <$> readIORef out
+      pure $ case outcome of
+        ChunkThrew p why -> (p, kept, results, "boom" `isInfixOf` why)
+                            === (firstBad, firstBad, map (* 2) (take firstBad xs), True)
+        other -> counterexample (show other) False
+
+  it "keeps constant-width results encoded, and gives them back whatever order their runs came in" $
+    property $ \(xs :: [Double]) (seed :: Int) -> ioProperty $ do
+      let n = length xs
+      Just width <- pure (constantWidth (Proxy :: Proxy Double))
+      arena <- newArena n width
+      Right table <- buildArgTable xs
+      let cuts = runsOf table [24, 40, 1000] 0 n
+          shuffled = sortOn (\(lo, _) -> (lo * 7919 + seed) `mod` 101) cuts
+      ok <- foldM (\acc (lo, hi) -> do
+        body <- bodyOf (argsEncoder table lo hi)
+        r <- stageRun (Proxy :: Proxy Double) arena [Range lo hi] body
+        pure (acc && r == Right ())) True shuffled
+      pure (ok .&&. arenaValues arena n === xs)
+
+  it "refuses a run of results whose bytes are short or left over, naming where" $ do
+    arena <- newArena 2 8
+    short <- stageRun (Proxy :: Proxy Int) arena [Range 0 2] (B.replicate 12 0)
+    fmap fst (either Just (const Nothing) short) `shouldBe` Just 1
+    long <- stageRun (Proxy :: Proxy Int) arena [Range 0 2] (B.replicate 20 0)
+    either (("left over" `isInfixOf`) . snd) (const False) long `shouldBe` True
