@@ -53,7 +53,7 @@ cleanup "kill $CTLD; wait $CTLD"
 slurmd -D >"$WORK/slurmd.out" 2>&1 &
 SLURMD=$!
 cleanup "kill $SLURMD; wait $SLURMD"
-for i in $(seq 200); do [ "$(sinfo -h -o %T 2>/dev/null)" = "idle" ] && break; sleep 0.05; done
+for i in $(seq 600); do [ "$(sinfo -h -o %T 2>/dev/null)" = "idle" ] && break; sleep 0.05; done
 [ "$(sinfo -h -o %T 2>/dev/null)" = "idle" ] || fail "SLURM did not come up: $(tail -5 "$WORK/slurmctld.log" "$WORK/slurmd.log" 2>/dev/null)"
 make_secret
 tasks=$(nproc)
