@@ -7,6 +7,7 @@ module Cli
 import qualified Bench.Models as Models
 import qualified Bench.Nursery as Nursery
 import qualified Bench.Throughput as Throughput
+import qualified Bench.Packets as Packets
 import qualified Bench.Echo as Echo
 import qualified Bench.Parsort as Parsort
 import qualified Bench.Mandelbrot as Mandelbrot
@@ -28,6 +29,7 @@ data Command
   | BenchNursery Nursery.Options
   | BenchThroughput Throughput.Options
   | BenchEcho Echo.Options
+  | BenchPackets Packets.Options
   | BenchParsort Parsort.Options
   | BenchMandelbrot Mandelbrot.Options
   | BenchPfilter Pfilter.Options
@@ -48,6 +50,7 @@ run = do
     BenchNursery o -> Nursery.run o
     BenchThroughput o -> Throughput.run o
     BenchEcho o -> Echo.run o
+    BenchPackets o -> Packets.run o
     BenchParsort o -> Parsort.run o
     BenchMandelbrot o -> Mandelbrot.run o
     BenchPfilter o -> Pfilter.run o
@@ -74,6 +77,8 @@ benchCommands = hsubparser
       (progDesc "Tiny tasks per second through the farm, dynamic chunking on and off"))
  <> command "echo" (info (BenchEcho <$> echoOptions)
       (progDesc "Eden's figure 5: a stream process id echoing items of several sizes, chunking on and off"))
+ <> command "packets" (info (BenchPackets <$> packetsOptions)
+      (progDesc "Sweep the packet size and flush timeout: tiny farm tasks per second and stream echo times"))
  <> command "parsort" (info (BenchParsort <$> parsortOptions)
       (progDesc "Eden's parsort, parsortchunk and parsortchunk2, chunking on and off"))
  <> command "mandelbrot" (info (BenchMandelbrot <$> mandelbrotOptions)
@@ -152,7 +157,10 @@ skewOptions = Skew.Options
 
 -- A duration: a number with s, ms or us (a bare number is seconds).
 durationArg :: ReadM Double
-durationArg = eitherReader $ \s ->
+durationArg = eitherReader parseDuration
+
+parseDuration :: String -> Either String Double
+parseDuration s =
   let (digits, unit) = span (`elem` "0123456789.") s
       scale = lookup unit [("", 1), ("s", 1), ("ms", 1e-3), ("us", 1e-6)]
   in case (reads digits, scale) of
@@ -173,6 +181,28 @@ echoOptions = Echo.Options
   <*> option (countListArg "item sizes in words" 1000000) (long "words" <> metavar "LIST" <> value [1, 10, 100, 300, 1000]
                           <> showDefaultWith (const "1,10,100,300,1000") <> help "item sizes in machine words")
   <*> switch (long "json" <> help "end with one line of JSON")
+
+packetsOptions :: Parser Packets.Options
+packetsOptions = Packets.Options
+  <$> option (countListArg "packet sizes in bytes" 16777216) (long "sizes" <> metavar "LIST" <> value [16384, 65536, 262144]
+                          <> showDefaultWith (const "16384,65536,262144") <> help "packet sizes to sweep, in bytes (at least 64)")
+  <*> option durationListArg (long "timeouts" <> metavar "LIST" <> value [0.0005, 0.002, 0.008]
+                          <> showDefaultWith (const "500us,2ms,8ms") <> help "flush timeouts to sweep")
+  <*> option (positiveInt "a task count" 1000000000) (long "tasks" <> metavar "N" <> value 2000000 <> showDefault
+                          <> help "tiny farm tasks per setting")
+  <*> option (positiveInt "an item count" 10000000) (long "items" <> metavar "N" <> value 10000 <> showDefault
+                          <> help "items echoed per setting and size")
+  <*> switch (long "json" <> help "end with one line of JSON")
+
+-- Durations separated by commas, each as 'durationArg' reads it (at most 10 s: a flush timeout).
+durationListArg :: ReadM [Double]
+durationListArg = eitherReader $ \s ->
+  let items = words (map (\c -> if c == ',' then ' ' else c) s)
+      one item = case parseDuration item of
+        Right d | d <= 10 -> Right d
+        Right _ -> Left ("a flush timeout is at most 10s, got " ++ show item)
+        Left why -> Left why
+  in if null items then Left "expected durations separated by commas, such as 500us,2ms,8ms" else mapM one items
 
 parsortOptions :: Parser Parsort.Options
 parsortOptions = Parsort.Options
