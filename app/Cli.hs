@@ -155,6 +155,10 @@ skewOptions = Skew.Options
                           <> help "threaded or epoll (default: epoll)"))
   <*> switch (long "json" <> help "end with one line of JSON")
 
+-- The items of a comma-separated list (spaces also separate).
+commaItems :: String -> [String]
+commaItems = words . map (\c -> if c == ',' then ' ' else c)
+
 -- A duration: a number with s, ms or us (a bare number is seconds).
 durationArg :: ReadM Double
 durationArg = eitherReader parseDuration
@@ -169,7 +173,7 @@ parseDuration s =
 
 loopListArg :: ReadM [MasterLoop]
 loopListArg = eitherReader $ \s ->
-  case mapM parseMasterLoop (words (map (\c -> if c == ',' then ' ' else c) s)) of
+  case mapM parseMasterLoop (commaItems s) of
     Right ls@(_ : _) -> Right ls
     Right [] -> Left "expected master loops: threaded, epoll or both, separated by commas"
     Left why -> Left why
@@ -197,7 +201,7 @@ packetsOptions = Packets.Options
 -- Durations separated by commas, each as 'durationArg' reads it (at most 10 s: a flush timeout).
 durationListArg :: ReadM [Double]
 durationListArg = eitherReader $ \s ->
-  let items = words (map (\c -> if c == ',' then ' ' else c) s)
+  let items = commaItems s
       one item = case parseDuration item of
         Right d | d <= 10 -> Right d
         Right _ -> Left ("a flush timeout is at most 10s, got " ++ show item)
@@ -224,7 +228,7 @@ mandelbrotOptions = Mandelbrot.Options
 
 countListArg :: String -> Int -> ReadM [Int]
 countListArg what limit = eitherReader $ \s ->
-  let items = words (map (\c -> if c == ',' then ' ' else c) s)
+  let items = commaItems s
       ok item = not (null item) && all isDigit item && length item < 10 && read item >= (1 :: Int)
                 && read item <= limit
   in if not (null items) && all ok items then Right (map read items)
@@ -256,7 +260,7 @@ nurseryOptions = Nursery.Options
 
 sizeListArg :: ReadM [String]
 sizeListArg = eitherReader $ \s ->
-  let items = words (map (\c -> if c == ',' then ' ' else c) s)
+  let items = commaItems s
       ok item = case span isDigit item of
         (ds@(_ : _), unit) -> unit `elem` ["k", "m", "K", "M"] && length ds < 6
         _ -> False
