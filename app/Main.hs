@@ -2,10 +2,14 @@
 module Main (main) where
 
 import Cli (run)
-import Herd (serveIfWorker)
+import Control.Exception (displayException, handle)
+import Herd (HerdError, serveIfWorker)
+import System.Exit (exitWith, ExitCode (..))
+import System.IO (hPutStrLn, stderr)
 
 main :: IO ()
 main = do
   -- A local worker re-runs this executable: serve before parsing anything.
   serveIfWorker
-  run
+  -- herd's own errors are printed as their sentence, not as a record
+  handle (\e -> hPutStrLn stderr (displayException (e :: HerdError)) >> exitWith (ExitFailure 1)) run

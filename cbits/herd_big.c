@@ -10,18 +10,33 @@
 #include "herd_big.h"
 
 #define HUGE ((size_t)2 << 20)
+#define PAGE ((size_t)4096)
 
-static size_t round_up(size_t n)
+static size_t round_to(size_t n, size_t unit)
 {
-    return (n + HUGE - 1) & ~(HUGE - 1);
+    return (n + unit - 1) & ~(unit - 1);
 }
 
-/* A mapping of at least size bytes (a multiple of 2 MiB), aligned to
- * 2 MiB so that huge pages can back all of it; its size in *actual.
- * NULL if the kernel refuses. */
+/* A buffer below 2 MiB takes small pages: a huge page would be zeroed in
+ * full on its first touch, a cost a farm of ten tasks should not pay. */
+static size_t rounded(size_t n)
+{
+    return n < HUGE ? round_to(n == 0 ? 1 : n, PAGE) : round_to(n, HUGE);
+}
+
+/* A mapping of at least size bytes; from 2 MiB on, a multiple of 2 MiB
+ * aligned to 2 MiB so that huge pages can back all of it. Its size in
+ * *actual; NULL if the kernel refuses. */
 void *herd_big_alloc(size_t size, size_t *actual)
 {
-    size_t want = round_up(size == 0 ? 1 : size);
+    size_t want = rounded(size);
+    if (want < HUGE) {
+        void *p = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return NULL;
+        *actual = want;
+        return p;
+    }
     uint8_t *raw = mmap(NULL, want + HUGE, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED)
@@ -42,7 +57,7 @@ void *herd_big_alloc(size_t size, size_t *actual)
  * refuses (the old mapping is then untouched). */
 void *herd_big_grow(void *p, size_t old_size, size_t size, size_t *actual)
 {
-    size_t want = round_up(size);
+    size_t want = rounded(size);
     if (want <= old_size) {
         *actual = old_size;
         return p;
@@ -50,7 +65,8 @@ void *herd_big_grow(void *p, size_t old_size, size_t size, size_t *actual)
     void *q = mremap(p, old_size, want, MREMAP_MAYMOVE);
     if (q == MAP_FAILED)
         return NULL;
-    madvise(q, want, MADV_HUGEPAGE);
+    if (want >= HUGE)
+        madvise(q, want, MADV_HUGEPAGE);
     *actual = want;
     return q;
 }

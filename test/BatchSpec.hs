@@ -15,6 +15,7 @@ import Data.Proxy (Proxy (..))
 import qualified Data.Map.Strict as M
 import Herd.Base (Encoder (..), Range (..), encoderBytes)
 import Herd.Wire.Batch
+import Herd.Wire.Scratch
 import Test.Hspec
 import Test.QuickCheck
 

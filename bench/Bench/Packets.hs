@@ -8,10 +8,12 @@ module Bench.Packets
   , run
   ) where
 
+import Control.Exception (throwIO)
 import Control.Monad (forM, when)
 import qualified Data.Vector.Unboxed as U
 import Bench.Common
 import Herd
+import Herd.Config (validateConfig)
 import Herd.Examples.Eden (echoProcess, incrementTask, wordsItem)
 import Herd.Report
 import System.IO
@@ -29,8 +31,12 @@ data Options = Options
 run :: Options -> IO ()
 run o = do
   hSetBuffering stdout LineBuffering
-  rows <- forM [ (b, t) | b <- optSizes o, t <- optTimeouts o ] $ \(bytes, timeout) ->
-    withCluster defaultConfig { configPacketBytes = bytes, configPacketTimeout = timeout } $ \cluster -> do
+  let settings = [ defaultConfig { configPacketBytes = b, configPacketTimeout = t } | b <- optSizes o, t <- optTimeouts o ]
+  -- every setting is checked before the first run, so a bad one costs nothing
+  mapM_ (either throwIO pure . validateConfig) settings
+  rows <- forM settings $ \cfg -> withCluster cfg $ \cluster -> do
+      let bytes = configPacketBytes cfg
+          timeout = configPacketTimeout cfg
       _ <- farm cluster incrementTask [1 .. 1000]
       (farmSecs, total) <- timed (sum <$> farm cluster incrementTask [1 .. optTasks o])
       when (total /= sum [2 .. optTasks o + 1]) $ hPutStrLn stderr "packets: wrong farm results"

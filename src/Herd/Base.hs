@@ -41,6 +41,7 @@ import qualified Data.ByteString as B
 import Data.Sequence (Seq, ViewL (..), viewl, (<|))
 import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
+import Data.List (intercalate)
 import Data.Word (Word64, Word8)
 import Foreign.Ptr (Ptr, plusPtr)
 import GHC.Fingerprint (Fingerprint)
@@ -120,9 +121,19 @@ masterLoopName l = case l of
 
 -- | Parse @threaded@ or @epoll@, naming what is wrong.
 parseMasterLoop :: String -> Either String MasterLoop
-parseMasterLoop s = case [ l | l <- [minBound .. maxBound], masterLoopName l == s ] of
-  [l] -> Right l
-  _ -> Left ("unknown master loop " ++ show s ++ " (expected threaded or epoll)")
+parseMasterLoop = parseNamed "master loop" masterLoopName
+
+-- Parse one of a type's values by the name it goes by; the error names the
+-- choices.
+parseNamed :: (Enum a, Bounded a) => String -> (a -> String) -> String -> Either String a
+parseNamed what nameOf s = case [ x | x <- [minBound .. maxBound], nameOf x == s ] of
+  [x] -> Right x
+  _ -> Left ("unknown " ++ what ++ " " ++ show s ++ " (expected " ++ choices ++ ")")
+  where
+    names = map nameOf [minBound .. maxBound]
+    choices = case reverse names of
+      lastName : before@(_ : _) -> intercalate ", " (reverse before) ++ " or " ++ lastName
+      _ -> concat names
 
 -- | The ways a master and a worker can be linked.
 data TransportKind
@@ -140,9 +151,7 @@ transportName k = case k of
 
 -- | Parse a transport's name, naming the choices when it is none of them.
 parseTransportKind :: String -> Either String TransportKind
-parseTransportKind s = case [ k | k <- [minBound .. maxBound], transportName k == s ] of
-  [k] -> Right k
-  _ -> Left ("unknown transport " ++ show s ++ " (expected tcp, unix or shm)")
+parseTransportKind = parseNamed "transport" transportName
 
 -- | How to write one message body: its size in bytes, and a function that
 -- writes exactly that many bytes at a pointer. The writer may throw (a

@@ -1,6 +1,7 @@
 -- | Big byte buffers outside the GHC heap (@cbits/herd_big.c@), for the
 -- farm's argument tables and result arenas: memory the garbage collector
--- never scans or copies, backed by huge pages where the kernel allows, and
+-- never scans or copies, backed by huge pages from 2 MiB on where the
+-- kernel allows (a smaller buffer would pay for zeroing a whole huge page), and
 -- grown by @mremap@ (page tables move, bytes are not copied).
 --
 -- Promise: a buffer is unmapped exactly once: by 'freeBig', or by the

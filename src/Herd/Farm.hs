@@ -47,7 +47,7 @@ farmWithStats cluster f xs = do
     -- reaches them: nothing per task for the garbage collector to copy
     Just width -> do
       arena <- newArena n width
-      stats <- runJob' cluster f table (stageResults codecs arena) (\_ -> pure ())
+      stats <- runStaged cluster f table (stageResults codecs arena) (\_ -> pure ())
       pure (arenaResults codecs arena n, stats)
     Nothing -> do
       out <- newArray n notDelivered
@@ -98,12 +98,12 @@ encodeAll f xs = do
 -- indices once its results are final.
 runFarm :: Cluster -> StaticPtr (Task a b) -> ArgTable -> (Int -> b -> IO ()) -> ([Int] -> IO ())
         -> IO FarmStats
-runFarm cluster f table stage = runJob' cluster f table (decodeResults (taskCodecs f) stage)
+runFarm cluster f table stage = runStaged cluster f table (decodeResults (taskCodecs f) stage)
 
 -- Run a farm job whose runs of results go to the given stage.
-runJob' :: Cluster -> StaticPtr (Task a b) -> ArgTable -> ([Range] -> B.ByteString -> IO (Either (Int, String) ()))
+runStaged :: Cluster -> StaticPtr (Task a b) -> ArgTable -> ([Range] -> B.ByteString -> IO (Either (Int, String) ()))
         -> ([Int] -> IO ()) -> IO FarmStats
-runJob' cluster f table stage accept = do
+runStaged cluster f table stage accept = do
   let spec = JobSpec
         { specTasks = argCount table
         , specRef = taskRef f

@@ -42,6 +42,7 @@ import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
 import Herd.Base (Range, TaskRef (..))
 import Herd.Closure
 import Herd.Wire.Batch
+import Herd.Wire.Scratch
 
 -- | A function from @a@ to @b@ that a worker can run, with what it takes to
 -- ship its arguments and results: a 'Closure'. Build one with 'task' inside

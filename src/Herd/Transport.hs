@@ -56,180 +56,22 @@ module Herd.Transport
   ) where
 
 import Control.Concurrent (threadWaitReadSTM)
-import Control.Concurrent.MVar
 import Control.Concurrent.STM (STM, atomically, orElse)
 import Control.Exception
 import Control.Monad (when, forM)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
-import qualified Data.ByteString.Lazy as BL
 import qualified Data.ByteString.Unsafe as BU
 import Data.IORef
 import Data.Word (Word8)
 import Foreign.C.Types (CInt (..))
-import Foreign.ForeignPtr (ForeignPtr, mallocForeignPtrBytes, withForeignPtr)
+import Foreign.ForeignPtr (withForeignPtr)
 import Foreign.Ptr (Ptr, castPtr, plusPtr)
 import System.Posix.Types (Fd (..))
-import Network.Socket (Socket)
 import Herd.Base (TransportKind (..), transportName, parseTransportKind)
-import Herd.Bytes (pokeBE, word32At)
-
--- | One transport's byte pipe. Every operation but the waits returns at
--- once.
-data Endpoint = Endpoint
-  { epKind     :: !TransportKind
-  , epRecv     :: Ptr Word8 -> Int -> IO Int
-    -- ^ copy up to n bytes in: the count, 0 at end of stream, -1 when
-    -- nothing is there now; throws on an error
-  , epSend     :: Ptr Word8 -> Int -> IO Int
-    -- ^ take up to n bytes: the count taken now (maybe 0); throws on error
-  , epRecvWait :: Ptr Word8 -> Int -> IO Int
-    -- ^ like 'epRecv', but wait for bytes first (for about a second at
-    -- most: -1 then means nothing came yet); the cheapest way for one
-    -- thread to wait on one connection
-  , epWaitOut  :: IO ()
-    -- ^ block until a send may make progress
-  , epArm      :: Bool -> IO Bool
-    -- ^ get ready for a wait on 'epFds' elsewhere (epoll, the IO manager);
-    -- the flag says whether to clear stale wake-ups first (needed for a
-    -- level-triggered wait). True: bytes are already there, do not wait
-  , epFds      :: IO [CInt]
-    -- ^ descriptors that become readable when a receive may progress
-  , epEdge     :: !Bool
-    -- ^ whether an epoll wait on 'epFds' must be edge-triggered
-  , epClose    :: IO ()
-  , epLiveness :: Double -> IO Int
-    -- ^ see 'setLiveness'
-  , epSocket   :: !(Maybe Socket)
-    -- ^ the socket underneath, if any (the shared-memory upgrade passes
-    -- descriptors over it)
-  }
-
--- | One framed, bidirectional connection.
-data Connection = Connection
-  { connEndpoint :: !Endpoint
-  , connPending  :: !(IORef B.ByteString)  -- ^ bytes read past the last frame
-  , connSendLock :: !(MVar ())
-  , connPeer     :: !String                -- ^ the peer's address, for log lines
-  , connBuffer   :: !(ForeignPtr Word8)    -- ^ where bytes land before they are copied out
-  , connLarge    :: !(IORef (Maybe Large))
-    -- ^ a large frame being read straight into a buffer of its size
-  , connComplete :: !(IORef (Maybe B.ByteString))
-    -- ^ a large frame read whole, to be taken before the pending bytes
-  }
-
--- A large frame in progress: its body's buffer, length, and bytes so far.
-data Large = Large !(ForeignPtr Word8) !Int !Int
-
--- | The transport a connection runs over.
-connKind :: Connection -> TransportKind
-connKind = epKind . connEndpoint
-
--- Bytes one read asks for. Reads land in the connection's own buffer and
--- only the bytes that came are copied out, so a small message costs a small
--- allocation, not a fresh buffer of this size.
-readChunk :: Int
-readChunk = 256 * 1024
-
--- | A connection over an endpoint, with the peer's name for log lines.
-newConnection :: Endpoint -> String -> IO Connection
-newConnection ep peer =
-  Connection ep <$> newIORef B.empty <*> newMVar () <*> pure peer <*> mallocForeignPtrBytes readChunk
-                <*> newIORef Nothing <*> newIORef Nothing
-
--- | Why a frame could not be received or sent.
-data TransportError
-  = FrameTooLarge { frameClaimed :: !Int, frameLimit :: !Int }
-    -- ^ the length prefix exceeds the receiver's cap
-  | TruncatedFrame { frameExpected :: !Int, frameGot :: !Int }
-    -- ^ the peer closed the connection in the middle of a frame
-  | PeerBroken String
-    -- ^ the peer broke the transport itself (e.g. a shared ring whose
-    -- indices are inconsistent), or went away while a send waited
-  deriving (Eq, Show)
-
-instance Exception TransportError where
-  displayException (FrameTooLarge n cap) =
-    "frame of " ++ show n ++ " bytes exceeds the limit of " ++ show cap
-  displayException (TruncatedFrame want got) =
-    "connection closed mid-frame (" ++ show got ++ " of " ++ show want ++ " bytes)"
-  displayException (PeerBroken why) = why
-
--- | Declare the connection dead after this many seconds (at least 1) in
--- which the peer answered nothing. On TCP this sets the kernel's keepalive
--- probes and a send timeout; on one host a dead peer shows at once as the
--- end of its socket, so this does nothing there. Returns the errno of a
--- failed socket option, or 0.
-setLiveness :: Double -> Connection -> IO Int
-setLiveness secs conn = epLiveness (connEndpoint conn) secs
-
--- | The socket underneath the connection, if it has one.
-connSocket :: Connection -> Maybe Socket
-connSocket = epSocket . connEndpoint
-
--- | Close the connection; safe to call more than once.
-closeConnection :: Connection -> IO ()
-closeConnection conn = epClose (connEndpoint conn) `catch` \(_ :: SomeException) -> pure ()
-
--- | Send one frame.
-sendFrame :: Connection -> BL.ByteString -> IO ()
-sendFrame conn body = sendFrameStrict conn (BL.toStrict body)
-
--- | Send one frame whose body is a strict string.
-sendFrameStrict :: Connection -> B.ByteString -> IO ()
-sendFrameStrict conn body = sendRawParts conn (frameParts body)
-
--- | The bytes of one frame as parts to send in order: a small frame as one
--- copy with its length in front ('framed'), a large one as the length and
--- the body itself, so the body is not copied.
-frameParts :: B.ByteString -> [B.ByteString]
-frameParts body
-  | B.length body <= 64 * 1024 = [framed body]
-  | otherwise = [lengthBytes, body]
-  where
-    lengthBytes = BI.unsafeCreate 4 $ \p ->
-      pokeBE 4 p 0 (fromIntegral (B.length body))
-
--- | The bytes of one frame: its length, then the body.
-framed :: B.ByteString -> B.ByteString
-framed body = BI.unsafeCreate (4 + n) $ \p -> do
-  pokeBE 4 p 0 (fromIntegral n)
-  BU.unsafeUseAsCString body $ \src -> BI.memcpy (p `plusPtr` 4) (castPtr src) n
-  where n = B.length body
-
--- Send what the endpoint takes now; the rest.
-sendSome :: Endpoint -> B.ByteString -> IO B.ByteString
-sendSome ep = go
-  where
-    go bs | B.null bs = pure bs
-          | otherwise = do
-              k <- BU.unsafeUseAsCStringLen bs $ \(p, n) -> epSend ep (castPtr p) n
-              if k <= 0 then pure bs else go (B.drop k bs)
-
--- | Send bytes already framed (from 'framed'), waiting as needed.
-sendRaw :: Connection -> B.ByteString -> IO ()
-sendRaw conn bytes = sendRawParts conn [bytes]
-
--- | Send these parts in order ('frameParts'), waiting as needed, under one
--- hold of the send lock.
-sendRawParts :: Connection -> [B.ByteString] -> IO ()
-sendRawParts conn parts = withMVar (connSendLock conn) $ \_ -> mapM_ go parts
-  where
-    ep = connEndpoint conn
-    go bs = do
-      rest <- sendSome ep bs
-      when (not (B.null rest)) $ epWaitOut ep >> go rest
-
--- | Send as much of these parts as the transport takes now, without
--- waiting, and return the parts (or the rest of one) left; throws on an
--- error.
-sendAvailableParts :: Connection -> [B.ByteString] -> IO [B.ByteString]
-sendAvailableParts conn parts = withMVar (connSendLock conn) $ \_ -> go parts
-  where
-    go [] = pure []
-    go (p : ps) = do
-      rest <- sendSome (connEndpoint conn) p
-      if B.null rest then go ps else pure (rest : ps)
+import Herd.Bytes (word32At)
+import Herd.Transport.Connection
+import Herd.Transport.Send
 
 -- | Whether a whole frame has already been read, so the next 'recvFrame'
 -- will not wait.

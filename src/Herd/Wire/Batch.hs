@@ -1,15 +1,15 @@
 {-# LANGUAGE BangPatterns #-}
 {-# LANGUAGE ScopedTypeVariables #-}
--- | Runs of user values in bytes: the farm's hot path, on both sides.
+-- | Runs of user values in bytes, the master's side of the farm's hot
+-- path (the worker's is "Herd.Wire.Scratch").
 --
 -- A run of task arguments or results travels as one message: a count,
 -- then the values' @store@ encodings back to back, with no header per
--- value. The master encodes a job's arguments once, into one pinned
--- table ('ArgTable'), so a batch's arguments leave as slices of it (one
--- copy into the packet); the worker decodes a run in place, applies the
--- function and writes the results into a buffer it reuses ('Scratch');
--- the master decodes a run of results in place, handing each value
--- straight to the caller's array ('decodeRun'). Nothing is allocated per
+-- value ("Herd.Wire.Run"). The master encodes a job's arguments once, into
+-- one table outside the GHC heap ('ArgTable'), so a batch's arguments
+-- leave as slices of it (one copy into the packet); it decodes a run of
+-- results in place, handing each value straight to the caller's array
+-- ('decodeRun') or keeping it encoded ('Arena'). Nothing is allocated per
 -- value beyond the decoded value itself.
 --
 -- Promises: a run is accepted only if its values fill its bytes exactly,
@@ -31,14 +31,6 @@ module Herd.Wire.Batch
   , newArena
   , stageRun
   , arenaValues
-    -- * The worker's results
-  , Scratch
-  , newScratch
-  , ChunkOutcome (..)
-  , runChunk
-  , scratchCount
-  , resultsFitting
-  , resultsEncoder
     -- * Message layout
   , runHeaderBytes
   ) where
@@ -46,96 +38,23 @@ module Herd.Wire.Batch
 import Control.Exception
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Unsafe as BU
+import Data.Functor.Identity (Identity (..))
 import Data.IORef
-import Data.Primitive.PrimArray
-import Data.Store (Store)
-import Data.Store.Core (Peek (..), PeekException (..), PeekResult (..), Poke (..), unsafeMakePeekState, unsafeMakePokeState)
 import Data.Proxy (Proxy)
-import Data.Store.Internal (Size (..), getSize, peek, poke, size)
-import System.IO.Unsafe (unsafeDupablePerformIO)
+import Data.Store (Store)
+import Data.Store.Core (Peek (..), PeekException (..), PeekResult (..), unsafeMakePeekState)
+import Data.Store.Internal (Size (..), getSize, peek, size)
 import qualified Data.Text as T
 import Data.Word (Word8)
-import Foreign.ForeignPtr (ForeignPtr, castForeignPtr, mallocForeignPtrBytes, withForeignPtr)
+import Foreign.ForeignPtr (ForeignPtr, castForeignPtr, withForeignPtr)
 import Foreign.Marshal.Utils (copyBytes)
 import Foreign.Ptr (Ptr, castPtr, minusPtr, plusPtr)
-import Foreign.Storable (peekElemOff, pokeByteOff, pokeElemOff)
-import GHC.Exts (RealWorld)
-import Herd.Base (Encoder (..), Range (..))
+import Foreign.Storable (peekElemOff, pokeElemOff)
+import Herd.Base (Encoder, Range (..))
 import Herd.Big
-import Herd.Bytes (pokeBE)
-import Herd.Wire.Tags (tagArgs, tagResults)
-
--- | Bytes a run message takes besides its values: a tag and a 32-bit count.
-runHeaderBytes :: Int
-runHeaderBytes = 5
-
--- A growable pinned byte buffer and a growable array of end offsets.
-data Growing = Growing
-  { gBytes :: !(ForeignPtr Word8)
-  , gCap   :: !Int
-  , gEnds  :: !(MutablePrimArray RealWorld Int)  -- ^ entry i+1: where value i ends
-  }
-
-newGrowing :: Int -> Int -> IO Growing
-newGrowing bytes count = do
-  buf <- mallocForeignPtrBytes bytes
-  ends <- newPrimArray (count + 1)
-  writePrimArray ends 0 0
-  pure (Growing buf bytes ends)
-
--- Whether @need@ more bytes after @fill@ and one more end after value @i@
--- fit as things are.
-roomy :: Growing -> Int -> Int -> Int -> IO Bool
-roomy g fill need i
-  | fill + need > gCap g = pure False
-  | otherwise = (i + 2 <=) <$> getSizeofMutablePrimArray (gEnds g)
-{-# INLINE roomy #-}
-
--- Grow to make that room, keeping what is there.
-grow :: Growing -> Int -> Int -> Int -> IO Growing
-grow g fill need i = do
-  g1 <- if fill + need <= gCap g then pure g else do
-    let cap' = max (fill + need) (2 * gCap g)
-    buf' <- mallocForeignPtrBytes cap'
-    withForeignPtr buf' $ \dst -> withForeignPtr (gBytes g) $ \src -> copyBytes dst src fill
-    pure g { gBytes = buf', gCap = cap' }
-  slots <- getSizeofMutablePrimArray (gEnds g1)
-  if i + 2 <= slots then pure g1 else do
-    ends' <- resizeMutablePrimArray (gEnds g1) (2 * slots)
-    pure g1 { gEnds = ends' }
-
--- Encode a value at an offset; the new end.
-pokeAt :: Store a => Ptr Word8 -> Int -> a -> IO Int
-pokeAt p off x = do
-  st <- unsafeMakePokeState p (pure p)
-  fst <$> runPoke (poke x) st off
-{-# INLINE pokeAt #-}
-
--- One mutable Int: where a loop got to, read back when it throws.
-type Cell = MutablePrimArray RealWorld Int
-
-newCell :: IO Cell
-newCell = do
-  c <- newPrimArray 1
-  writePrimArray c 0 0
-  pure c
-
-setCell :: Cell -> Int -> IO ()
-setCell c = writePrimArray c 0
-{-# INLINE setCell #-}
-
-getCell :: Cell -> IO Int
-getCell c = readPrimArray c 0
-
--- Run a loop; a synchronous exception comes back with the cell's value.
-tryAt :: Cell -> IO r -> IO (Either (Int, SomeException) r)
-tryAt cell act = do
-  r <- try act
-  case r of
-    Right x -> pure (Right x)
-    Left (e :: SomeException)
-      | Just (_ :: SomeAsyncException) <- fromException e -> throwIO e
-      | otherwise -> (\at -> Left (at, e)) <$> getCell cell
+import Herd.Wire.Run
+import Herd.Wire.Tags (tagArgs)
+import System.IO.Unsafe (unsafeDupablePerformIO)
 
 -- | A job's arguments, encoded once: all their bytes in one buffer
 -- outside the GHC heap ("Herd.Big"), and where each ends. A run of
@@ -165,8 +84,7 @@ buildArgTable xs0 = do
         setCell progress i
         case xs of
           [] -> do
-            table <- ArgTable <$> freezeBig bytes <*> (castForeignPtr <$> freezeBig ends) <*> pure i
-            pure table
+            ArgTable <$> freezeBig bytes <*> (castForeignPtr <$> freezeBig ends) <*> pure i
           x : rest -> do
             let !size = getSize x
             bytes' <- if fill + size <= bigCapacity bytes then pure bytes else do
@@ -197,32 +115,12 @@ endOf t i = unsafeDupablePerformIO (withForeignPtr (tableEnds t) (\p -> peekElem
 -- | How many of the arguments from @lo@ (below @hi@) fit in a message of
 -- this many bytes: at least one, so that every argument can be sent.
 argsFitting :: ArgTable -> Int -> Int -> Int -> Int
-argsFitting t lo hi budget
-  | hi <= lo = 0
-  | otherwise = max 1 (search lo hi - lo)
-  where
-    start = endOf t lo
-    fits k = endOf t k - start <= budget - runHeaderBytes
-    -- the largest k in [lo, hi] whose arguments lo..k-1 fit
-    search a b
-      | a >= b = a
-      | otherwise = let m = (a + b + 1) `div` 2 in if fits m then search m b else search a (m - 1)
+argsFitting t lo hi budget = runIdentity (runsFitting (Identity . endOf t) lo hi budget)
 
 -- | The body of an 'Herd.Wire.Args' message carrying arguments @lo@ to
 -- @hi - 1@: the tag, the count, then a copy of their bytes.
 argsEncoder :: ArgTable -> Int -> Int -> Encoder
-argsEncoder t lo hi = Encoder (runHeaderBytes + len) $ \dst -> do
-  writeHeader tagArgs (hi - lo) dst
-  withForeignPtr (tableBytes t) $ \src -> copyBytes (dst `plusPtr` runHeaderBytes) (src `plusPtr` start) len
-  where
-    start = endOf t lo
-    len = endOf t hi - start
-
-writeHeader :: Word8 -> Int -> Ptr Word8 -> IO ()
-writeHeader tag count dst = do
-  pokeByteOff dst 0 tag
-  pokeBE 4 dst 1 (fromIntegral count)
-{-# INLINE writeHeader #-}
+argsEncoder t lo hi = runEncoder tagArgs (hi - lo) (tableBytes t) (endOf t lo) (endOf t hi - endOf t lo)
 
 -- | Decode a run of values that must fill these bytes exactly, handing
 -- each to the sink with its task index (the ranges, in order, name the
@@ -317,95 +215,3 @@ arenaValues arena n = go 0
       PeekResult _ x <- runPeek (peek :: Peek b) st at
       pure x
 {-# INLINABLE arenaValues #-}
-
--- | The worker's results of one run, in a buffer reused from run to run.
-data Scratch = Scratch
-  { scGrowing :: !(IORef Growing)
-  , scCount   :: !Cell   -- ^ results the last run wrote
-  , scAt      :: !Cell   -- ^ 2j while argument j is decoded, 2j+1 while it is computed
-  }
-
--- | An empty scratch buffer.
-newScratch :: IO Scratch
-newScratch = Scratch <$> (newGrowing 65536 1024 >>= newIORef) <*> newCell <*> newCell
-
--- | How a run of arguments went.
-data ChunkOutcome
-  = ChunkDone                       -- ^ every argument gave a result
-  | ChunkUndecodable !Int String    -- ^ the argument at this position did not decode (results before it are kept)
-  | ChunkThrew !Int String          -- ^ the function threw on the argument at this position (results before it are kept)
-  deriving (Eq, Show)
-
--- | Decode a run of @count@ arguments, apply the function to each, force
--- and encode each result into the scratch buffer. Stops at the first
--- argument that does not decode or whose call throws; the results before
--- it stay in the buffer ('scratchCount').
-runChunk :: forall a b. (Store a, Store b) => (a -> b) -> Scratch -> B.ByteString -> Int -> IO ChunkOutcome
-runChunk f sc bytes count = BU.unsafeUseAsCStringLen bytes $ \(p0, n) -> do
-  let start = castPtr p0 :: Ptr Word8
-      end = start `plusPtr` n
-  st <- unsafeMakePeekState end (pure end)
-  setCell (scCount sc) 0
-  g0 <- readIORef (scGrowing sc)
-  let go !p !g !fill !j
-        | j >= count = pure p
-        | otherwise = do
-            setCell (scAt sc) (2 * j)
-            PeekResult p' (x :: a) <- runPeek peek st p
-            setCell (scAt sc) (2 * j + 1)
-            y <- evaluate (f x)
-            let !size = getSize y
-            ok <- roomy g fill size j
-            g' <- if ok then pure g else do
-              grown <- grow g fill size j
-              writeIORef (scGrowing sc) grown
-              pure grown
-            end' <- withForeignPtr (gBytes g') $ \q -> pokeAt q fill y
-            writePrimArray (gEnds g') (j + 1) end'
-            setCell (scCount sc) (j + 1)
-            go p' g' end' (j + 1)
-  r <- tryAt (scAt sc) (go start g0 0 0)
-  pure $ case r of
-    Right p
-      | p == end -> ChunkDone
-      | otherwise -> ChunkUndecodable (max 0 (count - 1))
-                       (show (end `minusPtr` p) ++ " bytes left over after the run's arguments")
-    Left (at, e) -> case (even at, fromException e) of
-      (True, Just (pe :: PeekException)) -> ChunkUndecodable (at `div` 2) (T.unpack (peekExMessage pe))
-      _ -> ChunkThrew (at `div` 2) (displayException e)
-{-# INLINABLE runChunk #-}
-
--- | Results the last run left in the buffer.
-scratchCount :: Scratch -> IO Int
-scratchCount sc = getCell (scCount sc)
-
--- | How many results from position @lo@ fit in a message of this many
--- bytes: at least one (when any is left).
-resultsFitting :: Scratch -> Int -> Int -> IO Int
-resultsFitting sc lo budget = do
-  count <- scratchCount sc
-  g <- readIORef (scGrowing sc)
-  if lo >= count then pure 0 else do
-    start <- readPrimArray (gEnds g) lo
-    let fits :: Int -> IO Bool
-        fits k = (\e -> e - start <= budget - runHeaderBytes) <$> readPrimArray (gEnds g) k
-        search a b
-          | a >= b = pure a
-          | otherwise = do
-              let m = (a + b + 1) `div` 2
-              ok <- fits m
-              if ok then search m b else search a (m - 1)
-    k <- search lo count
-    pure (max 1 (k - lo))
-
--- | The body of a 'Herd.Wire.Results' message carrying results @lo@ to
--- @hi - 1@ of the last run (valid until the next run).
-resultsEncoder :: Scratch -> Int -> Int -> IO Encoder
-resultsEncoder sc lo hi = do
-  g <- readIORef (scGrowing sc)
-  start <- readPrimArray (gEnds g) lo
-  stop <- readPrimArray (gEnds g) hi
-  let len = stop - start
-  pure $ Encoder (runHeaderBytes + len) $ \dst -> do
-    writeHeader tagResults (hi - lo) dst
-    withForeignPtr (gBytes g) $ \src -> copyBytes (dst `plusPtr` runHeaderBytes) (src `plusPtr` start) len

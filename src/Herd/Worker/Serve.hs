@@ -29,7 +29,7 @@ import Herd.Packet
 import Herd.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.Process (ProcessRunner (..), lookupProcess)
 import Herd.Task (Runner (..), TaskRef (..), lookupRunner, tryUser)
-import Herd.Wire.Batch (ChunkOutcome (..), Scratch, newScratch, resultsEncoder, resultsFitting, scratchCount)
+import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, newScratch, resultsEncoder, resultsFitting, scratchCount)
 import Herd.Transport
 import Herd.Wire
 import Herd.Worker.Step

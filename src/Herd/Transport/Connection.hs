@@ -1,0 +1,124 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | A framed connection's parts ("Herd.Transport"): the transport's byte
+-- pipe ('Endpoint'), the connection around it with its receive state and
+-- send lock, and the errors a transport reports.
+module Herd.Transport.Connection
+  ( Endpoint (..)
+  , Connection (..)
+  , Large (..)
+  , readChunk
+  , connKind
+  , newConnection
+  , TransportError (..)
+  , setLiveness
+  , connSocket
+  , closeConnection
+  ) where
+
+import Control.Concurrent.MVar
+import Control.Exception
+import qualified Data.ByteString as B
+import Data.IORef
+import Data.Word (Word8)
+import Foreign.C.Types (CInt (..))
+import Foreign.ForeignPtr (ForeignPtr, mallocForeignPtrBytes)
+import Foreign.Ptr (Ptr)
+import Network.Socket (Socket)
+import Herd.Base (TransportKind (..))
+
+-- | One transport's byte pipe. Every operation but the waits returns at
+-- once.
+data Endpoint = Endpoint
+  { epKind     :: !TransportKind
+  , epRecv     :: Ptr Word8 -> Int -> IO Int
+    -- ^ copy up to n bytes in: the count, 0 at end of stream, -1 when
+    -- nothing is there now; throws on an error
+  , epSend     :: Ptr Word8 -> Int -> IO Int
+    -- ^ take up to n bytes: the count taken now (maybe 0); throws on error
+  , epRecvWait :: Ptr Word8 -> Int -> IO Int
+    -- ^ like 'epRecv', but wait for bytes first (for about a second at
+    -- most: -1 then means nothing came yet); the cheapest way for one
+    -- thread to wait on one connection
+  , epWaitOut  :: IO ()
+    -- ^ block until a send may make progress
+  , epArm      :: Bool -> IO Bool
+    -- ^ get ready for a wait on 'epFds' elsewhere (epoll, the IO manager);
+    -- the flag says whether to clear stale wake-ups first (needed for a
+    -- level-triggered wait). True: bytes are already there, do not wait
+  , epFds      :: IO [CInt]
+    -- ^ descriptors that become readable when a receive may progress
+  , epEdge     :: !Bool
+    -- ^ whether an epoll wait on 'epFds' must be edge-triggered
+  , epClose    :: IO ()
+  , epLiveness :: Double -> IO Int
+    -- ^ see 'setLiveness'
+  , epSocket   :: !(Maybe Socket)
+    -- ^ the socket underneath, if any (the shared-memory upgrade passes
+    -- descriptors over it)
+  }
+
+-- | One framed, bidirectional connection.
+data Connection = Connection
+  { connEndpoint :: !Endpoint
+  , connPending  :: !(IORef B.ByteString)  -- ^ bytes read past the last frame
+  , connSendLock :: !(MVar ())
+  , connPeer     :: !String                -- ^ the peer's address, for log lines
+  , connBuffer   :: !(ForeignPtr Word8)    -- ^ where bytes land before they are copied out
+  , connLarge    :: !(IORef (Maybe Large))
+    -- ^ a large frame being read straight into a buffer of its size
+  , connComplete :: !(IORef (Maybe B.ByteString))
+    -- ^ a large frame read whole, to be taken before the pending bytes
+  }
+
+-- | A large frame in progress: its body's buffer, length, and bytes so far.
+data Large = Large !(ForeignPtr Word8) !Int !Int
+
+-- | The transport a connection runs over.
+connKind :: Connection -> TransportKind
+connKind = epKind . connEndpoint
+
+-- | Bytes one read asks for. Reads land in the connection's own buffer and
+-- only the bytes that came are copied out, so a small message costs a small
+-- allocation, not a fresh buffer of this size.
+readChunk :: Int
+readChunk = 256 * 1024
+
+-- | A connection over an endpoint, with the peer's name for log lines.
+newConnection :: Endpoint -> String -> IO Connection
+newConnection ep peer =
+  Connection ep <$> newIORef B.empty <*> newMVar () <*> pure peer <*> mallocForeignPtrBytes readChunk
+                <*> newIORef Nothing <*> newIORef Nothing
+
+-- | Why a frame could not be received or sent.
+data TransportError
+  = FrameTooLarge { frameClaimed :: !Int, frameLimit :: !Int }
+    -- ^ the length prefix exceeds the receiver's cap
+  | TruncatedFrame { frameExpected :: !Int, frameGot :: !Int }
+    -- ^ the peer closed the connection in the middle of a frame
+  | PeerBroken String
+    -- ^ the peer broke the transport itself (e.g. a shared ring whose
+    -- indices are inconsistent), or went away while a send waited
+  deriving (Eq, Show)
+
+instance Exception TransportError where
+  displayException (FrameTooLarge n cap) =
+    "frame of " ++ show n ++ " bytes exceeds the limit of " ++ show cap
+  displayException (TruncatedFrame want got) =
+    "connection closed mid-frame (" ++ show got ++ " of " ++ show want ++ " bytes)"
+  displayException (PeerBroken why) = why
+
+-- | Declare the connection dead after this many seconds (at least 1) in
+-- which the peer answered nothing. On TCP this sets the kernel's keepalive
+-- probes and a send timeout; on one host a dead peer shows at once as the
+-- end of its socket, so this does nothing there. Returns the errno of a
+-- failed socket option, or 0.
+setLiveness :: Double -> Connection -> IO Int
+setLiveness secs conn = epLiveness (connEndpoint conn) secs
+
+-- | The socket underneath the connection, if it has one.
+connSocket :: Connection -> Maybe Socket
+connSocket = epSocket . connEndpoint
+
+-- | Close the connection; safe to call more than once.
+closeConnection :: Connection -> IO ()
+closeConnection conn = epClose (connEndpoint conn) `catch` \(_ :: SomeException) -> pure ()
