@@ -96,6 +96,18 @@ resultOf jid i = BC.pack (show (jid, i))
 window :: Int
 window = 3
 
+-- Stream elements have one width, so a run's bytes split back into them.
+elementBytes :: Int
+elementBytes = 12
+
+element :: String -> B.ByteString
+element str = BC.pack (take elementBytes (str ++ repeat '.'))
+
+elementsOf :: B.ByteString -> [B.ByteString]
+elementsOf v
+  | B.null v = []
+  | otherwise = let (a, b) = B.splitAt elementBytes v in a : elementsOf b
+
 pick :: Int -> [a] -> Maybe a
 pick _ [] = Nothing
 pick k xs = Just (xs !! (k `mod` length xs))
@@ -117,9 +129,7 @@ feed ev w = do
 command :: World -> Command -> IO World
 command w cmd = case cmd of
   Send x _ msg -> pure (toWorker x (Msg msg))
-  SendInput x sid enc -> toWorker x . Input (fromIntegral sid) <$> encoderBytes enc
   SendBatch x jid bid _ tasks -> pure (toWorker x (Batch (fromIntegral jid) (fromIntegral bid) (rangeIndices tasks)))
-  Flush _ -> pure w
   Stage jid tasks bytes -> farmDo jid $ \f ->
     let is = rangeIndices tasks
     in if bytes /= B.concat (map (resultOf (fromIntegral jid)) is) then Left ("wrong results staged for tasks " ++ show is)
@@ -131,19 +141,25 @@ command w cmd = case cmd of
        else Right f { fmAccepted = M.unionWith (+) (fmAccepted f) (M.fromList [ (i, 1) | i <- is ]) }
   JobDone jid r -> farmDo jid $ \f -> Right f { fmAnswers = (() <$ r) : fmAnswers f }
   StreamOpened sid r -> streamDo sid $ \m -> m { smOpened = r : smOpened m }
-  StreamOutput sid v -> streamDo sid $ \m -> m { smOutput = smOutput m ++ [v], smUnread = smUnread m + 1 }
+  StreamOutput sid k v
+    | B.length v /= k * elementBytes -> problem ("a run of " ++ show k ++ " elements in " ++ show (B.length v) ++ " bytes")
+    | otherwise -> streamDo sid $ \m -> m { smOutput = smOutput m ++ elementsOf v, smUnread = smUnread m + k }
   StreamGrant sid n -> streamDo sid $ \m -> m { smCredit = smCredit m + n }
   StreamEnded sid why -> streamDo sid $ \m -> m { smEnds = why : smEnds m }
   SessionEnded answer -> answer >> pure w
   Drop x _ -> pure w { wWorkers = M.delete x (wWorkers w) }
   Note _ -> pure w
   where
-    toWorker x item = w { wWorkers = M.adjust (\m -> m { wmInbox = wmInbox m |> item }) x (wWorkers w) }
+    toWorker x item = deliverTo x item w
     problem p = pure w { wProblems = p : wProblems w }
     farmDo jid change = case M.lookup (fromIntegral jid) (wFarms w) of
       Nothing -> problem ("a command for unknown job " ++ show jid)
       Just f -> either problem (\f' -> pure w { wFarms = M.insert (fromIntegral jid) f' (wFarms w) }) (change f)
     streamDo sid f = pure w { wStreams = M.adjust f (fromIntegral sid) (wStreams w) }
+
+-- Put an item in a worker's inbox (if it is still there).
+deliverTo :: WorkerId -> Item -> World -> World
+deliverTo x item w = w { wWorkers = M.adjust (\m -> m { wmInbox = wmInbox m |> item }) x (wWorkers w) }
 
 pairs :: [a] -> [[a]]
 pairs xs = case xs of
@@ -183,7 +199,8 @@ handle _ m w = case Seq.viewl (wmInbox m) of
     -- ended and nothing waits
     release sid (credit, waiting, ended) x =
       let (now, later) = splitAt credit waiting
-          x1 = say x [ StreamOut (fromIntegral sid) v | v <- now ]
+          -- output goes in runs of one or two, as a worker's packets cut them
+          x1 = say x [ StreamOut (fromIntegral sid) (fromIntegral (length run)) (B.concat run) | run <- pairs now ]
           left = (credit - length now, later, ended)
       in if ended && null later
            then (say x1 [StreamDone (fromIntegral sid)]) { wmStreams = M.delete sid (wmStreams x1) }
@@ -209,16 +226,17 @@ act w a = case a of
     Just j -> feed (FarmCancel (fromIntegral j)) w { wFarms = M.adjust (\f -> f { fmCancelled = True }) j (wFarms w) }
   Open n -> do
     let sid = wNextId w
-        input = [ BC.pack (show (sid, i)) | i <- [1 .. n] ]
+        input = [ element (show (sid, i)) | i <- [1 .. n] ]
     feed (OpenStream (fromIntegral sid) ref window)
          w { wNextId = sid + 1, wStreams = M.insert sid (StreamModel input window False [] 0 [] [] []) (wStreams w) }
   Caller k -> case pick k [ (s, m) | (s, m) <- M.toList (wStreams w), null (smEnds m), Right _ <- take 1 (smOpened m) ] of
     Nothing -> pure w
     Just (sid, m)
       | smUnread m > 0 -> feed (ConsumedStream (fromIntegral sid) (smUnread m)) (setStream sid m { smUnread = 0 })
-      | (x : rest) <- smInput m, smCredit m > 0 ->
-          feed (FeedStream (fromIntegral sid) (encodeBytes x))
-               (setStream sid m { smInput = rest, smCredit = smCredit m - 1, smSent = smSent m ++ [x] })
+      | (x : rest) <- smInput m, smCredit m > 0, Right worker : _ <- smOpened m ->
+          -- the caller's feeder writes input straight to the stream's worker
+          pure $ deliverTo worker (Input (fromIntegral sid) x)
+            w { wStreams = M.insert sid m { smInput = rest, smCredit = smCredit m - 1, smSent = smSent m ++ [x] } (wStreams w) }
       | null (smInput m), not (smEnded m) -> feed (EndStreamInput (fromIntegral sid)) (setStream sid m { smEnded = True })
       | otherwise -> pure w
   Session limit -> do

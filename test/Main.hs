@@ -15,6 +15,7 @@ import qualified CoreSpec
 import qualified ImportSpec
 import qualified WorkerStepSpec
 import qualified PacketSpec
+import qualified PacketRunSpec
 import System.Environment (lookupEnv)
 import Test.Hspec
 import qualified WireSpec
@@ -41,6 +42,7 @@ main = do
       ImportSpec.spec
       WorkerStepSpec.spec
       PacketSpec.spec
+      PacketRunSpec.spec
       TransportSpec.spec
       ConformanceSpec.spec
       EvolveScheduleSpec.spec

@@ -45,7 +45,7 @@ ref = TaskRef <$> fp <*> (T.unpack <$> text) <*> fp <*> fp
 genToWorker :: Gen ToWorker
 genToWorker = oneof
   [ RunBatch <$> arbitrary <*> ref <*> arbitrary, Args <$> arbitrary <*> bytes, pure Shutdown
-  , StreamOpen <$> arbitrary <*> ref, StreamIn <$> arbitrary <*> bytes, StreamEnd <$> arbitrary
+  , StreamOpen <$> arbitrary <*> ref, StreamIn <$> arbitrary <*> arbitrary <*> bytes, StreamEnd <$> arbitrary
   , StreamCredit <$> arbitrary <*> arbitrary, StreamClose <$> arbitrary, pure StatesReset
   , StateAdd <$> arbitrary <*> bytes, EvolveWith <$> ref, EvolveState <$> arbitrary <*> bytes
   , StateRelease <$> arbitrary
@@ -55,7 +55,7 @@ genToWorker = oneof
 genFromWorker :: Gen FromWorker
 genFromWorker = oneof
   [ Results <$> arbitrary <*> bytes, BatchDone <$> arbitrary <*> arbitrary, TaskThrew <$> arbitrary <*> arbitrary <*> text
-  , BatchRejected <$> arbitrary <*> text, StreamOut <$> arbitrary <*> bytes, StreamDone <$> arbitrary
+  , BatchRejected <$> arbitrary <*> text, StreamOut <$> arbitrary <*> arbitrary <*> bytes, StreamDone <$> arbitrary
   , StreamAborted <$> arbitrary <*> text, StreamTaken <$> arbitrary <*> arbitrary
   , StateEvolved <$> arbitrary <*> arbitrary <*> resize 5 (listOf ((,) <$> arbitrary <*> bytes))
   , EvolveThrew <$> arbitrary <*> text, EvolveRejected <$> text, StateReleased <$> arbitrary <*> bytes

@@ -10,7 +10,11 @@ import qualified Data.ByteString as B
 import qualified Data.Text as T
 import Data.Word (Word32, Word64, Word8)
 import GHC.Fingerprint (Fingerprint (..))
-import Herd.Packet (Encoder, encoderBytes)
+import Data.IORef
+import Herd.Packet (Encoder, appendToRun, encoderBytes, flushIdle, newSender, splitPacket)
+import Herd.Packet.Policy (PacketPolicy (..))
+import Herd.Wire.Staging (newStaging, stageValue, withStaged)
+import Herd.Wire.Tags (tagStreamIn, tagStreamOut)
 import Herd.Evolve.Function (lookupEvolver)
 import Herd.Process (lookupProcess, processRef)
 import Herd.Base (Range (..))
@@ -27,6 +31,22 @@ import Test.QuickCheck hiding (Args)
 ref :: TaskRef
 ref = TaskRef (Fingerprint 1 2) "square (Test:1:1)" (Fingerprint 3 4) (Fingerprint 5 6)
 
+-- The one message a sender makes of these values appended to a run.
+runMessage :: Word8 -> Word64 -> [Int] -> IO B.ByteString
+runMessage tag key xs = do
+  out <- newIORef []
+  -- the frame is the sender's own buffer: copy it now
+  sender <- newSender (PacketPolicy True 65536 10) (\frame -> let c = B.copy frame in c `seq` modifyIORef out (c :))
+  staging <- newStaging
+  forM_ xs $ \x -> do
+    n <- stageValue staging x
+    withStaged staging $ \p -> appendToRun sender tag key p n
+  flushIdle sender
+  frames <- readIORef out
+  case frames of
+    [frame] | Right [msg] <- splitPacket 10 (B.drop 4 frame) -> pure msg
+    _ -> fail ("expected one packet of one message, got " ++ show frames)
+
 roundTrip :: (a -> Encoder) -> (B.ByteString -> Either String a) -> a -> IO (Either String a)
 roundTrip enc dec msg = dec <$> encoderBytes (enc msg)
 
@@ -34,23 +54,22 @@ spec :: Spec
 spec = describe "Herd.Wire" $ do
   it "round-trips the farm and stream messages to a worker (every message: MessageSpec)" $ property $ \(sid :: Word64', n :: Word32, val :: [Word8]) -> ioProperty $ do
     let v = B.pack (1 : val)
-        msgs = [ RunBatch (unW sid) ref n, Args n v, Shutdown, StreamOpen (unW sid) ref, StreamIn (unW sid) v
+        msgs = [ RunBatch (unW sid) ref n, Args n v, Shutdown, StreamOpen (unW sid) ref, StreamIn (unW sid) n v
                , StreamEnd (unW sid), StreamCredit (unW sid) n, StreamClose (unW sid) ]
     outs <- mapM (roundTrip encodeToWorker decodeToWorker) msgs
     pure (outs === map Right msgs)
   it "round-trips the farm and stream messages to the master (every message: MessageSpec)" $ property $ \(sid :: Word64', n :: Word32, why :: String, val :: [Word8]) -> ioProperty $ do
     let v = B.pack val
         msgs = [ Results n v, BatchDone (unW sid) (unW sid), TaskThrew (unW sid) n (T.pack why)
-               , BatchRejected (unW sid) (T.pack why), StreamOut (unW sid) v, StreamDone (unW sid)
+               , BatchRejected (unW sid) (T.pack why), StreamOut (unW sid) n v, StreamDone (unW sid)
                , StreamAborted (unW sid) (T.pack why), StreamTaken (unW sid) n ]
     outs <- mapM (roundTrip encodeFromWorker decodeFromWorker) msgs
     pure (outs === map Right msgs)
   it "builds the hot-path messages as the general encoder does" $ property $ \(sid :: Word64', x :: Int, xs :: [Int]) -> ioProperty $ do
-    let val = valueEncoder x
-        args = x : xs
-    bytes <- encoderBytes val
-    i <- encoderBytes (streamInEncoder (unW sid) val)
-    o <- encoderBytes (streamOutEncoder (unW sid) val)
+    let args = x : xs
+    -- stream elements are appended to runs by a real packet sender
+    i <- runMessage tagStreamIn (unW sid) args
+    o <- runMessage tagStreamOut (unW sid) args
     Right table <- encodeArgs (taskCodecs squareTask) args
     a <- encoderBytes (argsEncoder table 0 (length args))
     all' <- B.concat <$> mapM (encoderBytes . valueEncoder) args
@@ -60,7 +79,8 @@ spec = describe "Herd.Wire" $ do
     r <- resultsEncoder scratch 0 (length args) >>= encoderBytes
     squares <- B.concat <$> mapM (encoderBytes . valueEncoder . (\y -> y * y)) args
     pure $ (decodeToWorker i, decodeFromWorker o, decodeToWorker a, decodeFromWorker r)
-       === ( Right (StreamIn (unW sid) bytes), Right (StreamOut (unW sid) bytes)
+       === ( Right (StreamIn (unW sid) (fromIntegral (length args)) all')
+           , Right (StreamOut (unW sid) (fromIntegral (length args)) all')
            , Right (Args (fromIntegral (length args)) all'), Right (Results (fromIntegral (length args)) squares) )
   it "round-trips the handshake" $ do
     let hello = WorkerHello protocolVersion (B.replicate 32 7) 1234 (T.pack "host") (T.pack "ssh:host") True

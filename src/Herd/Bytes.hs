@@ -8,6 +8,7 @@ module Herd.Bytes
   , word32At
   , word64At
   , pokeBE
+  , peekPtrBE
   , bytesBE
   ) where
 
@@ -16,7 +17,7 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Unsafe as BU
 import Data.Word (Word64, Word8)
 import Foreign.Ptr (Ptr)
-import Foreign.Storable (pokeByteOff)
+import Foreign.Storable (peekByteOff, pokeByteOff)
 
 -- | The @n@-byte big-endian number at an offset.
 peekBE :: Int -> B.ByteString -> Int -> Word64
@@ -47,6 +48,17 @@ pokeBE n p off w = go 0
           pokeByteOff p (off + i) (fromIntegral (w `shiftR` (8 * (n - 1 - i))) :: Word8)
           go (i + 1)
 {-# INLINE pokeBE #-}
+
+-- | The @n@-byte big-endian number at a pointer and offset.
+peekPtrBE :: Int -> Ptr Word8 -> Int -> IO Word64
+peekPtrBE n p off = go 0 0
+  where
+    go !acc !i
+      | i == n = pure acc
+      | otherwise = do
+          b <- peekByteOff p (off + i) :: IO Word8
+          go ((acc `shiftL` 8) .|. fromIntegral b) (i + 1)
+{-# INLINE peekPtrBE #-}
 
 -- | A number as @n@ big-endian bytes.
 bytesBE :: Int -> Word64 -> [Word8]

@@ -35,6 +35,8 @@ module Herd.Master
     -- * Stream processes (used by "Herd.Stream")
   , StreamEnds (..)
   , StreamEvent (..)
+  , StreamInput
+  , streamId
   , openStream
   , feedStream
   , endStreamInput
@@ -55,7 +57,8 @@ import Control.Exception
 import Control.Monad
 import Data.IORef
 import qualified Data.Map.Strict as M
-import Data.Word (Word64)
+import Data.Word (Word64, Word8)
+import Foreign.Ptr (Ptr)
 import Herd.Auth
 import Herd.BuildId (buildIdentity)
 import Herd.Config
@@ -78,6 +81,7 @@ import Herd.Master.Types
 import Herd.Packet
 import Herd.Scheduler (JobStats)
 import Herd.Task (TaskRef (..))
+import Herd.Wire.Tags (tagStreamIn)
 import Herd.Transport
 import Herd.Transport.Tcp
 import Herd.Transport.Unix (listenUnix, acceptUnix)
@@ -190,19 +194,29 @@ runJob cluster spec = do
   shellRegister sh True (RegisterFarm jid spec reply) [FarmSubmit jid job]
   takeMVar reply `onException` shellRegister sh True (Forget (Just jid) Nothing) [FarmCancel jid]
 
+-- | Where an open stream's input goes: its number and its worker's
+-- packet sender.
+data StreamInput = StreamInput
+  { streamId     :: !Word64   -- ^ the stream's number
+  , streamSender :: !Sender
+  }
+
 -- | Open a stream process of this reference on the least loaded worker,
--- with this flow window; returns its number.
-openStream :: Cluster -> TaskRef -> StreamEnds -> IO Word64
+-- with this flow window.
+openStream :: Cluster -> TaskRef -> StreamEnds -> IO StreamInput
 openStream cluster ref ends = do
   sid <- freshId cluster
   reply <- newEmptyMVar
   shellRegister (clShell cluster) True (RegisterStream sid ends reply)
     [OpenStream sid ref (configStreamWindow (clConfig cluster))]
-  either throwIO (const (pure sid)) =<< takeMVar reply
+  either throwIO (pure . StreamInput sid) =<< takeMVar reply
 
--- | Send one input element of a stream (buffered with the others).
-feedStream :: Cluster -> Word64 -> Encoder -> IO ()
-feedStream cluster sid enc = shellStep (clShell cluster) False [FeedStream sid enc]
+-- | Send one input element of a stream, encoded (these bytes): appended to the run of elements
+-- buffered for its worker ('appendToRun'), without a step of the core
+-- (which only routes the stream's other messages). The caller counts the
+-- credit.
+feedStream :: StreamInput -> Ptr Word8 -> Int -> IO ()
+feedStream input = appendToRun (streamSender input) tagStreamIn (streamId input)
 
 -- | The stream's input ended.
 endStreamInput :: Cluster -> Word64 -> IO ()
@@ -213,9 +227,10 @@ endStreamInput cluster sid = shellStep (clShell cluster) True [EndStreamInput si
 consumedStream :: Cluster -> Word64 -> Int -> IO ()
 consumedStream cluster sid k = shellStep (clShell cluster) True [ConsumedStream sid k]
 
--- | The caller has no more input to send for now: send what is buffered.
-flushStream :: Cluster -> Word64 -> IO ()
-flushStream cluster sid = shellStep (clShell cluster) False [FlushStream sid]
+-- | The caller has no more input to send for now: send what is buffered
+-- for the stream's worker.
+flushStream :: StreamInput -> IO ()
+flushStream = flushIdle . streamSender
 
 -- | Stop a stream process early: its worker stops it, and late output is
 -- dropped.

@@ -26,8 +26,12 @@ module Herd.Packet
   , packetOf
   , sendMessage
   , sendMessages
+  , sendValues
   , flushIdle
   , senderRoom
+    -- * Runs of values
+  , appendToRun
+  , runHeadBytes
     -- * Receiving
   , splitPacket
     -- * Statistics
@@ -41,19 +45,21 @@ module Herd.Packet
 
 import Control.Concurrent (forkIO, threadDelay)
 import Control.Concurrent.MVar
-import Control.Exception (mask, onException)
+import Control.Exception (mask, mask_, onException)
 import Control.Monad (void, when)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import Data.IORef
-import qualified Data.Map.Strict as M
-import Data.Word (Word32, Word8)
+import Data.Word (Word32, Word64, Word8)
 import Foreign.ForeignPtr (ForeignPtr, withForeignPtr, mallocForeignPtrBytes)
+import Foreign.Marshal.Utils (copyBytes)
 import Foreign.Ptr (Ptr, plusPtr)
+import Foreign.Storable (pokeByteOff)
 import Herd.Clock (monotonicSeconds)
 import Herd.Packet.Policy
+import Herd.Packet.Stats
 import Herd.Base (Encoder (..), encodeBytes, encoderBytes)
-import Herd.Bytes (bytesBE, pokeBE)
+import Herd.Bytes (bytesBE, peekPtrBE, pokeBE)
 import Herd.Packet.Split (splitPacket)
 
 -- | One packet holding these messages, whatever their size (for tests and
@@ -65,51 +71,6 @@ packetOf encs = do
   pure (B.concat (header (length bodies) : concatMap (\b -> [header (B.length b), b]) bodies))
   where word32Bytes n = bytesBE 4 (fromIntegral n)
 
--- | Per-peer packet statistics.
-data PeerStats = PeerStats
-  { packetsSent      :: !Int
-  , messagesSent     :: !Int
-  , bytesSent        :: !Int
-  , maxSentPerPacket :: !Int
-  , flushesBy        :: !(M.Map FlushReason Int)  -- ^ packets sent, by the rule that sent them
-  , packetsReceived  :: !Int
-  , messagesReceived :: !Int
-  , bytesReceived    :: !Int
-  , maxReceivedPerPacket :: !Int
-  } deriving (Eq, Show)
-
--- | No traffic yet.
-noPeerStats :: PeerStats
-noPeerStats = PeerStats 0 0 0 0 M.empty 0 0 0 0
-
--- | Messages per packet sent and received (0 when none).
-meanPerPacket :: PeerStats -> (Double, Double)
-meanPerPacket s = (ratio (messagesSent s) (packetsSent s), ratio (messagesReceived s) (packetsReceived s))
-  where ratio a b = if b == 0 then 0 else fromIntegral a / fromIntegral b
-
--- | Sum two peers' statistics (maxima are maxima).
-addPeerStats :: PeerStats -> PeerStats -> PeerStats
-addPeerStats a b = PeerStats
-  { packetsSent = packetsSent a + packetsSent b
-  , messagesSent = messagesSent a + messagesSent b
-  , bytesSent = bytesSent a + bytesSent b
-  , maxSentPerPacket = max (maxSentPerPacket a) (maxSentPerPacket b)
-  , flushesBy = M.unionWith (+) (flushesBy a) (flushesBy b)
-  , packetsReceived = packetsReceived a + packetsReceived b
-  , messagesReceived = messagesReceived a + messagesReceived b
-  , bytesReceived = bytesReceived a + bytesReceived b
-  , maxReceivedPerPacket = max (maxReceivedPerPacket a) (maxReceivedPerPacket b)
-  }
-
--- | Count a received packet of this many messages and bytes.
-countReceived :: Int -> Int -> PeerStats -> PeerStats
-countReceived msgs bytes s = s
-  { packetsReceived = packetsReceived s + 1
-  , messagesReceived = messagesReceived s + msgs
-  , bytesReceived = bytesReceived s + bytes
-  , maxReceivedPerPacket = max (maxReceivedPerPacket s) msgs
-  }
-
 -- | One peer's send buffer. Safe to use from several threads.
 data Sender = Sender
   { sLock     :: !(MVar ())
@@ -117,6 +78,8 @@ data Sender = Sender
     -- ^ room for the frame's 4-byte length and the packet's 4-byte count,
     -- then the messages: a packet leaves framed, straight from here
   , sFill     :: !(IORef Fill)
+  , sRun      :: !(IORef OpenRun)             -- ^ the run message the next value may join
+  , sValues   :: !(IORef Int)                 -- ^ values buffered (for statistics)
   , sArmed    :: !(IORef Bool)                -- ^ a timer thread is watching the buffer
   , sStats    :: !(IORef PeerStats)
   , sPolicy   :: !PacketPolicy
@@ -131,7 +94,7 @@ data Sender = Sender
 newSender :: PacketPolicy -> (B.ByteString -> IO ()) -> IO Sender
 newSender policy out = do
   buf <- newBuffer policy
-  Sender <$> newMVar () <*> newIORef buf <*> newIORef emptyFill <*> newIORef False
+  Sender <$> newMVar () <*> newIORef buf <*> newIORef emptyFill <*> newIORef NoRun <*> newIORef 0 <*> newIORef False
          <*> newIORef noPeerStats <*> pure policy <*> pure out
 
 newBuffer :: PacketPolicy -> IO (ForeignPtr Word8)
@@ -151,13 +114,69 @@ senderStats s = readIORef (sStats s)
 
 -- | Add one message.
 sendMessage :: Sender -> Urgency -> Encoder -> IO ()
-sendMessage s urgency enc = withLock s $ \now -> addOne s now urgency enc
+sendMessage s urgency enc = withLock s $ \now -> addMessage s now urgency 1 enc
+
+-- | Add one message that carries this many values (a run of a batch's
+-- arguments or results), counted as such in the statistics.
+sendValues :: Sender -> Urgency -> Int -> Encoder -> IO ()
+sendValues s urgency k enc = withLock s $ \now -> addMessage s now urgency k enc
 
 -- | Add several messages in order, under one hold of the buffer (cheaper
 -- than one 'sendMessage' each). The encoders are consumed lazily; an
 -- encoder that throws stops there, after the messages before it.
 sendMessages :: Sender -> Urgency -> [Encoder] -> IO ()
-sendMessages s urgency encs = withLock s $ \now -> mapM_ (addOne s now urgency) encs
+sendMessages s urgency encs = withLock s $ \now -> mapM_ (addMessage s now urgency 1) encs
+
+-- A message that values cannot join: the next value starts a run of its own.
+addMessage :: Sender -> Double -> Urgency -> Int -> Encoder -> IO ()
+addMessage s now urgency k enc = addOne s now urgency k enc >> writeIORef (sRun s) NoRun
+
+-- Where the buffer's last message is a run that values may join: its tag,
+-- its key, and the offset of its length in the buffer.
+data OpenRun = NoRun | OpenRun !Word8 !Word64 !Int
+
+-- | Add one value, already encoded (these bytes), to the run message of
+-- this tag and key (a stream's elements, say): appended to that message
+-- when it is the last one buffered and the rules allow ('appendsToRun'),
+-- so a run of values costs one message header, not one each; otherwise
+-- as the first value of a new run message, added like any other (so with
+-- chunking off every value is a message of its own, sent at once). The
+-- message reads: the tag, the key, the count of values, then their
+-- encodings back to back ('runHeadBytes'). The common case is a copy
+-- under the lock: no clock, no allocation beyond the fill, no handler
+-- (nothing in it can throw); the timer sends the buffer when its oldest
+-- message is due, whatever its last one is.
+appendToRun :: Sender -> Word8 -> Word64 -> Ptr Word8 -> Int -> IO ()
+appendToRun s tag key src size = mask_ $ do
+  takeMVar (sLock s)
+  fill <- readIORef (sFill s)
+  open <- readIORef (sRun s)
+  case open of
+    OpenRun t k at | t == tag, k == key, appendsToRun (sPolicy s) size fill -> do
+      buf <- readIORef (sBuffer s)
+      withForeignPtr buf $ \p -> do
+        copyBytes (p `plusPtr` (headerBytes + fillBytes fill)) src size
+        len <- peekPtrBE 4 p at
+        pokeBE 4 p at (len + fromIntegral size)
+        count <- peekPtrBE 4 p (at + 4 + 9)
+        pokeBE 4 p (at + 4 + 9) (count + 1)
+      writeIORef (sFill s) $! fillAfterAppend size fill
+      modifyIORef' (sValues s) (+ 1)
+      putMVar (sLock s) ()
+    _ -> do
+      -- a new run message: the general path (it may flush, so it may
+      -- block or throw in the transport; the lock is given back then)
+      flip onException (putMVar (sLock s) ()) $ do
+        now <- monotonicSeconds
+        placed <- addOne s now Bulk 1 $ Encoder (runHeadBytes + size) $ \p -> do
+          pokeByteOff p 0 tag
+          pokeBE 8 p 1 key
+          pokeBE 4 p 9 1
+          copyBytes (p `plusPtr` runHeadBytes) src size
+        writeIORef (sRun s) $! maybe NoRun (OpenRun tag key) placed
+      arm <- needsTimer s
+      putMVar (sLock s) ()
+      when arm $ void (forkIO (timerLoop s))
 
 -- | How many bytes of body the next message may have to join what is
 -- buffered ('roomFor'): a sender of runs of values fills its message to
@@ -218,46 +237,52 @@ timerLoop s = do
       putMVar (sLock s) ()
       pure r
 
--- Add one message, with the lock held.
-addOne :: Sender -> Double -> Urgency -> Encoder -> IO ()
-addOne s now urgency enc@(Encoder size write) = do
+-- Add one message, with the lock held; where its length is in the buffer
+-- if it stays buffered.
+addOne :: Sender -> Double -> Urgency -> Int -> Encoder -> IO (Maybe Int)
+addOne s now urgency k enc@(Encoder size write) = do
   fill <- readIORef (sFill s)
   if joinsQuietly (sPolicy s) now urgency size fill
     then do
       -- the common case, decided without building a plan
       buf <- readIORef (sBuffer s)
+      let at = headerBytes + fillBytes fill
       withForeignPtr buf $ \p -> do
-        let at = p `plusPtr` (headerBytes + fillBytes fill)
-        write (at `plusPtr` 4)
-        pokeWord32 at (fromIntegral size)
+        write (p `plusPtr` (at + 4))
+        pokeWord32 (p `plusPtr` at) (fromIntegral size)
       writeIORef (sFill s) $! fill { fillBytes = fillBytes fill + size + messageOverhead
                                    , fillCount = fillCount fill + 1 }
-    else addPlanned s now urgency enc fill
+      modifyIORef' (sValues s) (+ k)
+      pure (Just at)
+    else addPlanned s now urgency k enc fill
 
-addPlanned :: Sender -> Double -> Urgency -> Encoder -> Fill -> IO ()
-addPlanned s now urgency enc@(Encoder size write) fill = do
+addPlanned :: Sender -> Double -> Urgency -> Int -> Encoder -> Fill -> IO (Maybe Int)
+addPlanned s now urgency k enc@(Encoder size write) fill = do
   let plan = planAdd (sPolicy s) now urgency size fill
   mapM_ (flush s) (planBefore plan)
   case planAlone plan of
-    Just why -> sendAlone s why enc
+    Just why -> Nothing <$ sendAlone s why k enc
     Nothing -> do
       base <- readIORef (sFill s)
       buf <- readIORef (sBuffer s)
+      let at = headerBytes + fillBytes base
       withForeignPtr buf $ \p -> do
-        let at = p `plusPtr` (headerBytes + fillBytes base)
-        write (at `plusPtr` 4)     -- may throw: the fill is not advanced then
-        pokeWord32 at (fromIntegral size)
+        write (p `plusPtr` (at + 4))     -- may throw: the fill is not advanced then
+        pokeWord32 (p `plusPtr` at) (fromIntegral size)
       writeIORef (sFill s) $! fillAfterAdd now size plan { planBefore = Nothing } base
-      mapM_ (flush s) (planAfter plan)
+      modifyIORef' (sValues s) (+ k)
+      case planAfter plan of
+        Just why -> Nothing <$ flush s why
+        Nothing -> pure (Just at)
 
-sendAlone :: Sender -> FlushReason -> Encoder -> IO ()
-sendAlone s why (Encoder size write) = do
+sendAlone :: Sender -> FlushReason -> Int -> Encoder -> IO ()
+sendAlone s why k (Encoder size write) = do
   frame <- BI.create (headerBytes + 4 + size) $ \p -> do
     write (p `plusPtr` (headerBytes + 4))
     pokeWord32 p (fromIntegral (4 + 4 + size))
     pokeWord32 (p `plusPtr` 4) 1
     pokeWord32 (p `plusPtr` headerBytes) (fromIntegral size)
-  record s why 1 (B.length frame - 4)
+  record s why 1 k (B.length frame - 4)
   sOut s frame
 
 -- Send the buffer as a packet, with the lock held.
@@ -273,17 +298,14 @@ flush s why = do
       pokeWord32 p (fromIntegral packetBytes)
       pokeWord32 (p `plusPtr` 4) (fromIntegral (fillCount fill))
     writeIORef (sFill s) emptyFill
-    record s why (fillCount fill) packetBytes
+    writeIORef (sRun s) NoRun
+    values <- readIORef (sValues s)
+    writeIORef (sValues s) 0
+    record s why (fillCount fill) values packetBytes
     sOut s (BI.fromForeignPtr buf 0 (4 + packetBytes))
 
-record :: Sender -> FlushReason -> Int -> Int -> IO ()
-record s why msgs bytes = modifyIORef' (sStats s) $ \st -> st
-  { packetsSent = packetsSent st + 1
-  , messagesSent = messagesSent st + msgs
-  , bytesSent = bytesSent st + bytes
-  , maxSentPerPacket = max (maxSentPerPacket st) msgs
-  , flushesBy = M.insertWith (+) why 1 (flushesBy st)
-  }
+record :: Sender -> FlushReason -> Int -> Int -> Int -> IO ()
+record s why msgs values bytes = modifyIORef' (sStats s) (countSent why msgs values bytes)
 
 pokeWord32 :: Ptr Word8 -> Word32 -> IO ()
 pokeWord32 p w = pokeBE 4 p 0 (fromIntegral w)

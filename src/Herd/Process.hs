@@ -16,7 +16,7 @@ module Herd.Process
     -- * For the drivers
   , ProcessRunner (..)
   , processRef
-  , processInEncoder
+  , processInStager
   , processOutDecoder
   , lookupProcess
   ) where
@@ -26,9 +26,10 @@ import qualified Data.ByteString as B
 import Data.Store (Store)
 import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
 import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
-import Herd.Base (Encoder, TaskRef)
+import Herd.Base (TaskRef)
 import Herd.Closure
-import Herd.Wire.Value (decodeValue, forcedEncoder, valueEncoder)
+import Herd.Wire.Staging (Staging, stageValue)
+import Herd.Wire.Value (decodeValues)
 
 -- | A function from a stream of @a@ to a stream of @b@ that a worker can
 -- run: a 'Closure'. Build one with 'process' inside a @static@ form.
@@ -36,16 +37,21 @@ type Process a b = Closure (ProcessCodecs a b) ProcessRunner
 
 -- | The caller's side of a stream process.
 data ProcessCodecs a b = ProcessCodecs
-  { encodeIn  :: a -> Encoder
-  , decodeOut :: B.ByteString -> Either String b
+  { stageIn   :: Staging -> a -> IO Int
+    -- ^ encode one input element into the staging buffer; its size
+  , decodeOut :: Int -> B.ByteString -> Either (Int, String) [b]
+    -- ^ a run of this many output elements ('Herd.Wire.Value.decodeValues')
   }
 
 -- | The type-erased side of a process that a worker runs.
 newtype ProcessRunner = ProcessRunner
-  { prRun :: [B.ByteString] -> [IO Encoder]
-    -- ^ from the encoded input elements (decoded lazily, as the function
-    -- demands them; one that does not decode throws) to the output
-    -- elements, each an action that forces it and gives its encoder
+  { prRun :: [(Int, B.ByteString)] -> Staging -> (Int -> IO ()) -> IO ()
+    -- ^ given the runs of encoded input elements (each run a count and
+    -- the encodings back to back, decoded as the function reaches it; one
+    -- that does not decode throws, naming the element), run the function
+    -- and, for each output element in order, encode it into the staging
+    -- buffer and call the sink with its size. Throws what the function
+    -- throws.
   }
 
 -- | Wrap a list function so it can be shipped as a static pointer.
@@ -56,13 +62,17 @@ process f = Closure
   , closureIn = typeRepFingerprint (typeRep (Proxy :: Proxy a))
   , closureOut = typeRepFingerprint (typeRep (Proxy :: Proxy b))
   , closureTypes = "[" ++ show (typeRep (Proxy :: Proxy a)) ++ "] -> [" ++ show (typeRep (Proxy :: Proxy b)) ++ "]"
-  , closureCodecs = ProcessCodecs valueEncoder decodeValue
-  , closureRunner = ProcessRunner $ \inputs -> map forcedEncoder (f (zipWith decodeOrThrow [0 :: Int ..] inputs))
+  , closureCodecs = ProcessCodecs stageValue decodeValues
+  , closureRunner = ProcessRunner $ \runs staging sink ->
+      mapM_ (\y -> stageValue staging y >>= sink) (f (decodeRuns 0 runs))
   }
   where
-    decodeOrThrow i bytes = case decodeValue bytes of
-      Right x -> x
-      Left why -> throw (ErrorCall ("input element " ++ show i ++ " does not decode: " ++ why))
+    -- each run is decoded whole when the function reaches its first element
+    decodeRuns :: Int -> [(Int, B.ByteString)] -> [a]
+    decodeRuns _ [] = []
+    decodeRuns i ((k, bytes) : rest) = case decodeValues k bytes of
+      Right xs -> xs ++ decodeRuns (i + k) rest
+      Left (j, why) -> throw (ErrorCall ("input element " ++ show (i + j) ++ " does not decode: " ++ why))
 
 -- | Give a process a name for error messages ('named').
 namedProcess :: String -> Process a b -> Process a b
@@ -72,12 +82,14 @@ namedProcess = named
 processRef :: StaticPtr (Process a b) -> TaskRef
 processRef = closureRef
 
--- | The caller's encoder for one input element.
-processInEncoder :: StaticPtr (Process a b) -> a -> Encoder
-processInEncoder ptr = encodeIn (closureCodecs (deRefStaticPtr ptr))
+-- | The caller's encoder of one input element into a staging buffer
+-- (its size).
+processInStager :: StaticPtr (Process a b) -> Staging -> a -> IO Int
+processInStager ptr = stageIn (closureCodecs (deRefStaticPtr ptr))
 
--- | The caller's decoder for one output element.
-processOutDecoder :: StaticPtr (Process a b) -> B.ByteString -> Either String b
+-- | The caller's decoder for a run of this many output elements ('Left':
+-- the first that does not decode, counting from 0 in the run, and why).
+processOutDecoder :: StaticPtr (Process a b) -> Int -> B.ByteString -> Either (Int, String) [b]
 processOutDecoder ptr = decodeOut (closureCodecs (deRefStaticPtr ptr))
 
 -- | Find a process in this binary's static pointer table, checking its

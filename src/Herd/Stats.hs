@@ -13,7 +13,7 @@ module Herd.Stats
   ) where
 
 import qualified Data.Map.Strict as M
-import Herd.Packet (PeerStats (..), meanPerPacket)
+import Herd.Packet (PeerStats (..))
 import Herd.Packet.Policy (allFlushReasons)
 import Herd.Report (fixed, renderTable)
 import Herd.Scheduler (JobStats (..), WorkerStats (..))
@@ -34,17 +34,21 @@ renderStats s =
     | w <- jobWorkerStats s ]
 
 -- | A table of per-link packet statistics (from
--- 'Herd.Master.clusterPacketStats'): packets and messages each way,
--- messages per packet (mean and largest), bytes, and how many packets each
--- flush rule sent from the master.
+-- 'Herd.Master.clusterPacketStats'): packets, messages and values each
+-- way, values per packet (mean and largest), bytes, and how many packets
+-- each flush rule sent from the master.
 renderPacketStats :: [(Int, PeerStats)] -> String
 renderPacketStats links =
-  renderTable ["worker", "pkts out", "msgs out", "msgs/pkt", "max", "bytes out", "pkts in", "msgs in", "msgs/pkt", "max", "bytes in"]
-    [ [ show w, show (packetsSent p), show (messagesSent p), fixed 1 out, show (maxSentPerPacket p), show (bytesSent p)
-      , show (packetsReceived p), show (messagesReceived p), fixed 1 inn, show (maxReceivedPerPacket p)
+  renderTable ["worker", "pkts out", "msgs out", "values out", "values/pkt", "max", "bytes out"
+              , "pkts in", "msgs in", "values in", "values/pkt", "max", "bytes in"]
+    [ [ show w, show (packetsSent p), show (messagesSent p), show (valuesSent p)
+      , fixed 1 (per (valuesSent p) (packetsSent p)), show (maxValuesSentPerPacket p), show (bytesSent p)
+      , show (packetsReceived p), show (messagesReceived p), show (valuesReceived p)
+      , fixed 1 (per (valuesReceived p) (packetsReceived p)), show (maxValuesReceivedPerPacket p)
       , show (bytesReceived p) ]
-    | (w, p) <- links, let (out, inn) = meanPerPacket p ]
+    | (w, p) <- links ]
   ++ "packets sent by rule: "
   ++ unwords [ drop 5 (show r) ++ "=" ++ show n
              | r <- allFlushReasons, let n = sum [ M.findWithDefault 0 r (flushesBy p) | (_, p) <- links ], n > 0 ]
   ++ "\n"
+  where per a b = if b == 0 then 0 else fromIntegral a / fromIntegral b :: Double

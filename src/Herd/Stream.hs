@@ -32,6 +32,7 @@ import Control.Concurrent (ThreadId, forkIO, killThread)
 import Control.Concurrent.STM
 import Control.Exception
 import Control.Monad (when)
+import qualified Data.ByteString as B
 import Data.IORef
 import Data.Word (Word64)
 import GHC.StaticPtr (StaticPtr)
@@ -39,6 +40,7 @@ import Herd.Config (Config (..))
 import Herd.Error (HerdError (..))
 import Herd.Master
 import Herd.Process
+import Herd.Wire.Staging (newStaging, withStaged)
 import Herd.Task (refName)
 import System.IO.Unsafe (unsafeInterleaveIO)
 
@@ -67,32 +69,34 @@ start cluster ptr xs = do
   let window = configStreamWindow (clusterConfig cluster)
       ref = processRef ptr
       name = refName ref
-      encodeIn = processInEncoder ptr
+      stage = processInStager ptr
       decodeOut = processOutDecoder ptr
       half = max 1 (window `div` 2)
   ends <- StreamEnds <$> newTQueueIO <*> newTVarIO window
-  sid <- openStream cluster ref ends
-  let credit = endsCredit ends
+  input <- openStream cluster ref ends
+  let sid = streamId input
+      credit = endsCredit ends
       -- take all the credit granted so far at once, so the STM cost is per
       -- grant, not per element
       takeCredit = do
         granted <- atomically $ swapTVar credit 0
         if granted > 0 then pure granted else do
           -- nothing else to send until the worker takes more: flush
-          flushStream cluster sid
+          flushStream input
           atomically $ do
             c <- readTVar credit
             when (c <= 0) retry
             writeTVar credit 0
             pure c
-      feed _ [] = endStreamInput cluster sid
-      feed free (y : ys) = do
+      feed _ _ [] = endStreamInput cluster sid
+      feed staging free (y : ys) = do
         free' <- if free > 0 then pure free else takeCredit
-        enc <- evaluate (encodeIn y)
-        feedStream cluster sid enc
-        feed (free' - 1) ys
+        n <- stage staging y
+        withStaged staging $ \p -> feedStream input p n
+        feed staging (free' - 1) ys
       feeder = do
-        outcome <- try (feed (0 :: Int) xs)
+        staging <- newStaging
+        outcome <- try (feed staging (0 :: Int) xs)
         case outcome of
           Right () -> pure ()
           Left (e :: SomeException)
@@ -110,18 +114,19 @@ start cluster ptr xs = do
         case event of
           StreamFinished -> pure []
           StreamBroken why -> throwIO (StreamFailed name why)
-          StreamElements encoded -> do
-            let k = length encoded
+          StreamElements runs -> do
+            let k = sum (map fst runs)
             total <- atomicModifyIORef' consumed (\c -> (c + k, c + k))
             when (total >= half) $ do
               writeIORef consumed 0
               consumedStream cluster sid total
             rest <- unsafeInterleaveIO next
-            pure (map (decodeOrThrow name decodeOut) encoded ++ rest)
+            pure (foldr (\run more -> decodeOrThrow name decodeOut run ++ more) rest runs)
   out <- unsafeInterleaveIO next
   pure (sid, tid, out)
 
-decodeOrThrow :: String -> (b' -> Either String b) -> b' -> b
-decodeOrThrow name decode bytes = case decode bytes of
-  Right y -> y
-  Left why -> throw (StreamFailed name ("an output element does not decode: " ++ why))
+-- A run of output elements, decoded whole when the caller reaches it.
+decodeOrThrow :: String -> (Int -> B.ByteString -> Either (Int, String) [b]) -> (Int, B.ByteString) -> [b]
+decodeOrThrow name decode (k, bytes) = case decode k bytes of
+  Right ys -> ys
+  Left (_, why) -> throw (StreamFailed name ("an output element does not decode: " ++ why))

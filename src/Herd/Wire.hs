@@ -29,9 +29,6 @@ module Herd.Wire
   , decodeToWorker
   , encodeFromWorker
   , decodeFromWorker
-    -- * Encoders for the hot paths
-  , streamInEncoder
-  , streamOutEncoder
   ) where
 
 import Control.Monad (replicateM)
@@ -43,7 +40,7 @@ import qualified Data.ByteString.Unsafe as BU
 import Data.Word (Word32, Word64, Word8)
 import Foreign.Ptr (plusPtr)
 import Foreign.Storable (pokeByteOff)
-import Herd.Packet.Policy (Urgency (..))
+import Herd.Packet.Policy (Urgency (..), runHeadBytes)
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Base (Encoder (..), TaskRef (..), encodeBytes)
 import Herd.Bytes (pokeBE, word32At, word64At)
@@ -65,7 +62,9 @@ data ToWorker
     -- encodings back to back ("Herd.Wire.Batch")
   | Shutdown                    -- ^ stop serving and exit
   | StreamOpen !Word64 !TaskRef -- ^ instantiate a stream process under this number
-  | StreamIn !Word64 !B.ByteString  -- ^ one input element
+  | StreamIn !Word64 !Word32 !B.ByteString
+    -- ^ the next input elements, this many, their @store@ encodings back
+    -- to back (a run message of the packet layer: 'Herd.Packet.appendToRun')
   | StreamEnd !Word64           -- ^ the input list ended
   | StreamCredit !Word64 !Word32    -- ^ the caller consumed this many more output elements
   | StreamClose !Word64         -- ^ the caller wants no more output: stop the process
@@ -100,7 +99,8 @@ data FromWorker
     -- ^ The task at this position of the batch threw (results before it
     -- were sent; none after it will be).
   | BatchRejected !Word64 !Text  -- ^ the function cannot run here; no result was sent
-  | StreamOut !Word64 !B.ByteString  -- ^ one output element
+  | StreamOut !Word64 !Word32 !B.ByteString
+    -- ^ the next output elements, this many, their encodings back to back
   | StreamDone !Word64           -- ^ the output list ended
   | StreamAborted !Word64 !Text   -- ^ the process threw, or could not start
   | StreamTaken !Word64 !Word32  -- ^ the process consumed this many more input elements
@@ -143,7 +143,7 @@ toWorkerUrgency msg = case msg of
   RunBatch {} -> Bulk
   Args _ _ -> Bulk
   StreamOpen _ _ -> Bulk
-  StreamIn _ _ -> Bulk
+  StreamIn {} -> Bulk
   StateAdd _ _ -> Bulk
   EvolveWith _ -> Bulk
   EvolveState _ _ -> Bulk
@@ -154,7 +154,7 @@ fromWorkerUrgency :: FromWorker -> Urgency
 fromWorkerUrgency msg = case msg of
   Results _ _ -> Bulk
   BatchDone _ _ -> Bulk
-  StreamOut _ _ -> Bulk
+  StreamOut {} -> Bulk
   _ -> Urgent
 
 -- | The encoder of a message to a worker.
@@ -163,7 +163,7 @@ encodeToWorker :: ToWorker -> Encoder
 encodeToWorker (Ping n pad) = taggedStream tagPing n (encodeBytes pad)
 encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
     Args k v -> putWord8 tagArgs <> putWord32 k <> BB.byteString v
-    StreamIn sid v -> putWord8 tagStreamIn <> putWord64 sid <> BB.byteString v
+    StreamIn sid k v -> putWord8 tagStreamIn <> putWord64 sid <> putWord32 k <> BB.byteString v
     RunBatch bid ref count -> putWord8 tagRunBatch <> putWord64 bid <> putRef ref <> putWord32 count
     Shutdown -> putWord8 tagShutdown
     StreamOpen sid ref -> putWord8 tagStreamOpen <> putWord64 sid <> putRef ref
@@ -183,7 +183,8 @@ encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
 decodeToWorker :: B.ByteString -> Either String ToWorker
 decodeToWorker bs
   | B.length bs >= 5 && BU.unsafeHead bs == tagArgs = Right (Args (fromIntegral (word32At bs 1)) (BU.unsafeDrop 5 bs))   -- the hot path
-  | B.length bs >= 9 && BU.unsafeHead bs == tagStreamIn = Right (StreamIn (word64At bs 1) (BU.unsafeDrop 9 bs))
+  | B.length bs >= runHeadBytes && BU.unsafeHead bs == tagStreamIn =
+      Right (StreamIn (word64At bs 1) (fromIntegral (word32At bs 9)) (BU.unsafeDrop runHeadBytes bs))
   | otherwise = decodeToWorkerSlow bs
 
 decodeToWorkerSlow :: B.ByteString -> Either String ToWorker
@@ -194,7 +195,7 @@ decodeToWorkerSlow = runGet $ do
       | tag == tagArgs -> Args <$> getWord32 <*> getRest
       | tag == tagShutdown -> pure Shutdown
       | tag == tagStreamOpen -> StreamOpen <$> getWord64 <*> getRef
-      | tag == tagStreamIn -> StreamIn <$> getWord64 <*> getRest
+      | tag == tagStreamIn -> StreamIn <$> getWord64 <*> getWord32 <*> getRest
       | tag == tagStreamEnd -> StreamEnd <$> getWord64
       | tag == tagStreamCredit -> StreamCredit <$> getWord64 <*> getWord32
       | tag == tagStreamClose -> StreamClose <$> getWord64
@@ -218,7 +219,7 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   BatchDone bid busy -> putWord8 tagBatchDone <> putWord64 bid <> putWord64 busy
   TaskThrew bid pos why -> putWord8 tagTaskThrew <> putWord64 bid <> putWord32 pos <> putText why
   BatchRejected bid why -> putWord8 tagBatchRejected <> putWord64 bid <> putText why
-  StreamOut sid v -> putWord8 tagStreamOut <> putWord64 sid <> BB.byteString v
+  StreamOut sid k v -> putWord8 tagStreamOut <> putWord64 sid <> putWord32 k <> BB.byteString v
   StreamDone sid -> putWord8 tagStreamDone <> putWord64 sid
   StreamAborted sid why -> putWord8 tagStreamAborted <> putWord64 sid <> putText why
   StreamTaken sid n -> putWord8 tagStreamTaken <> putWord64 sid <> putWord32 n
@@ -238,7 +239,8 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
 decodeFromWorker :: B.ByteString -> Either String FromWorker
 decodeFromWorker bs
   | B.length bs >= 5 && BU.unsafeHead bs == tagResults = Right (Results (fromIntegral (word32At bs 1)) (BU.unsafeDrop 5 bs))   -- the hot path
-  | B.length bs >= 9 && BU.unsafeHead bs == tagStreamOut = Right (StreamOut (word64At bs 1) (BU.unsafeDrop 9 bs))
+  | B.length bs >= runHeadBytes && BU.unsafeHead bs == tagStreamOut =
+      Right (StreamOut (word64At bs 1) (fromIntegral (word32At bs 9)) (BU.unsafeDrop runHeadBytes bs))
   | otherwise = decodeFromWorkerSlow bs
 
 decodeFromWorkerSlow :: B.ByteString -> Either String FromWorker
@@ -249,7 +251,7 @@ decodeFromWorkerSlow = runGet $ do
       | tag == tagBatchDone -> BatchDone <$> getWord64 <*> getWord64
       | tag == tagTaskThrew -> TaskThrew <$> getWord64 <*> getWord32 <*> getText
       | tag == tagBatchRejected -> BatchRejected <$> getWord64 <*> getText
-      | tag == tagStreamOut -> StreamOut <$> getWord64 <*> getRest
+      | tag == tagStreamOut -> StreamOut <$> getWord64 <*> getWord32 <*> getRest
       | tag == tagStreamDone -> StreamDone <$> getWord64
       | tag == tagStreamAborted -> StreamAborted <$> getWord64 <*> getText
       | tag == tagStreamTaken -> StreamTaken <$> getWord64 <*> getWord32
@@ -267,14 +269,6 @@ decodeFromWorkerSlow = runGet $ do
       | tag == tagStateReplayed -> StateReplayed <$> getWord64
       | tag == tagPong -> Pong <$> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
-
--- | The encoder of a 'StreamIn' message.
-streamInEncoder :: Word64 -> Encoder -> Encoder
-streamInEncoder sid = taggedStream tagStreamIn sid
-
--- | The encoder of a 'StreamOut' message.
-streamOutEncoder :: Word64 -> Encoder -> Encoder
-streamOutEncoder sid = taggedStream tagStreamOut sid
 
 taggedStream :: Word8 -> Word64 -> Encoder -> Encoder
 taggedStream tag sid (Encoder n write) = Encoder (n + 9) $ \p -> do

@@ -109,7 +109,9 @@ clusterPacketStats c = do
     sent <- senderStats sender
     got <- readIORef received
     pure (wid, sent { packetsReceived = packetsReceived got, messagesReceived = messagesReceived got
-                    , bytesReceived = bytesReceived got, maxReceivedPerPacket = maxReceivedPerPacket got })
+                    , bytesReceived = bytesReceived got, maxReceivedPerPacket = maxReceivedPerPacket got
+                    , valuesReceived = valuesReceived got
+                    , maxValuesReceivedPerPacket = maxValuesReceivedPerPacket got })
 
 -- | Throw 'ClusterClosed' once the cluster has stopped.
 ensureOpen :: Cluster -> IO ()

@@ -105,12 +105,10 @@ step now ev core = case ev of
         Nothing -> (core, [StreamOpened sid (Left NoWorkers)])
         Just w -> ( core { coreStreams = M.insert sid (Stream w window) (coreStreams core) }
                   , [Send w Bulk (StreamOpen sid ref), StreamOpened sid (Right w)] )
-  FeedStream sid enc -> withStream sid $ \s -> (core, [SendInput (streamWorker s) sid enc])
   EndStreamInput sid -> withStream sid $ \s -> (core, [Send (streamWorker s) Urgent (StreamEnd sid)])
   ConsumedStream sid k -> withStream sid $ \s ->
     ( core { coreStreams = M.insert sid s { streamAllowed = streamAllowed s + k } (coreStreams core) }
     , [Send (streamWorker s) Urgent (StreamCredit sid (fromIntegral k))] )
-  FlushStream sid -> withStream sid $ \s -> (core, [Flush (streamWorker s)])
   CloseStream sid -> withStream sid $ \s ->
     (core { coreStreams = M.delete sid (coreStreams core) }, [Send (streamWorker s) Urgent (StreamClose sid)])
   SessionStart req -> startSession now req core
@@ -181,10 +179,13 @@ received now w msg core = case msg of
                         ++ show (expGot e) ++ " results")
       else sched now (S.BatchCompleted w bid 0 (Just (fromIntegral pos, T.unpack why))) core1
   BatchRejected bid why -> popExpect bid $ \_ core1 -> sched now (S.BatchRefused w bid (T.unpack why)) core1
-  StreamOut sid value -> ownStream sid $ \s ->
-    if streamAllowed s <= 0 then bad ("stream " ++ show sid ++ " sent more elements than its credit")
-    else ( core { coreStreams = M.insert sid s { streamAllowed = streamAllowed s - 1 } (coreStreams core) }
-         , [StreamOutput sid value] )
+  StreamOut sid k value -> ownStream sid $ \s ->
+    let n = fromIntegral k
+    in if n < 1 || streamAllowed s < n
+         then bad ("stream " ++ show sid ++ " sent " ++ show n ++ " elements with credit for "
+                   ++ show (streamAllowed s))
+         else ( core { coreStreams = M.insert sid s { streamAllowed = streamAllowed s - n } (coreStreams core) }
+              , [StreamOutput sid n value] )
   StreamDone sid -> ownStream sid $ \_ -> (core { coreStreams = M.delete sid (coreStreams core) }, [StreamEnded sid Nothing])
   StreamAborted sid why -> ownStream sid $ \_ ->
     (core { coreStreams = M.delete sid (coreStreams core) }, [StreamEnded sid (Just (T.unpack why))])

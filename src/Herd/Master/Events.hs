@@ -9,7 +9,7 @@ module Herd.Master.Events
 
 import qualified Data.ByteString as B
 import Data.Word (Word64)
-import Herd.Base (BatchId, Batching, Encoder, JobId, Range, TaskRef, WorkerId)
+import Herd.Base (BatchId, Batching, JobId, Range, TaskRef, WorkerId)
 import Herd.Error (HerdError)
 import Herd.Master.Session (SessionRequest)
 import Herd.Packet.Policy (Urgency)
@@ -35,10 +35,8 @@ data Event
   | BatchNotSent !WorkerId !BatchId !HerdError
     -- ^ the driver could not send a batch (its job is gone): end its job
   | OpenStream !Word64 !TaskRef !Int    -- ^ a stream process, and its flow window
-  | FeedStream !Word64 !Encoder         -- ^ one input element
   | EndStreamInput !Word64
   | ConsumedStream !Word64 !Int         -- ^ the caller read this many more output elements
-  | FlushStream !Word64                 -- ^ the caller waits: send what is buffered
   | CloseStream !Word64                 -- ^ the caller wants no more output
   | SessionStart !SessionRequest
   | Stop                                -- ^ the cluster stops: answer everyone, stop the workers
@@ -46,17 +44,15 @@ data Event
 -- | What the driver must do, in order.
 data Command
   = Send !WorkerId !Urgency !ToWorker
-  | SendInput !WorkerId !Word64 !Encoder
   | SendBatch !WorkerId !JobId !BatchId !TaskRef ![Range]
     -- ^ send these tasks' arguments (encoded already) as one batch
-  | Flush !WorkerId
   | Stage !JobId ![Range] !B.ByteString
     -- ^ a run of these tasks' encoded results (a task may be staged twice
     -- when its first worker was lost)
   | Accept !JobId ![Range]              -- ^ these tasks' staged results are final
   | JobDone !JobId !(Either HerdError JobStats)
   | StreamOpened !Word64 !(Either HerdError WorkerId)
-  | StreamOutput !Word64 !B.ByteString
+  | StreamOutput !Word64 !Int !B.ByteString  -- ^ a run of this many output elements
   | StreamGrant !Word64 !Int            -- ^ the caller may send this many more input elements
   | StreamEnded !Word64 !(Maybe String) -- ^ finished ('Nothing') or broken, with why
   | SessionEnded (IO ())                -- ^ answer the session's caller

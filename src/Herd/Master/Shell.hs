@@ -5,9 +5,11 @@
 --
 -- Promises:
 --
--- * INV-ONE-WRITER: only the shell, holding its lock, puts bytes on a
---   link (through the link's packet sender and writer thread); nothing
---   else in herd writes to a worker.
+-- * INV-ONE-WRITER: bytes reach a link only through its packet sender
+--   (and writer thread): the shell writes it holding its lock, and a
+--   stream's feeder appends its input elements to the sender its opening
+--   returned (the sender's own lock keeps whole messages in order);
+--   nothing else in herd writes to a worker.
 -- * INV-SERIAL: the core is stepped by one thread at a time, so both
 --   readers drive exactly the same machine; a command that fails (an
 --   argument that throws, a result that does not decode, a send that
@@ -62,9 +64,9 @@ data ShellState = ShellState
   , ssLinks    :: !(M.Map WorkerId LinkHandle)
   , ssFarms    :: !(M.Map JobId (JobSpec, MVar (Either HerdError JobStats)))
   , ssStreams  :: !(M.Map Word64 StreamEnds)
-  , ssOpening  :: !(M.Map Word64 (MVar (Either HerdError ())))
+  , ssOpening  :: !(M.Map Word64 (MVar (Either HerdError Sender)))
   , ssTouched  :: !(S.Set WorkerId)             -- ^ links with buffered messages
-  , ssGathered :: !(M.Map Word64 [B.ByteString])  -- ^ stream output of this step, newest first
+  , ssGathered :: !(M.Map Word64 [(Int, B.ByteString)])  -- ^ stream output runs of this step, newest first
   }
 
 -- | The shell of one cluster.
@@ -81,7 +83,7 @@ data Shell = Shell
 -- the answer goes.
 data Registration
   = RegisterFarm !JobId !JobSpec !(MVar (Either HerdError JobStats))
-  | RegisterStream !Word64 !StreamEnds !(MVar (Either HerdError ()))
+  | RegisterStream !Word64 !StreamEnds !(MVar (Either HerdError Sender))
   | Forget !(Maybe JobId) !(Maybe Word64)   -- ^ the caller went away
   | NoRegistration
 
@@ -113,8 +115,8 @@ bumpCounter :: Shell -> (ConnectionCounters -> ConnectionCounters) -> IO ()
 bumpCounter sh f = atomicModifyIORef' (shCounters sh) (\x -> (f x, ()))
 
 -- | Step the core with these events. With 'True' every link with buffered
--- messages is flushed afterwards; a stream's feeder passes 'False', so its
--- elements share packets (the reader's rounds and the packet timer flush).
+-- messages is flushed afterwards; with 'False' they wait for the reader's
+-- round or the packet timer.
 shellStep :: Shell -> Bool -> [Event] -> IO ()
 shellStep sh flushNow = shellRegister sh flushNow NoRegistration
 
@@ -165,11 +167,16 @@ deliver sh wid conn received packet =
     Left why -> pure (Left ("bad packet from " ++ connPeer conn ++ ": " ++ why))
     Right msgs -> do
       let n = length msgs
-      modifyIORef' received (countReceived n (B.length packet))
+          events = decodeAll msgs
+      modifyIORef' received (countReceived n (sum (map valuesOf events)) (B.length packet))
       bumpCounter sh (\c -> c { countWorkerMessages = countWorkerMessages c + n })
-      shellStep sh False (decodeAll msgs)
+      shellStep sh False events
       pure (Right ())
   where
+    valuesOf ev = case ev of
+      Received _ (Results k _) -> fromIntegral k
+      Received _ (StreamOut _ k _) -> fromIntegral k
+      _ -> 1
     decodeAll [] = []
     decodeAll (m : ms) = case decodeFromWorker m of
       Right msg -> Received wid msg : decodeAll ms
@@ -196,10 +203,6 @@ execute :: Shell -> (ShellState, [Event]) -> Command -> IO (ShellState, [Event])
 execute sh (ss, fed) cmd = case cmd of
   -- INV-ONE-WRITER: the link's sender is used here, under the lock, and nowhere else
   Send w urgency msg -> withLink w $ \l -> send w (sendMessage (lhSender l) urgency (encodeToWorker msg))
-  SendInput w sid enc -> withLink w $ \l -> send w (sendMessage (lhSender l) Bulk (streamInEncoder sid enc))
-  Flush w -> withLink w $ \l -> do
-    flushIdle (lhSender l)
-    pure (ss { ssTouched = S.delete w (ssTouched ss) }, fed)
   SendBatch w jid bid ref ranges -> case (M.lookup w (ssLinks ss), M.lookup jid (ssFarms ss)) of
     (Just l, Just (spec, _)) -> send w $ do
       let sender = lhSender l
@@ -220,10 +223,12 @@ execute sh (ss, fed) cmd = case cmd of
       pure (ss { ssFarms = M.delete jid (ssFarms ss) }, fed)
     Nothing -> pure (ss, fed)
   StreamOpened sid result -> do
-    forM_ (M.lookup sid (ssOpening ss)) $ \reply -> tryPutMVar reply (() <$ result)
+    -- the caller feeds the stream straight into its worker's sender
+    let opened = result >>= \w -> maybe (Left NoWorkers) (Right . lhSender) (M.lookup w (ssLinks ss))
+    forM_ (M.lookup sid (ssOpening ss)) $ \reply -> tryPutMVar reply opened
     let ss1 = ss { ssOpening = M.delete sid (ssOpening ss) }
     pure (either (const ss1 { ssStreams = M.delete sid (ssStreams ss1) }) (const ss1) result, fed)
-  StreamOutput sid value -> pure (ss { ssGathered = M.insertWith (++) sid [value] (ssGathered ss) }, fed)
+  StreamOutput sid k value -> pure (ss { ssGathered = M.insertWith (++) sid [(k, value)] (ssGathered ss) }, fed)
   StreamGrant sid n -> do
     forM_ (M.lookup sid (ssStreams ss)) $ \ends -> atomically $ modifyTVar' (endsCredit ends) (+ n)
     pure (ss, fed)
@@ -265,7 +270,7 @@ sendArgs sender table (Range lo hi) = go lo
       | otherwise = do
           room <- senderRoom sender
           let k = argsFitting table i hi room
-          sendMessage sender Bulk (argsEncoder table i (i + k))
+          sendValues sender Bulk k (argsEncoder table i (i + k))
           go (i + k)
 
 -- Give the callers of stream processes what this step received.

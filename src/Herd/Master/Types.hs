@@ -64,6 +64,6 @@ data StreamEnds = StreamEnds
 
 -- | What the caller of a stream process receives.
 data StreamEvent
-  = StreamElements [B.ByteString]  -- ^ encoded output elements, in order
+  = StreamElements [(Int, B.ByteString)]  -- ^ runs of encoded output elements (a count, the bytes), in order
   | StreamFinished                 -- ^ the output ended
   | StreamBroken String            -- ^ the process failed, or its worker was lost

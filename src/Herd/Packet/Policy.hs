@@ -19,6 +19,7 @@ module Herd.Packet.Policy
     PacketPolicy (..)
   , defaultPacketPolicy
   , messageOverhead
+  , runHeadBytes
     -- * Decisions
   , Urgency (..)
   , FlushReason (..)
@@ -29,6 +30,8 @@ module Herd.Packet.Policy
   , planAdd
   , joinsQuietly
   , fillAfterAdd
+  , appendsToRun
+  , fillAfterAppend
   , planTick
   , planIdle
   , deadlineOf
@@ -56,6 +59,12 @@ defaultPacketPolicy = PacketPolicy True 65536 0.002
 -- | Bytes a message occupies in a packet besides its body: its length.
 messageOverhead :: Int
 messageOverhead = 4
+
+-- | Bytes a run message ('Herd.Packet.appendToRun') takes before its
+-- values: a tag, an 8-byte key and a 4-byte count of the values,
+-- big-endian.
+runHeadBytes :: Int
+runHeadBytes = 13
 
 -- | How soon a message must leave.
 data Urgency
@@ -145,6 +154,26 @@ fillAfterAdd now bodyBytes plan fill
                      , fillCount = fillCount base + 1 }
   where base = maybe fill (const emptyFill) (planBefore plan)
 {-# INLINE fillAfterAdd #-}
+
+-- | Whether a value of this many bytes may be appended to the run message
+-- that ends the buffer (a message whose values a receiver counts, like a
+-- stream's elements), nothing sent: chunking is on, the buffer is not
+-- empty, and it keeps room for one more message after the value, as
+-- 'joinsQuietly' asks. The time is not consulted: appending leaves the
+-- oldest message as old as it was, and the sender's timer sends a due
+-- buffer whatever its last message is. Otherwise the value starts a new
+-- run message, added by 'planAdd' like any other.
+appendsToRun :: PacketPolicy -> Int -> Fill -> Bool
+appendsToRun policy valueBytes fill =
+  policyChunking policy && fillCount fill > 0
+  && fillBytes fill + valueBytes <= policyCapacity policy - messageOverhead - 1
+{-# INLINE appendsToRun #-}
+
+-- | The buffer after a value was appended to its last message: more bytes,
+-- no more messages.
+fillAfterAppend :: Int -> Fill -> Fill
+fillAfterAppend valueBytes fill = fill { fillBytes = fillBytes fill + valueBytes }
+{-# INLINE fillAfterAppend #-}
 
 -- | On a timer tick: send the buffer if its oldest message is due.
 planTick :: PacketPolicy -> Double -> Fill -> Maybe FlushReason

@@ -28,7 +28,7 @@ import Herd.Wire.Codec
 
 -- | Version of this protocol; peers must match exactly.
 protocolVersion :: Word16
-protocolVersion = 6
+protocolVersion = 7
 
 -- | Largest handshake frame either side accepts.
 handshakeFrameLimit :: Int

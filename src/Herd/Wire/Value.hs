@@ -1,3 +1,4 @@
+{-# LANGUAGE BangPatterns #-}
 -- | User values on the wire: @store@ encoders that write straight into a
 -- packet buffer, and decoders that read one message's bytes.
 --
@@ -9,14 +10,19 @@ module Herd.Wire.Value
   , decodeValue
   , decodeValueIO
   , forcedEncoder
+  , decodeValues
   ) where
 
-import Control.Exception (evaluate, displayException)
+import Control.Exception (evaluate, displayException, try)
 import qualified Data.ByteString as B
 import Data.Store (Store, decode)
 import qualified Data.ByteString.Unsafe as BU
-import Data.Store.Core (Poke (..), decodeIOWithFromPtr, unsafeMakePokeState)
-import Foreign.Ptr (castPtr)
+import Data.Store.Core (Peek (..), PeekException (..), PeekResult (..), Poke (..), decodeIOWithFromPtr,
+                        unsafeMakePeekState, unsafeMakePokeState)
+import qualified Data.Text as T
+import Data.Word (Word8)
+import Foreign.Ptr (Ptr, castPtr, minusPtr, plusPtr)
+import System.IO.Unsafe (unsafeDupablePerformIO)
 import Data.Store.Internal (getSize, peek, poke)
 import Herd.Packet (Encoder (..))
 
@@ -48,3 +54,27 @@ decodeValue bs = either (Left . displayException) Right (decode bs)
 -- 'decodeValue' on a hot path; throws @store@'s @PeekException@.
 decodeValueIO :: Store a => B.ByteString -> IO a
 decodeValueIO bs = BU.unsafeUseAsCStringLen bs $ \(p, n) -> decodeIOWithFromPtr peek (castPtr p) n
+
+-- | Decode a run of this many values that must fill these bytes exactly,
+-- all at once ('Left' names the first that does not decode, counting from
+-- 0, or the bytes left over). Never reads past the bytes.
+decodeValues :: Store a => Int -> B.ByteString -> Either (Int, String) [a]
+decodeValues count bs = unsafeDupablePerformIO $ BU.unsafeUseAsCStringLen bs $ \(p0, n) -> do
+  let start = castPtr p0 :: Ptr Word8
+      end = start `plusPtr` n
+  st <- unsafeMakePeekState end (pure end)
+  let go !i !p acc
+        | i >= count = pure (Right (reverse acc, p))
+        | otherwise = do
+            -- a peek that would read past the end throws PeekException
+            r <- try (runPeek peek st p)
+            case r of
+              Left e -> pure (Left (i, T.unpack (peekExMessage e)))
+              Right (PeekResult p' x) -> go (i + 1) p' (x : acc)
+  r <- go 0 start []
+  pure $ case r of
+    Left bad -> Left bad
+    Right (xs, p)
+      | p == end -> Right xs
+      | otherwise -> Left (count, show (end `minusPtr` p) ++ " bytes left over after the run's " ++ show count ++ " values")
+{-# INLINABLE decodeValues #-}

@@ -32,6 +32,8 @@ import Herd.Task (Runner (..), TaskRef (..), lookupRunner, tryUser)
 import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, newScratch, resultsEncoder, resultsFitting, scratchCount)
 import Herd.Transport
 import Herd.Wire
+import Herd.Wire.Tags (tagStreamOut)
+import Herd.Wire.Staging (newStaging, withStaged)
 import Herd.Worker.Step
 import System.Exit
 import System.IO (hPutStrLn, stderr)
@@ -41,7 +43,7 @@ type RunnerCache = IORef (M.Map TaskRef (Either String Runner))
 
 -- A stream process running here.
 data Slot = Slot
-  { slotInput  :: !(TQueue (Maybe [B.ByteString]))  -- ^ chunks of input; 'Nothing' ends it
+  { slotInput  :: !(TQueue (Maybe [(Int, B.ByteString)]))  -- ^ runs of input elements; 'Nothing' ends it
   , slotCredit :: !(TVar Int)                        -- ^ output elements it may still send
   , slotThread :: !(MVar ThreadId)
   }
@@ -90,14 +92,17 @@ serve conn wid maxFrame policy window = do
     stopHolder holder
     readIORef (svSlots sv) >>= mapM_ (\sl -> tryReadMVar (slotThread sl) >>= mapM_ killThread)
 
-processAll :: Serving -> IORef (M.Map Word64 [B.ByteString]) -> [B.ByteString] -> IO Bool
+-- Input runs of each stream gathered from one packet, newest first.
+type Pending = IORef (M.Map Word64 [(Int, B.ByteString)])
+
+processAll :: Serving -> Pending -> [B.ByteString] -> IO Bool
 processAll _ _ [] = pure True
 processAll sv pending (m : ms) = case decodeToWorker m of
   Left why -> failWith 4 ("bad message from master: " ++ why)
   Right Shutdown -> pure False
   Right msg -> handleMessage sv pending msg >> processAll sv pending ms
 
-handleMessage :: Serving -> IORef (M.Map Word64 [B.ByteString]) -> ToWorker -> IO ()
+handleMessage :: Serving -> Pending -> ToWorker -> IO ()
 handleMessage sv pending msg = case msg of
   Ping n _ -> send Urgent (Pong n)
   RunBatch bid ref count -> do
@@ -131,7 +136,7 @@ handleMessage sv pending msg = case msg of
         modifyIORef' (svBusy sv) (+ 1)
         tid <- forkIO (runStream sv sid pr slot)
         putMVar (slotThread slot) tid
-  StreamIn sid bytes -> modifyIORef' pending (M.insertWith (++) sid [bytes])
+  StreamIn sid k bytes -> modifyIORef' pending (M.insertWith (++) sid [(fromIntegral k, bytes)])
   StreamEnd sid -> do
     pushOne sv pending sid
     withSlot sid $ \slot -> atomically (writeTQueue (slotInput slot) Nothing)
@@ -169,14 +174,14 @@ sendResults sv = scratchCount sc >>= go 0
       | otherwise = do
           room <- senderRoom (svSender sv)
           k <- resultsFitting sc lo room
-          resultsEncoder sc lo (lo + k) >>= sendMessage (svSender sv) Bulk
+          resultsEncoder sc lo (lo + k) >>= sendValues (svSender sv) Bulk k
           go (lo + k) n
 
--- Hand the input elements gathered from one packet to their streams.
-pushPending :: Serving -> IORef (M.Map Word64 [B.ByteString]) -> IO ()
+-- Hand the input runs gathered from one packet to their streams.
+pushPending :: Serving -> Pending -> IO ()
 pushPending sv pending = readIORef pending >>= mapM_ (pushOne sv pending) . M.keys
 
-pushOne :: Serving -> IORef (M.Map Word64 [B.ByteString]) -> Word64 -> IO ()
+pushOne :: Serving -> Pending -> Word64 -> IO ()
 pushOne sv pending sid = do
   elems <- M.lookup sid <$> readIORef pending
   modifyIORef' pending (M.delete sid)
@@ -186,8 +191,9 @@ pushOne sv pending sid = do
       mapM_ (\slot -> atomically (writeTQueue (slotInput slot) (Just (reverse xs)))) (M.lookup sid slots)
     _ -> pure ()
 
--- One stream process: its output, element by element as credit allows; its
--- input, read lazily, with credit returned as it is consumed.
+-- One stream process: its output, element by element as credit allows,
+-- each appended to the run buffered for the master; its input, read
+-- lazily a run at a time, with credit returned as it is consumed.
 runStream :: Serving -> Word64 -> ProcessRunner -> Slot -> IO ()
 runStream sv sid pr slot = do
   taken <- newIORef (0 :: Int)
@@ -205,26 +211,28 @@ runStream sv sid pr slot = do
         case chunk of
           Nothing -> pure []
           Just xs -> do
-            k <- atomicModifyIORef' taken (\t -> let t' = t + length xs in (t', t'))
+            k <- atomicModifyIORef' taken (\t -> let t' = t + sum (map fst xs) in (t', t'))
             when (k >= half) $ do
               writeIORef taken 0
               sendMessage (svSender sv) Urgent (encodeFromWorker (StreamTaken sid (fromIntegral k)))
             rest <- unsafeInterleaveIO nextChunk
             pure (xs ++ rest)
       -- output credit is taken from the shared counter a grant at a time
-      emit free act = do
-        enc <- act
-        free' <- if free > 0 then pure free else do
+      emit staging free n = do
+        left <- readIORef free
+        left' <- if left > 0 then pure left else do
           granted <- atomically $ swapTVar (slotCredit slot) 0
           if granted > 0 then pure granted else waiting $ atomically $ do
             c <- readTVar (slotCredit slot)
             when (c <= 0) retry
             writeTVar (slotCredit slot) 0
             pure c
-        sendMessage (svSender sv) Bulk (streamOutEncoder sid enc)
-        pure (free' - 1)
+        withStaged staging $ \p -> appendToRun (svSender sv) tagStreamOut sid p n
+        writeIORef free $! left' - 1
   inputs <- unsafeInterleaveIO nextChunk
-  outcome <- tryUser (foldM_ emit (0 :: Int) (prRun pr inputs))
+  staging <- newStaging
+  free <- newIORef (0 :: Int)
+  outcome <- tryUser (prRun pr inputs staging (emit staging free))
   modifyIORef' (svSlots sv) (M.delete sid)
   atomicModifyIORef' (svBusy sv) (\k -> (k - 1, ()))
   sendMessage (svSender sv) Urgent $ encodeFromWorker $ case outcome of

@@ -1,0 +1,120 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | Runs of values through a real packet sender ('appendToRun', with
+-- 'sendMessage' and idle flushes between): what the frames carry, read
+-- back as a receiver would, is exactly what was offered, in order; runs
+-- never outgrow a packet; with chunking off every value travels alone.
+module PacketRunSpec (spec) where
+
+import Control.Monad (forM_)
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Unsafe as BU
+import Data.IORef
+import Data.Word (Word64, Word8)
+import Foreign.Ptr (castPtr)
+import Herd.Bytes (word32At, word64At)
+import Herd.Packet
+import Herd.Packet.Policy (PacketPolicy (..), Urgency (..))
+import Test.Hspec
+import Test.QuickCheck
+
+-- What a feeder does to a sender.
+data Step = Value Word64 [Word8]   -- ^ a value for the run of this key
+          | Plain Urgency [Word8]  -- ^ some other message
+          | Idle                   -- ^ nothing else ready
+  deriving (Eq, Show)
+
+-- What a receiver reads back, in order.
+data Item = GotValue Word64 [Word8] | GotPlain [Word8]
+  deriving (Eq, Show)
+
+instance Arbitrary Step where
+  arbitrary = frequency
+    [ (10, Value <$> elements [1, 2] <*> body)
+    , (2, Plain <$> elements [Bulk, Urgent] <*> body)
+    , (1, pure Idle) ]
+    where body = do
+            n <- frequency [(8, choose (0, 40)), (1, choose (40, 300))]
+            vectorOf n arbitrary
+
+runTag, plainTag :: Word8
+runTag = 200
+plainTag = 100
+
+-- A value's encoding: its length, then its bytes (so a run splits back).
+encodeValue :: [Word8] -> B.ByteString
+encodeValue bs = B.pack (fromIntegral (length bs `div` 256) : fromIntegral (length bs `mod` 256) : bs)
+
+offered :: [Step] -> [Item]
+offered steps = concat [ case s of { Value k v -> [GotValue k v]; Plain _ v -> [GotPlain v]; Idle -> [] } | s <- steps ]
+
+-- Feed the steps to a sender; the frames it sent (copied as they left).
+drive :: PacketPolicy -> [Step] -> IO [B.ByteString]
+drive policy steps = do
+  out <- newIORef []
+  s <- newSender policy (\frame -> let c = B.copy frame in c `seq` modifyIORef out (c :))
+  forM_ steps $ \step -> case step of
+    Value k v -> BU.unsafeUseAsCStringLen (encodeValue v) $ \(p, n) -> appendToRun s runTag k (castPtr p) n
+    Plain u v -> sendMessage s u (encodeBytes (B.pack (plainTag : v)))
+    Idle -> flushIdle s
+  flushIdle s
+  reverse <$> readIORef out
+
+-- Read a frame as a receiver: its messages, runs opened into their values.
+readFrame :: B.ByteString -> Either String [[Item]]
+readFrame frame
+  | word32At frame 0 /= B.length frame - 4 = Left "frame length does not match"
+  | otherwise = splitPacket 100000 (B.drop 4 frame) >>= mapM readMessage
+  where
+    readMessage m = case B.unpack (B.take 1 m) of
+      [t] | t == plainTag -> Right [GotPlain (B.unpack (B.drop 1 m))]
+          | t == runTag, B.length m >= runHeadBytes -> do
+              let key = word64At m 1
+                  count = word32At m 9
+              vs <- values (B.drop runHeadBytes m)
+              if length vs /= count then Left ("run claims " ++ show count ++ " values, holds " ++ show (length vs))
+                else Right (map (GotValue key) vs)
+      _ -> Left "unknown message"
+    values bs
+      | B.null bs = Right []
+      | B.length bs < 2 = Left "a value cut short"
+      | otherwise = do
+          let n = fromIntegral (B.index bs 0) * 256 + fromIntegral (B.index bs 1)
+          if B.length bs < 2 + n then Left "a value cut short"
+            else (B.unpack (B.take n (B.drop 2 bs)) :) <$> values (B.drop (2 + n) bs)
+
+policies :: Gen PacketPolicy
+policies = PacketPolicy <$> frequency [(4, pure True), (1, pure False)] <*> choose (64, 4096) <*> pure 60
+
+spec :: Spec
+spec = describe "Herd.Packet runs of values" $ do
+  it "delivers every value and message once, in order, each run's count matching its values" $
+    property $ forAll policies $ \policy steps -> ioProperty $ do
+      frames <- drive policy steps
+      pure $ case mapM readFrame frames of
+        Left why -> counterexample why False
+        Right packets -> concat (concat packets) === offered steps
+
+  it "packs no more than a packet's capacity, unless one message is larger alone" $
+    property $ forAll policies $ \policy steps -> ioProperty $ do
+      frames <- drive policy steps
+      pure $ conjoin
+        [ counterexample (show (B.length f)) (B.length f <= 8 + policyCapacity policy || word32At f 4 == 1)
+        | f <- frames ]
+
+  it "gathers values into runs with chunking on, and sends each alone with it off" $
+    property $ forAll policies $ \policy steps -> ioProperty $ do
+      frames <- drive policy steps
+      let Right packets = mapM readFrame frames
+          valuesPer = [ length [ () | GotValue _ _ <- concat p ] | p <- packets ]
+          runMessages = sum [ length [ m | m@(GotValue _ _ : _) <- p ] | p <- packets ]
+          valueCount = length [ () | Value _ _ <- steps ]
+          -- a run may end only where another message, an idle flush or a
+          -- new key comes between, or where a packet ends
+          starts = length [ () | (prev, Value k _) <- zip (Nothing : map Just steps) steps
+                               , not (sameKey k prev) ]
+          sameKey k prev = case prev of { Just (Value k' _) -> k' == k; _ -> False }
+      pure $ if policyChunking policy
+        then counterexample (show (runMessages, starts, length frames)) $
+               cover 20 (runMessages < valueCount) "runs held several values" $
+               runMessages <= starts + length frames
+        else conjoin [ length p === 1 | p <- packets ] .&&. all (<= 1) valuesPer
