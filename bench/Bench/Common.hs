@@ -4,6 +4,9 @@ module Bench.Common
   ( ChunkingRun (..)
   , withChunking
   , timed
+  , medianTimed
+  , warmRuns
+  , warmUp
   , allocatedDuring
   , packetDelta
   , chunkingName
@@ -11,12 +14,14 @@ module Bench.Common
   ) where
 
 import Control.Monad (when)
+import Data.List (sort)
 import Herd.Report
 
 import Control.Exception (evaluate)
 import GHC.Stats (allocated_bytes, getRTSStats, getRTSStatsEnabled)
 import Herd
 import Herd.Clock (monotonicSeconds)
+import Herd.Examples.Eden (churn, warmTask)
 import System.Mem (performMinorGC)
 
 -- | One setting to run under.
@@ -36,6 +41,33 @@ timed act = do
   x <- act >>= evaluate
   t1 <- monotonicSeconds
   pure (t1 - t0, x)
+
+-- | Run an action this many times (at least once); the median of their
+-- times, and the last result.
+medianTimed :: Int -> IO a -> IO (Double, a)
+medianTimed k act = do
+  runs <- mapM (const (timed act)) [1 .. max 1 k]
+  let secs = sort (map fst runs)
+  pure (secs !! (length secs `div` 2), snd (last runs))
+
+-- | Full-size runs before measuring. On this machine a page of memory
+-- costs 12-15 us the first time a process touches it (measured with a C
+-- program: 32 MB took 94-124 ms the first time, 0.3 ms the second), so
+-- the first runs on a fresh cluster measure the workers' and the
+-- master's first touch of their heaps (a worker's 32 MB nursery takes
+-- several runs to fill), not the cost of messages: up to 10x the steady
+-- figure, in either chunking mode.
+warmRuns :: Int
+warmRuns = 3
+
+-- | Touch every worker's heap and the master's before measuring (see
+-- 'warmRuns'): 64 MB of short-lived data each, twice the default nursery.
+warmUp :: Cluster -> IO ()
+warmUp cluster = do
+  n <- clusterWorkerCount cluster
+  _ <- farm cluster warmTask (replicate (2 * n) 64)
+  _ <- evaluate (churn 64)
+  pure ()
 
 -- | Bytes this process (the master) allocated during an action, from
 -- GHC.Stats ('Nothing' when the runtime keeps no statistics: run with

@@ -7,7 +7,7 @@ module Bench.Echo
   , run
   ) where
 
-import Control.Monad (forM, when)
+import Control.Monad (forM, replicateM_, when)
 import qualified Data.Vector.Unboxed as U
 import Bench.Common
 import Herd
@@ -29,12 +29,11 @@ run o = do
   rows <- forM [True, False] $ \on -> withChunking on (\c -> c { configWorkers = Just 1 }) $ \cluster ->
     forM (optWords o) $ \w -> do
       let items = [ wordsItem w i | i <- [1 .. optItems o] ]
-      -- warm up with the whole run once: the first run on a fresh cluster
-      -- pays for the workers' first-touch memory and idle links (up to 10x
-      -- the steady figure on this machine), which is not what this measures
-      _ <- withStream cluster echoProcess items (\ys -> pure $! sum (map U.length ys))
-      (secs, (packets, total)) <- timed $ packetDelta cluster $
-        withStream cluster echoProcess items (\ys -> pure $! sum (map U.length ys))
+      -- warm up with whole runs first ('warmRuns'), then the median of seven
+      let echo = withStream cluster echoProcess items (\ys -> pure $! sum (map U.length ys))
+      warmUp cluster
+      replicateM_ warmRuns echo
+      (secs, (packets, total)) <- medianTimed 7 (packetDelta cluster echo)
       when (total /= optItems o * max 0 (w - 1)) $ hPutStrLn stderr "echo: wrong output"
       hPutStrLn stderr ("  " ++ show w ++ " words, chunking " ++ chunkingName on ++ ": " ++ fixed 3 secs ++ " s")
       pure (w, on, secs, packets)

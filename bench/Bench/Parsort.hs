@@ -12,7 +12,7 @@ module Bench.Parsort
 
 import Control.DeepSeq (force)
 import Control.Exception (evaluate)
-import Control.Monad (forM, when)
+import Control.Monad (forM, replicateM_, when)
 import Data.List (sort)
 import Bench.Common
 import Herd
@@ -53,9 +53,11 @@ run o = do
   _ <- evaluate (length expected)
   rows <- fmap concat $ forM [True, False] $ \on -> withChunking on id $ \cluster -> do
     pes <- clusterWorkerCount cluster
-    _ <- parsort cluster pes (take 100 input)   -- warm up
+    -- warm up with whole runs ('warmRuns'), then each program's median of three
+    warmUp cluster
+    replicateM_ warmRuns (parsort cluster pes input >>= evaluate . length)
     let one name chunk prog = do
-          (secs, ys) <- timed (prog cluster pes input)
+          (secs, ys) <- medianTimed 3 (prog cluster pes input)
           when (ys /= expected) $ hPutStrLn stderr ("parsort: " ++ name ++ " sorted wrongly")
           hPutStrLn stderr ("  " ++ name ++ maybe "" (\c -> " " ++ show c) chunk ++ ", chunking "
                             ++ chunkingName on ++ ": " ++ fixed 3 secs ++ " s")

@@ -8,6 +8,9 @@
 module Herd.Examples.Eden
   ( -- * Tiny tasks
     incrementTask
+    -- * Warming up
+  , warmTask
+  , churn
     -- * Echo
   , echoProcess
   , wordsItem
@@ -35,6 +38,23 @@ import Herd (Task, named, task)
 -- | @x -> x + 1@: a task that costs nothing, so only herd's own cost shows.
 incrementTask :: StaticPtr (Task Int Int)
 incrementTask = static (named "increment" (task (+ (1 :: Int))))
+
+-- | Allocate about this many megabytes of short-lived list cells; their
+-- sum. A benchmark runs it on every worker first, so that the workers'
+-- first touch of their nurseries (12-15 us a page on a virtual machine)
+-- is not what it measures.
+warmTask :: StaticPtr (Task Int Int)
+warmTask = static (named "warm" (task churn))
+
+-- | 'warmTask''s work, for the master's own heap.
+churn :: Int -> Int
+churn mb = sum (countTo (mb * 26000))
+
+-- Not inlined, so the list is built (and dies young) instead of fusing
+-- into a loop that allocates nothing.
+countTo :: Int -> [Int]
+countTo n = [1 .. n]
+{-# NOINLINE countTo #-}
 
 -- | Eden's @echo = process id@, over items of machine words.
 echoProcess :: StaticPtr (Process (U.Vector Int) (U.Vector Int))
