@@ -50,6 +50,8 @@ import Control.Monad (void, when)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import Data.IORef
+import Data.Primitive.PrimArray (MutablePrimArray, newPrimArray, readPrimArray, writePrimArray)
+import GHC.Exts (RealWorld)
 import Data.Word (Word32, Word64, Word8)
 import Foreign.ForeignPtr (ForeignPtr, withForeignPtr, mallocForeignPtrBytes)
 import Foreign.Marshal.Utils (copyBytes)
@@ -79,7 +81,7 @@ data Sender = Sender
     -- then the messages: a packet leaves framed, straight from here
   , sFill     :: !(IORef Fill)
   , sRun      :: !(IORef OpenRun)             -- ^ the run message the next value may join
-  , sValues   :: !(IORef Int)                 -- ^ values buffered (for statistics)
+  , sValues   :: !(MutablePrimArray RealWorld Int)  -- ^ values buffered (for statistics; unboxed: bumped per value)
   , sArmed    :: !(IORef Bool)                -- ^ a timer thread is watching the buffer
   , sStats    :: !(IORef PeerStats)
   , sPolicy   :: !PacketPolicy
@@ -94,7 +96,7 @@ data Sender = Sender
 newSender :: PacketPolicy -> (B.ByteString -> IO ()) -> IO Sender
 newSender policy out = do
   buf <- newBuffer policy
-  Sender <$> newMVar () <*> newIORef buf <*> newIORef emptyFill <*> newIORef NoRun <*> newIORef 0 <*> newIORef False
+  Sender <$> newMVar () <*> newIORef buf <*> newIORef emptyFill <*> newIORef NoRun <*> newCounter <*> newIORef False
          <*> newIORef noPeerStats <*> pure policy <*> pure out
 
 newBuffer :: PacketPolicy -> IO (ForeignPtr Word8)
@@ -161,7 +163,7 @@ appendToRun s tag key src size = mask_ $ do
         count <- peekPtrBE 4 p (at + 4 + 9)
         pokeBE 4 p (at + 4 + 9) (count + 1)
       writeIORef (sFill s) $! fillAfterAppend size fill
-      modifyIORef' (sValues s) (+ 1)
+      bumpValues s 1
       putMVar (sLock s) ()
     _ -> do
       -- a new run message: the general path (it may flush, so it may
@@ -252,7 +254,7 @@ addOne s now urgency k enc@(Encoder size write) = do
         pokeWord32 (p `plusPtr` at) (fromIntegral size)
       writeIORef (sFill s) $! fill { fillBytes = fillBytes fill + size + messageOverhead
                                    , fillCount = fillCount fill + 1 }
-      modifyIORef' (sValues s) (+ k)
+      bumpValues s k
       pure (Just at)
     else addPlanned s now urgency k enc fill
 
@@ -270,7 +272,7 @@ addPlanned s now urgency k enc@(Encoder size write) fill = do
         write (p `plusPtr` (at + 4))     -- may throw: the fill is not advanced then
         pokeWord32 (p `plusPtr` at) (fromIntegral size)
       writeIORef (sFill s) $! fillAfterAdd now size plan { planBefore = Nothing } base
-      modifyIORef' (sValues s) (+ k)
+      bumpValues s k
       case planAfter plan of
         Just why -> Nothing <$ flush s why
         Nothing -> pure (Just at)
@@ -299,13 +301,23 @@ flush s why = do
       pokeWord32 (p `plusPtr` 4) (fromIntegral (fillCount fill))
     writeIORef (sFill s) emptyFill
     writeIORef (sRun s) NoRun
-    values <- readIORef (sValues s)
-    writeIORef (sValues s) 0
+    values <- readPrimArray (sValues s) 0
+    writePrimArray (sValues s) 0 0
     record s why (fillCount fill) values packetBytes
     sOut s (BI.fromForeignPtr buf 0 (4 + packetBytes))
 
 record :: Sender -> FlushReason -> Int -> Int -> Int -> IO ()
 record s why msgs values bytes = modifyIORef' (sStats s) (countSent why msgs values bytes)
+
+newCounter :: IO (MutablePrimArray RealWorld Int)
+newCounter = do
+  c <- newPrimArray 1
+  writePrimArray c 0 0
+  pure c
+
+bumpValues :: Sender -> Int -> IO ()
+bumpValues s k = readPrimArray (sValues s) 0 >>= writePrimArray (sValues s) 0 . (+ k)
+{-# INLINE bumpValues #-}
 
 pokeWord32 :: Ptr Word8 -> Word32 -> IO ()
 pokeWord32 p w = pokeBE 4 p 0 (fromIntegral w)

@@ -29,7 +29,7 @@ import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
 import Herd.Base (TaskRef)
 import Herd.Closure
 import Herd.Wire.Staging (Staging, stageValue)
-import Herd.Wire.Value (decodeValues)
+import Herd.Wire.Value (decodeValuesOnto)
 
 -- | A function from a stream of @a@ to a stream of @b@ that a worker can
 -- run: a 'Closure'. Build one with 'process' inside a @static@ form.
@@ -39,8 +39,9 @@ type Process a b = Closure (ProcessCodecs a b) ProcessRunner
 data ProcessCodecs a b = ProcessCodecs
   { stageIn   :: Staging -> a -> IO Int
     -- ^ encode one input element into the staging buffer; its size
-  , decodeOut :: Int -> B.ByteString -> Either (Int, String) [b]
-    -- ^ a run of this many output elements ('Herd.Wire.Value.decodeValues')
+  , decodeOut :: Int -> B.ByteString -> [b] -> Either (Int, String) [b]
+    -- ^ a run of this many output elements, put in front of a list
+    -- ('Herd.Wire.Value.decodeValuesOnto')
   }
 
 -- | The type-erased side of a process that a worker runs.
@@ -62,7 +63,7 @@ process f = Closure
   , closureIn = typeRepFingerprint (typeRep (Proxy :: Proxy a))
   , closureOut = typeRepFingerprint (typeRep (Proxy :: Proxy b))
   , closureTypes = "[" ++ show (typeRep (Proxy :: Proxy a)) ++ "] -> [" ++ show (typeRep (Proxy :: Proxy b)) ++ "]"
-  , closureCodecs = ProcessCodecs stageValue decodeValues
+  , closureCodecs = ProcessCodecs stageValue decodeValuesOnto
   , closureRunner = ProcessRunner $ \runs staging sink ->
       mapM_ (\y -> stageValue staging y >>= sink) (f (decodeRuns 0 runs))
   }
@@ -70,8 +71,8 @@ process f = Closure
     -- each run is decoded whole when the function reaches its first element
     decodeRuns :: Int -> [(Int, B.ByteString)] -> [a]
     decodeRuns _ [] = []
-    decodeRuns i ((k, bytes) : rest) = case decodeValues k bytes of
-      Right xs -> xs ++ decodeRuns (i + k) rest
+    decodeRuns i ((k, bytes) : rest) = case decodeValuesOnto k bytes (decodeRuns (i + k) rest) of
+      Right xs -> xs
       Left (j, why) -> throw (ErrorCall ("input element " ++ show (i + j) ++ " does not decode: " ++ why))
 
 -- | Give a process a name for error messages ('named').
@@ -87,9 +88,10 @@ processRef = closureRef
 processInStager :: StaticPtr (Process a b) -> Staging -> a -> IO Int
 processInStager ptr = stageIn (closureCodecs (deRefStaticPtr ptr))
 
--- | The caller's decoder for a run of this many output elements ('Left':
--- the first that does not decode, counting from 0 in the run, and why).
-processOutDecoder :: StaticPtr (Process a b) -> Int -> B.ByteString -> Either (Int, String) [b]
+-- | The caller's decoder for a run of this many output elements, put in
+-- front of a list ('Left': the first that does not decode, counting from
+-- 0 in the run, and why).
+processOutDecoder :: StaticPtr (Process a b) -> Int -> B.ByteString -> [b] -> Either (Int, String) [b]
 processOutDecoder ptr = decodeOut (closureCodecs (deRefStaticPtr ptr))
 
 -- | Find a process in this binary's static pointer table, checking its

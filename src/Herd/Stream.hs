@@ -121,12 +121,13 @@ start cluster ptr xs = do
               writeIORef consumed 0
               consumedStream cluster sid total
             rest <- unsafeInterleaveIO next
-            pure (foldr (\run more -> decodeOrThrow name decodeOut run ++ more) rest runs)
+            pure (foldr (decodeOrThrow name decodeOut) rest runs)
   out <- unsafeInterleaveIO next
   pure (sid, tid, out)
 
--- A run of output elements, decoded whole when the caller reaches it.
-decodeOrThrow :: String -> (Int -> B.ByteString -> Either (Int, String) [b]) -> (Int, B.ByteString) -> [b]
-decodeOrThrow name decode (k, bytes) = case decode k bytes of
+-- A run of output elements in front of the rest, decoded whole when the
+-- caller reaches it.
+decodeOrThrow :: String -> (Int -> B.ByteString -> [b] -> Either (Int, String) [b]) -> (Int, B.ByteString) -> [b] -> [b]
+decodeOrThrow name decode (k, bytes) more = case decode k bytes more of
   Right ys -> ys
   Left (_, why) -> throw (StreamFailed name ("an output element does not decode: " ++ why))

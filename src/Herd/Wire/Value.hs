@@ -10,10 +10,10 @@ module Herd.Wire.Value
   , decodeValue
   , decodeValueIO
   , forcedEncoder
-  , decodeValues
+  , decodeValuesOnto
   ) where
 
-import Control.Exception (evaluate, displayException, try)
+import Control.Exception (evaluate, displayException, fromException)
 import qualified Data.ByteString as B
 import Data.Store (Store, decode)
 import qualified Data.ByteString.Unsafe as BU
@@ -23,6 +23,7 @@ import qualified Data.Text as T
 import Data.Word (Word8)
 import Foreign.Ptr (Ptr, castPtr, minusPtr, plusPtr)
 import System.IO.Unsafe (unsafeDupablePerformIO)
+import Herd.Wire.Run (newCell, setCell, tryAt)
 import Data.Store.Internal (getSize, peek, poke)
 import Herd.Packet (Encoder (..))
 
@@ -56,25 +57,29 @@ decodeValueIO :: Store a => B.ByteString -> IO a
 decodeValueIO bs = BU.unsafeUseAsCStringLen bs $ \(p, n) -> decodeIOWithFromPtr peek (castPtr p) n
 
 -- | Decode a run of this many values that must fill these bytes exactly,
--- all at once ('Left' names the first that does not decode, counting from
--- 0, or the bytes left over). Never reads past the bytes.
-decodeValues :: Store a => Int -> B.ByteString -> Either (Int, String) [a]
-decodeValues count bs = unsafeDupablePerformIO $ BU.unsafeUseAsCStringLen bs $ \(p0, n) -> do
+-- all at once, put in front of the given list ('Left' names the first
+-- that does not decode, counting from 0, or the bytes left over). Never
+-- reads past the bytes; the tail is not forced.
+decodeValuesOnto :: Store a => Int -> B.ByteString -> [a] -> Either (Int, String) [a]
+decodeValuesOnto count bs tailList = unsafeDupablePerformIO $ BU.unsafeUseAsCStringLen bs $ \(p0, n) -> do
   let start = castPtr p0 :: Ptr Word8
       end = start `plusPtr` n
   st <- unsafeMakePeekState end (pure end)
+  progress <- newCell
   let go !i !p acc
-        | i >= count = pure (Right (reverse acc, p))
+        | i >= count = pure (acc, p)
         | otherwise = do
+            setCell progress i
             -- a peek that would read past the end throws PeekException
-            r <- try (runPeek peek st p)
-            case r of
-              Left e -> pure (Left (i, T.unpack (peekExMessage e)))
-              Right (PeekResult p' x) -> go (i + 1) p' (x : acc)
-  r <- go 0 start []
+            PeekResult p' x <- runPeek peek st p
+            go (i + 1) p' (x : acc)
+  r <- tryAt progress (go 0 start [])
   pure $ case r of
-    Left bad -> Left bad
-    Right (xs, p)
-      | p == end -> Right xs
+    Left (i, e) -> Left (i, maybe (displayException e) (T.unpack . peekExMessage) (fromException e))
+    Right (acc, p)
+      | p == end -> Right (reverseOnto acc tailList)
       | otherwise -> Left (count, show (end `minusPtr` p) ++ " bytes left over after the run's " ++ show count ++ " values")
-{-# INLINABLE decodeValues #-}
+  where
+    reverseOnto [] ys = ys
+    reverseOnto (x : xs) ys = reverseOnto xs (x : ys)
+{-# INLINABLE decodeValuesOnto #-}
