@@ -22,7 +22,6 @@ import Herd.Error (HerdError (..))
 import Herd.Master.Core
 import Herd.Master.Events
 import Herd.Master.Session
-import Herd.Packet (encodeBytes, encoderBytes)
 import Herd.Scheduler (WorkerId, liveWorkers, outstandingFor, pendingTasks, rangeIndices)
 import Herd.Task (TaskRef, taskRef)
 import Herd.Wire (FromWorker (..), ToWorker (..))

@@ -17,7 +17,7 @@ import Control.Concurrent (ThreadId, forkIO, killThread)
 import Control.Concurrent.MVar
 import Control.Concurrent.STM
 import Control.Exception
-import Control.Monad (foldM_, forM_, when)
+import Control.Monad (forM_, when)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M

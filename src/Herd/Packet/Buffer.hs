@@ -1,0 +1,225 @@
+{-# LANGUAGE BangPatterns #-}
+-- | A peer's send buffer, the packet layer's inside ("Herd.Packet" is its
+-- interface): the buffer and its lock, adding one message as
+-- "Herd.Packet.Policy" plans it, sending the buffer as a packet, and the
+-- timer thread that sends it when its oldest message is due.
+--
+-- Promises: every change to a buffer happens under its lock; a buffer
+-- never holds more than 'policyCapacity' bytes of messages; a packet
+-- leaves framed, straight from the buffer, and the buffer is reused once
+-- the transport has taken it.
+module Herd.Packet.Buffer
+  ( Sender (..)
+  , OpenRun (..)
+  , newSender
+  , senderPolicy
+  , senderStats
+  , headerBytes
+  , withLock
+  , needsTimer
+  , startTimer
+  , addOne
+  , flush
+  , bumpValues
+  ) where
+
+import Control.Concurrent (forkIO, threadDelay)
+import Control.Concurrent.MVar
+import Control.Exception (mask, onException)
+import Control.Monad (void, when)
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Internal as BI
+import Data.IORef
+import Data.Primitive.PrimArray (MutablePrimArray, newPrimArray, readPrimArray, writePrimArray)
+import GHC.Exts (RealWorld)
+import Data.Word (Word32, Word64, Word8)
+import Foreign.ForeignPtr (ForeignPtr, withForeignPtr, mallocForeignPtrBytes)
+import Foreign.Ptr (Ptr, plusPtr)
+import Herd.Clock (monotonicSeconds)
+import Herd.Packet.Policy
+import Herd.Packet.Stats
+import Herd.Base (Encoder (..))
+import Herd.Bytes (pokeBE)
+
+-- | One peer's send buffer. Safe to use from several threads.
+data Sender = Sender
+  { sLock     :: !(MVar ())
+  , sBuffer   :: !(IORef (ForeignPtr Word8))
+    -- ^ room for the frame's 4-byte length and the packet's 4-byte count,
+    -- then the messages: a packet leaves framed, straight from here
+  , sFill     :: !(IORef Fill)
+  , sRun      :: !(IORef OpenRun)             -- ^ the run message the next value may join
+  , sValues   :: !(MutablePrimArray RealWorld Int)  -- ^ values buffered (for statistics; unboxed: bumped per value)
+  , sArmed    :: !(IORef Bool)                -- ^ a timer thread is watching the buffer
+  , sStats    :: !(IORef PeerStats)
+  , sPolicy   :: !PacketPolicy
+  , sOut      :: B.ByteString -> IO ()        -- ^ hands one framed packet to the transport
+  }
+
+-- | A sender that hands each packet to the given action, as a whole
+-- transport frame (its 4-byte length first), which may block: that is how
+-- a peer that stops reading holds its senders back. The bytes are the
+-- sender's own buffer, valid only during the call: an action that keeps
+-- any of them must copy them.
+newSender :: PacketPolicy -> (B.ByteString -> IO ()) -> IO Sender
+newSender policy out = do
+  buf <- newBuffer policy
+  Sender <$> newMVar () <*> newIORef buf <*> newIORef emptyFill <*> newIORef NoRun <*> newCounter <*> newIORef False
+         <*> newIORef noPeerStats <*> pure policy <*> pure out
+
+newBuffer :: PacketPolicy -> IO (ForeignPtr Word8)
+newBuffer policy = mallocForeignPtrBytes (headerBytes + policyCapacity policy)
+
+-- | Bytes before the first message in a buffer: the frame's length and
+-- the packet's message count.
+headerBytes :: Int
+headerBytes = 8
+
+-- | The policy this sender follows.
+senderPolicy :: Sender -> PacketPolicy
+senderPolicy = sPolicy
+
+-- | What was sent so far (the received fields stay zero here).
+senderStats :: Sender -> IO PeerStats
+senderStats s = readIORef (sStats s)
+
+-- | Where the buffer's last message is a run that values may join: its tag,
+-- its key, and the offset of its length in the buffer.
+data OpenRun = NoRun | OpenRun !Word8 !Word64 !Int
+
+-- | Run an action on the buffer under its lock, given the time; start the
+-- timer if the buffer became non-empty. The lock is given back if the
+-- action throws.
+withLock :: Sender -> (Double -> IO a) -> IO a
+withLock s act = mask $ \restore -> do
+  takeMVar (sLock s)
+  r <- restore (monotonicSeconds >>= act) `onException` putMVar (sLock s) ()
+  wasEmptyArm <- needsTimer s
+  putMVar (sLock s) ()
+  when wasEmptyArm $ void (forkIO (timerLoop s))
+  pure r
+
+-- | Called with the lock held: whether a timer thread must start (it is
+-- then counted as started: call 'startTimer' once the lock is given back).
+needsTimer :: Sender -> IO Bool
+needsTimer s = do
+  fill <- readIORef (sFill s)
+  armed <- readIORef (sArmed s)
+  if fillCount fill > 0 && not armed
+    then writeIORef (sArmed s) True >> pure True
+    else pure False
+
+-- | Start the timer thread that 'needsTimer' asked for.
+startTimer :: Sender -> IO ()
+startTimer s = void (forkIO (timerLoop s))
+
+-- Sleep until the buffer's deadline, send it if due, and stop once the
+-- buffer is empty.
+timerLoop :: Sender -> IO ()
+timerLoop s = do
+  first <- deadlineOf (sPolicy s) <$> readIORef (sFill s)
+  go first
+  where
+    go Nothing = disarm
+    go (Just deadline) = do
+      now <- monotonicSeconds
+      when (deadline > now) $ threadDelay (max 50 (ceiling ((deadline - now) * 1e6)))
+      next <- withLockNoTimer $ \t -> do
+        fill <- readIORef (sFill s)
+        mapM_ (flush s) (planTick (sPolicy s) t fill)
+        fill' <- readIORef (sFill s)
+        case deadlineOf (sPolicy s) fill' of
+          Nothing -> writeIORef (sArmed s) False >> pure Nothing
+          d -> pure d
+      maybe (pure ()) (go . Just) next
+    disarm = withLockNoTimer $ \_ -> writeIORef (sArmed s) False
+    withLockNoTimer act = mask $ \restore -> do
+      takeMVar (sLock s)
+      r <- restore (monotonicSeconds >>= act) `onException` putMVar (sLock s) ()
+      putMVar (sLock s) ()
+      pure r
+
+-- | Add one message carrying this many values, with the lock held; where
+-- its length is in the buffer if it stays buffered ('Nothing': it left in
+-- a packet at once).
+addOne :: Sender -> Double -> Urgency -> Int -> Encoder -> IO (Maybe Int)
+addOne s now urgency k enc@(Encoder size write) = do
+  fill <- readIORef (sFill s)
+  if joinsQuietly (sPolicy s) now urgency size fill
+    then do
+      -- the common case, decided without building a plan
+      buf <- readIORef (sBuffer s)
+      let at = headerBytes + fillBytes fill
+      withForeignPtr buf $ \p -> do
+        write (p `plusPtr` (at + 4))
+        pokeWord32 (p `plusPtr` at) (fromIntegral size)
+      writeIORef (sFill s) $! fill { fillBytes = fillBytes fill + size + messageOverhead
+                                   , fillCount = fillCount fill + 1 }
+      bumpValues s k
+      pure (Just at)
+    else addPlanned s now urgency k enc fill
+
+addPlanned :: Sender -> Double -> Urgency -> Int -> Encoder -> Fill -> IO (Maybe Int)
+addPlanned s now urgency k enc@(Encoder size write) fill = do
+  let plan = planAdd (sPolicy s) now urgency size fill
+  mapM_ (flush s) (planBefore plan)
+  case planAlone plan of
+    Just why -> Nothing <$ sendAlone s why k enc
+    Nothing -> do
+      base <- readIORef (sFill s)
+      buf <- readIORef (sBuffer s)
+      let at = headerBytes + fillBytes base
+      withForeignPtr buf $ \p -> do
+        write (p `plusPtr` (at + 4))     -- may throw: the fill is not advanced then
+        pokeWord32 (p `plusPtr` at) (fromIntegral size)
+      writeIORef (sFill s) $! fillAfterAdd now size plan { planBefore = Nothing } base
+      bumpValues s k
+      case planAfter plan of
+        Just why -> Nothing <$ flush s why
+        Nothing -> pure (Just at)
+
+sendAlone :: Sender -> FlushReason -> Int -> Encoder -> IO ()
+sendAlone s why k (Encoder size write) = do
+  frame <- BI.create (headerBytes + 4 + size) $ \p -> do
+    write (p `plusPtr` (headerBytes + 4))
+    pokeWord32 p (fromIntegral (4 + 4 + size))
+    pokeWord32 (p `plusPtr` 4) 1
+    pokeWord32 (p `plusPtr` headerBytes) (fromIntegral size)
+  record s why 1 k (B.length frame - 4)
+  sOut s frame
+
+-- | Send the buffer as a packet, with the lock held.
+flush :: Sender -> FlushReason -> IO ()
+flush s why = do
+  fill <- readIORef (sFill s)
+  when (fillCount fill > 0) $ do
+    buf <- readIORef (sBuffer s)
+    -- the frame is the buffer itself (no copy); it is reused once the
+    -- transport has taken it
+    let packetBytes = 4 + fillBytes fill
+    withForeignPtr buf $ \p -> do
+      pokeWord32 p (fromIntegral packetBytes)
+      pokeWord32 (p `plusPtr` 4) (fromIntegral (fillCount fill))
+    writeIORef (sFill s) emptyFill
+    writeIORef (sRun s) NoRun
+    values <- readPrimArray (sValues s) 0
+    writePrimArray (sValues s) 0 0
+    record s why (fillCount fill) values packetBytes
+    sOut s (BI.fromForeignPtr buf 0 (4 + packetBytes))
+
+record :: Sender -> FlushReason -> Int -> Int -> Int -> IO ()
+record s why msgs values bytes = modifyIORef' (sStats s) (countSent why msgs values bytes)
+
+newCounter :: IO (MutablePrimArray RealWorld Int)
+newCounter = do
+  c <- newPrimArray 1
+  writePrimArray c 0 0
+  pure c
+
+-- | Count values added to the buffer (for statistics).
+bumpValues :: Sender -> Int -> IO ()
+bumpValues s k = readPrimArray (sValues s) 0 >>= writePrimArray (sValues s) 0 . (+ k)
+{-# INLINE bumpValues #-}
+
+pokeWord32 :: Ptr Word8 -> Word32 -> IO ()
+pokeWord32 p w = pokeBE 4 p 0 (fromIntegral w)
