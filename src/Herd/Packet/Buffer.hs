@@ -50,6 +50,10 @@ data Sender = Sender
   , sFill     :: !(IORef Fill)
   , sRun      :: !(IORef OpenRun)             -- ^ the run message the next value may join
   , sValues   :: !(MutablePrimArray RealWorld Int)  -- ^ values buffered (for statistics; unboxed: bumped per value)
+  , sLarge    :: !(IORef (ForeignPtr Word8, Int))
+    -- ^ where a message larger than a packet is framed, with its size:
+    -- reused, so a stream of large messages allocates (and first-touches)
+    -- no memory per message
   , sArmed    :: !(IORef Bool)                -- ^ a timer thread is watching the buffer
   , sStats    :: !(IORef PeerStats)
   , sPolicy   :: !PacketPolicy
@@ -64,7 +68,9 @@ data Sender = Sender
 newSender :: PacketPolicy -> (B.ByteString -> IO ()) -> IO Sender
 newSender policy out = do
   buf <- newBuffer policy
-  Sender <$> newMVar () <*> newIORef buf <*> newIORef emptyFill <*> newIORef NoRun <*> newCounter <*> newIORef False
+  noLarge <- mallocForeignPtrBytes 0
+  Sender <$> newMVar () <*> newIORef buf <*> newIORef emptyFill <*> newIORef NoRun <*> newCounter
+         <*> newIORef (noLarge, 0) <*> newIORef False
          <*> newIORef noPeerStats <*> pure policy <*> pure out
 
 newBuffer :: PacketPolicy -> IO (ForeignPtr Word8)
@@ -180,13 +186,28 @@ addPlanned s now urgency k enc@(Encoder size write) fill = do
 
 sendAlone :: Sender -> FlushReason -> Int -> Encoder -> IO ()
 sendAlone s why k (Encoder size write) = do
-  frame <- BI.create (headerBytes + 4 + size) $ \p -> do
-    write (p `plusPtr` (headerBytes + 4))
-    pokeWord32 p (fromIntegral (4 + 4 + size))
-    pokeWord32 (p `plusPtr` 4) 1
-    pokeWord32 (p `plusPtr` headerBytes) (fromIntegral size)
-  record s why 1 k (B.length frame - 4)
+  let need = headerBytes + 4 + size
+      frameAt p = do
+        write (p `plusPtr` (headerBytes + 4))
+        pokeWord32 p (fromIntegral (4 + 4 + size))
+        pokeWord32 (p `plusPtr` 4) 1
+        pokeWord32 (p `plusPtr` headerBytes) (fromIntegral size)
+  frame <- if need > largeKept then BI.create need frameAt else do
+    (buf0, cap) <- readIORef (sLarge s)
+    buf <- if need <= cap then pure buf0 else do
+      let cap' = min largeKept (max need (2 * cap))
+      fresh <- mallocForeignPtrBytes cap'
+      writeIORef (sLarge s) (fresh, cap')
+      pure fresh
+    withForeignPtr buf frameAt
+    pure (BI.fromForeignPtr buf 0 need)
+  record s why 1 k (need - 4)
   sOut s frame
+
+-- The largest frame a sender keeps a buffer for (larger ones are
+-- allocated each time, so one huge message pins no memory for good).
+largeKept :: Int
+largeKept = 16 * 1024 * 1024
 
 -- | Send the buffer as a packet, with the lock held.
 flush :: Sender -> FlushReason -> IO ()
