@@ -9,6 +9,7 @@ import Control.Monad (forM_)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Unsafe as BU
 import Data.IORef
+import qualified Data.Map.Strict as M
 import Data.Word (Word64, Word8)
 import Foreign.Ptr (castPtr)
 import Herd.Bytes (word32At, word64At)
@@ -49,7 +50,11 @@ offered steps = concat [ case s of { Value k v -> [GotValue k v]; Plain _ v -> [
 
 -- Feed the steps to a sender; the frames it sent (copied as they left).
 drive :: PacketPolicy -> [Step] -> IO [B.ByteString]
-drive policy steps = do
+drive policy steps = fst <$> driveCounting policy steps
+
+-- The same, with the sender's own statistics afterwards.
+driveCounting :: PacketPolicy -> [Step] -> IO ([B.ByteString], PeerStats)
+driveCounting policy steps = do
   out <- newIORef []
   s <- newSender policy (\frame -> let c = B.copy frame in c `seq` modifyIORef out (c :))
   forM_ steps $ \step -> case step of
@@ -57,7 +62,8 @@ drive policy steps = do
     Plain u v -> sendMessage s u (encodeBytes (B.pack (plainTag : v)))
     Idle -> flushIdle s
   flushIdle s
-  reverse <$> readIORef out
+  frames <- reverse <$> readIORef out
+  (,) frames <$> senderStats s
 
 -- Read a frame as a receiver: its messages, runs opened into their values.
 readFrame :: B.ByteString -> Either String [[Item]]
@@ -118,3 +124,18 @@ spec = describe "Herd.Packet runs of values" $ do
                cover 20 (runMessages < valueCount) "runs held several values" $
                runMessages <= starts + length frames
         else conjoin [ length p === 1 | p <- packets ] .&&. all (<= 1) valuesPer
+
+  it "counts what it sent: packets, messages, values, bytes and the largest packet" $
+    property $ forAll policies $ \policy steps -> ioProperty $ do
+      (frames, st) <- driveCounting policy steps
+      let Right packets = mapM readFrame frames
+          messages = [ word32At f 4 | f <- frames ]
+          values = map (length . concat) packets
+      pure $ conjoin
+        [ packetsSent st === length frames
+        , messagesSent st === sum messages
+        , valuesSent st === sum values
+        , bytesSent st === sum [ B.length f - 4 | f <- frames ]
+        , maxSentPerPacket st === maximum (0 : messages)
+        , maxValuesSentPerPacket st === maximum (0 : values)
+        , sum (M.elems (flushesBy st)) === length frames ]

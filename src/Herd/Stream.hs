@@ -71,7 +71,7 @@ start cluster ptr xs = do
       name = refName ref
       stage = processInStager ptr
       decodeOut = processOutDecoder ptr
-      half = max 1 (window `div` 2)
+      grantEvery = max 1 (window `div` 4)  -- credit back each quarter window
   ends <- StreamEnds <$> newTQueueIO <*> newTVarIO window
   input <- openStream cluster ref ends
   let sid = streamId input
@@ -117,7 +117,7 @@ start cluster ptr xs = do
           StreamElements runs -> do
             let k = sum (map fst runs)
             total <- atomicModifyIORef' consumed (\c -> (c + k, c + k))
-            when (total >= half) $ do
+            when (total >= grantEvery) $ do
               writeIORef consumed 0
               consumedStream cluster sid total
             rest <- unsafeInterleaveIO next

@@ -185,6 +185,7 @@ decodeToWorker bs
   | B.length bs >= 5 && BU.unsafeHead bs == tagArgs = Right (Args (fromIntegral (word32At bs 1)) (BU.unsafeDrop 5 bs))   -- the hot path
   | B.length bs >= runHeadBytes && BU.unsafeHead bs == tagStreamIn =
       Right (StreamIn (word64At bs 1) (fromIntegral (word32At bs 9)) (BU.unsafeDrop runHeadBytes bs))
+  | B.length bs >= 9 && BU.unsafeHead bs == tagPing = Right (Ping (word64At bs 1) (BU.unsafeDrop 9 bs))  -- the latency probe
   | otherwise = decodeToWorkerSlow bs
 
 decodeToWorkerSlow :: B.ByteString -> Either String ToWorker
@@ -214,6 +215,8 @@ decodeToWorkerSlow = runGet $ do
 
 -- | The encoder of a message to the master.
 encodeFromWorker :: FromWorker -> Encoder
+-- the latency probe's answer is written straight into the packet
+encodeFromWorker (Pong n) = Encoder 9 $ \p -> pokeByteOff p 0 tagPong >> pokeBE 8 p 1 n
 encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   Results k v -> putWord8 tagResults <> putWord32 k <> BB.byteString v
   BatchDone bid busy -> putWord8 tagBatchDone <> putWord64 bid <> putWord64 busy
@@ -233,7 +236,6 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   StateMissing sid -> putWord8 tagStateMissing <> putWord64 sid
   StatesCleared -> putWord8 tagStatesCleared
   StateReplayed sid -> putWord8 tagStateReplayed <> putWord64 sid
-  Pong n -> putWord8 tagPong <> putWord64 n
 
 -- | Decode one message to the master (a value inside is a slice of the input).
 decodeFromWorker :: B.ByteString -> Either String FromWorker
@@ -241,6 +243,7 @@ decodeFromWorker bs
   | B.length bs >= 5 && BU.unsafeHead bs == tagResults = Right (Results (fromIntegral (word32At bs 1)) (BU.unsafeDrop 5 bs))   -- the hot path
   | B.length bs >= runHeadBytes && BU.unsafeHead bs == tagStreamOut =
       Right (StreamOut (word64At bs 1) (fromIntegral (word32At bs 9)) (BU.unsafeDrop runHeadBytes bs))
+  | B.length bs == 9 && BU.unsafeHead bs == tagPong = Right (Pong (word64At bs 1))
   | otherwise = decodeFromWorkerSlow bs
 
 decodeFromWorkerSlow :: B.ByteString -> Either String FromWorker

@@ -30,6 +30,7 @@ import Control.Monad (void, when)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import Data.IORef
+import qualified Data.Map.Strict as M
 import Data.Primitive.PrimArray (MutablePrimArray, newPrimArray, readPrimArray, writePrimArray)
 import GHC.Exts (RealWorld)
 import Data.Word (Word32, Word64, Word8)
@@ -55,7 +56,9 @@ data Sender = Sender
     -- reused, so a stream of large messages allocates (and first-touches)
     -- no memory per message
   , sArmed    :: !(IORef Bool)                -- ^ a timer thread is watching the buffer
-  , sStats    :: !(IORef PeerStats)
+  , sStats    :: !(MutablePrimArray RealWorld Int)
+    -- ^ what was sent, as unboxed counters ('senderStats' reads them):
+    -- counting a packet allocates nothing
   , sPolicy   :: !PacketPolicy
   , sOut      :: B.ByteString -> IO ()        -- ^ hands one framed packet to the transport
   }
@@ -71,7 +74,7 @@ newSender policy out = do
   noLarge <- mallocForeignPtrBytes 0
   Sender <$> newMVar () <*> newIORef buf <*> newIORef emptyFill <*> newIORef NoRun <*> newCounter
          <*> newIORef (noLarge, 0) <*> newIORef False
-         <*> newIORef noPeerStats <*> pure policy <*> pure out
+         <*> newCounters statSlots <*> pure policy <*> pure out
 
 newBuffer :: PacketPolicy -> IO (ForeignPtr Word8)
 newBuffer policy = mallocForeignPtrBytes (headerBytes + policyCapacity policy)
@@ -87,7 +90,21 @@ senderPolicy = sPolicy
 
 -- | What was sent so far (the received fields stay zero here).
 senderStats :: Sender -> IO PeerStats
-senderStats s = readIORef (sStats s)
+senderStats s = do
+  let at = readPrimArray (sStats s)
+  [packets, msgs, bytes, maxMsgs, values, maxValues] <- mapM at [0 .. 5]
+  byReason <- mapM (\r -> (,) r <$> at (reasonSlot r)) allFlushReasons
+  pure noPeerStats
+    { packetsSent = packets, messagesSent = msgs, bytesSent = bytes, maxSentPerPacket = maxMsgs
+    , valuesSent = values, maxValuesSentPerPacket = maxValues
+    , flushesBy = M.fromList [ (r, n) | (r, n) <- byReason, n > 0 ] }
+
+-- Where a flush reason's count is, after the six totals.
+reasonSlot :: FlushReason -> Int
+reasonSlot r = 6 + fromEnum r
+
+statSlots :: Int
+statSlots = 6 + length allFlushReasons
 
 -- | Where the buffer's last message is a run that values may join: its tag,
 -- its key, and the offset of its length in the buffer.
@@ -229,12 +246,21 @@ flush s why = do
     sOut s (BI.fromForeignPtr buf 0 (4 + packetBytes))
 
 record :: Sender -> FlushReason -> Int -> Int -> Int -> IO ()
-record s why msgs values bytes = modifyIORef' (sStats s) (countSent why msgs values bytes)
+record s why msgs values bytes = do
+  let st = sStats s
+      add, top :: Int -> Int -> IO ()
+      add i k = readPrimArray st i >>= writePrimArray st i . (+ k)
+      top i k = readPrimArray st i >>= writePrimArray st i . max k
+  add 0 1 >> add 1 msgs >> add 2 bytes >> top 3 msgs >> add 4 values >> top 5 values
+  add (reasonSlot why) 1
 
 newCounter :: IO (MutablePrimArray RealWorld Int)
-newCounter = do
-  c <- newPrimArray 1
-  writePrimArray c 0 0
+newCounter = newCounters 1
+
+newCounters :: Int -> IO (MutablePrimArray RealWorld Int)
+newCounters n = do
+  c <- newPrimArray n
+  mapM_ (\i -> writePrimArray c i 0) [0 .. n - 1]
   pure c
 
 -- | Count values added to the buffer (for statistics).

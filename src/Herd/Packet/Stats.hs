@@ -7,7 +7,6 @@
 module Herd.Packet.Stats
   ( PeerStats (..)
   , noPeerStats
-  , countSent
   , countReceived
   , meanPerPacket
   , addPeerStats
@@ -58,19 +57,6 @@ addPeerStats a b = PeerStats
   , maxReceivedPerPacket = max (maxReceivedPerPacket a) (maxReceivedPerPacket b)
   , valuesReceived = valuesReceived a + valuesReceived b
   , maxValuesReceivedPerPacket = max (maxValuesReceivedPerPacket a) (maxValuesReceivedPerPacket b)
-  }
-
--- | Count a packet sent for this reason, of this many messages, values
--- and bytes.
-countSent :: FlushReason -> Int -> Int -> Int -> PeerStats -> PeerStats
-countSent why msgs values bytes st = st
-  { packetsSent = packetsSent st + 1
-  , messagesSent = messagesSent st + msgs
-  , bytesSent = bytesSent st + bytes
-  , maxSentPerPacket = max (maxSentPerPacket st) msgs
-  , valuesSent = valuesSent st + values
-  , maxValuesSentPerPacket = max (maxValuesSentPerPacket st) values
-  , flushesBy = M.insertWith (+) why 1 (flushesBy st)
   }
 
 -- | Count a received packet of this many messages, values and bytes.

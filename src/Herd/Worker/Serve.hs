@@ -197,7 +197,9 @@ pushOne sv pending sid = do
 runStream :: Serving -> Word64 -> ProcessRunner -> Slot -> IO ()
 runStream sv sid pr slot = do
   taken <- newIORef (0 :: Int)
-  let half = max 1 (svWindow sv `div` 2)
+  -- credit goes back each quarter window: with half, a feeder that
+  -- outpaces the process waited for it about half the time
+  let grantEvery = max 1 (svWindow sv `div` 4)
       waiting act = do
         -- Eden's rule: when no stream thread can go on, send what is buffered
         n <- atomicModifyIORef' (svBusy sv) (\k -> (k - 1, k - 1))
@@ -212,7 +214,7 @@ runStream sv sid pr slot = do
           Nothing -> pure []
           Just xs -> do
             k <- atomicModifyIORef' taken (\t -> let t' = t + sum (map fst xs) in (t', t'))
-            when (k >= half) $ do
+            when (k >= grantEvery) $ do
               writeIORef taken 0
               sendMessage (svSender sv) Urgent (encodeFromWorker (StreamTaken sid (fromIntegral k)))
             rest <- unsafeInterleaveIO nextChunk
