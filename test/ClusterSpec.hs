@@ -89,9 +89,12 @@ transportSpec transport loop = describe ("over " ++ transportName transport ++ "
       _ <- farm cluster squareTask [1 .. 1000]
       performMinorGC
       before <- allocated_bytes <$> getRTSStats
-      total <- sum <$> farm cluster squareTask [1 .. n]
+      ys <- farm cluster squareTask [1 .. n]
+      total <- evaluate (sum ys)
       performMinorGC
       after <- allocated_bytes <$> getRTSStats
+      -- name the first wrong results, should any be (a sum alone hides which)
+      take 5 [ (i, x, y) | (i, x, y) <- zip3 [0 :: Int ..] [1 .. n] ys, y /= x * x ] `shouldBe` []
       total `shouldBe` sum (map (\x -> x * x) [1 .. n])
       let perTask = fromIntegral (after - before) / fromIntegral n :: Double
       perTask `shouldSatisfy` (<= 400)
