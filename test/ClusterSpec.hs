@@ -11,7 +11,7 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as BC
 import qualified Data.ByteString.Lazy as BL
 import Data.IORef
-import Data.List (isInfixOf, sort)
+import Data.List (foldl', isInfixOf, sort)
 import qualified Data.Text as T
 import GHC.Fingerprint (Fingerprint (..))
 import Herd
@@ -37,6 +37,7 @@ import Test.Hspec
 import GHC.Stats (allocated_bytes, getRTSStats, getRTSStatsEnabled)
 import System.Mem (performMinorGC)
 import TestTasks
+import Herd.Examples.Eden (echoProcess, wordsItem)
 
 -- The secret of the test clusters.
 testSecretText :: String
@@ -479,6 +480,22 @@ spec = describe "a cluster of local worker processes" $ do
         farm cluster squareTask [1 .. 100] `shouldReturn` map (\x -> x * x) [1 .. 100]
         terminateProcess ph
         void (waitForProcess ph)
+
+  it "streams elements far larger in all than a link may queue, without dropping the worker" $
+    -- on one capability, as herd's own binary runs the master, the link's
+    -- writer thread cannot drain while the feeder runs
+    bracket getNumCapabilities setNumCapabilities $ \_ -> setNumCapabilities 1 >>
+     withTestCluster 1 (\logs cluster -> do
+      -- 6000 elements of 64 KB each way (Eden's echo): six times the 64
+      -- MiB after which a link counts as stopped; the feeder must wait for
+      -- the link instead of queueing it all
+      let item i = wordsItem 8000 i
+          check (n, ok) (y, i) = let ok' = ok && y == item i in ok' `seq` (n + 1, ok')
+      (count, same) <- withStream cluster echoProcess (map item [1 .. 6000]) $ \ys ->
+        evaluate (foldl' check (0 :: Int, True) (zip ys [1 ..]))
+      (count, same) `shouldBe` (6000, True)
+      logsContain logs "lost" `shouldReturn` False
+      clusterWorkerCount cluster `shouldReturn` 1)
 
   it "gives work at once to a worker that joins by hand mid-job" $
     withTestCluster 1 $ \_ cluster -> do

@@ -206,8 +206,9 @@ runJob cluster spec = do
 -- | Where an open stream's input goes: its number and its worker's
 -- packet sender.
 data StreamInput = StreamInput
-  { streamId     :: !Word64   -- ^ the stream's number
-  , streamSender :: !Sender
+  { streamId      :: !Word64   -- ^ the stream's number
+  , streamSender  :: !Sender
+  , streamBacklog :: !(TVar Int)  -- ^ bytes queued for the link's writer thread
   }
 
 -- | Open a stream process of this reference on the least loaded worker,
@@ -218,14 +219,27 @@ openStream cluster ref ends = do
   reply <- newEmptyMVar
   shellRegister (clShell cluster) True (RegisterStream sid ends reply)
     [OpenStream sid ref (configStreamWindow (clConfig cluster))]
-  either throwIO (pure . StreamInput sid) =<< takeMVar reply
+  either throwIO (\(sender, backlog) -> pure (StreamInput sid sender backlog)) =<< takeMVar reply
 
 -- | Send one input element of a stream, encoded (these bytes): appended to the run of elements
 -- buffered for its worker ('appendToRun'), without a step of the core
 -- (which only routes the stream's other messages). The caller counts the
--- credit.
+-- credit. Waits first while the worker's link has more than
+-- 'streamBacklogLimit' bytes queued that the kernel or ring would not take:
+-- the window counts elements, and a window of large elements would
+-- otherwise pile up past the link's limit, and the worker would be
+-- dropped as one that stopped reading.
 feedStream :: StreamInput -> Ptr Word8 -> Int -> IO ()
-feedStream input = appendToRun (streamSender input) tagStreamIn (streamId input)
+feedStream input p n = do
+  queued <- readTVarIO (streamBacklog input)
+  when (queued > streamBacklogLimit) $
+    atomically $ readTVar (streamBacklog input) >>= \q -> check (q <= streamBacklogLimit `div` 2)
+  appendToRun (streamSender input) tagStreamIn (streamId input) p n
+
+-- | Bytes a stream's worker link may hold queued before its feeder waits:
+-- 8 MiB, an eighth of the 64 MiB after which a link counts as stopped.
+streamBacklogLimit :: Int
+streamBacklogLimit = 8 * 1024 * 1024
 
 -- | The stream's input ended.
 endStreamInput :: Cluster -> Word64 -> IO ()

@@ -21,16 +21,18 @@ import Control.Concurrent.STM
 import Control.Exception
 import Control.Monad (void)
 import qualified Data.ByteString as B
-import Data.IORef
 import Herd.Config
 import Herd.Packet
 import Herd.Transport
 
 -- | A worker's link as the shell drives it.
 data LinkHandle = LinkHandle
-  { lhConn   :: !Connection
-  , lhSender :: !Sender
-  , lhOutbox :: !(TQueue (Maybe B.ByteString))  -- ^ for the writer thread; 'Nothing' ends it
+  { lhConn    :: !Connection
+  , lhSender  :: !Sender
+  , lhOutbox  :: !(TQueue (Maybe B.ByteString))  -- ^ for the writer thread; 'Nothing' ends it
+  , lhBacklog :: !(TVar Int)
+    -- ^ bytes waiting for the writer thread (the kernel or ring took no
+    -- more): a stream's feeder waits while there are many
   }
 
 -- | Set up a link's sender and start its writer thread; the action is
@@ -40,18 +42,20 @@ openLink cfg conn onBroken = do
   let cap = max (64 * 1024 * 1024) (2 * configMaxFrameBytes cfg)
   outbox <- newTQueueIO
   failed <- newTVarIO Nothing
-  queued <- newIORef (0 :: Int)
+  queued <- newTVarIO (0 :: Int)
   let breakLink why = atomically $ modifyTVar' failed (maybe (Just why) Just)
       enqueue bytes = do
-        q <- atomicModifyIORef' queued (\k -> (k + B.length bytes, k + B.length bytes))
-        if q > cap then breakLink ("stopped reading: " ++ show q ++ " bytes waiting to be sent to it")
-                   else atomically $ writeTQueue outbox (Just bytes)
+        over <- atomically $ do
+          q <- (+ B.length bytes) <$> readTVar queued
+          writeTVar queued q
+          if q > cap then pure (Just q) else Nothing <$ writeTQueue outbox (Just bytes)
+        mapM_ (\q -> breakLink ("stopped reading: " ++ show q ++ " bytes waiting to be sent to it")) over
       -- with nothing waiting for the writer thread, send from this thread
       -- what the kernel takes at once (no hand-off between threads per
       -- packet); the writer sends the rest
       -- the frame is the sender's buffer: what is queued is copied
       out frame = do
-        waiting <- readIORef queued
+        waiting <- readTVarIO queued
         if waiting > 0 then enqueue (B.copy frame) else do
           rest <- trySync (sendAvailableParts conn [frame])
           either (\e -> breakLink ("send failed: " ++ displayException e)) (mapM_ (enqueue . B.copy)) rest
@@ -63,7 +67,7 @@ openLink cfg conn onBroken = do
           Right Nothing -> pure Nothing
           Right (Just bytes) -> do
             sendRaw conn bytes
-            atomicModifyIORef' queued (\k -> (k - B.length bytes, ()))
+            atomically $ modifyTVar' queued (subtract (B.length bytes))
             writer
   sender <- newSender (packetPolicyOf cfg) out
   void $ forkIO $ do
@@ -72,7 +76,7 @@ openLink cfg conn onBroken = do
       Left e -> onBroken ("send failed: " ++ displayException e)
       Right (Just why) -> onBroken why
       Right Nothing -> pure ()
-  pure (LinkHandle conn sender outbox)
+  pure (LinkHandle conn sender outbox queued)
 
 -- | Let the writer send what waits, then end.
 stopWriting :: LinkHandle -> IO ()

@@ -64,7 +64,7 @@ data ShellState = ShellState
   , ssLinks    :: !(M.Map WorkerId LinkHandle)
   , ssFarms    :: !(M.Map JobId (JobSpec, MVar (Either HerdError JobStats)))
   , ssStreams  :: !(M.Map Word64 StreamEnds)
-  , ssOpening  :: !(M.Map Word64 (MVar (Either HerdError Sender)))
+  , ssOpening  :: !(M.Map Word64 (MVar (Either HerdError (Sender, TVar Int))))
   , ssTouched  :: !(S.Set WorkerId)             -- ^ links with buffered messages
   , ssGathered :: !(M.Map Word64 [(Int, B.ByteString)])  -- ^ stream output runs of this step, newest first
   }
@@ -83,7 +83,7 @@ data Shell = Shell
 -- the answer goes.
 data Registration
   = RegisterFarm !JobId !JobSpec !(MVar (Either HerdError JobStats))
-  | RegisterStream !Word64 !StreamEnds !(MVar (Either HerdError Sender))
+  | RegisterStream !Word64 !StreamEnds !(MVar (Either HerdError (Sender, TVar Int)))
   | Forget !(Maybe JobId) !(Maybe Word64)   -- ^ the caller went away
   | NoRegistration
 
@@ -224,7 +224,7 @@ execute sh (ss, fed) cmd = case cmd of
     Nothing -> pure (ss, fed)
   StreamOpened sid result -> do
     -- the caller feeds the stream straight into its worker's sender
-    let opened = result >>= \w -> maybe (Left NoWorkers) (Right . lhSender) (M.lookup w (ssLinks ss))
+    let opened = result >>= \w -> maybe (Left NoWorkers) (\l -> Right (lhSender l, lhBacklog l)) (M.lookup w (ssLinks ss))
     forM_ (M.lookup sid (ssOpening ss)) $ \reply -> tryPutMVar reply opened
     let ss1 = ss { ssOpening = M.delete sid (ssOpening ss) }
     pure (either (const ss1 { ssStreams = M.delete sid (ssStreams ss1) }) (const ss1) result, fed)
