@@ -9,8 +9,11 @@
 -- message as a 32-bit length and its body. Every decision about when a
 -- buffer leaves is taken by "Herd.Packet.Policy"; this module only carries
 -- it out, keeps statistics, and runs the timer that sends a buffer whose
--- oldest message is due. Messages are written straight into the buffer, so
--- adding one costs no allocation beyond its encoder.
+-- oldest message is due ("Herd.Packet.Buffer" holds the buffer itself).
+-- Messages are written straight into the buffer, so adding one costs no
+-- allocation beyond its encoder; a value of a run (a stream's element) is
+-- appended to the run message that ends the buffer ('appendToRun'), so a
+-- run costs one message header.
 --
 -- Promises: a received packet whose count or lengths claim more than it
 -- holds is rejected with a message saying so, before any of it is used;

@@ -1,7 +1,9 @@
 {-# LANGUAGE ScopedTypeVariables #-}
 -- | Eden-style stream processes: a list function instantiated on a worker,
 -- fed the caller's list element by element as it is produced, its output
--- coming back element by element and consumed lazily.
+-- coming back element by element and consumed lazily. Elements travel in
+-- runs that grow an element at a time ('Herd.Packet.appendToRun'), so they
+-- share packets and message headers without waiting for company.
 --
 -- > sorter :: StaticPtr (Process Int Int)      -- in a non-Main module
 -- > sorter = static (process sort)
@@ -15,7 +17,10 @@
 --   works;
 -- * flow is bounded: at most 'configStreamWindow' elements are in flight in
 --   each direction, so a fast producer or a slow consumer cannot grow
---   memory without bound (credit-based flow control);
+--   memory without bound (credit-based flow control), and the feeder waits
+--   while the worker's link holds more than 8 MiB it could not send yet,
+--   so a window of large elements cannot get the worker dropped as one
+--   that stopped reading;
 -- * a process that throws, cannot start, or whose worker is lost ends the
 --   output list with 'StreamFailed' naming it, thrown where the caller
 --   reaches that point of the list. Stream processes are not re-run
