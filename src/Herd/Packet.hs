@@ -28,7 +28,6 @@ module Herd.Packet
   , encoderBytes
   , packetOf
   , sendMessage
-  , sendMessages
   , sendValues
   , flushIdle
   , senderRoom
@@ -81,12 +80,6 @@ sendMessage s urgency enc = withLock s $ \now -> addMessage s now urgency 1 enc
 -- arguments or results), counted as such in the statistics.
 sendValues :: Sender -> Urgency -> Int -> Encoder -> IO ()
 sendValues s urgency k enc = withLock s $ \now -> addMessage s now urgency k enc
-
--- | Add several messages in order, under one hold of the buffer (cheaper
--- than one 'sendMessage' each). The encoders are consumed lazily; an
--- encoder that throws stops there, after the messages before it.
-sendMessages :: Sender -> Urgency -> [Encoder] -> IO ()
-sendMessages s urgency encs = withLock s $ \now -> mapM_ (addMessage s now urgency 1) encs
 
 -- A message that values cannot join: the next value starts a run of its own.
 addMessage :: Sender -> Double -> Urgency -> Int -> Encoder -> IO ()

@@ -1,21 +1,19 @@
 {-# LANGUAGE BangPatterns #-}
 -- | User values on the wire: @store@ encoders that write straight into a
--- packet buffer, and decoders that read one message's bytes.
+-- packet buffer, and decoders that read one value's or one run's bytes.
 --
 -- Promise: a decoder consumes exactly the bytes it is given, or fails with
 -- a message; it never reads past them. (Inside a user's own types @store@
 -- is trusted as it is; see the README.)
 module Herd.Wire.Value
   ( valueEncoder
-  , decodeValue
   , decodeValueIO
-  , forcedEncoder
   , decodeValuesOnto
   ) where
 
-import Control.Exception (evaluate, displayException, fromException)
+import Control.Exception (displayException, fromException)
 import qualified Data.ByteString as B
-import Data.Store (Store, decode)
+import Data.Store (Store)
 import qualified Data.ByteString.Unsafe as BU
 import Data.Store.Core (Peek (..), PeekException (..), PeekResult (..), Poke (..), decodeIOWithFromPtr,
                         unsafeMakePeekState, unsafeMakePokeState)
@@ -34,22 +32,6 @@ valueEncoder x = Encoder (getSize x) $ \p -> do
   st <- unsafeMakePokeState p (pure p)
   _ <- runPoke (poke x) st 0
   pure ()
-
--- | Evaluate a value (to weak head normal form, and further as far as
--- computing its encoded size needs) and give its encoder. Throws what the
--- value throws.
-forcedEncoder :: Store a => a -> IO Encoder
-forcedEncoder x = do
-  x' <- evaluate x
-  n <- evaluate (getSize x')
-  pure $ Encoder n $ \p -> do
-    st <- unsafeMakePokeState p (pure p)
-    _ <- runPoke (poke x') st 0
-    pure ()
-
--- | Decode a value that must fill these bytes exactly.
-decodeValue :: Store a => B.ByteString -> Either String a
-decodeValue bs = either (Left . displayException) Right (decode bs)
 
 -- | Decode a value that must fill these bytes exactly, in IO: cheaper than
 -- 'decodeValue' on a hot path; throws @store@'s @PeekException@.
