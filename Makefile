@@ -5,7 +5,7 @@
 CABAL ?= cabal
 CABAL_FLAGS ?= --offline
 
-.PHONY: all deps build demo test bench-models haddock clean
+.PHONY: all deps build demo test bench-models plots haddock clean
 
 all: build
 
@@ -18,14 +18,29 @@ build: deps
 demo: build
 	$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) demo
 
-test: build
-	$$($(CABAL) list-bin $(CABAL_FLAGS) spec)
-	@for t in ssh netns slurm shm; do \
+# The tests build and run from herd's own source tarball (scripts/sdist-tree.sh),
+# so that a file the package forgets to ship fails here, not for its users.
+SDIST_TREE = dist-newstyle/sdist-tree
+
+test: deps
+	@./scripts/sdist-tree.sh $(SDIST_TREE)
+	cd $(SDIST_TREE) && $(CABAL) build $(CABAL_FLAGS) exe:herd spec
+	cd $(SDIST_TREE) && $$($(CABAL) list-bin $(CABAL_FLAGS) spec)
+	@cd $(SDIST_TREE) && for t in ssh netns slurm shm; do \
 	  HERD_BIN=$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bash tests/integration/$$t.sh || exit 1; \
 	done
 
 bench-models: build
 	$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bench models --json
+
+# Redraw the README's figures (docs/*.svg); each line is the command the README names.
+plots: build
+	H=$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd); \
+	$$H bench models --plot docs/models.svg && \
+	$$H bench pfilter --simulate --cost 30ms --states 2000 --plot docs/pfilter.svg && \
+	$$H bench echo --items 10000 --words 1,10,100,300,1000 --plot docs/echo.svg && \
+	$$H bench parsort --n 100000 --plot docs/parsort.svg && \
+	$$H bench latency --transport tcp,unix,shm --plot docs/latency.svg
 
 haddock: deps
 	$(CABAL) haddock $(CABAL_FLAGS) lib:herd lib:herd-internal

@@ -99,6 +99,7 @@ latencyOptions = Latency.LatencyOptions
   <*> option (positiveInt "a round count" 10000000) (long "rounds" <> metavar "N" <> value 20000 <> showDefault
                           <> help "round trips per transport and implementation")
   <*> switch (long "json" <> help "end with one line of JSON")
+  <*> plotOption "median round trip per transport: herd, the C floor, the IO manager path (bars, log scale)"
 
 bandwidthOptions :: Parser Latency.BandwidthOptions
 bandwidthOptions = Latency.BandwidthOptions
@@ -109,6 +110,12 @@ bandwidthOptions = Latency.BandwidthOptions
   <*> option (positiveInt "a total in MiB" 65536) (long "total-mib" <> metavar "N" <> value 1024 <> showDefault
                           <> help "bytes to send per transport and implementation")
   <*> switch (long "json" <> help "end with one line of JSON")
+
+-- The optional @--plot FILE@ of a benchmark: an SVG figure of what it
+-- measured, written only when asked for.
+plotOption :: String -> Parser (Maybe FilePath)
+plotOption what = optional (strOption (long "plot" <> metavar "FILE"
+                                       <> help ("also write an SVG figure: " ++ what)))
 
 -- A comma-separated list of transports, each named once.
 transportListArg :: ReadM [TransportKind]
@@ -135,8 +142,7 @@ pfilterOptions = Pfilter.Options
   <*> switch (long "simulate" <> help "sleep --cost per particle step instead of computing it")
   <*> option loopListArg (long "master" <> metavar "LIST" <> value [ThreadedLoop, EpollLoop]
                           <> showDefaultWith (const "threaded,epoll") <> help "master loops to run: threaded, epoll")
-  <*> strOption (long "plot" <> metavar "FILE" <> value "pfilter.svg" <> showDefault
-                          <> help "where to write the log-log plot (SVG)")
+  <*> plotOption "a log-log plot of seconds against workers, per master loop"
   <*> optional (option (eitherReader parseTransportKind) (long "transport" <> metavar "tcp|unix|shm"
                           <> help "how the workers are linked (default: shm)"))
   <*> switch (long "json" <> help "end with one line of JSON")
@@ -185,6 +191,7 @@ echoOptions = Echo.Options
   <*> option (countListArg "item sizes in words" 1000000) (long "words" <> metavar "LIST" <> value [1, 10, 100, 300, 1000]
                           <> showDefaultWith (const "1,10,100,300,1000") <> help "item sizes in machine words")
   <*> switch (long "json" <> help "end with one line of JSON")
+  <*> plotOption "seconds against words per item, chunking on and off (log-log)"
 
 packetsOptions :: Parser Packets.Options
 packetsOptions = Packets.Options
@@ -215,6 +222,7 @@ parsortOptions = Parsort.Options
   <*> option (countListArg "chunk sizes" 100000000) (long "chunks" <> metavar "LIST" <> value [10, 100, 1000, 10000]
                           <> showDefaultWith (const "10,100,1000,10000") <> help "static chunk sizes to sweep")
   <*> switch (long "json" <> help "end with one line of JSON")
+  <*> plotOption "seconds per program, chunking on and off (bars)"
 
 mandelbrotOptions :: Parser Mandelbrot.Options
 mandelbrotOptions = Mandelbrot.Options
@@ -225,6 +233,7 @@ mandelbrotOptions = Mandelbrot.Options
   <*> option (countListArg "chunk sizes" 20000) (long "chunks" <> metavar "LIST" <> value [2, 5, 10, 25, 50]
                           <> showDefaultWith (const "2,5,10,25,50") <> help "static chunk sizes (rows per task) to sweep")
   <*> switch (long "json" <> help "end with one line of JSON")
+  <*> plotOption "seconds per program, chunking on and off (bars)"
 
 countListArg :: String -> Int -> ReadM [Int]
 countListArg what limit = eitherReader $ \s ->
@@ -348,6 +357,7 @@ modelsOptions = Models.Options
   <*> optional (option coreListArg (long "cores" <> metavar "LIST"
                      <> help "core counts to run, e.g. 1,2 (default: 1 up to the physical cores)"))
   <*> switch (long "json" <> help "end with one line of JSON")
+  <*> plotOption "speedup against cores, per model"
 
 workerOptions :: Parser WorkerOptions
 workerOptions = mk

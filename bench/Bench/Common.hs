@@ -16,6 +16,7 @@ module Bench.Common
 import Control.Monad (when)
 import Data.List (sort)
 import Herd.Report
+import Bench.Plot
 
 import Control.Exception (evaluate)
 import GHC.Stats (allocated_bytes, getRTSStats, getRTSStatsEnabled)
@@ -100,8 +101,8 @@ chunkingName on = if on then "on" else "off"
 
 -- | The paper's table (program, size, normal, dynamic chunking), the best
 -- static chunk size against the plain program, and the JSON line.
-reportEden :: String -> String -> [(String, Maybe Int, Bool, Double)] -> Bool -> IO ()
-reportEden bench size rows json = do
+reportEden :: String -> String -> [(String, Maybe Int, Bool, Double)] -> Bool -> Maybe FilePath -> IO ()
+reportEden bench size rows json plot = do
   let keys = [ (p, c) | (p, c, True, _) <- rows ]
       secsOf p c on = head ([ s | (p', c', on', s) <- rows, p' == p, c' == c, on' == on ] ++ [0])
       plain = secsOf bench Nothing True
@@ -114,6 +115,9 @@ reportEden bench size rows json = do
     putStrLn ("plain " ++ bench ++ " with dynamic chunking: " ++ fixed 3 plain ++ " s; best static chunking: "
               ++ bestP ++ " " ++ show bestC ++ " (chunking " ++ chunkingName bestOn ++ ") "
               ++ fixed 3 bestS ++ " s; ratio " ++ fixed 2 (plain / bestS))
+  writePlot plot $ barSvg Linear (bench ++ ", " ++ size) "seconds" [ p ++ maybe "" (\c' -> " " ++ show c') c | (p, c) <- keys ]
+    [ Series name colour False [ (g, secsOf p c on) | (g, (p, c)) <- zip [0 ..] keys ]
+    | (name, colour, on) <- [("normal", "#d62728", False), ("dyn. chunking", "#1f77b4", True)] ]
   when json $ putStrLn $ renderJson $ JObject
     [ ("bench", JString bench)
     , ("rows", JArray [ JObject [ ("program", JString p), ("chunk", maybe JNull (JNumber . fromIntegral) c)

@@ -10,6 +10,7 @@ module Bench.Echo
 import Control.Monad (forM, replicateM_, when)
 import qualified Data.Vector.Unboxed as U
 import Bench.Common
+import Bench.Plot
 import Herd
 import Herd.Examples.Eden (echoProcess, wordsItem)
 import Herd.Report
@@ -20,12 +21,14 @@ data Options = Options
   { optItems :: Int
   , optWords :: [Int]
   , optJson  :: Bool
+  , optPlot  :: Maybe FilePath
   }
 
 -- | Run the benchmark and print its table (and JSON line).
 run :: Options -> IO ()
 run o = do
   hSetBuffering stdout LineBuffering
+  checkPlotWritable "echo" (optPlot o)
   rows <- forM [True, False] $ \on -> withChunking on (\c -> c { configWorkers = Just 1 }) $ \cluster ->
     forM (optWords o) $ \w -> do
       let items = [ wordsItem w i | i <- [1 .. optItems o] ]
@@ -43,6 +46,10 @@ run o = do
   putStr $ renderTable ["words/item", "normal (s)", "dyn. chunking (s)", "off/on"]
     [ [show w, fixed 3 (secsOf False rs), fixed 3 (secsOf True rs), fixed 1 (secsOf False rs / secsOf True rs)]
     | (w, rs) <- byWords ]
+  writePlot (optPlot o) $ logLogSvg ("echo of " ++ show (optItems o) ++ " items through a stream process")
+      "words per item" "seconds (median)"
+      [ Series ("chunking " ++ chunkingName on) colour False [ (fromIntegral w, s) | (w, on', s, _) <- concat rows, on' == on ]
+      | (on, colour) <- [(True, "#1f77b4"), (False, "#d62728")] ]
   when (optJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "echo")
     , ("rows", JArray [ JObject [ ("words", JNumber (fromIntegral w)), ("chunking", JString (chunkingName on))

@@ -40,6 +40,7 @@ import Herd.Transport (Connection, awaitReadable, recvAvailable, recvFrame, take
 import Herd.Transport.Shm (spinNanos)
 import Herd.Wire (FromWorker (..), ToWorker (..), decodeFromWorker, encodeToWorker)
 import System.IO
+import Bench.Plot
 
 foreign import ccall safe "herd_pingpong"
   c_pingpong :: CInt -> CInt -> CLong -> Ptr Double -> IO CInt
@@ -53,6 +54,7 @@ data LatencyOptions = LatencyOptions
   { latTransports :: [TransportKind]
   , latRounds     :: Int
   , latJson       :: Bool
+  , latPlot       :: Maybe FilePath
   }
 
 -- | Bandwidth settings.
@@ -163,6 +165,7 @@ percentile q v = let s = sort (U.toList v)
 runLatency :: LatencyOptions -> IO ()
 runLatency o = do
   hSetBuffering stdout LineBuffering
+  checkPlotWritable "latency" (latPlot o)
   rows <- fmap concat $ forM (latTransports o) $ \t -> do
     hPutStrLn stderr ("  " ++ transportName t ++ ": C floor")
     c <- cRoundTrips t (latRounds o)
@@ -190,6 +193,11 @@ runLatency o = do
                                                 ++ unwords [ fixed 2 (percentile q v) | q <- [0.1, 0.25, 0.5, 0.75, 0.9] ])
   putStrLn ("blocking wake-up round trip, no spinning (C): eventfd " ++ fixed 2 (medianOf eventfdWake)
             ++ " us, futex " ++ fixed 2 (medianOf futexWake) ++ " us (median)")
+  writePlot (latPlot o) $ barSvg Log10 ("round trip of one small message, median of " ++ show (latRounds o))
+      "microseconds" (map transportName (latTransports o))
+      [ Series name colour False [ (g, medianOf v) | (g, t) <- zip [0 ..] (latTransports o), (t', impl', v) <- rows, t' == t, impl' == impl ]
+      | (impl, name, colour) <- [ ("herd", "herd", "#1f77b4"), ("c", "C floor", "#555")
+                                , ("herd-iomanager", "herd via the IO manager", "#ff7f0e") ] ]
   when (latJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "latency")
     , ("rows", JArray [ JObject [ ("transport", JString (transportName t)), ("impl", JString impl)

@@ -13,6 +13,7 @@ import Bench.Common
 import Herd
 import Herd.Examples.Eden
 import System.IO
+import Bench.Plot (checkPlotWritable)
 
 -- | Benchmark settings.
 data Options = Options
@@ -20,12 +21,14 @@ data Options = Options
   , optIterations :: Int
   , optChunks     :: [Int]
   , optJson       :: Bool
+  , optPlot       :: Maybe FilePath
   }
 
 -- | Run the benchmark and print its table (and JSON line).
 run :: Options -> IO ()
 run o = do
   hSetBuffering stdout LineBuffering
+  checkPlotWritable "mandelbrot" (optPlot o)
   let size = optSize o
       iters = optIterations o
       expected = sum [ U.sum (U.map fromIntegral (mandelRow (size, iters, y))) | y <- [0 .. size - 1] ] :: Int
@@ -46,5 +49,5 @@ run o = do
     p <- one "mandelbrot" Nothing plain
     cs <- forM (optChunks o) $ \c -> one "mandelbrotchunk" (Just c) (chunked c)
     pure (p : cs)
-  reportEden "mandelbrot" (show size ++ "x" ++ show size ++ " pixels") rows (optJson o)
+  reportEden "mandelbrot" (show size ++ "x" ++ show size ++ " pixels") rows (optJson o) (optPlot o)
   where fixed3 x = show (fromIntegral (round (x * 1000) :: Int) / 1000 :: Double)

@@ -24,6 +24,7 @@ import Herd
 import Herd.Examples.Fib (fib, fibTask)
 import Herd.Launch.Topology (physicalCores)
 import Herd.Report
+import Bench.Plot
 import Herd.Clock (monotonicSeconds)
 import System.IO
 
@@ -33,6 +34,7 @@ data Options = Options
   , optTasks :: Int
   , optCores :: Maybe [Int]
   , optJson  :: Bool
+  , optPlot  :: Maybe FilePath
   }
 
 data Row = Row
@@ -57,6 +59,7 @@ timed act = do
 run :: Options -> IO ()
 run o = do
   hSetBuffering stdout LineBuffering
+  checkPlotWritable "models" (optPlot o)
   physical <- length <$> physicalCores
   let cores = maybe [1 .. physical] id (optCores o)
       inputs = replicate (optTasks o) (optFib o)
@@ -100,6 +103,11 @@ run o = do
     [ [rowModel r, rowUnit r, show (rowCores r), fixed 3 (rowSecs r), fixed 2 (speedup r)
       , fixed 2 (speedup r / fromIntegral (rowCores r)), rowNote r]
     | r <- allRows ]
+  writePlot (optPlot o) $ lineSvg Linear Linear
+      ("fib " ++ show (optFib o) ++ " x " ++ show (optTasks o) ++ ": speedup over sequential") "cores" "speedup"
+      ([ Series name colour False [ (fromIntegral (rowCores r), speedup r) | r <- rows, rowModel r == name ]
+       | (name, colour) <- [("herd", "#1f77b4"), ("forkio", "#2ca02c"), ("forkos", "#ff7f0e"), ("eval", "#d62728")] ]
+       ++ [ Series "ideal" "#555" True [ (fromIntegral c, fromIntegral c) | c <- cores ] ])
   when (optJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "models")
     , ("fib", JInt (fromIntegral (optFib o)))

@@ -15,6 +15,7 @@ import Control.Exception (evaluate)
 import Control.Monad (forM, replicateM_, when)
 import Data.List (sort)
 import Bench.Common
+import Bench.Plot (checkPlotWritable)
 import Herd
 import Herd.Examples.Eden
 import Herd.Report
@@ -25,6 +26,7 @@ data Options = Options
   { optN      :: Int
   , optChunks :: [Int]
   , optJson   :: Bool
+  , optPlot   :: Maybe FilePath
   }
 
 -- | The plain program: as many sorters as workers, merged.
@@ -47,6 +49,7 @@ parsortChunk2 cluster pes size xs = do
 run :: Options -> IO ()
 run o = do
   hSetBuffering stdout LineBuffering
+  checkPlotWritable "parsort" (optPlot o)
   let n = optN o
       input = force (take n (iterate (\x -> (x * 1103515245 + 12345) `mod` 2147483648) 42)) :: [Int]
       expected = sort input
@@ -66,5 +69,5 @@ run o = do
     chunked <- forM (optChunks o) $ \c -> one "parsortchunk" (Just c) (\cl p -> parsortChunk cl p c)
     chunked2 <- forM (optChunks o) $ \c -> one "parsortchunk2" (Just c) (\cl p -> parsortChunk2 cl p c)
     pure (plain : chunked ++ chunked2)
-  reportEden "parsort" ("n = " ++ show n) rows (optJson o)
+  reportEden "parsort" ("n = " ++ show n) rows (optJson o) (optPlot o)
 

@@ -25,8 +25,6 @@ import Herd.Config (defaultWorkerRtsOptions)
 import Herd.Examples.ParticleFilter
 import Herd.Report
 import System.IO
-import System.Exit (ExitCode (..), exitWith)
-import Control.Exception (IOException, displayException, try)
 
 -- | Benchmark settings.
 data Options = Options
@@ -36,7 +34,7 @@ data Options = Options
   , optCost     :: Double
   , optSimulate :: Bool
   , optLoops    :: [MasterLoop]
-  , optPlot     :: FilePath
+  , optPlot     :: Maybe FilePath
   , optTransport :: Maybe TransportKind
   , optJson     :: Bool
   }
@@ -68,12 +66,7 @@ run o = do
         , configTransport = optTransport o
           -- sleeping workers allocate little: a small nursery keeps hundreds in memory
         , configWorkerRtsOptions = if optSimulate o then ["-N1", "-A1m", "-V0"] else defaultWorkerRtsOptions }
-  -- a plot file that cannot be written should fail now, not after the run
-  writable <- try (writeFile (optPlot o) "") :: IO (Either IOException ())
-  case writable of
-    Left e -> hPutStrLn stderr ("pfilter: cannot write the plot to " ++ optPlot o ++ ": " ++ displayException e)
-              >> exitWith (ExitFailure 2)
-    Right () -> pure ()
+  checkPlotWritable "pfilter" (optPlot o)
   hPutStrLn stderr ("pfilter: starting " ++ show most ++ " workers")
   -- one cluster per master loop: the loop drives every API of its cluster
   rows <- fmap concat $ forM (optLoops o) $ \loop -> withCluster cfg { configMasterLoop = loop } $ \cluster -> do
@@ -108,8 +101,7 @@ run o = do
                    [ (fromIntegral (rowWorkers r), rowIdeal r) | r <- rows, rowLoop r == head (optLoops o) ] ]
       title = "particle filter, " ++ show (optStates o) ++ " states, " ++ show (optSteps o) ++ " steps"
               ++ (if optSimulate o then ", simulated " ++ fixed 3 (optCost o) ++ " s steps" else "")
-  writeFile (optPlot o) (logLogSvg title "workers" "seconds" series)
-  putStrLn ("plot written to " ++ optPlot o)
+  writePlot (optPlot o) (logLogSvg title "workers" "seconds" series)
   forM_ [ r | r <- rows, rowWorkers r == maximum (map rowWorkers rows) ] $ \r ->
     putStrLn (masterLoopName (rowLoop r) ++ " at " ++ show (rowWorkers r) ++ " workers: efficiency "
               ++ fixed 3 (rowIdeal r / rowSeconds r))
