@@ -7,6 +7,11 @@ import qualified Data.ByteString.Char8 as BC
 import Data.Either (isLeft)
 import Data.Word (Word8)
 import Herd.Auth
+import Herd.Transport (TransportKind (..), recvFrame, sendFrame)
+import Herd.Wire.Handshake (MasterReply (..), decodeAuthResponse, encodeMasterReply, handshakeFrameLimit)
+import ConformanceSpec (withPair)
+import Control.Concurrent.Async (concurrently)
+import qualified Data.ByteString.Lazy as BL
 import Control.Exception (bracket_)
 import System.Directory (getTemporaryDirectory, removeDirectoryRecursive, createDirectoryIfMissing)
 import System.Environment (setEnv, unsetEnv, lookupEnv)
@@ -25,8 +30,10 @@ nonce ws = B.pack (take 32 (ws ++ replicate 32 0))
 
 spec :: Spec
 spec = describe "authentication" $ do
-  it "accepts a proof made with the same secret and nonces" $ property $ \s nm nw ->
-    proofMatches (workerProof (secretOf s) (nonce nm) (nonce nw)) (workerProof (secretOf s) (nonce nm) (nonce nw))
+  it "makes proofs that depend on secret and nonces alone (two secrets of the same bytes agree)" $ property $ \s nm nw ->
+    let again = either error id (mkSecret (B.pack (map (\w -> 0x41 + w `mod` 26) (s ++ replicate 16 0))))
+    in proofMatches (workerProof (secretOf s) (nonce nm) (nonce nw)) (workerProof again (nonce nm) (nonce nw))
+       && B.length (workerProof (secretOf s) (nonce nm) (nonce nw)) == 32
   it "rejects a proof made with another secret" $ property $ \s t nm nw ->
     secretOf s /= secretOf t ==>
       not (proofMatches (workerProof (secretOf s) (nonce nm) (nonce nw)) (workerProof (secretOf t) (nonce nm) (nonce nw)))
@@ -52,10 +59,13 @@ spec = describe "authentication" $ do
       loadSecret SecretAuto `shouldReturn` Right first
   it "prefers HERD_SECRET to the cookie file" $
     withTempHome $ \_ -> do
+      Right cookie <- loadSecret SecretAuto   -- the cookie exists from here on
       setEnv secretEnvVar "an environment secret of some length"
       r <- loadSecret SecretAuto
       unsetEnv secretEnvVar
       r `shouldBe` (mkSecret (BC.pack "an environment secret of some length"))
+      Right cookie `shouldNotBe` r
+      loadSecret SecretAuto `shouldReturn` Right cookie
   it "refuses a secret file others can read, naming it and the fix" $
     withTempHome $ \home -> do
       let path = home </> "shared-secret"
@@ -69,6 +79,28 @@ spec = describe "authentication" $ do
         Right _ -> expectationFailure "a world-readable secret file was accepted"
       setFileMode path 0o600
       loadSecret (SecretFile path) >>= (`shouldSatisfy` either (const False) (const True))
+  describe "the exchange over a real connection" $ do
+    let one = secretOf [1 .. 20]
+        other = secretOf [2 .. 21]
+        wrongSecret = either (\e -> case e of WrongSecret _ -> True; _ -> False) (const False)
+    it "succeeds on both sides with one secret" $ withPair TcpTransport $ \(m, w) -> do
+      r <- concurrently (authenticateWorker one m) (authenticateToMaster one w)
+      r `shouldBe` (Right (), Right ())
+    it "refuses a worker with another secret, and tells the worker why" $ withPair TcpTransport $ \(m, w) -> do
+      (a, b) <- concurrently (authenticateWorker one m) (authenticateToMaster other w)
+      a `shouldSatisfy` wrongSecret
+      b `shouldSatisfy` wrongSecret
+    it "makes a worker refuse a master that accepts it but cannot prove the secret" $ withPair TcpTransport $ \(m, w) -> do
+      -- an impostor: challenges, takes any answer, proves with another secret
+      let impostor = do
+            nm <- newNonce
+            sendFrame m (BL.fromStrict (encodeMasterReply (Challenge nm)))
+            Just reply <- recvFrame handshakeFrameLimit m
+            case decodeAuthResponse reply of
+              Left why -> expectationFailure why
+              Right (nw, _) -> sendFrame m (BL.fromStrict (encodeMasterReply (AuthAccepted (masterProof other nm nw))))
+      (_, b) <- concurrently impostor (authenticateToMaster one w)
+      b `shouldSatisfy` wrongSecret
   it "names a missing secret file" $ do
     r <- loadSecret (SecretFile "/nonexistent/herd-secret")
     either id (const "") r `shouldContain` "/nonexistent/herd-secret"

@@ -1,8 +1,10 @@
 -- | The validating decoder never trusts a length or count it has not
 -- checked against the bytes present.
-module CodecSpec (spec) where
+module CodecSpec (spec, allocationOf) where
 
+import Control.Exception (evaluate)
 import Control.Monad (replicateM)
+import System.Mem (getAllocationCounter)
 import qualified Data.ByteString as B
 import Data.Word (Word8)
 import Herd.Wire.Codec
@@ -18,7 +20,10 @@ spec = describe "Herd.Wire.Codec" $ do
     in runGet decoder bytes === Right chunks
   it "rejects a length larger than the bytes left, without allocating it" $ do
     let bytes = buildStrict (putWord32 0xFFFFFFF0) <> B.pack [1, 2, 3]
-    runGet getSizedBytes bytes `shouldSatisfy` isLeft
+    (r, allocated) <- allocationOf (runGet getSizedBytes bytes)
+    r `shouldSatisfy` isLeft
+    -- the claim is 4 GB: anything near it would show here
+    allocated `shouldSatisfy` (< 100000)
   it "rejects a count that cannot fit in the bytes left" $ do
     let bytes = buildStrict (putWord32 4000000000) <> B.replicate 10 0
     runGet (getCount 1) bytes `shouldSatisfy` isLeft
@@ -31,4 +36,13 @@ spec = describe "Herd.Wire.Codec" $ do
     runGet getWord8 (B.pack [1, 2]) `shouldSatisfy` isLeft
   where
     isLeft = either (const True) (const False)
+
+-- | A value forced to weak head normal form, and the bytes this thread
+-- allocated meanwhile.
+allocationOf :: a -> IO (a, Int)
+allocationOf x = do
+  before <- getAllocationCounter
+  r <- evaluate x
+  after <- getAllocationCounter
+  pure (r, fromIntegral (before - after))
 

@@ -7,7 +7,7 @@
 -- close is reported as truncated; a clean close is seen after the bytes
 -- before it; a frame length over the cap is refused before its body is
 -- read or allocated.
-module ConformanceSpec (spec) where
+module ConformanceSpec (spec, withPair) where
 
 import Control.Concurrent.Async (concurrently)
 import Control.Exception (bracket, try)

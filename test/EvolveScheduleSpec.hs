@@ -147,7 +147,16 @@ runWorld holdings mayKill = go (0 :: Int) world0 [] []
                 plan = wPlan world'
                 idle = filter (`M.member` wWorkers world') (planIdleWorkers plan)
                 crowded = [ (w, n) | (w, n) <- M.toList (planUnstarted plan), n >= 2 ]
+                -- the same rule seen from the model's workers, whenever no
+                -- message is in flight (the master has heard everything and
+                -- answered): none idle while one has two or more queued
+                live = M.elems (wWorkers world')
+                quiet = all (\mw -> null (mwInbox mw) && null (mwOutbox mw)) live
+                modelIdle = [ w | (w, mw) <- M.toList (wWorkers world'), mwRunning mw == Nothing, null (mwQueue mw) ]
+                modelCrowded = [ (w, length (mwQueue mw)) | (w, mw) <- M.toList (wWorkers world'), length (mwQueue mw) >= 2 ]
                 idleBad' = [ "idle " ++ show idle ++ " while " ++ show crowded | not (null idle), not (null crowded) ]
+                        ++ [ "model workers idle " ++ show modelIdle ++ " while " ++ show modelCrowded
+                           | quiet, not (null modelIdle), not (null modelCrowded) ]
                 missing' = case a of
                   Receive w | (Ask _ ss : _) <- mwInbox (wWorkers world M.! w)
                             , let mw = wWorkers world M.! w
@@ -180,12 +189,18 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
 
   it "leaves no worker idle while another holds two or more unstarted states" $ property $
     forAll genHoldings $ \holdings -> forAll (runWorld holdings False) $ \o ->
+      checkCoverage $
+      cover 30 (M.size (wPlaced (outWorld o)) > 0) "states moved" $
       counterexample (unlines (take 3 (outIdleViolations o))) (null (outIdleViolations o))
 
   it "with a worker lost, reports its states, and evolves each once after they are adopted" $ property $
     forAll genHoldings $ \holdings -> forAll (runWorld holdings True) $ \o ->
       let w = outWorld o
       in counterexample (show (wBad w, outMissing o)) $
+         -- the runs must include kills, and kills that lost states (checked, not hoped)
+         checkCoverage $
+         cover 40 (not (S.null (wGone w))) "a worker killed" $
+         cover 15 (not (S.null (wLost w))) "states lost and adopted" $
            null (wBad w) .&&. null (outMissing o) .&&. planDone (wPlan w)
            .&&. M.keys (wEvolved w) === allStates holdings
            .&&. all (== 1) (M.elems (wEvolved w))

@@ -43,18 +43,22 @@ spec = describe "the evolve API" $ forM_ [minBound .. maxBound] $ \transport -> 
     it "answers many calls in a row, with a farm between them" $
       withLoop loop 2 $ \cluster -> do
         ids <- resetStates cluster countEvolver [1 .. 8]
-        -- one child each, so the population stays the same size
-        let go :: Int -> [StateId] -> IO [StateId]
+        -- one child each, so the population stays the same size; a state's
+        -- one child keeps its value and reports ten times it: every call's
+        -- outputs are known, and a state swapped or lost shows
+        let go :: Int -> [(StateId, Int)] -> IO [(StateId, Int)]
             go 0 current = pure current
             go k current = do
-              out <- timeout 10000000 (evolveMany cluster countEvolver (M.fromList [ (i, 1) | i <- current ]))
+              out <- timeout 10000000 (evolveMany cluster countEvolver (M.fromList [ (i, 1) | (i, _) <- current ]))
               case out of
                 Nothing -> expectationFailure ("call " ++ show (150 - k) ++ " did not return in 10 s") >> pure []
                 Just o -> do
+                  [ map snd (o M.! i) | (i, _) <- current ] `shouldBe` [ [v * 10] | (_, v) <- current ]
                   when (k `mod` 50 == 0) $ farm cluster squareTask [1 .. 20] `shouldReturn` map (\x -> x * x) [1 .. 20]
-                  go (k - 1) (concatMap (map fst) (M.elems o))
-        final <- go 150 ids
-        length final `shouldBe` 8
+                  go (k - 1) [ (c, v) | (i, v) <- current, (c, _) <- o M.! i ]
+        final <- go 150 (zip ids [1 .. 8])
+        length (nub (map fst final)) `shouldBe` 8
+        populationSize cluster `shouldReturn` 8
 
     it "refuses unknown states before running anything, and keeps the population" $
       withLoop loop 2 $ \cluster -> do
