@@ -33,6 +33,7 @@ import System.Exit
 import System.IO
 import System.Posix.Signals (sigKILL, signalProcess)
 import System.Process
+import System.Timeout (timeout)
 import Test.Hspec
 import GHC.Stats (allocated_bytes, getRTSStats, getRTSStatsEnabled)
 import System.Mem (performMinorGC)
@@ -404,6 +405,8 @@ spec = describe "a cluster of local worker processes" $ do
       -- a frame cut short: 100 bytes promised, 10 sent
       rawAttack (B.pack [0, 0, 0, 100] <> B.replicate 10 0x41)
       eventually (logsContain logs "not a herd peer") `shouldReturn` True
+      -- the hello cut after ten bytes: its build identity's length runs past them
+      eventually (logsContain logs "bytes left") `shouldReturn` True
       eventually (logsContain logs "exceeds the limit") `shouldReturn` True
       eventually (logsContain logs "mid-frame") `shouldReturn` True
       farm cluster squareTask [1 .. 100] `shouldReturn` map (\x -> x * x) [1 .. 100]
@@ -455,6 +458,24 @@ spec = describe "a cluster of local worker processes" $ do
       err `shouldContain` "secret differs"
       eventually (logsContain logs "authentication failed") `shouldReturn` True
       clusterWorkerCount cluster `shouldReturn` 0
+
+  it "closes a connection that stays silent after its challenge when the default 5 s have passed" $
+    withTestCluster 0 $ \logs cluster -> do
+      let (_, port) = clusterAddress cluster
+      addr : _ <- getAddrInfo Nothing (Just "127.0.0.1") (Just (show port))
+      sock <- socket (addrFamily addr) Stream defaultProtocol
+      t0 <- monotonicSeconds
+      connect sock (addrAddress addr)
+      -- read the challenge and whatever follows until the master closes
+      let drain = do
+            b <- NSB.recv sock 4096 `catch` \(_ :: IOException) -> pure B.empty
+            unless (B.null b) drain
+      r <- timeout 15000000 drain
+      t1 <- monotonicSeconds
+      close sock
+      r `shouldBe` Just ()
+      (t1 - t0) `shouldSatisfy` (\t -> t >= 4.9 && t <= 7)
+      eventually (logsContain logs "no handshake within 5.0 s") `shouldReturn` True
 
   it "closes stalled handshakes after the timeout and survives a flood while a job runs" $
     withTestClusterConfig 2 (\c -> c { configHandshakeTimeout = 0.5, configMaxPendingHandshakes = 20 }) $
