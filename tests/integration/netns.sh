@@ -58,3 +58,6 @@ moved=$(awk -v a="$rerun" -v b="$cut" 'BEGIN { printf "%.3f", a - b }')
 printf '     netns: link cut -> worker declared lost: %.2f s; -> its tasks running elsewhere: %.2f s (liveness timeout 4 s)\n' "$noticed" "$moved"
 grep "tasks in" "$WORK/out" | sed "s/^/     /"
 awk -v m="$moved" 'BEGIN { exit !(m <= 6.0) }' || fail "took $moved s to re-run the lost worker's tasks (limit 6 s)"
+# and not before the liveness timeout could have fired: an earlier loss
+# would mean something else than liveness noticed (or a wrong clock)
+awk -v n="$noticed" 'BEGIN { exit !(n >= 3.5) }' || fail "declared lost $noticed s after the cut, before the 4 s liveness timeout"

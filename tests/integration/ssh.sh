@@ -72,3 +72,6 @@ grep -q "bad:x" "$WORK/err" || fail "the error does not name the entry: $(cat "$
 sleep 0.5
 after=$(herd_processes | wc -l)
 [ "$after" -le "$before" ] || fail "herd processes left behind: $(herd_processes | xargs -r ps -o pid,args -p)"
+# the shipped copies run under another name: they must be gone too
+shipped_left=$(pgrep -f -- "$shipped_dir/" || true)
+[ -z "$shipped_left" ] || fail "shipped herd processes left behind: $(echo "$shipped_left" | xargs -r ps -o pid,args -p)"
