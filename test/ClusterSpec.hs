@@ -310,6 +310,39 @@ spec = describe "a cluster of local worker processes" $ do
       closeConnection conn
       eventually (logsContain logs "claims 9 messages") `shouldReturn` True
 
+  it "fails the job naming the task when a worker's results carry bytes past their values" $
+    withTestCluster 1 $ \logs cluster -> do
+      build <- buildIdentity
+      let (_, port) = clusterAddress cluster
+      conn <- connectAuthenticated port
+      sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "sloppy") T.empty False)))
+      Just _ <- recvFrame handshakeFrameLimit conn
+      sloppy <- forkIO $ do
+        Just packet <- recvFrame 100000000 conn   -- its first batch: answer every task, plus one byte
+        let count = head ([ k | Right msgs <- [splitPacket 100000 (B.drop 4 packet)], m <- msgs
+                              , Right (RunBatch _ _ k) <- [decodeToWorker m] ] ++ [1])
+            values = B.concat [ encode (0 :: Int) | _ <- [1 .. count] ]
+        bad <- packetOf [encodeFromWorker (Results count (values <> B.singleton 7))]
+        sendFrameStrict conn bad
+        threadDelay 5000000
+      True <- waitForWorkers cluster 2 5
+      -- (were the bad run accepted, the sloppy worker would hold its next
+      -- batch for ever: bounded here so that the test fails, not hangs)
+      r <- timeout 20000000 (try (farm cluster squareTask [1 .. 200]))
+      killThread sloppy
+      closeConnection conn
+      case r of
+        Just (Left (ResultDecodeError _ name why)) -> do
+          name `shouldContain` "square"
+          why `shouldContain` "left over"
+        Just (Left other) -> expectationFailure ("expected ResultDecodeError, got " ++ show other)
+        Just (Right _) -> expectationFailure "results with a byte past their values were accepted"
+        Nothing -> expectationFailure "the farm did not end in 20 s: the bad results were accepted"
+      -- the cluster goes on with its real worker
+      _ <- eventually ((== 1) <$> clusterWorkerCount cluster)
+      farm cluster squareTask [1 .. 50] `shouldReturn` map (\x -> x * x) [1 .. 50]
+      logsContain logs "lost" `shouldReturn` True
+
   it "names the function when a worker does not know its static key or types" $ do
     -- Play master to a real worker process and send it bad references.
     exe <- getExecutablePath
