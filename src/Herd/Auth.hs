@@ -49,7 +49,9 @@ import Control.Exception
 import Control.Monad (unless, when)
 import Crypto.Hash.Algorithms (SHA256)
 import Crypto.MAC.HMAC (HMAC, hmac)
-import Crypto.Random (getRandomBytes)
+import Control.Concurrent.MVar (MVar, modifyMVar, newMVar)
+import Crypto.Random (ChaChaDRG, drgNew, getRandomBytes, randomBytesGenerate)
+import System.IO.Unsafe (unsafePerformIO)
 import Data.Bits ((.&.))
 import qualified Data.ByteArray as BA
 import qualified Data.ByteString as B
@@ -202,9 +204,18 @@ type Nonce = B.ByteString
 nonceLength :: Int
 nonceLength = 32
 
--- | A fresh nonce from the system's random source.
+-- | A fresh nonce: from a ChaCha generator seeded once from the system's
+-- entropy, not from the system per connection. cryptonite reads entropy by
+-- opening and closing @/dev/random@ each time: a file per handshake (a
+-- flood of connections means a flood of opens), and a close that failed
+-- once under the kill tests (an error from GHC's IO manager on that close
+-- refused a worker's handshake).
 newNonce :: IO Nonce
-newNonce = getRandomBytes nonceLength
+newNonce = modifyMVar nonceSource $ \g -> let (bytes, g') = randomBytesGenerate nonceLength g in pure (g', bytes)
+
+nonceSource :: MVar ChaChaDRG
+nonceSource = unsafePerformIO (drgNew >>= newMVar)
+{-# NOINLINE nonceSource #-}
 
 mac :: Secret -> B.ByteString -> B.ByteString
 mac (Secret key) msg = BA.convert (hmac key msg :: HMAC SHA256)
