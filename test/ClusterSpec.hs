@@ -254,6 +254,16 @@ connectAuthenticated port = do
   authenticateToMaster testSecret conn `shouldReturn` Right ()
   pure conn
 
+-- Join a test cluster as a worker speaking the protocol by hand: pass
+-- authentication, say hello under this host name, take the welcome.
+joinByHand :: Int -> String -> IO Connection
+joinByHand port name = do
+  build <- buildIdentity
+  conn <- connectAuthenticated port
+  sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack name) T.empty False)))
+  Just _ <- recvFrame handshakeFrameLimit conn
+  pure conn
+
 -- The environment of a worker process started by hand for a test cluster.
 workerEnv :: Int -> IO [(String, String)]
 workerEnv port = do
@@ -294,11 +304,7 @@ spec = describe "a cluster of local worker processes" $ do
 
   it "drops a worker that sends a packet claiming more messages than it holds, and re-runs its tasks" $
     withTestCluster 1 $ \logs cluster -> do
-      build <- buildIdentity
-      let (_, port) = clusterAddress cluster
-      conn <- connectAuthenticated port
-      sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "liar") T.empty False)))
-      Just _ <- recvFrame handshakeFrameLimit conn
+      conn <- joinByHand (snd (clusterAddress cluster)) "liar"
       liar <- forkIO $ do
         Just _ <- recvFrame 100000000 conn   -- its first batch
         good <- packetOf [encodeFromWorker (Results 1 (encode (1 :: Int)))]
@@ -312,11 +318,7 @@ spec = describe "a cluster of local worker processes" $ do
 
   it "fails the job naming the task when a worker's results carry bytes past their values" $
     withTestCluster 1 $ \logs cluster -> do
-      build <- buildIdentity
-      let (_, port) = clusterAddress cluster
-      conn <- connectAuthenticated port
-      sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "sloppy") T.empty False)))
-      Just _ <- recvFrame handshakeFrameLimit conn
+      conn <- joinByHand (snd (clusterAddress cluster)) "sloppy"
       sloppy <- forkIO $ do
         Just packet <- recvFrame 100000000 conn   -- its first batch: answer every task, plus one byte
         let count = head ([ k | Right msgs <- [splitPacket 100000 (B.drop 4 packet)], m <- msgs
@@ -388,11 +390,7 @@ spec = describe "a cluster of local worker processes" $ do
   it "throws RemoteFunctionError to the caller when a worker refuses the function" $
     withTestCluster 0 $ \_ cluster -> do
       -- A worker that refuses everything, speaking the protocol by hand.
-      build <- buildIdentity
-      let (_, port) = clusterAddress cluster
-      conn <- connectAuthenticated port
-      sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "fake") T.empty False)))
-      Just _ <- recvFrame handshakeFrameLimit conn
+      conn <- joinByHand (snd (clusterAddress cluster)) "fake"
       fake <- forkIO $ forever $ do
         Just frame <- recvFrame 1000000 conn
         forM_ (either (const []) id (splitPacket 100000 frame)) $ \m -> case decodeToWorker m of
