@@ -26,7 +26,7 @@ test: deps
 	@./scripts/sdist-tree.sh $(SDIST_TREE)
 	cd $(SDIST_TREE) && $(CABAL) build $(CABAL_FLAGS) exe:herd spec
 	cd $(SDIST_TREE) && $$($(CABAL) list-bin $(CABAL_FLAGS) spec)
-	@cd $(SDIST_TREE) && for t in ssh netns slurm shm; do \
+	@cd $(SDIST_TREE) && for t in ssh netns slurm shm observe; do \
 	  HERD_BIN=$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bash tests/integration/$$t.sh || exit 1; \
 	done
 

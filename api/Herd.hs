@@ -112,6 +112,21 @@ module Herd
   , clusterPacketStats
   , meanPerPacket
   , FlushReason (..)
+    -- * Watching a running cluster
+    -- | Set 'configDashboard' to serve a live page, JSON and Prometheus
+    -- metrics (see the README's "Watching a cluster"); from code,
+    -- 'clusterStatus' is the same snapshot.
+  , clusterDashboard
+  , clusterStatus
+  , Status (..)
+  , WorkerRow (..)
+  , WorkerState (..)
+  , JobRow (..)
+  , Account (..)
+  , Departure (..)
+  , SessionView (..)
+  , statusJson
+  , prometheusText
     -- * Errors
   , HerdError (..)
   ) where
@@ -122,6 +137,10 @@ import Herd.Error
 import Herd.Evolve
 import Herd.Farm
 import Herd.Master
+import Herd.Master.Session (SessionView (..))
+import Herd.Monitor.Ledger (Account (..), Departure (..))
+import Herd.Monitor.Render (prometheusText, statusJson)
+import Herd.Monitor.Status (JobRow (..), Status (..), WorkerRow (..), WorkerState (..))
 import Herd.Packet (PeerStats (..), meanPerPacket)
 import Herd.Packet.Policy (FlushReason (..))
 import Herd.Stats

@@ -16,7 +16,7 @@ import qualified Bench.Skew as Skew
 import qualified Bench.Latency as Latency
 import Data.Char (isDigit)
 import qualified Demo
-import Herd.Config (MasterLoop (..), SecretSource (..), parseHostList, parseMasterLoop)
+import Herd.Config (MasterLoop (..), SecretSource (..), parseDashboardAddress, parseHostList, parseMasterLoop)
 import Herd.Launch.Topology (parseCpuList)
 import Herd.Worker (WorkerOptions (..), parseHostPort, parseMasterAddress, runWorker)
 import Herd.Transport (TransportKind, parseTransportKind)
@@ -111,6 +111,15 @@ bandwidthOptions = Latency.BandwidthOptions
                           <> help "bytes to send per transport and implementation")
   <*> switch (long "json" <> help "end with one line of JSON")
 
+-- The optional @--dashboard HOST:PORT@ of a command that runs a cluster.
+dashboardOption :: Parser (Maybe String)
+dashboardOption = optional (option dashboardArg (long "dashboard" <> metavar "HOST:PORT"
+  <> help "serve a live dashboard of the cluster there (e.g. 127.0.0.1:8787; port 0: a free one, logged): \
+          \the page at /, JSON at /api/status, Prometheus metrics at /metrics"))
+
+dashboardArg :: ReadM String
+dashboardArg = eitherReader $ \s -> either Left (const (Right s)) (parseDashboardAddress s)
+
 -- The optional @--plot FILE@ of a benchmark: an SVG figure of what it
 -- measured, written only when asked for.
 plotOption :: String -> Parser (Maybe FilePath)
@@ -146,6 +155,7 @@ pfilterOptions = Pfilter.Options
   <*> optional (option (eitherReader parseTransportKind) (long "transport" <> metavar "tcp|unix|shm"
                           <> help "how the workers are linked (default: shm)"))
   <*> switch (long "json" <> help "end with one line of JSON")
+  <*> dashboardOption
 
 skewOptions :: Parser Skew.Options
 skewOptions = Skew.Options
@@ -160,6 +170,7 @@ skewOptions = Skew.Options
   <*> optional (option (eitherReader parseMasterLoop) (long "master" <> metavar "LOOP"
                           <> help "threaded or epoll (default: epoll)"))
   <*> switch (long "json" <> help "end with one line of JSON")
+  <*> dashboardOption
 
 -- The items of a comma-separated list (spaces also separate).
 commaItems :: String -> [String]
@@ -192,6 +203,7 @@ echoOptions = Echo.Options
                           <> showDefaultWith (const "1,10,100,300,1000") <> help "item sizes in machine words")
   <*> switch (long "json" <> help "end with one line of JSON")
   <*> plotOption "seconds against words per item, chunking on and off (log-log)"
+  <*> dashboardOption
 
 packetsOptions :: Parser Packets.Options
 packetsOptions = Packets.Options
@@ -204,6 +216,7 @@ packetsOptions = Packets.Options
   <*> option (positiveInt "an item count" 10000000) (long "items" <> metavar "N" <> value 10000 <> showDefault
                           <> help "items echoed per setting and size")
   <*> switch (long "json" <> help "end with one line of JSON")
+  <*> dashboardOption
 
 -- Durations separated by commas, each as 'durationArg' reads it (at most 10 s: a flush timeout).
 durationListArg :: ReadM [Double]
@@ -223,6 +236,7 @@ parsortOptions = Parsort.Options
                           <> showDefaultWith (const "10,100,1000,10000") <> help "static chunk sizes to sweep")
   <*> switch (long "json" <> help "end with one line of JSON")
   <*> plotOption "seconds per program, chunking on and off (bars)"
+  <*> dashboardOption
 
 mandelbrotOptions :: Parser Mandelbrot.Options
 mandelbrotOptions = Mandelbrot.Options
@@ -234,6 +248,7 @@ mandelbrotOptions = Mandelbrot.Options
                           <> showDefaultWith (const "2,5,10,25,50") <> help "static chunk sizes (rows per task) to sweep")
   <*> switch (long "json" <> help "end with one line of JSON")
   <*> plotOption "seconds per program, chunking on and off (bars)"
+  <*> dashboardOption
 
 countListArg :: String -> Int -> ReadM [Int]
 countListArg what limit = eitherReader $ \s ->
@@ -255,6 +270,7 @@ throughputOptions = Throughput.Options
   <*> option loopListArg (long "master" <> metavar "LIST" <> value [EpollLoop]
                           <> showDefaultWith (const "epoll") <> help "master loops to run: threaded, epoll")
   <*> switch (long "json" <> help "end with one line of JSON")
+  <*> dashboardOption
 
 nurseryOptions :: Parser Nursery.Options
 nurseryOptions = Nursery.Options
@@ -266,6 +282,7 @@ nurseryOptions = Nursery.Options
   <*> option (positiveInt "a key count" 100000000) (long "keys" <> metavar "N" <> value 200000 <> showDefault
                           <> help "keys inserted per task")
   <*> switch (long "json" <> help "end with one line of JSON")
+  <*> dashboardOption
 
 sizeListArg :: ReadM [String]
 sizeListArg = eitherReader $ \s ->
@@ -330,6 +347,7 @@ clusterOptions = Demo.ClusterOptions
                      <> help "time for launched workers to connect (default: 30)"))
   <*> optional (option (eitherReader parseTransportKind) (long "transport" <> metavar "tcp|unix|shm"
                      <> help "how local workers are linked (default: shm; workers on other hosts use tcp)"))
+  <*> dashboardOption
 
 listenArg :: ReadM (String, Int)
 listenArg = eitherReader $ \s -> case parseHostPort s of
@@ -358,6 +376,7 @@ modelsOptions = Models.Options
                      <> help "core counts to run, e.g. 1,2 (default: 1 up to the physical cores)"))
   <*> switch (long "json" <> help "end with one line of JSON")
   <*> plotOption "speedup against cores, per model"
+  <*> dashboardOption
 
 workerOptions :: Parser WorkerOptions
 workerOptions = mk

@@ -44,6 +44,7 @@ data ClusterOptions = ClusterOptions
   , coLiveness     :: Maybe Double
   , coStartTimeout :: Maybe Double
   , coTransport    :: Maybe TransportKind  -- ^ how local workers are linked (default: shm)
+  , coDashboard    :: Maybe String     -- ^ serve the live dashboard at this HOST:PORT
   }
 
 isClusterRun :: ClusterOptions -> Bool
@@ -60,23 +61,34 @@ run o = do
   hSetBuffering stdout LineBuffering
   putStrLn ("herd demo: fib " ++ show (optFib o) ++ " computed " ++ show (optTasks o)
             ++ " times, each task in a worker process pinned to its own core")
-  (one, oneStats, oneSum) <- runOn "1 worker" (Just 1)
-  (par, parStats, parSum) <- runOn "all cores" (optWorkers o)
-  when (oneSum /= parSum) $ hPutStrLn stderr "herd demo: the two runs disagree (this is a bug)"
-  let workers = length (jobWorkerStats parStats)
-  putStrLn ""
-  putStr $ renderTable ["run", "workers", "seconds", "speedup"]
-    [ ["1 worker", "1", fixed 2 one, "1.00"]
-    , ["all cores", show workers, fixed 2 par, fixed 2 (one / par)] ]
-  putStrLn ""
-  putStrLn "per worker, parallel run:"
-  putStr (renderStats parStats)
-  putStrLn ""
-  putStrLn "per worker, single-worker run:"
-  putStr (renderStats oneStats)
+  case coDashboard (optCluster o) of
+    Just _ -> do
+      -- one cluster, so the page follows one run from start to end
+      putStrLn "(with --dashboard the single-worker run is skipped: the page shows the run on all cores)"
+      (_, parStats, _) <- runOn "all cores" (optWorkers o)
+      putStrLn ""
+      putStrLn "per worker:"
+      putStr (renderStats parStats)
+    Nothing -> compareRuns
   where
-    runOn label workers = do
-      let cfg = defaultConfig { configWorkers = workers, configTransport = coTransport (optCluster o) }
+   compareRuns = do
+    (one, oneStats, oneSum) <- runOn "1 worker" (Just 1)
+    (par, parStats, parSum) <- runOn "all cores" (optWorkers o)
+    when (oneSum /= parSum) $ hPutStrLn stderr "herd demo: the two runs disagree (this is a bug)"
+    let workers = length (jobWorkerStats parStats)
+    putStrLn ""
+    putStr $ renderTable ["run", "workers", "seconds", "speedup"]
+      [ ["1 worker", "1", fixed 2 one, "1.00"]
+      , ["all cores", show workers, fixed 2 par, fixed 2 (one / par)] ]
+    putStrLn ""
+    putStrLn "per worker, parallel run:"
+    putStr (renderStats parStats)
+    putStrLn ""
+    putStrLn "per worker, single-worker run:"
+    putStr (renderStats oneStats)
+   runOn label workers = do
+      let cfg = defaultConfig { configWorkers = workers, configTransport = coTransport (optCluster o)
+                              , configDashboard = coDashboard (optCluster o) }
       withCluster cfg $ \cluster -> do
         n <- clusterWorkerCount cluster
         putStrLn ("\n" ++ label ++ ": " ++ show n ++ " worker process" ++ (if n == 1 then "" else "es"))
@@ -161,6 +173,7 @@ runCluster o = do
         , configStartTimeout = maybe (configStartTimeout defaultConfig) id (coStartTimeout co)
         , configLog = stampedLog
         , configTransport = coTransport co
+        , configDashboard = coDashboard co
         }
   putStrLn ("herd demo: fib " ++ show (optFib o) ++ " computed " ++ show (optTasks o) ++ " times on a cluster")
   withCluster cfg $ \cluster -> do

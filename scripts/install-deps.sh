@@ -7,7 +7,11 @@ packages=(
   libghc-store-dev libghc-store-core-dev libghc-network-dev libghc-async-dev
   libghc-optparse-applicative-dev libghc-parallel-dev
   libghc-cryptonite-dev libghc-memory-dev libghc-clock-dev libghc-primitive-dev libghc-vector-dev
+  libghc-warp-dev libghc-wai-dev libghc-http-types-dev
   libghc-hspec-dev libghc-quickcheck2-dev
+  # the dashboard's test drives a real headless browser over the DevTools
+  # protocol (a websocket)
+  chromium libghc-websockets-dev libghc-zlib-dev
   # the integration tests start real components: sshd, SLURM with munge,
   # and network namespaces
   openssh-server openssh-client slurm-wlm munge iproute2 procps

@@ -252,7 +252,7 @@ act w a = case a of
     resetMachine = Machine
       { machineMessage = \x msg pending -> case msg of { StatesCleared -> (M.delete x pending, []); _ -> (pending, []) }
       , machineLost = \x _ pending -> (M.delete x pending, [])
-      , machineDone = M.null }
+      , machineDone = M.null, machineView = const Nothing }
 
 -- Let everything in flight run to its end: workers handle and answer all
 -- they were sent, callers feed and read their streams.

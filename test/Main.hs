@@ -7,6 +7,7 @@ import qualified ClusterSpec
 import qualified CodecSpec
 import qualified ConfigSpec
 import qualified EvolveSpec
+import qualified DashboardSpec
 import qualified EvolveScheduleSpec
 import qualified AuthSpec
 import Herd (serveIfWorker)
@@ -48,3 +49,4 @@ main = do
       EvolveScheduleSpec.spec
       ClusterSpec.spec
       EvolveSpec.spec
+      DashboardSpec.spec

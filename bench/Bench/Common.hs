@@ -31,9 +31,11 @@ data ChunkingRun = ChunkingRun
   , runConfig   :: Config -> Config
   }
 
--- | Run the body on a fresh cluster with dynamic chunking on or off.
-withChunking :: Bool -> (Config -> Config) -> (Cluster -> IO a) -> IO a
-withChunking on adjust = withCluster (adjust defaultConfig { configChunking = on })
+-- | Run the body on a fresh cluster with dynamic chunking on or off, and
+-- the dashboard at this address if one is given.
+withChunking :: Maybe String -> Bool -> (Config -> Config) -> (Cluster -> IO a) -> IO a
+withChunking dashboard on adjust =
+  withCluster (adjust defaultConfig { configChunking = on, configDashboard = dashboard })
 
 -- | Seconds an action takes, with its result forced to weak head normal form.
 timed :: IO a -> IO (Double, a)

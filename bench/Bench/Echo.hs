@@ -22,6 +22,7 @@ data Options = Options
   , optWords :: [Int]
   , optJson  :: Bool
   , optPlot  :: Maybe FilePath
+  , optDashboard :: Maybe String  -- ^ serve the live dashboard at this HOST:PORT
   }
 
 -- | Run the benchmark and print its table (and JSON line).
@@ -29,7 +30,7 @@ run :: Options -> IO ()
 run o = do
   hSetBuffering stdout LineBuffering
   checkPlotWritable "echo" (optPlot o)
-  rows <- forM [True, False] $ \on -> withChunking on (\c -> c { configWorkers = Just 1 }) $ \cluster ->
+  rows <- forM [True, False] $ \on -> withChunking (optDashboard o) on (\c -> c { configWorkers = Just 1 }) $ \cluster ->
     forM (optWords o) $ \w -> do
       let items = [ wordsItem w i | i <- [1 .. optItems o] ]
       -- warm up with whole runs first ('warmRuns'), then the median of seven

@@ -22,6 +22,7 @@ data Options = Options
   , optChunks     :: [Int]
   , optJson       :: Bool
   , optPlot       :: Maybe FilePath
+  , optDashboard :: Maybe String  -- ^ serve the live dashboard at this HOST:PORT
   }
 
 -- | Run the benchmark and print its table (and JSON line).
@@ -38,7 +39,7 @@ run o = do
       chunked c cluster = do
         groups <- farm cluster mandelRowsTask [ (size, iters, ys) | ys <- chunksOf c [0 .. size - 1] ]
         pure $! sum (map (U.sum . U.map fromIntegral) (concat groups))
-  rows <- fmap concat $ forM [True, False] $ \on -> withChunking on id $ \cluster -> do
+  rows <- fmap concat $ forM [True, False] $ \on -> withChunking (optDashboard o) on id $ \cluster -> do
     _ <- farm cluster mandelRowTask [(size, 10, 0)]   -- warm up
     let one name chunk prog = do
           (secs, total) <- timed (prog cluster)

@@ -35,6 +35,7 @@ data Options = Options
   , optCores :: Maybe [Int]
   , optJson  :: Bool
   , optPlot  :: Maybe FilePath
+  , optDashboard :: Maybe String  -- ^ serve the live dashboard at this HOST:PORT
   }
 
 data Row = Row
@@ -86,7 +87,7 @@ run o = do
     setNumCapabilities 1
     (startSecs, (herdOut, herdSecs)) <- do
       t0 <- now
-      withCluster defaultConfig { configWorkers = Just c } $ \cluster -> do
+      withCluster defaultConfig { configWorkers = Just c, configDashboard = optDashboard o } $ \cluster -> do
         t1 <- now
         r <- timed (farm cluster fibTask inputs)
         pure (t1 - t0, r)

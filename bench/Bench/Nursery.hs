@@ -19,6 +19,7 @@ data Options = Options
   , optTasks :: Int
   , optKeys  :: Int
   , optJson  :: Bool
+  , optDashboard :: Maybe String  -- ^ serve the live dashboard at this HOST:PORT
   }
 
 now :: IO Double
@@ -31,7 +32,7 @@ run o = do
   putStrLn ("map build of " ++ show (optKeys o) ++ " keys x " ++ show (optTasks o)
             ++ " tasks on every core, per nursery size")
   rows <- forM (optSizes o) $ \size -> do
-    let cfg = defaultConfig { configWorkerRtsOptions = ["-N1", "-A" ++ size] }
+    let cfg = defaultConfig { configWorkerRtsOptions = ["-N1", "-A" ++ size], configDashboard = optDashboard o }
     secs <- withCluster cfg $ \cluster -> do
       _ <- farm cluster mapBuildTask [optKeys o]   -- warm up: code paged in
       t0 <- now

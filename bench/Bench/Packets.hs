@@ -25,13 +25,15 @@ data Options = Options
   , optTasks    :: Int       -- ^ tiny tasks per throughput run
   , optItems    :: Int       -- ^ items per echo run
   , optJson     :: Bool
+  , optDashboard :: Maybe String  -- ^ serve the live dashboard at this HOST:PORT
   }
 
 -- | Run the sweep and print its table (and JSON line).
 run :: Options -> IO ()
 run o = do
   hSetBuffering stdout LineBuffering
-  let settings = [ defaultConfig { configPacketBytes = b, configPacketTimeout = t } | b <- optSizes o, t <- optTimeouts o ]
+  let settings = [ defaultConfig { configPacketBytes = b, configPacketTimeout = t
+                                 , configDashboard = optDashboard o } | b <- optSizes o, t <- optTimeouts o ]
   -- every setting is checked before the first run, so a bad one costs nothing
   mapM_ (either throwIO pure . validateConfig) settings
   rows <- forM settings $ \cfg -> withCluster cfg $ \cluster -> do

@@ -27,6 +27,7 @@ data Options = Options
   , optChunks :: [Int]
   , optJson   :: Bool
   , optPlot   :: Maybe FilePath
+  , optDashboard :: Maybe String  -- ^ serve the live dashboard at this HOST:PORT
   }
 
 -- | The plain program: as many sorters as workers, merged.
@@ -54,7 +55,7 @@ run o = do
       input = force (take n (iterate (\x -> (x * 1103515245 + 12345) `mod` 2147483648) 42)) :: [Int]
       expected = sort input
   _ <- evaluate (length expected)
-  rows <- fmap concat $ forM [True, False] $ \on -> withChunking on id $ \cluster -> do
+  rows <- fmap concat $ forM [True, False] $ \on -> withChunking (optDashboard o) on id $ \cluster -> do
     pes <- clusterWorkerCount cluster
     -- warm up with whole runs ('warmRuns'), then each program's median of three
     warmUp cluster

@@ -37,6 +37,7 @@ data Options = Options
   , optPlot     :: Maybe FilePath
   , optTransport :: Maybe TransportKind
   , optJson     :: Bool
+  , optDashboard :: Maybe String  -- ^ serve the live dashboard at this HOST:PORT
   }
 
 data Row = Row
@@ -58,6 +59,7 @@ run o = do
       setup = defaultSetup { setupParticles = optStates o, setupSteps = optSteps o, setupSimulate = simulate }
       cfg = defaultConfig
         { configWorkers = Just most
+        , configDashboard = optDashboard o
         , configStartTimeout = 60 + fromIntegral most / 4
         , configMaxPendingHandshakes = max 256 (most + 16)
         , configHandshakeTimeout = 30

@@ -26,6 +26,7 @@ data Options = Options
   , optSlow   :: Double
   , optLoop   :: Maybe MasterLoop
   , optJson   :: Bool
+  , optDashboard :: Maybe String  -- ^ serve the live dashboard at this HOST:PORT
   }
 
 -- | Run the benchmark: one row per call.
@@ -35,7 +36,7 @@ run o = do
   let costs = skewStates (optStates o) (optUnit o) (optSlow o)
       optimum = max (maximum costs) (sum costs / 2)
       fcfs = firstComeFirstServed 2 costs
-      cfg = defaultConfig { configWorkers = Just 2, configMasterLoop = maybe EpollLoop id (optLoop o) }
+      cfg = defaultConfig { configWorkers = Just 2, configDashboard = optDashboard o, configMasterLoop = maybe EpollLoop id (optLoop o) }
       opts = defaultEvolveOptions
   rows <- withCluster cfg $ \cluster -> do
     ids <- resetStatesWith opts cluster skewStep costs

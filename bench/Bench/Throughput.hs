@@ -23,6 +23,7 @@ data Options = Options
   , optTransport :: Maybe TransportKind  -- ^ how the workers are linked (default: shm)
   , optLoops    :: [MasterLoop]         -- ^ the master loops to run, in order
   , optJson     :: Bool
+  , optDashboard :: Maybe String  -- ^ serve the live dashboard at this HOST:PORT
   }
 
 -- | Run the benchmark and print its table (and JSON line).
@@ -31,7 +32,7 @@ run o = do
   hSetBuffering stdout LineBuffering
   let offTasks = maybe (max 1 (optTasks o `div` 10)) id (optTasksOff o)
   rows <- forM [ (loop, on, n) | loop <- optLoops o, (on, n) <- [(True, optTasks o), (False, offTasks)] ] $ \(loop, on, n) ->
-    withChunking on (\c -> c { configTransport = optTransport o, configMasterLoop = loop }) $ \cluster -> do
+    withChunking (optDashboard o) on (\c -> c { configTransport = optTransport o, configMasterLoop = loop }) $ \cluster -> do
       _ <- farm cluster incrementTask [1 .. 1000]   -- warm up
       (alloc, (secs, (total, packets))) <- allocatedDuring $ timed $ do
         (packets, ys) <- packetDelta cluster (farm cluster incrementTask [1 .. n])

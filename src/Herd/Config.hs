@@ -23,6 +23,7 @@ module Herd.Config
   , packetPolicyOf
   , TransportKind (..)
   , localTransport
+  , parseDashboardAddress
   ) where
 
 import Data.Char (isDigit, isSpace)
@@ -168,7 +169,30 @@ data Config = Config
     -- ^ how local workers are linked to the master. 'Nothing' (the
     -- default): shared memory on Linux, TCP elsewhere. Workers on other
     -- hosts always use TCP, the only transport that crosses hosts
+  , configDashboard        :: Maybe String
+    -- ^ serve a live dashboard of the cluster at this @HOST:PORT@ (port 0:
+    -- a free one, logged): the page at @/@, @/api/status@ (JSON) and
+    -- @/metrics@ (Prometheus). Read-only; bind it to loopback (the
+    -- default address in the command-line tools) unless the network is
+    -- trusted. 'Nothing' (the default): no dashboard
   }
+
+-- | Parse a dashboard address, @HOST:PORT@ (an IPv6 host in brackets,
+-- @[::1]:8787@), naming what is wrong.
+parseDashboardAddress :: String -> Either String (String, Int)
+parseDashboardAddress s = case break (== ':') (reverse s) of
+  (_, []) -> Left ("expected HOST:PORT, got " ++ show s)
+  (rport, _ : rhost) ->
+    let port = reverse rport
+        host = unbracket (reverse rhost)
+    in if null host then Left ("no host in " ++ show s ++ " (expected HOST:PORT, e.g. 127.0.0.1:8787)")
+       else if null port || not (all isDigit port) || length port > 5 || read port > (65535 :: Int)
+         then Left ("bad port " ++ show port ++ " in " ++ show s ++ " (expected 0..65535)")
+       else Right (host, read port)
+  where
+    unbracket h = case h of
+      '[' : rest | not (null rest), last rest == ']' -> init rest
+      _ -> h
 
 -- | RTS options every local worker gets unless told otherwise: one
 -- capability (a worker is one core; more made messaging slower here) and a
@@ -231,6 +255,7 @@ defaultConfig = Config
   , configMasterLoop       = EpollLoop
   , configWorkerNice       = 0
   , configTransport        = Nothing
+  , configDashboard        = Nothing
   }
 
 -- | The packet policy a configuration asks for.
@@ -292,6 +317,8 @@ validateConfig c
                                     ++ show (configWorkerRtsOptions c))
   | Just k <- configTransport c, k /= TcpTransport, os /= "linux" =
       bad "configTransport" ("the " ++ show k ++ " transport needs Linux (abstract sockets, memfd)")
+  | Just addr <- configDashboard c, Left why <- parseDashboardAddress addr =
+      bad "configDashboard" why
   | otherwise = Right c
   where
     bad field why = Left (ConfigError field why)

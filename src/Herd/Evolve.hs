@@ -45,6 +45,7 @@ module Herd.Evolve
   , populationSize
   ) where
 
+import Herd.Trace (markHerd)
 import Control.Concurrent.MVar
 import Control.Exception
 import Control.Monad (forM, unless)
@@ -132,7 +133,7 @@ resetStatesWith opts cluster fn states = do
     placed <- session cluster (evolveWorkerLimit opts) $ \ws -> case filter (`elem` ws) live of
       [] -> Left NoWorkers
       here -> let placement = zip3 ids encoded (cycle here)
-              in Right ( Machine (\_ _ p -> (p, [])) (\_ _ p -> (p, [])) (const True), placement
+              in Right ( Machine (\_ _ p -> (p, [])) (\_ _ p -> (p, [])) (const True) (const Nothing), placement
                        , [ SendTo w (StateAdd k bytes) | (StateId k, bytes, w) <- placement ]
                          ++ [ SendTo w (EvolveWith (evolverRef fn)) | w <- here ] )
     let placement = endState placed
@@ -147,6 +148,7 @@ resetStatesWith opts cluster fn states = do
           _ -> ((ws, pending), [])   -- answers from a call that ended early
       , machineLost = \wid _ (ws, pending) -> ((ws, M.delete wid pending), [])
       , machineDone = M.null . snd
+      , machineView = const Nothing
       }
 
 -- Run a session on the cluster and wait for its end; a session that could
@@ -175,6 +177,7 @@ evolveManyWith :: forall s i o. EvolveOptions -> Cluster -> StaticPtr (Evolver s
                -> IO (M.Map StateId [(StateId, o)], EvolveStats)
 evolveManyWith opts cluster fn inputs = do
   let ref = evolverRef fn
+  markHerd ("herd evolve " ++ refName ref ++ ": " ++ show (M.size inputs) ++ " states")
   encodedInputs <- fmap M.fromList $ forM (zip [0 :: Int ..] (M.toList inputs)) $ \(k, (sid, x)) -> do
     r <- tryUser (evaluate (evolverInputEncoder fn x) >>= encoderBytes)
     either (throwIO . ArgumentError k (refName ref)) (\b -> pure (sid, b)) r

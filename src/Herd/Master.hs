@@ -29,6 +29,10 @@ module Herd.Master
   , clusterConfig
   , clusterMasterLoop
   , clusterPacketStats
+    -- * Watching a cluster
+  , clusterStatus
+  , clusterDashboard
+  , Status
     -- * Farm jobs (used by "Herd.Farm")
   , JobSpec (..)
   , runJob
@@ -78,6 +82,9 @@ import Herd.Master.Shell
 import Herd.Master.ThreadedReader
 import Herd.Master.Cluster
 import Herd.Master.Types
+import Herd.Monitor.Feed (newFeed, teeLog)
+import Herd.Monitor.Server (withDashboard)
+import Herd.Monitor.Status (Status)
 import Herd.Packet
 import Herd.Scheduler (JobStats)
 import Herd.Task (TaskRef (..))
@@ -120,7 +127,10 @@ withCluster config body = runInUnboundThread $
 withMaster :: Config -> Maybe (TQueue Connection) -> (Cluster -> IO r) -> IO r
 withMaster config raw body = do
   serveIfWorker
-  cfg <- either throwIO pure (validateConfig config)
+  checked <- either throwIO pure (validateConfig config)
+  feed <- newFeed
+  -- every log line also goes to the dashboard's feed
+  let cfg = checked { configLog = teeLog feed (configLog checked) }
   secret <- loadSecret (configSecret cfg) >>= either (throwIO . ConfigError "configSecret") pure
   plan <- planCpus cfg
   slurmTasks <- if not (configSlurm cfg) then pure Nothing else
@@ -144,6 +154,7 @@ withMaster config raw body = do
       Nothing | isWildcard host -> nodeName <$> getSystemID
               | otherwise -> pure host
     cluster <- Cluster cfg shell port <$> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newMVar emptyRegistry
+                                      <*> pure feed <*> newIORef Nothing
     build <- buildIdentity
     nextId <- newIORef (1 :: Int)
     let acceptor = Acceptor
@@ -157,7 +168,8 @@ withMaster config raw body = do
                   modifyTVar' (shellWorkers shell) (M.insert wid info) }
         transport = localTransport cfg
         localSocket = not (null plan) && transport /= TcpTransport
-    withLocalListener localSocket port $ \local ->
+    withDashboardFor cluster $
+     withLocalListener localSocket port $ \local ->
      withAsync (readerRun reader) $ \reading ->
       withAsync (acceptLoop acceptor (acceptTcp lsock)) $ \_ ->
       withAsync (mapM_ (\(usock, _) -> acceptLoop acceptor (acceptUnix usock)) local) $ \_ -> do
@@ -183,6 +195,17 @@ withMaster config raw body = do
     withLocalListener True port act =
       bracket (listenUnix port) (close . fst) (act . Just)
     isLoopback h = h `elem` ["127.0.0.1", "::1", "localhost"]
+
+-- Serve the cluster's dashboard while the action runs, if the
+-- configuration asks for one (its address was validated already).
+withDashboardFor :: Cluster -> IO a -> IO a
+withDashboardFor cluster act = case configDashboard cfg of
+  Just text | Right addr <- parseDashboardAddress text ->
+    withDashboard (configLog cfg) addr (clusterStatus cluster) $ \bound -> do
+      writeIORef (clDashboard cluster) (Just bound)
+      act
+  _ -> act
+  where cfg = clConfig cluster
 
 -- Mark the cluster closed, answer every caller and ask every worker to stop.
 shutdown :: Cluster -> IO ()

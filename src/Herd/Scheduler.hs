@@ -48,6 +48,9 @@ module Herd.Scheduler
   , pendingTasks
   , jobActive
   , batchJobOf
+  , JobProgress (..)
+  , jobProgress
+  , inFlightFor
   ) where
 
 import Data.List (sortOn)
@@ -143,6 +146,23 @@ batchJobOf w b s = batchJob <$> (M.lookup w (schedWorkers s) >>= M.lookup b . wo
 -- | Tasks of the running jobs not yet given to any worker.
 pendingTasks :: Sched -> Int
 pendingTasks = sum . map jobPendingN . M.elems . schedJobs
+
+-- | How far a running job has come.
+data JobProgress = JobProgress
+  { progressJob     :: !JobId
+  , progressTotal   :: !Int     -- ^ its tasks
+  , progressDone    :: !Int     -- ^ tasks whose results were accepted
+  , progressPending :: !Int     -- ^ tasks not yet handed to a worker
+  , progressStarted :: !Double  -- ^ when it was submitted
+  } deriving (Eq, Show)
+
+-- | The running jobs' progress, by job number.
+jobProgress :: Sched -> [JobProgress]
+jobProgress s = [ JobProgress (jobId j) (jobTotal j) (jobDone j) (jobPendingN j) (jobStart j) | j <- M.elems (schedJobs s) ]
+
+-- | Tasks handed to a worker whose results have not come back.
+inFlightFor :: WorkerId -> Sched -> Int
+inFlightFor w s = maybe 0 (sum . map batchTasks . M.elems . workerOutstanding) (M.lookup w (schedWorkers s))
 
 -- | Whether any job is running.
 jobActive :: Sched -> Bool

@@ -12,6 +12,7 @@ module Herd.Wire
     protocolVersion
   , handshakeFrameLimit
   , WorkerHello (..)
+  , noCpu
   , MasterReply (..)
   , encodeWorkerHello
   , decodeWorkerHello

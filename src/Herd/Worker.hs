@@ -25,8 +25,10 @@ module Herd.Worker
   , parseHostPort
   ) where
 
+import Herd.Trace (tracing)
 import Control.Exception
-import Control.Monad (forM_, unless, when)
+import Control.Concurrent (forkIO, myThreadId)
+import Control.Monad (forM_, unless, void, when)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Lazy as BL
 import qualified Data.Text as T
@@ -147,18 +149,31 @@ slurmCpu = do
 -- breaks the protocol.
 runWorker :: WorkerOptions -> IO ()
 runWorker opts = do
-  when (workerWatchStdin opts) $ do
-    rc <- exitWhenStdinCloses
-    when (rc /= 0) $ warn ("cannot watch the master's pipe (error " ++ show rc ++ ")")
+  when (workerWatchStdin opts) $
+    if tracing
+      then do
+        -- a traced worker leaves through the RTS's own exit, which writes
+        -- out its eventlog; the C watchdog's _exit would lose the last events
+        main <- myThreadId
+        void $ forkIO $ do
+          _ <- try (hIsEOF stdin >>= \eof -> unless eof (void (hGetContents stdin))) :: IO (Either IOException ())
+          throwTo main ExitSuccess
+      else do
+        rc <- exitWhenStdinCloses
+        when (rc /= 0) $ warn ("cannot watch the master's pipe (error " ++ show rc ++ ")")
   niceText <- lookupEnv envNice
   forM_ niceText $ \t -> case readMaybe t of
     Just n | n >= 0 && n <= (19 :: Int) -> do
       rc <- niceProcessThreads n
       when (rc /= 0) $ warn ("cannot set nice value " ++ show n ++ " (errno " ++ show rc ++ ")")
     _ -> warn (envNice ++ ": not a nice value from 0 to 19: " ++ show t ++ "; ignored")
-  forM_ (workerCpu opts) $ \cpu -> do
-    rc <- pinProcessThreads cpu
-    when (rc /= 0) $ warn ("cannot pin to CPU " ++ show cpu ++ " (errno " ++ show rc ++ "); running unpinned")
+  pinned <- case workerCpu opts of
+    Nothing -> pure Nothing
+    Just cpu -> do
+      rc <- pinProcessThreads cpu
+      if rc == 0 then pure (Just cpu) else do
+        warn ("cannot pin to CPU " ++ show cpu ++ " (errno " ++ show rc ++ "); running unpinned")
+        pure Nothing
   secret <- loadSecret (workerSecret opts) >>= either (failWith 2 . ("no usable secret: " ++)) pure
   build <- buildIdentity
   let connect = case workerAddress opts of
@@ -173,7 +188,7 @@ runWorker opts = do
   pid <- getProcessID
   host <- nodeName <$> getSystemID
   let hello = WorkerHello protocolVersion build (fromIntegral pid) (T.pack host) (T.pack (workerGroup opts))
-                          wantsShm
+                          wantsShm (maybe noCpu fromIntegral pinned)
   -- A master that stalls the handshake must not hold a worker forever.
   answer <- timeout (60 * 1000000) $ try $ do
     auth <- authenticateToMaster secret conn

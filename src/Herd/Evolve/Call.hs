@@ -24,7 +24,7 @@ import Herd.Base (TaskRef)
 import Herd.Error (HerdError (..))
 import Herd.Evolve.Registry (stateIdBits)
 import Herd.Evolve.Schedule
-import Herd.Master.Session (Machine (..), Out (..))
+import Herd.Master.Session (Machine (..), Out (..), SessionView (..))
 import Herd.Wire (FromWorker (..), ToWorker (..))
 
 -- | The state of one call's session.
@@ -83,6 +83,12 @@ callMachine name = Machine
             (call2, recover) = recoverStates ("worker " ++ show wid ++ " was lost: " ++ why) lost call1
         in (call2, outs ++ recover)
   , machineDone = \call -> planDone (callPlan call) && M.null (callReplaying call)
+  , machineView = \call -> Just SessionView
+      { viewFunction = name
+      , viewStates = M.toList (M.fromListWith (+) [ (w, 1) | w <- M.elems (callWhere call) ])
+      , viewLeft = planLeft (callPlan call)
+      , viewMoved = callMoved call
+      , viewRecovered = callRecovered call }
   }
   where
     isLose c = case c of { Lose _ -> True; _ -> False }

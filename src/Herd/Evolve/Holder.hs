@@ -29,6 +29,7 @@ module Herd.Evolve.Holder
   , stateIdBits
   ) where
 
+import Herd.Trace (traceHerd)
 import Control.Concurrent (ThreadId, forkIO, killThread)
 import Control.Concurrent.STM
 import Control.Monad (forM, when)
@@ -162,8 +163,10 @@ evolveOne h sid input runner = do
     Nothing -> pure (StateMissing sid)
     Just bytes -> do
       start <- monotonicSeconds
+      traceHerd ("herd worker evolve " ++ show sid)
       outcome <- tryUser (erApply runner bytes input)
       end <- monotonicSeconds
+      traceHerd ("herd worker evolved " ++ show sid ++ " in " ++ show (round ((end - start) * 1e6) :: Int) ++ " us")
       case outcome of
         Left why -> pure (EvolveThrew sid (T.pack why))
         Right (Left why) -> pure (EvolveThrew sid (T.pack ("state or input does not decode: " ++ describeClosureError why)))

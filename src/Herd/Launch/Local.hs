@@ -18,6 +18,7 @@ module Herd.Launch.Local
   , stopLocalWorkers
   ) where
 
+import Herd.Trace (workerEventlogOptions)
 import Control.Concurrent (threadDelay)
 import Control.Exception
 import Control.Monad (forM, forM_)
@@ -78,6 +79,8 @@ spawnLocalWorkers launch plan = do
   baseEnv <- filter (\(k, _) -> k `notElem` ("GHCRTS" : herdVariables)) <$> getEnvironment
   hint <- buildHint
   forM plan $ \cpu -> do
+    -- a traced master's workers trace too, each to its own file
+    eventlog <- workerEventlogOptions
     -- createProcess closes a handle given as UseHandle, so each worker gets its own
     devNull <- openFile "/dev/null" WriteMode
     let env = baseEnv ++
@@ -85,7 +88,7 @@ spawnLocalWorkers launch plan = do
           , (envWatchStdin, "1")
           , (envSecretStdin, "1")
           , (envGroup, launchGroup launch)
-          , ("GHCRTS", unwords (launchRtsOptions launch)) ] ++
+          , ("GHCRTS", unwords (launchRtsOptions launch ++ eventlog)) ] ++
           [ (envCpu, show c) | Just c <- [cpu] ] ++
           [ (envBuildHint, h) | Just h <- [hint] ] ++
           [ (envNice, show (launchNice launch)) | launchNice launch > 0 ]

@@ -49,6 +49,7 @@ acceptLoop acc acceptOne = do
   pending <- newIORef (0 :: Int)
   let cfg = accConfig acc
       cap = configMaxPendingHandshakes cfg
+      joining d = accBump acc (\c -> c { countJoining = countJoining c + d })
   forever $ do
     accepted <- try acceptOne
     case accepted of
@@ -60,8 +61,10 @@ acceptLoop acc acceptOne = do
         accBump acc (\c -> c { countAccepted = countAccepted c + 1 })
         admitted <- atomicModifyIORef' pending (\k -> if k >= cap then (k, False) else (k + 1, True))
         if admitted
-          then void $ forkIO $ handshake acc conn
-                                 `finally` atomicModifyIORef' pending (\k -> (k - 1, ()))
+          then do
+            joining 1
+            void $ forkIO $ handshake acc conn
+                              `finally` (atomicModifyIORef' pending (\k -> (k - 1, ())) >> joining (-1))
           else do
             n <- countBusyRefused <$> accCounters acc
             accBump acc (\c -> c { countBusyRefused = countBusyRefused c + 1 })
@@ -126,4 +129,6 @@ handshake acc conn = do
                 accBump acc (\c -> c { countJoined = countJoined c + 1 })
                 accJoined acc wid link' (WorkerInfo wid (fromIntegral (helloPid hello)) (T.unpack (helloHost hello))
                                                   (connPeer link') (T.unpack (helloGroup hello))
-                                                  (connKind link'))
+                                                  (connKind link')
+                                                  (if helloCpu hello == noCpu then Nothing
+                                                   else Just (fromIntegral (helloCpu hello))))

@@ -14,6 +14,8 @@ module Herd.Master.Cluster
   , clusterMasterLoop
   , clusterRegistry
   , clusterPacketStats
+  , clusterStatus
+  , clusterDashboard
   , ensureOpen
   , freshId
   ) where
@@ -29,7 +31,10 @@ import Herd.Config
 import Herd.Epoll (epollAvailable)
 import Herd.Error (HerdError (..))
 import Herd.Evolve.Schedule (Registry)
-import Herd.Master.Shell (Shell, shellCounters, shellPeers, shellWorkers)
+import Herd.Clock (monotonicSeconds)
+import Herd.Master.Shell (Shell, shellCore, shellCounters, shellDeparted, shellPeers, shellWorkers)
+import Herd.Monitor.Feed (Feed, feedStarted, recentLines)
+import Herd.Monitor.Status (Inputs (..), Status, buildStatus)
 import Herd.Master.Types
 import Herd.Packet (PeerStats (..), senderStats)
 import Herd.Scheduler (WorkerId)
@@ -45,6 +50,8 @@ data Cluster = Cluster
   , clClosed    :: !(TVar Bool)
   , clAdvertise :: !String
   , clRegistry  :: !(MVar Registry)    -- ^ the evolve API's population ("Herd.Evolve")
+  , clFeed      :: !Feed               -- ^ recent log lines, and when the cluster started
+  , clDashboard :: !(IORef (Maybe (String, Int)))  -- ^ where its dashboard listens, if it has one
   }
 
 -- | The address workers connect to: host and port.
@@ -112,6 +119,27 @@ clusterPacketStats c = do
                     , bytesReceived = bytesReceived got, maxReceivedPerPacket = maxReceivedPerPacket got
                     , valuesReceived = valuesReceived got
                     , maxValuesReceivedPerPacket = maxValuesReceivedPerPacket got })
+
+-- | A snapshot of the cluster for watching it (the dashboard, @/metrics@):
+-- workers, jobs, links, the evolve call and recent log lines.
+clusterStatus :: Cluster -> IO Status
+clusterStatus c = do
+  let sh = clShell c
+  core <- shellCore sh
+  now <- monotonicSeconds
+  (connected, departed) <- atomically ((,) <$> readTVar (shellWorkers sh) <*> readTVar (shellDeparted sh))
+  links <- M.fromList <$> clusterPacketStats c
+  counters <- readIORef (shellCounters sh)
+  logLines <- recentLines (clFeed c)
+  pure $ buildStatus Inputs
+    { inNow = now, inStarted = feedStarted (clFeed c), inLoop = masterLoopName (clusterMasterLoop c)
+    , inCore = core, inConnected = connected, inDeparted = departed, inLinks = links
+    , inCounters = counters, inLog = logLines }
+
+-- | Where the cluster's dashboard listens (host and the port bound, which
+-- 'configDashboard' may leave to the system with port 0), if it has one.
+clusterDashboard :: Cluster -> IO (Maybe (String, Int))
+clusterDashboard = readIORef . clDashboard
 
 -- | Throw 'ClusterClosed' once the cluster has stopped.
 ensureOpen :: Cluster -> IO ()

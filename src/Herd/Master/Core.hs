@@ -29,6 +29,11 @@ module Herd.Master.Core
   , coreSched
   , coreStopping
   , coreFarmJobs
+  , coreLedger
+  , coreLinked
+  , coreJobView
+  , coreStreamCount
+  , coreSessionView
   ) where
 
 import Data.List (partition, sortOn)
@@ -39,6 +44,7 @@ import Herd.Error (HerdError (..))
 import Herd.Master.Events
 import Herd.Master.Expect
 import Herd.Master.Session
+import Herd.Monitor.Ledger
 import Herd.Packet.Policy (Urgency (..))
 import Herd.Base (JobId, Range (..), WorkerId, rangeSize)
 import Herd.Scheduler (Sched, emptySched, outstandingFor)
@@ -60,23 +66,53 @@ data Core = Core
   , coreSession  :: !(Maybe Hosted)
   , coreStopping :: !Bool   -- ^ the cluster is stopping: no new link or job is taken
   , coreRequeued :: ![(WorkerId, Double, [Range])]  -- ^ a lost worker's tasks not yet re-sent, for the log
+  , coreLedger   :: !Ledger  -- ^ what each worker has done since it joined, for watching the cluster
   }
 
 -- | No links, no jobs.
 emptyCore :: Core
-emptyCore = Core emptySched M.empty M.empty M.empty Nothing False []
+emptyCore = Core emptySched M.empty M.empty M.empty Nothing False [] emptyLedger
 
 -- | The farm jobs running.
 coreFarmJobs :: Core -> [JobId]
 coreFarmJobs = M.keys . coreFarms
 
+-- | The workers with a live link.
+coreLinked :: Core -> [WorkerId]
+coreLinked = M.keys . coreLinks
+
+-- | The running farm jobs: each one's function name and progress.
+coreJobView :: Core -> [(String, S.JobProgress)]
+coreJobView core = [ (maybe "" (refName . farmRef) (M.lookup (S.progressJob p) (coreFarms core)), p)
+                   | p <- S.jobProgress (coreSched core) ]
+
+-- | Open stream processes per worker.
+coreStreamCount :: Core -> M.Map WorkerId Int
+coreStreamCount core = M.fromListWith (+) [ (streamWorker s, 1) | s <- M.elems (coreStreams core) ]
+
+-- | The running evolve call, as a watcher is shown it.
+coreSessionView :: Core -> Maybe SessionView
+coreSessionView core = coreSession core >>= hostView
+
+-- Whether the cluster has work: a farm job, a stream or a session.
+hasWork :: Core -> Bool
+hasWork core = not (M.null (coreFarms core)) || not (M.null (coreStreams core)) || maybe False (const True) (coreSession core)
+
 -- | Advance the core by one event at the given time (seconds from any
 -- fixed origin).
 step :: Double -> Event -> Core -> (Core, [Command])
-step now ev core = case ev of
+step now ev core =
+  -- the ledger's clock counts working time up to now by the state before
+  -- the event, and from now by the state after it
+  let (core', out) = advance now ev core
+  in (core' { coreLedger = ledgerTick now (hasWork core') (coreLedger core') }, out)
+
+advance :: Double -> Event -> Core -> (Core, [Command])
+advance now ev core = case ev of
   LinkUp w
     | coreStopping core || M.member w (coreLinks core) -> (core, [])
-    | otherwise -> sched now (S.WorkerJoined w) core { coreLinks = M.insert w noneExpected (coreLinks core) }
+    | otherwise -> sched now (S.WorkerJoined w) core { coreLinks = M.insert w noneExpected (coreLinks core)
+                                                    , coreLedger = ledgerJoin now w (coreLedger core) }
   LinkDown w why -> linkDown now w why core
   Received w msg
     | M.member w (coreLinks core) -> received now w msg core
@@ -155,6 +191,7 @@ linkDown now w why core
                  | not (coreStopping core) ]
           ends = [ StreamEnded sid (Just ("its worker " ++ show w ++ " was lost: " ++ why)) | sid <- M.keys broken ]
           core1 = core { coreLinks = M.delete w (coreLinks core), coreStreams = kept
+                       , coreLedger = ledgerLose now w why (coreLedger core)
                        , coreRequeued = [ (w, now, unfinished) | not (null unfinished), not (coreStopping core) ]
                                         ++ coreRequeued core }
           (core2, sessionOut) = sessionLost now w why core1
@@ -172,7 +209,9 @@ received now w msg core = case msg of
     if expLeft e > 0
       then badIn core1 ("batch " ++ show bid ++ " ended after " ++ show (expGot e) ++ " of "
                         ++ show (expGot e + expLeft e) ++ " results")
-      else sched now (S.BatchCompleted w bid (fromIntegral busyNs / 1e9) Nothing) core1
+      else let busy = fromIntegral busyNs / 1e9
+           in sched now (S.BatchCompleted w bid busy Nothing)
+                    core1 { coreLedger = ledgerCredit w (expGot e) 1 0 busy (coreLedger core1) }
   TaskThrew bid pos why -> popExpect bid $ \e core1 ->
     if fromIntegral pos /= expGot e
       then badIn core1 ("batch " ++ show bid ++ " failed at position " ++ show pos ++ " after "
@@ -191,6 +230,8 @@ received now w msg core = case msg of
     (core { coreStreams = M.delete sid (coreStreams core) }, [StreamEnded sid (Just (T.unpack why))])
   StreamTaken sid n -> ownStream sid $ \_ -> (core, [StreamGrant sid (fromIntegral n)])
   Pong _ -> (core, [])
+  StateEvolved _ busyNs _ ->
+    sessionMessage now w msg core { coreLedger = ledgerCredit w 0 0 1 (fromIntegral busyNs / 1e9) (coreLedger core) }
   _ | isEvolveMessage msg -> sessionMessage now w msg core
     | otherwise -> (core, [])
   where

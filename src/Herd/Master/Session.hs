@@ -14,6 +14,7 @@ module Herd.Master.Session
   , Out (..)
   , SessionEnd (..)
   , SessionRequest (..)
+  , SessionView (..)
   , isEvolveMessage
     -- * Hosting (for "Herd.Master.Core")
   , Hosted
@@ -25,6 +26,7 @@ module Herd.Master.Session
   , hostOver
   , hostAnswer
   , hostAbort
+  , hostView
   ) where
 
 import qualified Data.Map.Strict as M
@@ -38,7 +40,18 @@ data Machine st = Machine
   { machineMessage :: WorkerId -> FromWorker -> st -> (st, [Out])
   , machineLost    :: WorkerId -> String -> st -> (st, [Out])
   , machineDone    :: st -> Bool
+  , machineView    :: st -> Maybe SessionView
+    -- ^ what a watcher of the cluster is shown ('Nothing': nothing worth showing)
   }
+
+-- | A running session as the dashboard shows it.
+data SessionView = SessionView
+  { viewFunction  :: !String              -- ^ the function's name
+  , viewStates    :: ![(WorkerId, Int)]   -- ^ states of the call on each worker
+  , viewLeft      :: !Int                 -- ^ evolutions not yet answered
+  , viewMoved     :: !Int                 -- ^ states moved to idle workers so far
+  , viewRecovered :: !Int                 -- ^ states recomputed after a loss so far
+  } deriving (Eq, Show)
 
 -- | What a session asks the core to do.
 data Out
@@ -121,6 +134,10 @@ hostApply linked outs (Hosted machine st ws lost err answer) =
       live w = S.member w ws && not (M.member w lost) && linked w
       perWorker = M.fromListWith (flip (++)) [ (w, [m]) | SendTo w m <- outs, live w ]
   in (Hosted machine st ws lost err' answer, M.toList perWorker, [ (w, why) | DropPeer w why <- outs ])
+
+-- | What a watcher is shown of the session.
+hostView :: Hosted -> Maybe SessionView
+hostView (Hosted machine st _ _ _ _) = machineView machine st
 
 -- | Whether the session is over: done, failed, or left with no worker.
 hostOver :: Hosted -> Bool

@@ -27,6 +27,8 @@ module Herd.Master.Shell
   , afterRound
   , shutdownShell
   , shellWorkers
+  , shellDeparted
+  , shellCore
   , shellPeers
   , shellCounters
   , bumpCounter
@@ -36,7 +38,7 @@ module Herd.Master.Shell
 import Control.Concurrent.MVar
 import Control.Concurrent.STM
 import Control.Exception
-import Control.Monad (foldM, forM_, unless, void)
+import Control.Monad (foldM, forM_, unless, void, when)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M
@@ -50,6 +52,8 @@ import Herd.Master.Events
 import Herd.Master.Link
 import Herd.Master.Reader
 import Herd.Master.Types
+import Herd.Monitor.Ledger (keptLost)
+import Herd.Trace (traceHerd, tracing)
 import Herd.Packet
 import Herd.Packet.Policy (Urgency (..))
 import Herd.Scheduler (JobId, JobStats, Range (..), WorkerId, rangeSize)
@@ -75,6 +79,7 @@ data Shell = Shell
   , shState    :: !(MVar ShellState)
   , shReader   :: !(IORef Reader)
   , shWorkers  :: !(TVar (M.Map WorkerId WorkerInfo))
+  , shDeparted :: !(TVar (M.Map WorkerId WorkerInfo))  -- ^ lost workers, the newest 'keptLost'
   , shPeers    :: !(TVar (M.Map WorkerId (Sender, IORef PeerStats)))
   , shCounters :: !(IORef ConnectionCounters)
   }
@@ -91,7 +96,8 @@ data Registration
 -- link joins.
 newShell :: Config -> IO Shell
 newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty M.empty M.empty S.empty M.empty)
-                         <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newIORef noCounters
+                         <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
+                         <*> newIORef noCounters
   where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ())
 
 -- | Give the shell its reader.
@@ -101,6 +107,15 @@ setReader sh = writeIORef (shReader sh)
 -- | The connected workers.
 shellWorkers :: Shell -> TVar (M.Map WorkerId WorkerInfo)
 shellWorkers = shWorkers
+
+-- | What the handshakes of lost workers said (the newest 'keptLost').
+shellDeparted :: Shell -> TVar (M.Map WorkerId WorkerInfo)
+shellDeparted = shDeparted
+
+-- | The core as of now: a snapshot, read without stopping the master
+-- for longer than one step.
+shellCore :: Shell -> IO Core
+shellCore sh = ssCore <$> readMVar (shState sh)
 
 -- | Each link's packet sender and received-packet counts.
 shellPeers :: Shell -> TVar (M.Map WorkerId (Sender, IORef PeerStats))
@@ -169,6 +184,12 @@ deliver sh wid conn received packet =
       let n = length msgs
           events = decodeAll msgs
       modifyIORef' received (countReceived n (sum (map valuesOf events)) (B.length packet))
+      traceHerd ("herd packet in from worker " ++ show wid ++ ": " ++ show n ++ " messages, "
+                 ++ show (B.length packet) ++ " bytes")
+      when tracing $ forM_ events $ \ev -> case ev of
+        Received _ (BatchDone bid ns) ->
+          traceHerd ("herd batch " ++ show bid ++ " done by worker " ++ show wid ++ ", busy " ++ show (ns `div` 1000) ++ " us")
+        _ -> pure ()
       bumpCounter sh (\c -> c { countWorkerMessages = countWorkerMessages c + n })
       shellStep sh False events
       pure (Right ())
@@ -206,6 +227,8 @@ execute sh (ss, fed) cmd = case cmd of
   SendBatch w jid bid ref ranges -> case (M.lookup w (ssLinks ss), M.lookup jid (ssFarms ss)) of
     (Just l, Just (spec, _)) -> send w $ do
       let sender = lhSender l
+      traceHerd ("herd batch " ++ show bid ++ " of job " ++ show jid ++ " to worker " ++ show w ++ ": "
+                 ++ show (sum (map rangeSize ranges)) ++ " tasks")
       sendMessage sender Bulk (encodeToWorker (RunBatch bid ref (fromIntegral (sum (map rangeSize ranges)))))
       mapM_ (sendArgs sender (specArgs spec)) ranges
     (Nothing, _) -> pure (ss, fed)   -- the link is being dropped; the core hears of it next
@@ -247,8 +270,11 @@ execute sh (ss, fed) cmd = case cmd of
       closeConnection (lhConn l)
       stopWriting l
       atomically $ do
+        info <- M.lookup w <$> readTVar (shWorkers sh)
         modifyTVar' (shWorkers sh) (M.delete w)
         modifyTVar' (shPeers sh) (M.delete w)
+        -- kept for the dashboard's row of the lost worker
+        mapM_ (\i -> modifyTVar' (shDeparted sh) (trim . M.insert w i)) info
       pure (ss { ssLinks = M.delete w (ssLinks ss), ssTouched = S.delete w (ssTouched ss) }, fed)
   Note line -> configLog (shConfig sh) line >> pure (ss, fed)
   where
@@ -259,6 +285,10 @@ execute sh (ss, fed) cmd = case cmd of
       case r of
         Right () -> pure (ss { ssTouched = S.insert w (ssTouched ss) }, fed)
         Left ex -> pure (ss, LinkDown w ("send failed: " ++ displayException ex) : fed)
+
+-- Keep the newest 'keptLost' (worker numbers grow with time).
+trim :: M.Map WorkerId a -> M.Map WorkerId a
+trim m = if M.size m > keptLost then M.deleteMin m else m
 
 -- Send the arguments of a range as runs, each as long as the packet
 -- layer has room for (one argument each with chunking off).

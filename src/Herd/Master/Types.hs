@@ -25,6 +25,7 @@ data WorkerInfo = WorkerInfo
   , infoPeer :: !String   -- ^ the connection's address
   , infoGroup :: !String  -- ^ the launch that started it (@local@, @ssh:HOST@, @slurm@; empty: joined by hand)
   , infoTransport :: !TransportKind  -- ^ how it is linked to the master
+  , infoCpu :: !(Maybe Int)  -- ^ the CPU it is pinned to, as it reported
   } deriving (Eq, Show)
 
 -- | What happened to connections since the cluster started.
@@ -34,12 +35,13 @@ data ConnectionCounters = ConnectionCounters
   , countAuthFailures   :: !Int  -- ^ peers that could not prove the secret
   , countHandshakeFailures :: !Int  -- ^ other failed handshakes: timeouts, bad frames, wrong build
   , countJoined         :: !Int  -- ^ workers that passed the handshake
+  , countJoining        :: !Int  -- ^ handshakes in progress now
   , countWorkerMessages :: !Int  -- ^ messages from joined workers handed to the core
   } deriving (Eq, Show)
 
 -- | All counters at zero.
 noCounters :: ConnectionCounters
-noCounters = ConnectionCounters 0 0 0 0 0 0
+noCounters = ConnectionCounters 0 0 0 0 0 0 0
 
 -- | A farm job as its caller hands it to the master: its encoded
 -- arguments, and where results go. The functions run in the driver.

@@ -7,6 +7,7 @@ module Herd.Wire.Handshake
   ( protocolVersion
   , handshakeFrameLimit
   , WorkerHello (..)
+  , noCpu
   , MasterReply (..)
   , encodeWorkerHello
   , decodeWorkerHello
@@ -28,7 +29,7 @@ import Herd.Wire.Codec
 
 -- | Version of this protocol; peers must match exactly.
 protocolVersion :: Word16
-protocolVersion = 7
+protocolVersion = 8
 
 -- | Largest handshake frame either side accepts.
 handshakeFrameLimit :: Int
@@ -45,7 +46,12 @@ data WorkerHello = WorkerHello
   , helloHost    :: !Text
   , helloGroup   :: !Text          -- ^ the launch that started it (empty: joined by hand)
   , helloWantsShm :: !Bool         -- ^ switch to shared memory after the welcome ("Herd.Transport.Shm")
+  , helloCpu     :: !Word32        -- ^ the CPU it is pinned to ('noCpu': not pinned)
   } deriving (Eq, Show)
+
+-- | The 'helloCpu' of a worker that is not pinned.
+noCpu :: Word32
+noCpu = maxBound
 
 -- | The master's handshake frames: the authentication challenge, the proof
 -- that accepts the worker's answer, and the answer to a hello.
@@ -70,14 +76,14 @@ encodeWorkerHello :: WorkerHello -> B.ByteString
 encodeWorkerHello h = buildStrict $
   BB.byteString magic <> putWord16 (helloVersion h) <> putSizedBytes (helloBuild h)
   <> putWord32 (helloPid h) <> putText (helloHost h) <> putText (helloGroup h)
-  <> putWord8 (if helloWantsShm h then 1 else 0)
+  <> putWord8 (if helloWantsShm h then 1 else 0) <> putWord32 (helloCpu h)
 
 -- | Decode a hello, checking the magic bytes.
 decodeWorkerHello :: B.ByteString -> Either String WorkerHello
 decodeWorkerHello = runGet $ do
   m <- getBytes 4
   unless (m == magic) $ failGet "not a herd peer (bad magic bytes)"
-  WorkerHello <$> getWord16 <*> getSizedBytes <*> getWord32 <*> getText <*> getText <*> getFlag
+  WorkerHello <$> getWord16 <*> getSizedBytes <*> getWord32 <*> getText <*> getText <*> getFlag <*> getWord32
   where
     getFlag = getWord8 >>= \b -> case b of
       0 -> pure False

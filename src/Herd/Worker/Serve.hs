@@ -13,6 +13,7 @@ module Herd.Worker.Serve
   ( serve
   ) where
 
+import Herd.Trace (traceHerd)
 import Control.Concurrent (ThreadId, forkIO, killThread)
 import Control.Concurrent.MVar
 import Control.Concurrent.STM
@@ -107,6 +108,7 @@ handleMessage sv pending msg = case msg of
   Ping n _ -> send Urgent (Pong n)
   RunBatch bid ref count -> do
     runner <- cached (svRunners sv) lookupRunner ref
+    traceHerd ("herd worker batch " ++ show bid ++ " of " ++ refName ref ++ ": " ++ show count ++ " tasks")
     now <- lazyClock
     stepBatches (startBatch now bid runner (fromIntegral count) (refName ref)) >>= mapM_ plain
   Args k bytes -> do
@@ -154,6 +156,9 @@ handleMessage sv pending msg = case msg of
       writeIORef (svBatches sv) $! b'
       pure verdicts
     plain v = case v of
+      Reply u m@(BatchDone bid ns) -> do
+        traceHerd ("herd worker batch " ++ show bid ++ " done, busy " ++ show (ns `div` 1000) ++ " us")
+        send u m
       Reply u m -> send u m
       Broken why -> failWith 4 why
       Apply {} -> failWith 4 "a function call asked for outside a run of arguments"
