@@ -41,7 +41,7 @@ import Herd.Base (WorkerId)
 data Departure = Departure
   { departedAt     :: !Double  -- ^ when its loss was noticed
   , departedActive :: !Double  -- ^ the cluster's working seconds then
-  , departedWhy    :: !String
+  , departedWhy    :: !String  -- ^ why it was lost
   } deriving (Eq, Show)
 
 -- | One worker's record since it joined.

@@ -46,9 +46,9 @@ workerStateName s = case s of
 
 -- | One worker's row.
 data WorkerRow = WorkerRow
-  { rowWorker    :: !WorkerId
+  { rowWorker    :: !WorkerId            -- ^ its number
   , rowInfo      :: !(Maybe WorkerInfo)  -- ^ what its handshake said ('Nothing' if forgotten)
-  , rowState     :: !WorkerState
+  , rowState     :: !WorkerState         -- ^ what it is doing
   , rowAccount   :: !Account             -- ^ the ledger's figures
   , rowWaiting   :: !Double              -- ^ waiting seconds so far
   , rowInFlight  :: !Int                 -- ^ farm tasks sent, not yet answered
@@ -59,12 +59,12 @@ data WorkerRow = WorkerRow
 
 -- | One running farm job.
 data JobRow = JobRow
-  { jobRowId       :: !Int
-  , jobRowFunction :: !String
-  , jobRowTotal    :: !Int
-  , jobRowDone     :: !Int
-  , jobRowInFlight :: !Int
-  , jobRowPending  :: !Int
+  { jobRowId       :: !Int      -- ^ the job's number
+  , jobRowFunction :: !String   -- ^ its function's name
+  , jobRowTotal    :: !Int      -- ^ its tasks
+  , jobRowDone     :: !Int      -- ^ tasks answered
+  , jobRowInFlight :: !Int      -- ^ tasks sent, not yet answered
+  , jobRowPending  :: !Int      -- ^ tasks not yet sent
   , jobRowElapsed  :: !Double   -- ^ seconds since it was submitted
   , jobRowRate     :: !Double   -- ^ tasks per second so far
   , jobRowLeft     :: !(Maybe Double)  -- ^ seconds left at that rate ('Nothing' before the first result)
@@ -75,10 +75,10 @@ data Status = Status
   { statusUptime    :: !Double          -- ^ seconds since the cluster started
   , statusLoop      :: !String          -- ^ the master loop
   , statusWorkers   :: ![WorkerRow]     -- ^ by worker number
-  , statusJobs      :: ![JobRow]
+  , statusJobs      :: ![JobRow]          -- ^ the running farm jobs
   , statusStreams   :: !Int             -- ^ open stream processes
-  , statusEvolve    :: !(Maybe SessionView)
-  , statusCounters  :: !ConnectionCounters
+  , statusEvolve    :: !(Maybe SessionView)  -- ^ the running evolve call
+  , statusCounters  :: !ConnectionCounters  -- ^ the master's connection counters
   , statusTasksDone :: !Int             -- ^ farm tasks answered since the start
   , statusLostTotal :: !Int             -- ^ workers lost since the start
   , statusWorkingSeconds :: !Double     -- ^ seconds the cluster had work
@@ -90,13 +90,13 @@ data Status = Status
 data Inputs = Inputs
   { inNow       :: !Double   -- ^ the monotonic clock now (the core's time base)
   , inStarted   :: !Double   -- ^ when the cluster started, on that clock
-  , inLoop      :: !String
-  , inCore      :: !Core
-  , inConnected :: !(M.Map WorkerId WorkerInfo)
+  , inLoop      :: !String   -- ^ the master loop's name
+  , inCore      :: !Core     -- ^ the master's core as of now
+  , inConnected :: !(M.Map WorkerId WorkerInfo)  -- ^ handshake records of connected workers
   , inDeparted  :: !(M.Map WorkerId WorkerInfo)  -- ^ handshake records of lost workers
-  , inLinks     :: !(M.Map WorkerId PeerStats)
-  , inCounters  :: !ConnectionCounters
-  , inLog       :: ![(Double, String)]
+  , inLinks     :: !(M.Map WorkerId PeerStats)  -- ^ each connected worker's link statistics
+  , inCounters  :: !ConnectionCounters  -- ^ the acceptor's counters
+  , inLog       :: ![(Double, String)]  -- ^ recent log lines
   }
 
 -- | Build the snapshot.
