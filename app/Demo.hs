@@ -9,6 +9,7 @@ module Demo
   , run
   ) where
 
+import Herd.Log (logToStderr)
 import Control.Monad (unless, when)
 import Data.IORef
 import qualified Data.IntMap.Strict as IM
@@ -55,7 +56,7 @@ isClusterRun co = not (null (coHosts co)) || coHostsFile co /= Nothing || coSlur
 run :: Options -> IO ()
 run o | isClusterRun (optCluster o) = runCluster o
 run o | optWorkers o == Just 0 = do
-  hPutStrLn stderr "herd demo: --workers 0 starts no worker; add --listen or --wait-workers to wait for workers joining by hand"
+  logToStderr "herd demo: --workers 0 starts no worker; add --listen or --wait-workers to wait for workers joining by hand"
   exitWith (ExitFailure 2)
 run o = do
   hSetBuffering stdout LineBuffering
@@ -74,7 +75,7 @@ run o = do
    compareRuns = do
     (one, oneStats, oneSum) <- runOn "1 worker" (Just 1)
     (par, parStats, parSum) <- runOn "all cores" (optWorkers o)
-    when (oneSum /= parSum) $ hPutStrLn stderr "herd demo: the two runs disagree (this is a bug)"
+    when (oneSum /= parSum) $ logToStderr "herd demo: the two runs disagree (this is a bug)"
     let workers = length (jobWorkerStats parStats)
     putStrLn ""
     putStr $ renderTable ["run", "workers", "seconds", "speedup"]
@@ -97,7 +98,7 @@ run o = do
         when tty (putStrLn "")
         -- every task's result exactly once, and right: anything else is a bug
         unless (null wrong && s == optTasks o * fib (optFib o)) $ do
-          hPutStrLn stderr ("herd demo: wrong results (this is a bug): " ++ unwords (take 10 wrong))
+          logToStderr ("herd demo: wrong results (this is a bug): " ++ unwords (take 10 wrong))
           exitWith (ExitFailure 1)
         putStrLn "packets on each link (dynamic chunking):"
         clusterPacketStats cluster >>= putStr . renderPacketStats
@@ -194,11 +195,11 @@ runCluster o = do
     clusterPacketStats cluster >>= putStr . renderPacketStats
     unless ok $ exitWith (ExitFailure 1)
   where
-    failWith msg = hPutStrLn stderr ("herd demo: " ++ msg) >> exitWith (ExitFailure 2)
+    failWith msg = logToStderr ("herd demo: " ++ msg) >> exitWith (ExitFailure 2)
 
 -- Log lines on standard error, prefixed with the wall-clock time in seconds
 -- (so lines from several machines can be lined up).
 stampedLog :: String -> IO ()
 stampedLog line = do
   t <- getPOSIXTime
-  hPutStrLn stderr (fixed 3 (realToFrac t :: Double) ++ " " ++ line)
+  logToStderr (fixed 3 (realToFrac t :: Double) ++ " " ++ line)

@@ -8,6 +8,7 @@ import qualified CodecSpec
 import qualified ConfigSpec
 import qualified EvolveSpec
 import qualified DashboardSpec
+import qualified LogSpec
 import qualified EvolveScheduleSpec
 import qualified AuthSpec
 import Herd (serveIfWorker)
@@ -50,3 +51,4 @@ main = do
       ClusterSpec.spec
       EvolveSpec.spec
       DashboardSpec.spec
+      LogSpec.spec

@@ -26,12 +26,12 @@ module Herd.Config
   , parseDashboardAddress
   ) where
 
+import Herd.Log (logToStderr)
 import Data.Char (isDigit, isSpace)
 import Data.List (nub)
 import Herd.Auth (SecretSource (..))
 import Herd.Error (HerdError (..))
 import Herd.Packet.Policy (PacketPolicy (..), defaultPacketPolicy)
-import System.IO (hPutStrLn, stderr)
 import System.Info (os)
 import Herd.Base (Batching (..), MasterLoop (..), TransportKind (..), masterLoopName, parseMasterLoop)
 
@@ -247,7 +247,7 @@ defaultConfig = Config
   , configSlurm            = False
   , configAllowPartialStart = False
   , configListenPort       = 0
-  , configLog              = hPutStrLn stderr
+  , configLog              = logToStderr
   , configChunking         = policyChunking defaultPacketPolicy
   , configPacketBytes      = policyCapacity defaultPacketPolicy
   , configPacketTimeout    = policyTimeout defaultPacketPolicy

@@ -25,6 +25,7 @@ module Herd.Worker
   , parseHostPort
   ) where
 
+import Herd.Log (logToStderr)
 import Herd.Trace (tracing)
 import Control.Exception
 import Control.Concurrent (forkIO, myThreadId)
@@ -132,7 +133,7 @@ serveIfWorker = do
           runAgent addr count group secret
         Nothing -> runWorker (WorkerOptions address cpu' watch source group)
       exitSuccess
-  where die' msg = hPutStrLn stderr ("herd worker: " ++ msg) >> exitWith (ExitFailure 2)
+  where die' msg = logToStderr ("herd worker: " ++ msg) >> exitWith (ExitFailure 2)
 
 -- Under srun: the physical core numbered by this task's SLURM_LOCALID among
 -- those the allocation lets it use.
@@ -225,10 +226,10 @@ runWorker opts = do
     Just (Right _) -> failWith 3 ("master at " ++ where_ ++ " sent an unexpected handshake frame")
   where
     where_ = showMasterAddress (workerAddress opts)
-    warn msg = hPutStrLn stderr ("herd worker: " ++ msg)
+    warn msg = logToStderr ("herd worker: " ++ msg)
 
 failWith :: Int -> String -> IO a
-failWith code msg = hPutStrLn stderr ("herd worker: " ++ msg) >> exitWith (ExitFailure code)
+failWith code msg = logToStderr ("herd worker: " ++ msg) >> exitWith (ExitFailure code)
 
 lazy :: B.ByteString -> BL.ByteString
 lazy = BL.fromStrict

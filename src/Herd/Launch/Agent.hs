@@ -11,6 +11,7 @@ module Herd.Launch.Agent
   , parseAgentCount
   ) where
 
+import Herd.Log (logToStderr)
 import Control.Monad (forM_, when)
 import Data.Char (isDigit)
 import Herd.Auth (Secret)
@@ -39,7 +40,7 @@ parseAgentCount s
 runAgent :: String -> Maybe Int -> String -> Secret -> IO ()
 runAgent address count group secret = do
   rc <- exitWhenStdinCloses
-  when (rc /= 0) $ hPutStrLn stderr ("herd agent: cannot watch the ssh session (error " ++ show rc ++ ")")
+  when (rc /= 0) $ logToStderr ("herd agent: cannot watch the ssh session (error " ++ show rc ++ ")")
   cores <- physicalCores
   let n = maybe (length cores) id count
       plan = take n (map Just (cycle cores))
@@ -49,5 +50,5 @@ runAgent address count group secret = do
   hFlush stdout
   codes <- mapM (waitForProcess . localHandle) workers
   forM_ [ c | c@(ExitFailure _) <- codes ] $ \c ->
-    hPutStrLn stderr ("herd agent: a worker ended with " ++ show c)
+    logToStderr ("herd agent: a worker ended with " ++ show c)
   exitSuccess

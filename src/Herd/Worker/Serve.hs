@@ -13,6 +13,7 @@ module Herd.Worker.Serve
   ( serve
   ) where
 
+import Herd.Log (logToStderr)
 import Herd.Trace (traceHerd)
 import Control.Concurrent (ThreadId, forkIO, killThread)
 import Control.Concurrent.MVar
@@ -37,7 +38,6 @@ import Herd.Wire.Tags (tagStreamOut)
 import Herd.Wire.Staging (newStaging, withStaged)
 import Herd.Worker.Step
 import System.Exit
-import System.IO (hPutStrLn, stderr)
 import System.IO.Unsafe (unsafeInterleaveIO)
 
 type RunnerCache = IORef (M.Map TaskRef (Either String Runner))
@@ -258,5 +258,5 @@ cached cache look ref = do
       pure r
 
 failWith :: Int -> String -> IO a
-failWith code msg = hPutStrLn stderr ("herd worker: " ++ msg) >> exitWith (ExitFailure code)
+failWith code msg = logToStderr ("herd worker: " ++ msg) >> exitWith (ExitFailure code)
 
