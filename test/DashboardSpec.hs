@@ -207,14 +207,8 @@ spec = describe "the dashboard" $ do
         fmap (metricValue "herd_tasks_completed_total") (parseMetrics after) `shouldBe` Right (Just 240)
 
   it "shows every worker in a real browser, with numbers that change between two looks, and draws a non-blank page" $
-    withDashboardCluster $ \(host, port) cluster ->
-      withBrowser ("http://" ++ host ++ ":" ++ show port ++ "/") $ \page -> do
-        -- the page is up before the farm starts, so a slow browser start
-        -- cannot miss the farm; the farm outlasts the looks and is
-        -- cancelled when the test leaves it
-        rowsOf page "#workers" 2 >>= (`shouldBe` True)
-        withAsync (farm cluster sleepySquareTask (slowInputs 15 2000)) $ \_ -> do
-          rowsOf page "#jobs" 1 >>= (`shouldBe` True)
+    -- the farm outlasts the looks and is cancelled when the test leaves it
+    withFarmOnPage 2000 $ \_ page _ -> do
           first <- evaluateJs page "document.querySelector('#workers tbody').innerText"
           threadDelay 1500000
           second <- evaluateJs page "document.querySelector('#workers tbody').innerText"
@@ -233,11 +227,7 @@ spec = describe "the dashboard" $ do
           BC.writeFile "dist-newstyle/dashboard-test.png" png
 
   it "marks a killed worker lost on the page" $
-    withDashboardCluster $ \(host, port) cluster ->
-      withBrowser ("http://" ++ host ++ ":" ++ show port ++ "/") $ \page -> do
-        rowsOf page "#workers" 2 >>= (`shouldBe` True)
-        withAsync (farm cluster sleepySquareTask (slowInputs 15 300)) $ \job -> do
-          rowsOf page "#jobs" 1 >>= (`shouldBe` True)
+    withFarmOnPage 300 $ \cluster page job -> do
           victim : _ <- clusterWorkerInfo cluster
           signalProcess sigKILL (fromIntegral (infoPid victim))
           marked <- waitUntil 10 $ do
@@ -258,6 +248,17 @@ spec = describe "the dashboard" $ do
               '"' : _ -> True
               _ : r -> go r
               [] -> False
+    -- A farm of this many 15 ms tasks on a two-worker cluster whose page
+    -- is open in the browser. The page shows both workers before the farm
+    -- starts (so a slow browser start cannot miss it), and the job before
+    -- the body runs.
+    withFarmOnPage n body =
+      withDashboardCluster $ \(host, port) cluster ->
+        withBrowser ("http://" ++ host ++ ":" ++ show port ++ "/") $ \page -> do
+          rowsOf page "#workers" 2 >>= (`shouldBe` True)
+          withAsync (farm cluster sleepySquareTask (slowInputs 15 n)) $ \job -> do
+            rowsOf page "#jobs" 1 >>= (`shouldBe` True)
+            body cluster page job
     -- a table of the page has this many rows, within 20 s
     rowsOf page table n = waitUntil 20 $
       (== Number n) <$> evaluateJs page ("document.querySelectorAll('" ++ table ++ " tbody tr').length")
