@@ -1,17 +1,44 @@
--- | Log lines from concurrent threads arrive whole ("Herd.Log"), through
--- an unbuffered pipe as standard error is.
-module LogSpec (spec) where
+-- | What users read: log lines from concurrent threads arrive whole
+-- ("Herd.Log"), through an unbuffered pipe as standard error is, and a
+-- 'HerdError' nobody catches is printed as its sentence, not a record.
+module LogSpec (spec, uncaughtErrorMain) where
 
 import Control.Concurrent.Async (concurrently, forConcurrently_)
 import Control.Monad (forM_)
 import qualified Data.Set as S
+import Control.Exception (displayException, throwIO)
+import Data.List (isInfixOf, isPrefixOf)
+import Herd (HerdError (..))
 import Herd.Log (writeLine)
+import System.Environment (getEnvironment, getExecutablePath)
+import System.Exit (ExitCode (..))
+import System.Process (createPipe, env, proc, readCreateProcessWithExitCode)
 import System.IO
-import System.Process (createPipe)
+
 import Test.Hspec
 
+-- | The test executable in the role of a program that lets a 'HerdError'
+-- escape @main@.
+uncaughtErrorMain :: IO ()
+uncaughtErrorMain = throwIO (AllWorkersLost "worker 3 lost: connection closed")
+
 spec :: Spec
-spec = describe "Herd.Log" $
+spec = do
+ describe "HerdError" $ do
+  it "shows as its sentence, so a program that does not catch it tells its user in words" $
+    forM_ [ AllWorkersLost "the cluster has no live worker", TaskFailed 3 "fib" "divide by zero"
+          , ConfigError "configDashboard" "bad port", StatesLost ["s1"] "worker 2 lost", NoWorkers ] $ \e -> do
+      show e `shouldBe` displayException e
+      show e `shouldSatisfy` (\t -> "herd: " `isPrefixOf` t && not ("{" `isInfixOf` t))
+  it "is printed as its sentence when it escapes main (GHC prints uncaught exceptions with show)" $ do
+    self <- getExecutablePath
+    base <- getEnvironment
+    (code, _, err) <- readCreateProcessWithExitCode
+      (proc self []) { env = Just (("HERD_TEST_ROLE", "uncaught-error") : base) } ""
+    code `shouldBe` ExitFailure 1
+    err `shouldSatisfy` ("every worker was lost before the job finished (worker 3 lost: connection closed)" `isInfixOf`)
+    err `shouldSatisfy` (not . ("lostDetail" `isInfixOf`))
+ describe "Herd.Log" $
   it "keeps lines from 50 threads whole on an unbuffered pipe" $ do
     (readEnd, writeEnd) <- createPipe
     hSetBuffering writeEnd NoBuffering

@@ -32,6 +32,7 @@ main = do
   role <- lookupEnv "HERD_TEST_ROLE"
   case role of
     Just "orphan-master" -> ClusterSpec.orphanMasterMain
+    Just "uncaught-error" -> LogSpec.uncaughtErrorMain
     _ -> hspec $ do
       CodecSpec.spec
       WireSpec.spec

@@ -59,7 +59,13 @@ data HerdError
       { lostStates :: ![String], lostReason :: !String }
     -- ^ These states were on workers that were lost. The rest of the
     -- population is gone too: call 'Herd.Evolve.resetStates'.
-  deriving (Eq, Show)
+  deriving (Eq)
+
+-- | The sentence 'displayException' gives, not the record: GHC 9.0 prints
+-- an uncaught exception with 'show', so a program that does not catch a
+-- 'HerdError' still tells its user what went wrong in words.
+instance Show HerdError where
+  showsPrec _ e = showString (displayException e)
 
 instance Exception HerdError where
   displayException err = case err of

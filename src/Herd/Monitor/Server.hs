@@ -18,7 +18,7 @@ module Herd.Monitor.Server
 
 import Control.Concurrent (threadDelay)
 import Control.Concurrent.Async (withAsync)
-import Control.Exception (IOException, SomeException, bracketOnError, throwIO, try)
+import Control.Exception (IOException, SomeException, bracketOnError, displayException, throwIO, try)
 import Control.Monad (forever)
 import qualified Data.ByteString.Builder as BB
 import qualified Data.ByteString.Char8 as BC
@@ -45,7 +45,7 @@ withDashboard logLine (host, port) snapshot body = do
   bound <- N.socketPort sock
   let settings = W.setOnException quiet W.defaultSettings
       quiet _ e = if W.defaultShouldDisplayException e
-                    then logLine ("herd: dashboard: " ++ show e) else pure ()
+                    then logLine ("herd: dashboard: " ++ displayException e) else pure ()
       addr = (host, fromIntegral bound)
   withAsync (W.runSettingsSocket settings sock (app snapshot) `finallyClose` sock) $ \_ -> do
     logLine ("herd: dashboard at http://" ++ showHost host ++ ":" ++ show bound ++ "/")
@@ -65,13 +65,13 @@ listenOn host port = do
   addr <- case found of
     Right (a : _) -> pure a
     Right [] -> failure "no such address"
-    Left (e :: IOException) -> failure (show e)
+    Left (e :: IOException) -> failure (displayException e)
   r <- try $ bracketOnError (N.socket (N.addrFamily addr) N.Stream N.defaultProtocol) N.close $ \s -> do
     N.setSocketOption s N.ReuseAddr 1
     N.bind s (N.addrAddress addr)
     N.listen s 64
     pure s
-  either (\(e :: IOException) -> failure (show e)) pure r
+  either (\(e :: IOException) -> failure (displayException e)) pure r
   where
     failure why = throwIO (ConfigError "configDashboard"
                             ("cannot serve the dashboard at " ++ host ++ ":" ++ show port ++ ": " ++ why))
