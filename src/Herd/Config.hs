@@ -27,13 +27,13 @@ module Herd.Config
   ) where
 
 import Herd.Log (logToStderr)
-import Data.Char (isDigit, isSpace)
 import Data.List (nub)
 import Herd.Auth (SecretSource (..))
 import Herd.Error (HerdError (..))
 import Herd.Packet.Policy (PacketPolicy (..), defaultPacketPolicy)
 import System.Info (os)
 import Herd.Base (Batching (..), MasterLoop (..), TransportKind (..), masterLoopName, parseMasterLoop)
+import Herd.Config.Parse
 
 -- | Which CPUs local workers are pinned to.
 data Pinning
@@ -42,58 +42,6 @@ data Pinning
   | PinCores [Int]     -- ^ exactly these CPU numbers, in this order
   | NoPinning          -- ^ let the kernel place workers
   deriving (Eq, Show)
-
--- | A host to start workers on over ssh: @[USER\@]HOST@ and how many
--- workers (by default one per physical core of that host).
-data HostSpec = HostSpec
-  { hostTarget :: String      -- ^ what ssh connects to, e.g. @node7@ or @alice\@node7@
-  , hostSlots  :: Maybe Int   -- ^ workers to start there
-  } deriving (Eq, Show)
-
--- | Parse @a:8,b:8,c@ (a host without a count gets one worker per physical
--- core), naming the entry that does not parse.
-parseHostList :: String -> Either String [HostSpec]
-parseHostList s = case filter (not . null) (splitOn ',' (filter (not . isSpace) s)) of
-  [] -> Left "no hosts given (expected HOST[:WORKERS],...)"
-  entries -> mapM (parseEntry ':') entries
-
--- | Parse a hosts file: one host per line, @HOST [WORKERS]@ or
--- @HOST:WORKERS@; blank lines and text after @#@ are ignored. Errors name
--- the line.
-parseHostsFile :: String -> Either String [HostSpec]
-parseHostsFile text = do
-  specs <- sequence
-    [ either (\why -> Left ("line " ++ show n ++ ": " ++ why)) Right (parseLine l)
-    | (n, raw) <- zip [1 :: Int ..] (lines text)
-    , let l = unwords (words (takeWhile (/= '#') raw))
-    , not (null l) ]
-  if null specs then Left "the hosts file lists no host" else Right specs
-  where
-    parseLine l = case words l of
-      [one] -> parseEntry ':' one
-      [h, n] -> parseEntry ':' (h ++ ":" ++ n)
-      _ -> Left ("expected HOST [WORKERS], got " ++ show l)
-
-parseEntry :: Char -> String -> Either String HostSpec
-parseEntry sep entry = case break (== sep) entry of
-  (host, []) -> HostSpec <$> checkHost host <*> pure Nothing
-  (host, _ : count)
-    | not (null count), all isDigit count, length count < 6, read count >= (1 :: Int) ->
-        HostSpec <$> checkHost host <*> pure (Just (read count))
-    | otherwise -> Left ("bad worker count in host entry " ++ show entry
-                         ++ " (expected HOST:N with N a whole number from 1)")
-  where
-    checkHost h
-      | null h = Left ("no host name in entry " ++ show entry)
-      | head h == '-' = Left ("host name may not start with '-': " ++ show entry)
-      | any (\c -> isSpace c || c `elem` "'\"`$;&|<>()\\") h =
-          Left ("host name has a character that is not allowed: " ++ show entry)
-      | otherwise = Right h
-
-splitOn :: Char -> String -> [String]
-splitOn c s = case break (== c) s of
-  (a, []) -> [a]
-  (a, _ : rest) -> a : splitOn c rest
 
 -- | Settings of a cluster.
 data Config = Config
@@ -177,22 +125,6 @@ data Config = Config
     -- trusted. 'Nothing' (the default): no dashboard
   }
 
--- | Parse a dashboard address, @HOST:PORT@ (an IPv6 host in brackets,
--- @[::1]:8787@), naming what is wrong.
-parseDashboardAddress :: String -> Either String (String, Int)
-parseDashboardAddress s = case break (== ':') (reverse s) of
-  (_, []) -> Left ("expected HOST:PORT, got " ++ show s)
-  (rport, _ : rhost) ->
-    let port = reverse rport
-        host = unbracket (reverse rhost)
-    in if null host then Left ("no host in " ++ show s ++ " (expected HOST:PORT, e.g. 127.0.0.1:8787)")
-       else if null port || not (all isDigit port) || length port > 5 || read port > (65535 :: Int)
-         then Left ("bad port " ++ show port ++ " in " ++ show s ++ " (expected 0..65535)")
-       else Right (host, read port)
-  where
-    unbracket h = case h of
-      '[' : rest | not (null rest), last rest == ']' -> init rest
-      _ -> h
 
 -- | RTS options every local worker gets unless told otherwise: one
 -- capability (a worker is one core; more made messaging slower here) and a

@@ -26,6 +26,7 @@ module Herd.Worker
   ) where
 
 import Herd.Log (logToStderr)
+import Herd.Config.Parse (parseHostPortFrom)
 import Herd.Trace (tracing)
 import Control.Exception
 import Control.Concurrent (forkIO, myThreadId)
@@ -86,16 +87,7 @@ showMasterAddress a = case a of
 
 -- | Parse @HOST:PORT@, naming what is wrong.
 parseHostPort :: String -> Either String (String, Int)
-parseHostPort s = case break (== ':') (reverse s) of
-  (rport, ':' : rhost)
-    | null rhost -> Left ("no host in " ++ show s ++ " (expected HOST:PORT)")
-    | Just p <- readMaybe (reverse rport), p > 0, p < 65536 -> Right (stripBrackets (reverse rhost), p)
-    | otherwise -> Left ("bad port in " ++ show s ++ " (expected a number 1..65535)")
-  _ -> Left ("no port in " ++ show s ++ " (expected HOST:PORT)")
-  where
-    stripBrackets h@('[' : rest) | not (null rest), last rest == ']' = init rest
-                                 | otherwise = h
-    stripBrackets h = h
+parseHostPort = parseHostPortFrom 1
 
 -- | If this process was started as a herd worker (or as the per-host agent
 -- of an ssh launch), serve the master and exit without returning;

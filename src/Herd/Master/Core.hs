@@ -30,13 +30,13 @@ module Herd.Master.Core
   , coreStopping
   , coreFarmJobs
   , coreLedger
-  , coreLinked
   , coreJobView
   , coreStreamCount
   , coreSessionView
   ) where
 
 import Data.List (partition, sortOn)
+import Data.Maybe (isJust)
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Data.Word (Word64)
@@ -77,10 +77,6 @@ emptyCore = Core emptySched M.empty M.empty M.empty Nothing False [] emptyLedger
 coreFarmJobs :: Core -> [JobId]
 coreFarmJobs = M.keys . coreFarms
 
--- | The workers with a live link.
-coreLinked :: Core -> [WorkerId]
-coreLinked = M.keys . coreLinks
-
 -- | The running farm jobs: each one's function name and progress.
 coreJobView :: Core -> [(String, S.JobProgress)]
 coreJobView core = [ (maybe "" (refName . farmRef) (M.lookup (S.progressJob p) (coreFarms core)), p)
@@ -96,7 +92,7 @@ coreSessionView core = coreSession core >>= hostView
 
 -- Whether the cluster has work: a farm job, a stream or a session.
 hasWork :: Core -> Bool
-hasWork core = not (M.null (coreFarms core)) || not (M.null (coreStreams core)) || maybe False (const True) (coreSession core)
+hasWork core = not (M.null (coreFarms core)) || not (M.null (coreStreams core)) || isJust (coreSession core)
 
 -- | Advance the core by one event at the given time (seconds from any
 -- fixed origin).
@@ -104,8 +100,12 @@ step :: Double -> Event -> Core -> (Core, [Command])
 step now ev core =
   -- the ledger's clock counts working time up to now by the state before
   -- the event, and from now by the state after it
+  -- (only a change between having work and not touches it: no new core
+  -- is built for the ledger on almost every event)
   let (core', out) = advance now ev core
-  in (core' { coreLedger = ledgerTick now (hasWork core') (coreLedger core') }, out)
+      working = hasWork core'
+  in if working == ledgerWorking (coreLedger core') then (core', out)
+     else (core' { coreLedger = ledgerTick now working (coreLedger core') }, out)
 
 advance :: Double -> Event -> Core -> (Core, [Command])
 advance now ev core = case ev of

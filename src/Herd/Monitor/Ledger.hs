@@ -7,10 +7,10 @@
 -- Waiting is the particle-filter seed's diagnosis: time a worker was
 -- present while the cluster had work (a farm job, a stream or an evolve
 -- call running) and it was not computing. Time with no work at all is
--- neither busy nor waiting. The cost per event is constant, whatever the
--- number of workers: the ledger keeps one clock of the cluster's working
--- time, and each worker notes that clock when it joins and when it is
--- lost.
+-- neither busy nor waiting. The cost does not grow with the number of
+-- workers: the ledger keeps one clock of the cluster's working time,
+-- changed only when the cluster starts or stops having work, and each
+-- worker notes that clock when it joins and when it is lost.
 --
 -- Promises (checked by properties): busy and waiting are never negative;
 -- while a worker is connected, its busy plus waiting is the working time
@@ -28,6 +28,7 @@ module Herd.Monitor.Ledger
   , ledgerCredit
   , ledgerAccounts
   , ledgerWorkingSeconds
+  , ledgerWorking
   , ledgerLostCount
   , ledgerTasksDone
   , accountWaiting
@@ -58,9 +59,9 @@ data Account = Account
 -- | Every worker's account and the cluster's working clock.
 data Ledger = Ledger
   { ledAccounts :: !(M.Map WorkerId Account)
-  , ledActive   :: !Double  -- ^ working seconds up to 'ledSeen'
-  , ledSeen     :: !Double  -- ^ time of the last tick
-  , ledWorking  :: !Bool    -- ^ whether the cluster had work since 'ledSeen'
+  , ledActive   :: !Double  -- ^ working seconds up to 'ledSince'
+  , ledSince    :: !Double  -- ^ when the cluster last started or stopped having work
+  , ledWorking  :: !Bool    -- ^ whether the cluster has had work since 'ledSince'
   , ledLost     :: !Int     -- ^ workers lost since the start
   , ledTasks    :: !Int     -- ^ farm tasks returned since the start
   } deriving (Eq, Show)
@@ -74,19 +75,27 @@ keptLost :: Int
 keptLost = 256
 
 -- | Time has come to this point; from now on the cluster has work or not.
+-- Only a change of that costs anything: the ledger is returned as it is
+-- while the cluster goes on working (or idling), which is almost every
+-- event the master's core steps.
 ledgerTick :: Double -> Bool -> Ledger -> Ledger
-ledgerTick now working l =
-  l { ledActive = activeAt now l, ledSeen = max now (ledSeen l), ledWorking = working }
+ledgerTick now working l
+  | working == ledWorking l = l
+  | otherwise = l { ledActive = activeAt now l, ledSince = max now (ledSince l), ledWorking = working }
 
 -- The working seconds up to this time.
 activeAt :: Double -> Ledger -> Double
 activeAt now l
-  | ledWorking l = ledActive l + max 0 (now - ledSeen l)
+  | ledWorking l = ledActive l + max 0 (now - ledSince l)
   | otherwise = ledActive l
 
 -- | The cluster's working seconds up to this time.
 ledgerWorkingSeconds :: Double -> Ledger -> Double
 ledgerWorkingSeconds = activeAt
+
+-- | Whether the cluster has work, as of the last tick.
+ledgerWorking :: Ledger -> Bool
+ledgerWorking = ledWorking
 
 -- | A worker joined (a number is never reused, so a rejoin is a new account).
 ledgerJoin :: Double -> WorkerId -> Ledger -> Ledger

@@ -20,6 +20,7 @@ import Herd.Master.Session (SessionView (..))
 import Herd.Master.Types (ConnectionCounters (..), WorkerInfo (..))
 import Herd.Monitor.Ledger (Account (..), Departure (..))
 import Herd.Monitor.Status
+import Herd.Packet.Policy (flushReasonName)
 import Herd.Packet.Stats (PeerStats (..))
 import Herd.Report (Json (..), renderJson)
 import Numeric (showFFloat)
@@ -39,7 +40,7 @@ statusJson s = renderJson $ JObject
   , ("jobs", JArray (map job (statusJobs s)))
   , ("evolve", maybe JNull evolve (statusEvolve s))
   , ("connections", connections (statusCounters s))
-  , ("packets_by_rule", JObject [ (ruleName r, JInt (fromIntegral n)) | (r, n) <- statusFlushes s ])
+  , ("packets_by_rule", JObject [ (flushReasonName r, JInt (fromIntegral n)) | (r, n) <- statusFlushes s ])
   , ("log", JArray [ JObject [("t", JNumber t), ("line", JString l)] | (t, l) <- statusLog s ])
   ]
   where
@@ -71,7 +72,7 @@ statusJson s = renderJson $ JObject
       , ("values_sent", int (valuesSent p)), ("bytes_sent", int (bytesSent p))
       , ("packets_received", int (packetsReceived p)), ("messages_received", int (messagesReceived p))
       , ("values_received", int (valuesReceived p)), ("bytes_received", int (bytesReceived p))
-      , ("flushes", JObject [ (ruleName r, int n) | (r, n) <- M.toList (flushesBy p) ]) ]
+      , ("flushes", JObject [ (flushReasonName r, int n) | (r, n) <- M.toList (flushesBy p) ]) ]
     job j = JObject
       [ ("id", int (jobRowId j)), ("function", JString (jobRowFunction j))
       , ("tasks", int (jobRowTotal j)), ("done", int (jobRowDone j))
@@ -87,11 +88,6 @@ statusJson s = renderJson $ JObject
       , ("auth_failures", int (countAuthFailures c)), ("handshake_failures", int (countHandshakeFailures c))
       , ("joined", int (countJoined c)), ("worker_messages", int (countWorkerMessages c)) ]
 
--- The rule's name without its constructor prefix: @FlushTimeout@ is @timeout@.
-ruleName :: Show a => a -> String
-ruleName = lowerFirst . drop 5 . show
-  where lowerFirst (c : cs) | c >= 'A' && c <= 'Z' = toEnum (fromEnum c + 32) : cs
-        lowerFirst cs = cs
 
 -- | The snapshot in Prometheus's text format.
 prometheusText :: Status -> String
@@ -132,7 +128,7 @@ prometheusText s = concat
   , perLink "herd_messages_received_total" "Messages the master received from the worker." messagesReceived
   , perLink "herd_bytes_received_total" "Bytes the master received from the worker." bytesReceived
   , metric "herd_packets_flushed_total" "counter" "Packets the master sent, by the rule that sent them."
-      [ ([("rule", ruleName r)], fromIntegral n) | (r, n) <- statusFlushes s ]
+      [ ([("rule", flushReasonName r)], fromIntegral n) | (r, n) <- statusFlushes s ]
   ]
   where
     count p = fromIntegral (length [ () | w <- statusWorkers s, p (rowState w) ])

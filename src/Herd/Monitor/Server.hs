@@ -17,9 +17,9 @@ module Herd.Monitor.Server
   ) where
 
 import Control.Concurrent (threadDelay)
-import Control.Concurrent.Async (withAsync)
-import Control.Exception (IOException, SomeException, bracketOnError, displayException, throwIO, try)
-import Control.Monad (forever)
+import Control.Concurrent.Async (AsyncCancelled (..), withAsync)
+import Control.Exception (IOException, SomeException, bracketOnError, catch, displayException, finally, fromException, throwIO, try)
+import Control.Monad (forever, when)
 import qualified Data.ByteString.Builder as BB
 import qualified Data.ByteString.Char8 as BC
 import qualified Data.ByteString.Lazy as BL
@@ -42,20 +42,21 @@ eventInterval = 0.5
 withDashboard :: (String -> IO ()) -> (String, Int) -> IO Status -> ((String, Int) -> IO a) -> IO a
 withDashboard logLine (host, port) snapshot body = do
   sock <- listenOn host port
-  bound <- N.socketPort sock
-  let settings = W.setOnException quiet W.defaultSettings
-      quiet _ e = if W.defaultShouldDisplayException e
-                    then logLine ("herd: dashboard: " ++ displayException e) else pure ()
-      addr = (host, fromIntegral bound)
-  withAsync (W.runSettingsSocket settings sock (app snapshot) `finallyClose` sock) $ \_ -> do
-    logLine ("herd: dashboard at http://" ++ showHost host ++ ":" ++ show bound ++ "/")
-    body addr
+  (`finally` N.close sock) $ do
+    bound <- N.socketPort sock
+    let settings = W.setOnException quiet W.defaultSettings
+        quiet _ e = when (W.defaultShouldDisplayException e) $ logLine ("herd: dashboard: " ++ displayException e)
+        -- the server ends only when cancelled; anything else is said, and
+        -- the cluster goes on without its page
+        serve = W.runSettingsSocket settings sock (app snapshot) `catch` \e ->
+          case fromException e of
+            Just AsyncCancelled -> throwIO e
+            Nothing -> logLine ("herd: the dashboard stopped: " ++ displayException (e :: SomeException))
+    withAsync serve $ \_ -> do
+      logLine ("herd: dashboard at http://" ++ showHost host ++ ":" ++ show bound ++ "/")
+      body (host, fromIntegral bound)
   where
     showHost h = if ':' `elem` h then "[" ++ h ++ "]" else h
-    finallyClose act sock = do
-      r <- try act
-      N.close sock
-      either (\e -> const (pure ()) (e :: SomeException)) pure r
 
 -- Bind and listen, or fail naming the field.
 listenOn :: String -> Int -> IO N.Socket

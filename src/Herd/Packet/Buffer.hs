@@ -254,7 +254,7 @@ record s why msgs values bytes = do
       top i k = readPrimArray st i >>= writePrimArray st i . max k
   add 0 1 >> add 1 msgs >> add 2 bytes >> top 3 msgs >> add 4 values >> top 5 values
   add (reasonSlot why) 1
-  traceHerd ("herd packet out: " ++ drop 5 (show why) ++ ", " ++ show msgs ++ " messages, "
+  traceHerd ("herd packet out: " ++ flushReasonName why ++ ", " ++ show msgs ++ " messages, "
              ++ show values ++ " values, " ++ show bytes ++ " bytes")
 
 newCounter :: IO (MutablePrimArray RealWorld Int)

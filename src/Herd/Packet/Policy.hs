@@ -24,6 +24,7 @@ module Herd.Packet.Policy
   , Urgency (..)
   , FlushReason (..)
   , allFlushReasons
+  , flushReasonName
   , Fill (..)
   , emptyFill
   , AddPlan (..)
@@ -40,6 +41,8 @@ module Herd.Packet.Policy
   , Event (..)
   , simulate
   ) where
+
+import Data.Char (toLower)
 
 -- | How a peer's send buffer is flushed.
 data PacketPolicy = PacketPolicy
@@ -82,6 +85,13 @@ data FlushReason
   | FlushOversize     -- ^ one message larger than the buffer, sent alone
   | FlushUnbuffered   -- ^ chunking is off
   deriving (Eq, Ord, Show, Enum, Bounded)
+
+-- | The rule's name in lower case, as the dashboard, its metrics and the
+-- eventlog give it: 'FlushTimeout' is @timeout@.
+flushReasonName :: FlushReason -> String
+flushReasonName r = case drop 5 (show r) of
+  c : cs -> toLower c : cs
+  [] -> []
 
 -- | Every reason, in a fixed order (for statistics tables).
 allFlushReasons :: [FlushReason]
