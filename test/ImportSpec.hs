@@ -14,8 +14,8 @@ import Test.Hspec
 -- | herd's pure modules.
 pureModules :: [String]
 pureModules =
-  [ "Herd.Base", "Herd.Bytes", "Herd.Error", "Herd.Scheduler", "Herd.Scheduler.Presence", "Herd.Packet.Policy", "Herd.Packet.Split", "Herd.Wire", "Herd.Wire.Codec", "Herd.Wire.Tags", "Herd.Wire.Handshake"
-  , "Herd.Evolve.Schedule", "Herd.Evolve.Registry", "Herd.Evolve.Call", "Herd.Master.Core", "Herd.Master.Events", "Herd.Master.Expect", "Herd.Master.Session"
+  [ "Herd.Base", "Herd.Bytes", "Herd.Error", "Herd.Scheduler", "Herd.Scheduler.Presence", "Herd.Scheduler.Sizing", "Herd.Packet.Policy", "Herd.Packet.Split", "Herd.Wire", "Herd.Wire.Codec", "Herd.Wire.Tags", "Herd.Wire.Handshake"
+  , "Herd.Evolve.Schedule", "Herd.Evolve.Registry", "Herd.Evolve.Call", "Herd.Master.Core", "Herd.Master.CoreState", "Herd.Master.Events", "Herd.Master.Expect", "Herd.Master.Session"
   , "Herd.Worker.Step", "Herd.Monitor.Ledger" ]
 
 -- Libraries a pure module may use: containers, bytes, text, and the

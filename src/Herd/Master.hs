@@ -61,8 +61,6 @@ import Control.Exception
 import Control.Monad
 import Data.IORef
 import qualified Data.Map.Strict as M
-import Data.Word (Word64, Word8)
-import Foreign.Ptr (Ptr)
 import Herd.Auth
 import Herd.BuildId (buildIdentity)
 import Herd.Config
@@ -79,16 +77,14 @@ import Herd.Master.Launching
 import Herd.Master.Reader
 import Herd.Master.Session (SessionRequest (..))
 import Herd.Master.Shell
+import Herd.Master.Streams
 import Herd.Master.ThreadedReader
 import Herd.Master.Cluster
 import Herd.Master.Types
 import Herd.Monitor.Feed (newFeed, teeLog)
 import Herd.Monitor.Server (withDashboard)
 import Herd.Monitor.Status (Status)
-import Herd.Packet
 import Herd.Scheduler (JobStats)
-import Herd.Task (TaskRef (..))
-import Herd.Wire.Tags (tagStreamIn)
 import Herd.Transport
 import Herd.Transport.Tcp
 import Herd.Transport.Unix (listenUnix, acceptUnix)
@@ -225,63 +221,6 @@ runJob cluster spec = do
       sh = clShell cluster
   shellRegister sh True (RegisterFarm jid spec reply) [FarmSubmit jid job]
   takeMVar reply `onException` shellRegister sh True (Forget (Just jid) Nothing) [FarmCancel jid]
-
--- | Where an open stream's input goes: its number and its worker's
--- packet sender.
-data StreamInput = StreamInput
-  { streamId      :: !Word64   -- ^ the stream's number
-  , streamSender  :: !Sender
-  , streamBacklog :: !(TVar Int)  -- ^ bytes queued for the link's writer thread
-  }
-
--- | Open a stream process of this reference on the least loaded worker,
--- with this flow window.
-openStream :: Cluster -> TaskRef -> StreamEnds -> IO StreamInput
-openStream cluster ref ends = do
-  sid <- freshId cluster
-  reply <- newEmptyMVar
-  shellRegister (clShell cluster) True (RegisterStream sid ends reply)
-    [OpenStream sid ref (configStreamWindow (clConfig cluster))]
-  either throwIO (\(sender, backlog) -> pure (StreamInput sid sender backlog)) =<< takeMVar reply
-
--- | Send one input element of a stream, encoded (these bytes): appended to the run of elements
--- buffered for its worker ('appendToRun'), without a step of the core
--- (which only routes the stream's other messages). The caller counts the
--- credit. Waits first while the worker's link has more than
--- 'streamBacklogLimit' bytes queued that the kernel or ring would not take:
--- the window counts elements, and a window of large elements would
--- otherwise pile up past the link's limit, and the worker would be
--- dropped as one that stopped reading.
-feedStream :: StreamInput -> Ptr Word8 -> Int -> IO ()
-feedStream input p n = do
-  queued <- readTVarIO (streamBacklog input)
-  when (queued > streamBacklogLimit) $
-    atomically $ readTVar (streamBacklog input) >>= \q -> check (q <= streamBacklogLimit `div` 2)
-  appendToRun (streamSender input) tagStreamIn (streamId input) p n
-
--- | Bytes a stream's worker link may hold queued before its feeder waits:
--- 8 MiB, an eighth of the 64 MiB after which a link counts as stopped.
-streamBacklogLimit :: Int
-streamBacklogLimit = 8 * 1024 * 1024
-
--- | The stream's input ended.
-endStreamInput :: Cluster -> Word64 -> IO ()
-endStreamInput cluster sid = shellStep (clShell cluster) True [EndStreamInput sid]
-
--- | The caller read this many more output elements: the worker may send
--- as many more.
-consumedStream :: Cluster -> Word64 -> Int -> IO ()
-consumedStream cluster sid k = shellStep (clShell cluster) True [ConsumedStream sid k]
-
--- | The caller has no more input to send for now: send what is buffered
--- for the stream's worker.
-flushStream :: StreamInput -> IO ()
-flushStream = flushIdle . streamSender
-
--- | Stop a stream process early: its worker stops it, and late output is
--- dropped.
-closeStream :: Cluster -> Word64 -> IO ()
-closeStream cluster sid = shellRegister (clShell cluster) True (Forget Nothing (Just sid)) [CloseStream sid]
 
 -- | Run an evolve session on the cluster's workers (the lowest numbered,
 -- up to the limit) and wait for it to end. The start function is given

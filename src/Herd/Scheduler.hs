@@ -18,12 +18,7 @@
 --   the pending queue; results of a batch that is not outstanding (a lost
 --   worker's, or one from an aborted job) are dropped.
 --
--- Batch sizes adapt: with no estimate yet a worker gets one task; after
--- that a batch holds about 'jobTarget' seconds of work at the measured
--- seconds per task, but never more than the pending tasks divided by twice
--- the live workers (factoring), so the job's tail is shared out in ever
--- smaller pieces. Short tasks also get one batch prefetched per worker, so a
--- worker does not sit idle during a round trip.
+-- Batch sizes adapt to the measured time per task ("Herd.Scheduler.Sizing").
 module Herd.Scheduler
   ( -- * Identifiers
     WorkerId
@@ -59,6 +54,7 @@ import Data.Sequence (Seq, (<|))
 import qualified Data.Sequence as Seq
 import Herd.Base (BatchId, Batching (..), JobId, Range (..), WorkerId, rangeIndices, rangeSize, takeTasks)
 import Herd.Scheduler.Presence
+import Herd.Scheduler.Sizing
 
 data Batch = Batch
   { batchJob    :: !JobId
@@ -246,33 +242,16 @@ takeBatch w bid s = do
 credit :: WorkerId -> Batch -> Double -> Job -> Job
 credit w b busy j = j { jobPresence = credited w (batchTasks b) busy (jobPresence j) }
 
-estimate :: Maybe Double -> Double -> Int -> Double
-estimate old busy n =
-  let sample = max 1e-9 (busy / fromIntegral (max 1 n))
-  in maybe sample (\e -> 0.5 * e + 0.5 * sample) old
-
 statsOf :: Double -> Job -> JobStats
 statsOf now j = jobStatsOf now (jobStart j) (jobTotal j) (jobPresence j)
 
+-- The next batch's size for this job, with this many live workers.
 sizeOf :: Int -> Job -> Int
-sizeOf live j = case jobBatching j of
-  FixedBatch n -> n
-  Adaptive -> case jobEstimate j of
-    Nothing -> 1
-    Just e ->
-      let byTime = floor (min 1e9 (jobTarget j / e)) :: Int
-          factoring = (jobPendingN j + 2 * live - 1) `div` (2 * max 1 live)
-      in max 1 (min byTime factoring)
+sizeOf live j = batchSize (jobBatching j) (jobEstimate j) (jobTarget j) (jobPendingN j) live
 
 -- Whether a worker with these outstanding batches should get another now.
 wantsWork :: Job -> Worker -> Bool
-wantsWork j worker = case M.size (workerOutstanding worker) of
-  0 -> True
-  1 -> case (jobBatching j, jobEstimate j) of
-         (FixedBatch _, _) -> True
-         (Adaptive, Just e) -> e <= jobTarget j / 2
-         (Adaptive, Nothing) -> False
-  _ -> False
+wantsWork j worker = wantsBatch (jobBatching j) (jobEstimate j) (jobTarget j) (M.size (workerOutstanding worker))
 
 -- Hand out pending tasks: first to workers with nothing outstanding (fewest
 -- first), then a prefetch to those that want one. Each batch comes from the

@@ -36,63 +36,20 @@ module Herd.Master.Core
   ) where
 
 import Data.List (partition, sortOn)
-import Data.Maybe (isJust)
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
-import Data.Word (Word64)
 import Herd.Error (HerdError (..))
 import Herd.Master.Events
+import Herd.Master.CoreState
 import Herd.Master.Expect
 import Herd.Master.Session
 import Herd.Monitor.Ledger
 import Herd.Packet.Policy (Urgency (..))
 import Herd.Base (JobId, Range (..), WorkerId, rangeSize)
-import Herd.Scheduler (Sched, emptySched, outstandingFor)
+import Herd.Scheduler (outstandingFor)
 import qualified Herd.Scheduler as S
 import Herd.Base (TaskRef (..))
 import Herd.Wire (FromWorker (..), ToWorker (..))
-
-data Stream = Stream
-  { streamWorker  :: !WorkerId
-  , streamAllowed :: !Int    -- ^ output elements the worker may still send
-  }
-
--- | The master's state.
-data Core = Core
-  { coreSched    :: !Sched                      -- ^ the farm's scheduler
-  , coreLinks    :: !(M.Map WorkerId Expected)   -- ^ per live link, the batches due on it
-  , coreFarms    :: !(M.Map JobId FarmJob)
-  , coreStreams  :: !(M.Map Word64 Stream)
-  , coreSession  :: !(Maybe Hosted)
-  , coreStopping :: !Bool   -- ^ the cluster is stopping: no new link or job is taken
-  , coreRequeued :: ![(WorkerId, Double, [Range])]  -- ^ a lost worker's tasks not yet re-sent, for the log
-  , coreLedger   :: !Ledger  -- ^ what each worker has done since it joined, for watching the cluster
-  }
-
--- | No links, no jobs.
-emptyCore :: Core
-emptyCore = Core emptySched M.empty M.empty M.empty Nothing False [] emptyLedger
-
--- | The farm jobs running.
-coreFarmJobs :: Core -> [JobId]
-coreFarmJobs = M.keys . coreFarms
-
--- | The running farm jobs: each one's function name and progress.
-coreJobView :: Core -> [(String, S.JobProgress)]
-coreJobView core = [ (maybe "" (refName . farmRef) (M.lookup (S.progressJob p) (coreFarms core)), p)
-                   | p <- S.jobProgress (coreSched core) ]
-
--- | Open stream processes per worker.
-coreStreamCount :: Core -> M.Map WorkerId Int
-coreStreamCount core = M.fromListWith (+) [ (streamWorker s, 1) | s <- M.elems (coreStreams core) ]
-
--- | The running evolve call, as a watcher is shown it.
-coreSessionView :: Core -> Maybe SessionView
-coreSessionView core = coreSession core >>= hostView
-
--- Whether the cluster has work: a farm job, a stream or a session.
-hasWork :: Core -> Bool
-hasWork core = not (M.null (coreFarms core)) || not (M.null (coreStreams core)) || isJust (coreSession core)
 
 -- | Advance the core by one event at the given time (seconds from any
 -- fixed origin).

@@ -43,7 +43,6 @@ import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
-import Data.Word (Word64)
 import Herd.Clock (monotonicSeconds)
 import Herd.Config
 import Herd.Error
@@ -51,83 +50,17 @@ import Herd.Master.Core
 import Herd.Master.Events
 import Herd.Master.Link
 import Herd.Master.Reader
+import Herd.Master.ShellState
 import Herd.Master.Types
 import Herd.Monitor.Ledger (keptLost)
 import Herd.Trace (traceHerd, tracing)
 import Herd.Packet
 import Herd.Packet.Policy (Urgency (..))
-import Herd.Scheduler (JobId, JobStats, Range (..), WorkerId, rangeSize)
+import Herd.Scheduler (Range (..), WorkerId, rangeSize)
 import Herd.Task (TaskRef (..), tryUser)
 import Herd.Transport
 import Herd.Wire
 import Herd.Wire.Batch (ArgTable, argsEncoder, argsFitting)
-
--- What the lock guards.
-data ShellState = ShellState
-  { ssCore     :: !Core
-  , ssLinks    :: !(M.Map WorkerId LinkHandle)
-  , ssFarms    :: !(M.Map JobId (JobSpec, MVar (Either HerdError JobStats)))
-  , ssStreams  :: !(M.Map Word64 StreamEnds)
-  , ssOpening  :: !(M.Map Word64 (MVar (Either HerdError (Sender, TVar Int))))
-  , ssTouched  :: !(S.Set WorkerId)             -- ^ links with buffered messages
-  , ssGathered :: !(M.Map Word64 [(Int, B.ByteString)])  -- ^ stream output runs of this step, newest first
-  }
-
--- | The shell of one cluster.
-data Shell = Shell
-  { shConfig   :: !Config
-  , shState    :: !(MVar ShellState)
-  , shReader   :: !(IORef Reader)
-  , shWorkers  :: !(TVar (M.Map WorkerId WorkerInfo))
-  , shDeparted :: !(TVar (M.Map WorkerId WorkerInfo))  -- ^ lost workers, the newest 'keptLost'
-  , shPeers    :: !(TVar (M.Map WorkerId (Sender, IORef PeerStats)))
-  , shCounters :: !(IORef ConnectionCounters)
-  }
-
--- | What a caller registers with the shell before its first event: where
--- the answer goes.
-data Registration
-  = RegisterFarm !JobId !JobSpec !(MVar (Either HerdError JobStats))
-  | RegisterStream !Word64 !StreamEnds !(MVar (Either HerdError (Sender, TVar Int)))
-  | Forget !(Maybe JobId) !(Maybe Word64)   -- ^ the caller went away
-  | NoRegistration
-
--- | A shell with no links; its reader is set with 'setReader' before any
--- link joins.
-newShell :: Config -> IO Shell
-newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty M.empty M.empty S.empty M.empty)
-                         <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
-                         <*> newIORef noCounters
-  where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ())
-
--- | Give the shell its reader.
-setReader :: Shell -> Reader -> IO ()
-setReader sh = writeIORef (shReader sh)
-
--- | The connected workers.
-shellWorkers :: Shell -> TVar (M.Map WorkerId WorkerInfo)
-shellWorkers = shWorkers
-
--- | What the handshakes of lost workers said (the newest 'keptLost').
-shellDeparted :: Shell -> TVar (M.Map WorkerId WorkerInfo)
-shellDeparted = shDeparted
-
--- | The core as of now: a snapshot, read without stopping the master
--- for longer than one step.
-shellCore :: Shell -> IO Core
-shellCore sh = ssCore <$> readMVar (shState sh)
-
--- | Each link's packet sender and received-packet counts.
-shellPeers :: Shell -> TVar (M.Map WorkerId (Sender, IORef PeerStats))
-shellPeers = shPeers
-
--- | The connection counters.
-shellCounters :: Shell -> IORef ConnectionCounters
-shellCounters = shCounters
-
--- | Change a counter.
-bumpCounter :: Shell -> (ConnectionCounters -> ConnectionCounters) -> IO ()
-bumpCounter sh f = atomicModifyIORef' (shCounters sh) (\x -> (f x, ()))
 
 -- | Step the core with these events. With 'True' every link with buffered
 -- messages is flushed afterwards; with 'False' they wait for the reader's

@@ -1,0 +1,100 @@
+-- | The records of the master's shell ("Herd.Master.Shell"): what its one
+-- lock guards (the core and the callers waiting on it), the tables other
+-- threads read without that lock (workers, links, counters), and the
+-- accessors the cluster's other modules use. No stepping happens here.
+module Herd.Master.ShellState
+  ( ShellState (..)
+  , Shell (..)
+  , Registration (..)
+  , newShell
+  , setReader
+  , shellWorkers
+  , shellDeparted
+  , shellCore
+  , shellPeers
+  , shellCounters
+  , bumpCounter
+  ) where
+
+import Control.Concurrent.MVar
+import Control.Concurrent.STM
+import qualified Data.ByteString as B
+import Data.IORef
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import Data.Word (Word64)
+import Herd.Config
+import Herd.Error
+import Herd.Master.Core
+import Herd.Master.Link
+import Herd.Master.Reader
+import Herd.Master.Types
+import Herd.Packet
+import Herd.Scheduler (JobId, JobStats, WorkerId)
+
+-- | What the shell's lock guards.
+data ShellState = ShellState
+  { ssCore     :: !Core                        -- ^ the master's core
+  , ssLinks    :: !(M.Map WorkerId LinkHandle)  -- ^ each live link's sender and writer
+  , ssFarms    :: !(M.Map JobId (JobSpec, MVar (Either HerdError JobStats)))  -- ^ farm callers
+  , ssStreams  :: !(M.Map Word64 StreamEnds)    -- ^ stream callers
+  , ssOpening  :: !(M.Map Word64 (MVar (Either HerdError (Sender, TVar Int))))  -- ^ streams being opened
+  , ssTouched  :: !(S.Set WorkerId)             -- ^ links with buffered messages
+  , ssGathered :: !(M.Map Word64 [(Int, B.ByteString)])  -- ^ stream output runs of this step, newest first
+  }
+
+-- | The shell of one cluster.
+data Shell = Shell
+  { shConfig   :: !Config                       -- ^ the cluster's configuration
+  , shState    :: !(MVar ShellState)            -- ^ the lock, and what it guards
+  , shReader   :: !(IORef Reader)               -- ^ the master loop reading the links
+  , shWorkers  :: !(TVar (M.Map WorkerId WorkerInfo))  -- ^ the connected workers
+  , shDeparted :: !(TVar (M.Map WorkerId WorkerInfo))  -- ^ lost workers, the newest 'Herd.Monitor.Ledger.keptLost'
+  , shPeers    :: !(TVar (M.Map WorkerId (Sender, IORef PeerStats)))  -- ^ each link's sender and received counts
+  , shCounters :: !(IORef ConnectionCounters)   -- ^ the acceptor's counters
+  }
+
+-- | What a caller registers with the shell before its first event: where
+-- the answer goes.
+data Registration
+  = RegisterFarm !JobId !JobSpec !(MVar (Either HerdError JobStats))
+  | RegisterStream !Word64 !StreamEnds !(MVar (Either HerdError (Sender, TVar Int)))
+  | Forget !(Maybe JobId) !(Maybe Word64)   -- ^ the caller went away
+  | NoRegistration
+
+-- | A shell with no links; its reader is set with 'setReader' before any
+-- link joins.
+newShell :: Config -> IO Shell
+newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty M.empty M.empty S.empty M.empty)
+                         <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
+                         <*> newIORef noCounters
+  where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ())
+
+-- | Give the shell its reader.
+setReader :: Shell -> Reader -> IO ()
+setReader sh = writeIORef (shReader sh)
+
+-- | The connected workers.
+shellWorkers :: Shell -> TVar (M.Map WorkerId WorkerInfo)
+shellWorkers = shWorkers
+
+-- | What the handshakes of lost workers said (the newest 'Herd.Monitor.Ledger.keptLost').
+shellDeparted :: Shell -> TVar (M.Map WorkerId WorkerInfo)
+shellDeparted = shDeparted
+
+-- | The core as of now: a snapshot, read without stopping the master
+-- for longer than one step.
+shellCore :: Shell -> IO Core
+shellCore sh = ssCore <$> readMVar (shState sh)
+
+-- | Each link's packet sender and received-packet counts.
+shellPeers :: Shell -> TVar (M.Map WorkerId (Sender, IORef PeerStats))
+shellPeers = shPeers
+
+-- | The connection counters.
+shellCounters :: Shell -> IORef ConnectionCounters
+shellCounters = shCounters
+
+-- | Change a counter.
+bumpCounter :: Shell -> (ConnectionCounters -> ConnectionCounters) -> IO ()
+bumpCounter sh f = atomicModifyIORef' (shCounters sh) (\x -> (f x, ()))
