@@ -127,6 +127,11 @@ module Herd
   , SessionView (..)
   , statusJson
   , prometheusText
+    -- * Simulated work
+    -- | For scale tests: a function declares the time it stands for, slept
+    -- in a real worker and simulated in a simulated host (see
+    -- 'configSimulatedWorkers').
+  , simulatedWork
     -- * Errors
   , HerdError (..)
   ) where
@@ -143,6 +148,7 @@ import Herd.Monitor.Render (prometheusText, statusJson)
 import Herd.Monitor.Status (JobRow (..), Status (..), WorkerRow (..), WorkerState (..))
 import Herd.Packet (PeerStats (..), meanPerPacket)
 import Herd.Packet.Policy (FlushReason (..))
+import Herd.Simulate (simulatedWork)
 import Herd.Stats
 import Herd.Stream
 import Herd.Task

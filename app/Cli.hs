@@ -149,6 +149,11 @@ pfilterOptions = Pfilter.Options
   <*> option durationArg (long "cost" <> metavar "TIME" <> value 0.03 <> showDefaultWith (const "30ms")
                           <> help "with --simulate: the time each particle's step sleeps (e.g. 30ms, 0.5s)")
   <*> switch (long "simulate" <> help "sleep --cost per particle step instead of computing it")
+  <*> optional (option (countArg "a simulated host count" 256) (long "sim-hosts" <> metavar "K"
+                          <> help ("with --simulate: play the workers in K simulated-host processes, each worker "
+                                   ++ "with its own TCP link, its time simulated by timers; 0: one real process "
+                                   ++ "per worker (default: one host per physical core when the workers "
+                                   ++ "outnumber the cores, else 0)")))
   <*> option loopListArg (long "master" <> metavar "LIST" <> value [ThreadedLoop, EpollLoop]
                           <> showDefaultWith (const "threaded,epoll") <> help "master loops to run: threaded, epoll")
   <*> plotOption "a log-log plot of seconds against workers, per master loop"
@@ -292,6 +297,13 @@ sizeListArg = eitherReader $ \s ->
         _ -> False
   in if not (null items) && all ok items then Right items
      else Left ("expected nursery sizes such as 1m,4m,16m (a number then k or m), got " ++ show s)
+
+-- A whole number from 0 to the limit.
+countArg :: String -> Int -> ReadM Int
+countArg what limit = eitherReader $ \s ->
+  if not (null s) && all isDigit s && length s < 10 && read s <= limit
+    then Right (read s)
+    else Left ("expected " ++ what ++ ": a whole number from 0 to " ++ show limit ++ ", got " ++ show s)
 
 positiveInt :: String -> Int -> ReadM Int
 positiveInt what limit = eitherReader $ \s ->

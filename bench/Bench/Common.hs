@@ -1,3 +1,4 @@
+{-# LANGUAGE ScopedTypeVariables #-}
 -- | What the Eden-style benchmarks share: a cluster per chunking setting,
 -- timing, and the packet counts of a run.
 module Bench.Common
@@ -11,6 +12,7 @@ module Bench.Common
   , packetDelta
   , chunkingName
   , reportEden
+  , processCpuSeconds
   ) where
 
 import Control.Monad (when)
@@ -24,6 +26,8 @@ import Herd
 import Herd.Clock (monotonicSeconds)
 import Herd.Examples.Eden (churn, warmTask)
 import System.Mem (performMinorGC)
+import System.Posix.Unistd (SysVar (ClockTick), getSysVar)
+import qualified Control.Exception as E
 
 -- | One setting to run under.
 data ChunkingRun = ChunkingRun
@@ -125,3 +129,16 @@ reportEden bench size rows json plot = do
     , ("rows", JArray [ JObject [ ("program", JString p), ("chunk", maybe JNull (JNumber . fromIntegral) c)
                                 , ("chunking", JString (chunkingName on)), ("seconds", JNumber s) ]
                       | (p, c, on, s) <- rows ]) ]
+
+-- | The CPU seconds (user and system) a process of this machine has used,
+-- from @/proc/PID/stat@; 0 once it is gone.
+processCpuSeconds :: Int -> IO Double
+processCpuSeconds pid = do
+  text <- E.try (readFile ("/proc/" ++ show pid ++ "/stat" ) >>= \t -> length t `seq` pure t)
+  ticks <- getSysVar ClockTick
+  pure $ case text of
+    Left (_ :: E.IOException) -> 0
+    -- the fields after the command name's closing parenthesis: utime and stime are the 12th and 13th
+    Right t -> case drop 11 (words (reverse (takeWhile (/= ')') (reverse t)))) of
+      u : st : _ | [(a, "")] <- reads u, [(b, "")] <- reads st -> fromIntegral (a + b :: Integer) / fromIntegral ticks
+      _ -> 0

@@ -6,10 +6,18 @@
 -- computing, so hundreds of workers fit on a small machine while
 -- everything the master does stays real.
 --
+-- With @--sim-hosts K@ (K above 0) the simulated workers are played by K
+-- simulated-host processes ("Herd.Simulate.Host"): each worker has its own
+-- TCP link and runs the real step, and the sleep becomes a timer, so
+-- thousands of workers fit where a process each would swamp the
+-- scheduler. @--sim-hosts 0@ keeps one real process per worker.
+--
 -- Ideal time: the particle steps evolved times the cost, over the workers
 -- (with real computation: the measured step time in place of the cost).
 -- Efficiency is ideal over measured; busy is the mean share of a worker's
--- time spent in steps, waiting the rest.
+-- time spent in steps, waiting the rest. Each row also says who spent the
+-- CPU: the master process, and the worker processes (or simulated hosts)
+-- together, from @/proc@.
 module Bench.Pfilter
   ( Options (..)
   , run
@@ -18,12 +26,16 @@ module Bench.Pfilter
 import Control.Monad (forM, forM_, when)
 import Data.IORef
 import qualified Data.Map.Strict as M
-import Bench.Common (timed)
+import Bench.Common (processCpuSeconds, timed)
 import Bench.Plot
 import Herd
 import Herd.Config (defaultWorkerRtsOptions)
 import Herd.Examples.ParticleFilter
 import Herd.Report
+import Herd.Launch.Topology (physicalCores)
+import Data.Containers.ListUtils (nubOrd)
+import System.CPUTime (getCPUTime)
+import System.Exit (die)
 import System.IO
 
 -- | Benchmark settings.
@@ -33,6 +45,7 @@ data Options = Options
   , optSteps    :: Int
   , optCost     :: Double
   , optSimulate :: Bool
+  , optSimHosts :: Maybe Int   -- ^ simulated-host processes ('Nothing': by the worker count)
   , optLoops    :: [MasterLoop]
   , optPlot     :: Maybe FilePath
   , optTransport :: Maybe TransportKind
@@ -47,6 +60,8 @@ data Row = Row
   , rowIdeal   :: Double
   , rowBusy    :: Double
   , rowMoved   :: Int
+  , rowMasterCpu :: Double
+  , rowHostsCpu  :: Double
   }
 
 
@@ -54,26 +69,40 @@ data Row = Row
 run :: Options -> IO ()
 run o = do
   hSetBuffering stdout LineBuffering
+  cores <- length <$> physicalCores
   let most = maximum (optWorkers o)
       simulate = if optSimulate o then optCost o else 0
+      hosts = case optSimHosts o of
+        Just k -> k
+        Nothing | optSimulate o && most > cores -> max 1 cores
+                | otherwise -> 0
       setup = defaultSetup { setupParticles = optStates o, setupSteps = optSteps o, setupSimulate = simulate }
-      cfg = defaultConfig
-        { configWorkers = Just most
-        , configDashboard = optDashboard o
+      workerSettings
+        | hosts > 0 = defaultConfig
+            { configWorkers = Just 0, configSimulatedWorkers = most, configSimulatedHosts = hosts
+            , configWorkerRtsOptions = ["-N1", "-A16m"] }
+        | otherwise = defaultConfig
+            { configWorkers = Just most
+              -- sleeping workers allocate little: a small nursery keeps hundreds in memory
+            , configWorkerRtsOptions = if optSimulate o then ["-N1", "-A1m", "-V0"] else defaultWorkerRtsOptions }
+      cfg = workerSettings
+        { configDashboard = optDashboard o
         , configStartTimeout = 60 + fromIntegral most / 4
         , configMaxPendingHandshakes = max 256 (most + 16)
         , configHandshakeTimeout = 30
         , configWorkerNice = if most > 2 then 10 else 0
         , configPinning = NoPinning
-        , configTransport = optTransport o
-          -- sleeping workers allocate little: a small nursery keeps hundreds in memory
-        , configWorkerRtsOptions = if optSimulate o then ["-N1", "-A1m", "-V0"] else defaultWorkerRtsOptions }
+        , configTransport = optTransport o }
+  when (hosts > 0 && not (optSimulate o)) $
+    die "pfilter: --sim-hosts above 0 needs --simulate (a simulated host plays workers whose time is simulated)"
   checkPlotWritable "pfilter" (optPlot o)
-  hPutStrLn stderr ("pfilter: starting " ++ show most ++ " workers")
+  hPutStrLn stderr ("pfilter: starting " ++ show most ++ " workers"
+                    ++ (if hosts > 0 then " in " ++ show hosts ++ " simulated hosts" else ""))
   -- one cluster per master loop: the loop drives every API of its cluster
   rows <- fmap concat $ forM (optLoops o) $ \loop -> withCluster cfg { configMasterLoop = loop } $ \cluster -> do
     have <- clusterWorkerCount cluster
     when (have < most) $ hPutStrLn stderr ("pfilter: only " ++ show have ++ " workers connected")
+    pids <- nubOrd . map infoPid <$> clusterWorkerInfo cluster
     forM (optWorkers o) $ \w -> do
       let opts = defaultEvolveOptions { evolveWorkerLimit = Just w }
       ids <- resetStatesWith opts cluster particleStep (initialParticles setup)
@@ -82,19 +111,26 @@ run o = do
             (out, s) <- evolveManyWith opts cluster particleStep inputs
             modifyIORef' stats (s :)
             pure out
+      master0 <- getCPUTime
+      hosts0 <- sum <$> mapM processCpuSeconds pids
       (secs, result) <- timed (runFilter setup evolveAll ids)
+      master1 <- getCPUTime
+      hosts1 <- sum <$> mapM processCpuSeconds pids
       calls <- readIORef stats
       let evolved = sum (runEvolved result)
           busyTotal = sum (concatMap (M.elems . esBusy) calls)
           ideal = if optSimulate o then fromIntegral evolved * optCost o / fromIntegral w
                   else busyTotal / fromIntegral w
           row = Row loop w secs ideal (busyTotal / (fromIntegral w * secs)) (sum (map esMoved calls))
+                    (fromIntegral (master1 - master0) / 1e12) (hosts1 - hosts0)
       hPutStrLn stderr ("  " ++ masterLoopName loop ++ ", " ++ show w ++ " workers: " ++ fixed 3 secs ++ " s (ideal "
                         ++ fixed 3 ideal ++ " s, efficiency " ++ fixed 2 (ideal / secs) ++ ")")
       pure row
-  putStr $ renderTable ["master", "workers", "seconds", "ideal", "efficiency", "busy", "waiting", "moved"]
-    [ [ masterLoopName (rowLoop r), show (rowWorkers r), fixed 3 (rowSeconds r), fixed 3 (rowIdeal r)
-      , fixed 3 (rowIdeal r / rowSeconds r), fixed 3 (rowBusy r), fixed 3 (1 - rowBusy r), show (rowMoved r) ]
+  putStr $ renderTable ["master", "workers", "sim hosts", "seconds", "ideal", "efficiency", "busy", "waiting", "moved"
+                       , "master cpu s", "hosts cpu s"]
+    [ [ masterLoopName (rowLoop r), show (rowWorkers r), show hosts, fixed 3 (rowSeconds r), fixed 3 (rowIdeal r)
+      , fixed 3 (rowIdeal r / rowSeconds r), fixed 3 (rowBusy r), fixed 3 (1 - rowBusy r), show (rowMoved r)
+      , fixed 2 (rowMasterCpu r), fixed 2 (rowHostsCpu r) ]
     | r <- rows ]
   let colours = [(ThreadedLoop, "#d62728"), (EpollLoop, "#1f77b4")]
       series = [ Series (masterLoopName l) c False [ (fromIntegral (rowWorkers r), rowSeconds r) | r <- rows, rowLoop r == l ]
@@ -113,5 +149,7 @@ run o = do
                                 , ("seconds", JNumber (rowSeconds r)), ("ideal", JNumber (rowIdeal r))
                                 , ("efficiency", JNumber (rowIdeal r / rowSeconds r))
                                 , ("busy", JNumber (rowBusy r)), ("waiting", JNumber (1 - rowBusy r))
-                                , ("moved", JInt (fromIntegral (rowMoved r))) ]
+                                , ("moved", JInt (fromIntegral (rowMoved r)))
+                                , ("sim_hosts", JInt (fromIntegral hosts))
+                                , ("master_cpu_s", JNumber (rowMasterCpu r)), ("hosts_cpu_s", JNumber (rowHostsCpu r)) ]
                       | r <- rows ]) ]

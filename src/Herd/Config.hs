@@ -123,6 +123,17 @@ data Config = Config
     -- @/metrics@ (Prometheus). Read-only; bind it to loopback (the
     -- default address in the command-line tools) unless the network is
     -- trusted. 'Nothing' (the default): no dashboard
+  , configSimulatedWorkers :: Int
+    -- ^ simulated workers to start besides the real ones (0, the default:
+    -- none). They are played by 'configSimulatedHosts' local processes
+    -- ("Herd.Simulate.Host"), each worker with its own TCP link, handshake
+    -- and worker number, running the real task and evolve functions;
+    -- only the time a function declares with 'Herd.Simulate.simulatedWork'
+    -- is simulated. With simulated workers, 'configWorkers' = 'Nothing'
+    -- starts no real local worker
+  , configSimulatedHosts   :: Int
+    -- ^ processes that play the simulated workers, which are shared out
+    -- evenly among them (default 1)
   }
 
 
@@ -188,6 +199,8 @@ defaultConfig = Config
   , configWorkerNice       = 0
   , configTransport        = Nothing
   , configDashboard        = Nothing
+  , configSimulatedWorkers = 0
+  , configSimulatedHosts   = 1
   }
 
 -- | The packet policy a configuration asks for.
@@ -242,6 +255,13 @@ validateConfig c
       bad "configShip" "shipping the executable needs hosts to ship it to (configHosts)"
   | configSlurm c && not (null (configHosts c)) =
       bad "configSlurm" "use either SLURM or a list of ssh hosts, not both"
+  | configSimulatedWorkers c < 0 =
+      bad "configSimulatedWorkers" ("must be 0 or more, got " ++ show (configSimulatedWorkers c))
+  | configSimulatedHosts c < 1 || configSimulatedHosts c > 256 =
+      bad "configSimulatedHosts" ("must be from 1 to 256, got " ++ show (configSimulatedHosts c))
+  | configSimulatedWorkers c > 65536 * configSimulatedHosts c =
+      bad "configSimulatedWorkers" ("at most 65536 per simulated host (configSimulatedHosts = "
+                                    ++ show (configSimulatedHosts c) ++ "), got " ++ show (configSimulatedWorkers c))
   | configWorkerNice c < 0 || configWorkerNice c > 19 =
       bad "configWorkerNice" ("must be from 0 to 19, got " ++ show (configWorkerNice c))
   | any (\o -> null o || head o /= '-') (configWorkerRtsOptions c) =

@@ -170,7 +170,7 @@ withMaster config raw body = do
       withAsync (acceptLoop acceptor (acceptTcp lsock)) $ \_ ->
       withAsync (mapM_ (\(usock, _) -> acceptLoop acceptor (acceptUnix usock)) local) $ \_ -> do
         link reading
-        when (not (isLoopback host) || (null plan && not (hasRemoteLaunch cfg))) $ do
+        when (not (isLoopback host) || (null plan && not (hasRemoteLaunch cfg) && configSimulatedWorkers cfg == 0)) $ do
           joinCmd <- clusterJoinCommand cluster
           configLog cfg ("herd: master listening on " ++ host ++ ":" ++ show port
                          ++ "; to add a worker run: " ++ joinCmd)
@@ -179,7 +179,8 @@ withMaster config raw body = do
               (Just (_, name), _) -> "unix:" ++ name
               _ -> (if isWildcard host then "127.0.0.1" else host) ++ ":" ++ show port
             remoteAddr = advertise ++ ":" ++ show port
-        bracket (startLaunches cfg secret plan slurmTasks localAddr remoteAddr) (mapM_ launchStop) $
+            tcpAddr = (if isWildcard host then "127.0.0.1" else host) ++ ":" ++ show port
+        bracket (startLaunches cfg secret plan slurmTasks localAddr tcpAddr remoteAddr) (mapM_ launchStop) $
           \launches -> do
             awaitLaunches cfg (M.elems <$> readTVarIO (shellWorkers shell)) launches
             body cluster

@@ -31,10 +31,7 @@ import Herd.Trace (tracing)
 import Control.Exception
 import Control.Concurrent (forkIO, myThreadId)
 import Control.Monad (forM_, unless, void, when)
-import qualified Data.ByteString as B
-import qualified Data.ByteString.Lazy as BL
 import qualified Data.Text as T
-import Herd.Packet.Policy (PacketPolicy (..))
 import Herd.Auth
 import Herd.BuildId (buildIdentity)
 import Herd.Launch.Agent (parseAgentCount, runAgent)
@@ -46,13 +43,14 @@ import Herd.Transport.Tcp (connectTcp)
 import Herd.Transport.Unix (connectUnix, unixAddressName)
 import Herd.Transport.Shm (upgradeWorker)
 import Herd.Wire
+import Herd.Worker.Join (Joined (..), joinMaster)
+import Herd.Simulate.Host (SimulatedHost (..), runSimulatedHost)
 import Herd.Worker.Serve (serve)
 import System.Posix.Unistd (getSystemID, nodeName)
 import System.Environment (lookupEnv)
 import System.Exit
 import System.IO
 import System.Posix.Process (getProcessID)
-import System.Timeout (timeout)
 import Text.Read (readMaybe)
 
 -- | How a worker runs.
@@ -118,14 +116,38 @@ serveIfWorker = do
       group <- maybe "" id <$> lookupEnv envGroup
       cpu' <- if cpu /= Nothing || group /= "slurm" then pure cpu else slurmCpu
       agent <- lookupEnv envAgent
-      case agent of
-        Just countText -> do
+      simulated <- lookupEnv envSimulated
+      case (agent, simulated) of
+        (Just countText, _) -> do
           count <- either (die' . ((envAgent ++ ": ") ++)) pure (parseAgentCount countText)
           secret <- loadSecret source >>= either (die' . ("no usable secret: " ++)) pure
           runAgent addr count group secret
-        Nothing -> runWorker (WorkerOptions address cpu' watch source group)
+        (Nothing, Just countText) -> do
+          count <- either (die' . ((envSimulated ++ ": ") ++)) pure (parseSimulatedCount countText)
+          (host, port) <- case address of
+            TcpAddress h p -> pure (h, p)
+            _ -> die' (envSimulated ++ ": a simulated host connects over TCP, not to " ++ addr)
+          secret <- loadSecret source >>= either (die' . ("no usable secret: " ++)) pure
+          when watch $ do
+            rc <- exitWhenStdinCloses
+            when (rc /= 0) $ logToStderr ("herd simulated host: cannot watch the master's pipe (error " ++ show rc ++ ")")
+          pid <- getProcessID
+          name <- nodeName <$> getSystemID
+          runSimulatedHost (SimulatedHost host port count group secret (fromIntegral pid) name)
+            `catch` \(e :: SomeException) -> case fromException e of
+              Just (ec :: ExitCode) -> throwIO ec
+              Nothing -> do
+                logToStderr ("herd simulated host: " ++ displayException e)
+                exitWith (ExitFailure 3)
+        (Nothing, Nothing) -> runWorker (WorkerOptions address cpu' watch source group)
       exitSuccess
   where die' msg = logToStderr ("herd worker: " ++ msg) >> exitWith (ExitFailure 2)
+
+-- A simulated host's worker count: a number from 1 to 65536.
+parseSimulatedCount :: String -> Either String Int
+parseSimulatedCount s = case readMaybe s of
+  Just n | n >= 1 && n <= 65536 -> Right n
+  _ -> Left ("expected a worker count from 1 to 65536, got " ++ show s)
 
 -- Under srun: the physical core numbered by this task's SLURM_LOCALID among
 -- those the allocation lets it use.
@@ -182,47 +204,20 @@ runWorker opts = do
   host <- nodeName <$> getSystemID
   let hello = WorkerHello protocolVersion build (fromIntegral pid) (T.pack host) (T.pack (workerGroup opts))
                           wantsShm (maybe noCpu fromIntegral pinned)
-  -- A master that stalls the handshake must not hold a worker forever.
-  answer <- timeout (60 * 1000000) $ try $ do
-    auth <- authenticateToMaster secret conn
-    case auth of
-      Left (WrongSecret why) -> failWith 3 ("authentication with master at " ++ where_ ++ " failed: " ++ why)
-      Left (AuthProtocol why) -> failWith 3 ("handshake with master at " ++ where_ ++ " failed: " ++ why)
-      Right () -> do
-        sendFrame conn (lazy (encodeWorkerHello hello))
-        recvFrame handshakeFrameLimit conn
-  reply <- case answer of
-    Nothing -> failWith 3 ("master at " ++ where_ ++ " did not complete the handshake within 60 s")
-    Just (Left (e :: IOException)) -> failWith 3 ("handshake with " ++ where_ ++ " failed: " ++ displayException e)
-    Just (Right r) -> pure r
-  case fmap decodeMasterReply reply of
-    Nothing -> failWith 3 ("master at " ++ where_ ++ " closed the connection during the handshake")
-    Just (Left why) -> failWith 3 ("bad handshake from " ++ where_ ++ ": " ++ why)
-    Just (Right (Refused why)) -> failWith 3 ("refused by master at " ++ where_ ++ ": " ++ T.unpack why)
-    Just (Right (Welcome theirBuild wid maxFrame livenessMs chunking packetBytes timeoutUs window)) -> do
-      unless (theirBuild == build) $
-        failWith 3 ("master at " ++ where_ ++ " is a different build; refusing to serve it")
-      rc <- setLiveness (max 1 (fromIntegral livenessMs / 1000)) conn
+  joined <- joinMaster secret build where_ hello conn
+  case joined of
+    Left why -> failWith 3 why
+    Right j -> do
+      rc <- setLiveness (joinedLiveness j) conn
       when (rc /= 0) $ warn ("cannot set keepalive on the master's link (errno " ++ show rc ++ ")")
-      -- the master's settings size this worker's buffers: check them first
-      let bad what = failWith 3 ("master at " ++ where_ ++ " sent an unusable " ++ what)
-      when (maxFrame < 4096) $ bad ("frame cap of " ++ show maxFrame ++ " bytes")
-      when (packetBytes < 64 || packetBytes > maxFrame - 8) $ bad ("packet size of " ++ show packetBytes ++ " bytes")
-      when (timeoutUs < 1 || timeoutUs > 10000000) $ bad ("packet timeout of " ++ show timeoutUs ++ " us")
-      when (window < 2 || window > 1000000) $ bad ("stream window of " ++ show window ++ " elements")
-      let policy = PacketPolicy chunking (fromIntegral packetBytes) (fromIntegral timeoutUs / 1e6)
       link <- if not wantsShm then pure conn else
         upgradeWorker 10 conn `catch` \(e :: SomeException) ->
           failWith 3 ("cannot set up shared memory with the master at " ++ where_ ++ ": " ++ displayException e)
-      serve link (fromIntegral wid) (fromIntegral maxFrame) policy (fromIntegral window) `finally` closeConnection link
-    Just (Right _) -> failWith 3 ("master at " ++ where_ ++ " sent an unexpected handshake frame")
+      serve link (joinedId j) (joinedMaxFrame j) (joinedPolicy j) (joinedWindow j) `finally` closeConnection link
   where
     where_ = showMasterAddress (workerAddress opts)
     warn msg = logToStderr ("herd worker: " ++ msg)
 
 failWith :: Int -> String -> IO a
 failWith code msg = logToStderr ("herd worker: " ++ msg) >> exitWith (ExitFailure code)
-
-lazy :: B.ByteString -> BL.ByteString
-lazy = BL.fromStrict
 

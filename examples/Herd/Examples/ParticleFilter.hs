@@ -17,9 +17,10 @@
 -- core ('runSequential') and on a cluster ('runFilter' with
 -- 'Herd.Evolve.evolveMany').
 --
--- With 'setupSimulate' above zero the step's computation is replaced by a
--- sleep of that many seconds per particle, so that hundreds of workers fit
--- on a small machine while the master's work stays real.
+-- With 'setupSimulate' above zero the step's computation is replaced by
+-- that many seconds of 'Herd.simulatedWork' per particle (a sleep in a
+-- worker process, a timer in a simulated host), so that hundreds of
+-- workers fit on a small machine while the master's work stays real.
 module Herd.Examples.ParticleFilter
   ( -- * The model
     Particle (..)
@@ -37,7 +38,6 @@ module Herd.Examples.ParticleFilter
   , initialParticles
   ) where
 
-import Foreign.C.Types (CInt (..), CUInt (..))
 import Data.Bits (shiftR, xor)
 import Data.List (foldl')
 import qualified Data.Map.Strict as M
@@ -45,8 +45,7 @@ import Data.Store (Store)
 import Data.Word (Word64)
 import GHC.Generics (Generic)
 import GHC.StaticPtr (StaticPtr)
-import Herd (Evolver, evolver, namedEvolver)
-import System.IO.Unsafe (unsafePerformIO)
+import Herd (Evolver, evolver, namedEvolver, simulatedWork)
 
 -- | One hypothesis: where the object is, how fast it goes, and the seed of
 -- its own noise.
@@ -86,7 +85,7 @@ observationNoise = 1.0
 -- | One step of one particle: its copies, moved and weighed.
 stepParticle :: Particle -> FilterInput -> [(Particle, FilterOutput)]
 stepParticle p input
-  | inSimulate input > 0 = sleepThen (inSimulate input) children
+  | inSimulate input > 0 = simulatedWork (inSimulate input) children
   | otherwise = children
   where
     children = [ child j | j <- [0 .. inCopies input - 1] ]
@@ -110,17 +109,6 @@ integrate n x0 v0 = go n x0 v0
     h = dt / fromIntegral n
     go 0 !x _ = x
     go k !x !v = go (k - 1) (x + h * v) (v - h * 0.01 * v * abs v)
-
--- The simulated cost: a sleep, then the (cheap) children. The sleep is a
--- blocking call on the evolving thread's own OS thread (the runtime goes
--- on meanwhile), not a timer of GHC's IO manager, so that hundreds of
--- simulated workers on a few cores spend as little as a real compute would
--- on waking up.
-sleepThen :: Double -> [a] -> [a]
-sleepThen secs xs = unsafePerformIO (c_usleep (round (secs * 1e6)) >> pure xs)
-{-# NOINLINE sleepThen #-}
-
-foreign import ccall safe "usleep" c_usleep :: CUInt -> IO CInt
 
 -- | 'stepParticle' as an evolve function workers can run.
 particleStep :: StaticPtr (Evolver Particle FilterInput FilterOutput)

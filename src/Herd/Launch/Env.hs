@@ -11,6 +11,7 @@ module Herd.Launch.Env
   , envAgent
   , envBuildHint
   , envNice
+  , envSimulated
   , herdVariables
   ) where
 
@@ -50,6 +51,11 @@ envBuildHint = "HERD_BUILD_HINT"
 envNice :: String
 envNice = "HERD_WORKER_NICE"
 
+-- | A worker count: run as a simulated host playing that many workers
+-- (see "Herd.Simulate.Host").
+envSimulated :: String
+envSimulated = "HERD_SIMULATED_WORKERS"
+
 -- | Every variable above, to strip from an inherited environment.
 herdVariables :: [String]
-herdVariables = [envConnect, envCpu, envWatchStdin, envSecretStdin, envGroup, envAgent, envBuildHint, envNice]
+herdVariables = [envConnect, envCpu, envWatchStdin, envSecretStdin, envGroup, envAgent, envBuildHint, envNice, envSimulated]

@@ -15,13 +15,14 @@ module Herd.Launch.Local
   , LocalLaunch (..)
   , planCpus
   , spawnLocalWorkers
+  , spawnSimulatedHosts
   , stopLocalWorkers
   ) where
 
 import Herd.Trace (workerEventlogOptions)
 import Control.Concurrent (threadDelay)
 import Control.Exception
-import Control.Monad (forM, forM_)
+import Control.Monad (forM_)
 import Herd.Auth (Secret, secretToLine)
 import Herd.BuildId (buildHint)
 import Herd.Config
@@ -56,7 +57,7 @@ planCpus cfg = do
     NoPinning -> physicalCores
   let count = case configWorkers cfg of
         Just n -> n
-        Nothing | hasRemoteLaunch cfg -> 0
+        Nothing | hasRemoteLaunch cfg || configSimulatedWorkers cfg > 0 -> 0
                 | otherwise -> length cpus
   pure $ case configPinning cfg of
     NoPinning -> replicate count Nothing
@@ -73,33 +74,44 @@ data LocalLaunch = LocalLaunch
 
 -- | Start one worker per planned CPU.
 spawnLocalWorkers :: LocalLaunch -> [Maybe Int] -> IO [LocalWorker]
-spawnLocalWorkers launch plan = do
+spawnLocalWorkers launch plan =
+  mapM (\cpu -> spawnOne launch cpu [ (envCpu, show c) | Just c <- [cpu] ]) plan
+
+-- | Start simulated hosts ("Herd.Simulate.Host"), each playing the given
+-- number of workers, connecting to the launch's address (which must be
+-- TCP).
+spawnSimulatedHosts :: LocalLaunch -> [Int] -> IO [LocalWorker]
+spawnSimulatedHosts launch counts = mapM (\n -> spawnOne launch Nothing [(envSimulated, show n)]) counts
+
+-- One process of this executable in a herd role, told its role by these
+-- variables.
+spawnOne :: LocalLaunch -> Maybe Int -> [(String, String)] -> IO LocalWorker
+spawnOne launch cpu role = do
   exe <- getExecutablePath
   args <- getArgs
   baseEnv <- filter (\(k, _) -> k `notElem` ("GHCRTS" : herdVariables)) <$> getEnvironment
   hint <- buildHint
-  forM plan $ \cpu -> do
-    -- a traced master's workers trace too, each to its own file
-    eventlog <- workerEventlogOptions
-    -- createProcess closes a handle given as UseHandle, so each worker gets its own
-    devNull <- openFile "/dev/null" WriteMode
-    let env = baseEnv ++
-          [ (envConnect, launchAddress launch)
-          , (envWatchStdin, "1")
-          , (envSecretStdin, "1")
-          , (envGroup, launchGroup launch)
-          , ("GHCRTS", unwords (launchRtsOptions launch ++ eventlog)) ] ++
-          [ (envCpu, show c) | Just c <- [cpu] ] ++
-          [ (envBuildHint, h) | Just h <- [hint] ] ++
-          [ (envNice, show (launchNice launch)) | launchNice launch > 0 ]
-    (Just stdinH, _, _, ph) <- createProcess (proc exe args)
-      { env = Just env, std_in = CreatePipe, std_out = UseHandle devNull
-      , std_err = Inherit, close_fds = True }
-    -- A worker that died at once has closed its end; it is reported by
-    -- its exit code, not by this write.
-    (hPutStrLn stdinH (secretToLine (launchSecret launch)) >> hFlush stdinH)
-      `catch` \(_ :: IOException) -> pure ()
-    pure (LocalWorker cpu ph stdinH)
+  -- a traced master's workers trace too, each to its own file
+  eventlog <- workerEventlogOptions
+  -- createProcess closes a handle given as UseHandle, so each worker gets its own
+  devNull <- openFile "/dev/null" WriteMode
+  let env = baseEnv ++
+        [ (envConnect, launchAddress launch)
+        , (envWatchStdin, "1")
+        , (envSecretStdin, "1")
+        , (envGroup, launchGroup launch)
+        , ("GHCRTS", unwords (launchRtsOptions launch ++ eventlog)) ] ++
+        role ++
+        [ (envBuildHint, h) | Just h <- [hint] ] ++
+        [ (envNice, show (launchNice launch)) | launchNice launch > 0 ]
+  (Just stdinH, _, _, ph) <- createProcess (proc exe args)
+    { env = Just env, std_in = CreatePipe, std_out = UseHandle devNull
+    , std_err = Inherit, close_fds = True }
+  -- A worker that died at once has closed its end; it is reported by
+  -- its exit code, not by this write.
+  (hPutStrLn stdinH (secretToLine (launchSecret launch)) >> hFlush stdinH)
+    `catch` \(_ :: IOException) -> pure ()
+  pure (LocalWorker cpu ph stdinH)
 
 -- | Stop local workers: close their pipes (they exit on end of file), give
 -- them a moment, then kill any that remain, and reap them all.

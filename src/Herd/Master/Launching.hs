@@ -27,12 +27,19 @@ import Herd.Master.Types (WorkerInfo (..))
 import System.Process (getProcessExitCode)
 
 -- | Start every launch the configuration asks for; none waits for another.
-startLaunches :: Config -> Secret -> [Maybe Int] -> Maybe Int -> String -> String -> IO [Launch]
-startLaunches cfg secret plan slurmTasks localAddr remoteAddr = do
+startLaunches :: Config -> Secret -> [Maybe Int] -> Maybe Int -> String -> String -> String -> IO [Launch]
+startLaunches cfg secret plan slurmTasks localAddr tcpAddr remoteAddr = do
   locals <- if null plan then pure [] else do
     ws <- spawnLocalWorkers (LocalLaunch localAddr (configWorkerRtsOptions cfg) "local" secret
                                        (configWorkerNice cfg)) plan
-    pure [localLaunch ws]
+    pure [localLaunch "local" (length ws) ws]
+  simulated <- if configSimulatedWorkers cfg == 0 then pure [] else do
+    let total = configSimulatedWorkers cfg
+        hosts = min total (configSimulatedHosts cfg)
+        counts = [ total `div` hosts + (if k < total `mod` hosts then 1 else 0) | k <- [0 .. hosts - 1] ]
+    ws <- spawnSimulatedHosts (LocalLaunch tcpAddr (configWorkerRtsOptions cfg) "simulated" secret
+                                          (configWorkerNice cfg)) counts
+    pure [localLaunch "simulated" total ws]
   hosts <- forM (configHosts cfg) $ startSshLaunch SshLaunch
     { sshCommand = configSshCommand cfg, sshAddress = remoteAddr
     , sshRtsOptions = configWorkerRtsOptions cfg, sshSecret = secret
@@ -40,17 +47,19 @@ startLaunches cfg secret plan slurmTasks localAddr remoteAddr = do
   slurm <- forM (maybe [] pure slurmTasks) $ startSlurmLaunch SlurmLaunch
     { slurmAddress = remoteAddr, slurmRtsOptions = configWorkerRtsOptions cfg
     , slurmSecret = secret, slurmLog = configLog cfg }
-  pure (locals ++ hosts ++ slurm)
+  pure (locals ++ simulated ++ hosts ++ slurm)
 
-localLaunch :: [LocalWorker] -> Launch
-localLaunch ws = Launch
-  { launchName = "local"
-  , launchExpected = pure (Just (length ws))
+-- Local processes under a launch name, expected to connect this many
+-- workers in all.
+localLaunch :: String -> Int -> [LocalWorker] -> Launch
+localLaunch name expected ws = Launch
+  { launchName = name
+  , launchExpected = pure (Just expected)
   , launchFailure = do
       exited <- length . filter (/= Nothing) <$> mapM (getProcessExitCode . localHandle) ws
       pure $ if exited == 0 then Nothing
-             else Just (show exited ++ " of " ++ show (length ws)
-                        ++ " local workers exited early; their errors are on standard error above")
+             else Just (show exited ++ " of " ++ show (length ws) ++ " " ++ name
+                        ++ " processes exited early; their errors are on standard error above")
   , launchStop = stopLocalWorkers ws
   }
 
