@@ -7,6 +7,7 @@ import qualified ClusterSpec
 import qualified CodecSpec
 import qualified ConfigSpec
 import qualified EvolveSpec
+import qualified SimulateSpec
 import qualified DashboardSpec
 import qualified LogSpec
 import qualified EvolveScheduleSpec
@@ -51,5 +52,6 @@ main = do
       EvolveScheduleSpec.spec
       ClusterSpec.spec
       EvolveSpec.spec
+      SimulateSpec.spec
       DashboardSpec.spec
       LogSpec.spec

@@ -64,7 +64,7 @@ data Held r = Held
   , hQueue     :: !(Seq (Word64, B.ByteString, r))  -- ^ evolutions asked for: state, input, function
   , hReplays   :: !(Seq (Job r))                     -- ^ recomputations asked for, before evolutions
   , hCurrent   :: !(Maybe Word64)                    -- ^ the state of the job in progress
-  , hResetting :: !Bool     -- ^ a reset came during the job in progress
+  , hResetting :: !Int      -- ^ resets that came during the job in progress
   , hRunner    :: !(Maybe (Either String r))         -- ^ the function of this call
   , hNext      :: !Word64   -- ^ the next child's number
   , hPrefix    :: !Word64   -- ^ the worker's number, in the high bits
@@ -72,7 +72,7 @@ data Held r = Held
 
 -- | Nothing held, for the worker with this number.
 newHeld :: Word64 -> Held r
-newHeld wid = Held M.empty Seq.empty Seq.empty Nothing False Nothing 0 (wid `shiftL` stateIdBits)
+newHeld wid = Held M.empty Seq.empty Seq.empty Nothing 0 Nothing 0 (wid `shiftL` stateIdBits)
 
 -- | Whether a job is in progress.
 heldBusy :: Held r -> Bool
@@ -92,7 +92,7 @@ heldMessage msg found h = case msg of
     let cleared = h { hStates = M.empty, hQueue = Seq.empty, hReplays = Seq.empty }
     in case hCurrent h of
          -- the job in progress is answered first, then the reset
-         Just _ -> (cleared { hResetting = True }, [])
+         Just _ -> (cleared { hResetting = hResetting h + 1 }, [])
          Nothing -> (cleared, [StatesCleared])
   StateAdd sid bytes -> (h { hStates = M.insert sid bytes (hStates h) }, [])
   EvolveWith _ -> case found of
@@ -127,15 +127,15 @@ heldTake h
       Nothing -> (Left (StateMissing sid), h { hQueue = rest })
   | otherwise = Nothing
 
--- | The job in progress ended this way: its answer (and 'StatesCleared' if
--- a reset came meanwhile, whose children are then dropped).
+-- | The job in progress ended this way: its answer (and a 'StatesCleared'
+-- for each reset that came meanwhile; its children are then dropped).
 heldFinish :: Finished -> Held r -> (Held r, [FromWorker])
 heldFinish outcome h = case hCurrent h of
   Nothing -> (h, [])
   Just sid ->
-    let done = h { hCurrent = Nothing, hResetting = False }
-        cleared = [ StatesCleared | hResetting h ]
-        keep f = if hResetting h then done else f done
+    let done = h { hCurrent = Nothing, hResetting = 0 }
+        cleared = replicate (hResetting h) StatesCleared
+        keep f = if hResetting h > 0 then done else f done
     in case outcome of
          Failed why -> (done, EvolveThrew sid why : cleared)
          Replayed bytes -> (keep (\d -> d { hStates = M.insert sid bytes (hStates d) }), StateReplayed sid : cleared)

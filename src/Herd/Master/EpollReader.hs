@@ -8,6 +8,10 @@
 -- a blocking call of its own, an OS thread per worker and a hand-over of
 -- the runtime to each of them whenever all were woken at once.
 --
+-- Cancelling its thread stops it: a failure reading one link loses that
+-- link, but an asynchronous exception (the cluster's end) is never taken
+-- for one and always ends the loop.
+--
 -- Fairness: a visit to a link hands over at most 'framesPerVisit' frames;
 -- a link with more is visited again in the next round, after the others,
 -- so a chatty worker cannot starve the rest.
@@ -23,6 +27,7 @@ import Foreign.C.Types (CInt (..))
 import Foreign.Marshal.Array (allocaArray, peekArray)
 import Herd.Config (MasterLoop (..))
 import Herd.Epoll
+import Herd.Master.Link (trySync)
 import Herd.Master.Reader
 import Herd.Transport
 
@@ -60,7 +65,7 @@ newEpollReader cap afterRound = do
   let add wid conn onPacket onLost = do
         atomicModifyIORef' links (\m -> (M.insert wid (Polled conn onPacket onLost) m, ()))
         -- a shared ring signals only a reader that said it waits
-        _ <- try (armConnection conn) :: IO (Either SomeException Bool)
+        _ <- trySync (armConnection conn)
         fds <- connWaitFds conn
         forM_ fds $ \fd -> do
           r <- epollAdd ep fd wid (connEdgeTriggered conn)
@@ -69,8 +74,8 @@ newEpollReader cap afterRound = do
         c_signal wake
       remove wid conn = do
         atomicModifyIORef' links (\m -> (M.delete wid m, ()))
-        fds <- try (connWaitFds conn)
-        either (\(_ :: SomeException) -> pure ()) (mapM_ (epollDel ep)) fds
+        fds <- trySync (connWaitFds conn)
+        either (const (pure ())) (mapM_ (epollDel ep)) fds
       lookupLink tag = fmap (\l -> (tag, l)) . M.lookup tag <$> readIORef links
       lose tag l why = do
         remove tag (polConn l)
@@ -92,7 +97,7 @@ newEpollReader cap afterRound = do
                   -1 -> pure (Right False)
                   _ -> drain l k
       readLink tag l = do
-        r <- try (drain l 0)
+        r <- trySync (drain l 0)
         case r of
           Left (e :: SomeException) -> lose tag l (displayException e)
           Right (Left why) -> lose tag l why
@@ -101,14 +106,14 @@ newEpollReader cap afterRound = do
       -- control socket's end, which the ring looks at only when told to
       -- (arming tells it), since an empty ring is otherwise no news
       readReported tag l = do
-        when (connEdgeTriggered (polConn l)) $ void (try (armConnection (polConn l)) :: IO (Either SomeException Bool))
+        when (connEdgeTriggered (polConn l)) $ void (trySync (armConnection (polConn l)))
         readLink tag l
       readAll = readIORef links >>= mapM_ (uncurry readLink) . M.toList
       -- arm the edge-triggered links before blocking; read any that has bytes
       armAll = do
         ls <- M.toList <$> readIORef links
         fmap or $ mapM (\(tag, l) -> if not (connEdgeTriggered (polConn l)) then pure False else do
-          r <- try (armConnection (polConn l))
+          r <- trySync (armConnection (polConn l))
           case r of
             Left (e :: SomeException) -> False <$ lose tag l (displayException e)
             Right True -> True <$ readLink tag l

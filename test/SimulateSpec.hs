@@ -1,0 +1,207 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | Simulated hosts and the pieces they stand on: the timer wheel's
+-- promises, the evolve holder's pure machine, a master's epoll reader that
+-- stops when cancelled even in the middle of a link, and simulated workers
+-- that join a normal cluster beside real ones and give exactly the
+-- one-core results.
+module SimulateSpec (spec) where
+
+import Control.Concurrent (threadDelay)
+import Control.Concurrent.Async (async, cancel)
+import Control.Exception (bracket, displayException, evaluate)
+import Data.Bits (shiftR)
+import Data.List (foldl', nub, sort)
+import qualified Data.ByteString.Char8 as BC
+import Herd
+import Herd.Base (TaskRef (..))
+import Herd.Clock (monotonicSeconds)
+import Herd.Evolve.Held
+import qualified Data.Text as T
+import GHC.Fingerprint (Fingerprint (..))
+import Herd.Evolve.Registry (stateIdBits)
+import Herd.Examples.ParticleFilter
+import Herd.Master.EpollReader (newEpollReader)
+import Herd.Master.Reader (Reader (..))
+import Herd.Simulate.Wheel
+import Herd.Transport (sendFrameStrict)
+import Herd.Wire (FromWorker (..), ToWorker (..))
+import ClusterSpec (withTestClusterConfig)
+import ConformanceSpec (withPair)
+import System.Timeout (timeout)
+import Test.Hspec
+import Test.QuickCheck
+import TestTasks
+
+spec :: Spec
+spec = describe "simulated hosts" $ do
+  describe "the timer wheel" $ do
+    it "fires every timer once, never before its deadline, and at the first look-up a tick after it" $
+      property $ \(deadlinesUs :: [Positive Int]) (stepsUs :: [Positive Int]) ->
+        let tick = 1e-4
+            deadlines = [ fromIntegral (getPositive d `mod` 100000) / 1e6 | d <- deadlinesUs ]
+            wheel0 = foldl' (\w (k, d) -> setTimer d (k, d) w) (newWheel tick) (zip [0 :: Int ..] deadlines)
+            times = scanl (+) 0 [ fromIntegral (getPositive s `mod` 5000) / 1e6 | s <- stepsUs ] ++ [1]
+            look (w, acc) t = let (due, w') = expire t w in (w', acc ++ [ (t, x) | x <- due ])
+            (final, fired) = foldl' look (wheel0, []) times
+        in conjoin
+             [ sort (map (fst . snd) fired) === [0 .. length deadlines - 1]
+             , wheelSize final === 0
+             , conjoin [ counterexample (show (t, d)) (t >= d - 1e-9) | (t, (_, d)) <- fired ]
+             , conjoin [ counterexample ("late: " ++ show (t, d)) (not (any (\x -> x >= d + tick && x < t) times))
+                       | (t, (_, d)) <- fired ] ]
+
+    it "fires timers in deadline order, up to a tick" $
+      property $ \(deadlinesUs :: [Positive Int]) ->
+        let deadlines = [ fromIntegral (getPositive d `mod` 100000) / 1e6 | d <- deadlinesUs ]
+            w = foldl' (flip (\d -> setTimer d d)) (newWheel 1e-4) deadlines
+            (due, _) = expire 1 w
+        in and (zipWith (\a b -> a <= b + 1e-4) due (drop 1 due))
+
+  describe "the evolve holder's machine" $ do
+    it "answers each release at once, each reset once, each evolution at most once (exactly once without releases)" $
+      property $ \(ops :: [HeldOp]) ->
+        let (h, tally) = foldl' applyOp (seeded, noTally) ops
+            (_, drained) = drain h
+            evolveAnswers = tEvolved tally + length [ () | a <- drained, isEvolveAnswer a ]
+            cleared = tCleared tally + length [ () | StatesCleared <- drained ]
+            released = any (\o -> case o of { ReleaseOp _ -> True; ResetOp -> True; _ -> False }) ops
+        in conjoin
+             [ counterexample "a release not answered once, at once" (tReleaseOk tally)
+             , counterexample "reset answers" (cleared === length [ () | ResetOp <- ops ])
+             , counterexample "evolve answers" (if released then property (evolveAnswers <= tAsked tally)
+                                                else evolveAnswers === tAsked tally) ]
+
+    it "names children with the worker's number and never twice" $
+      property $ \(ks :: [Small Int]) ->
+        let counts = [ getSmall k `mod` 4 | k <- ks ]
+            start = foldl' (\h s -> fst (heldMessage (StateAdd s (BC.pack "x")) Nothing h)) (newHeld 7 :: Held ()) [1 .. 50]
+            withFn = fst (heldMessage (EvolveWith someRef) (Just (Right ())) start)
+            go (h, acc) (s, n) =
+              let (h1, _) = heldMessage (EvolveState s (BC.pack "in")) Nothing h
+              in case heldTake h1 of
+                   Just (Right _, h2) -> let (h3, out) = heldFinish (Children 1 (replicate n (BC.pack "c", BC.pack "o"))) h2
+                                         in (h3, acc ++ concat [ map fst cs | StateEvolved _ _ cs <- out ])
+                   _ -> (h1, acc)
+            (_, ids) = foldl' go (withFn, []) (zip [1 .. 50] counts)
+        in ids === nub ids .&&. all (\c -> c `shiftR` stateIdBits == 7) ids
+
+  it "the epoll reader stops when cancelled while it is inside a link's handler" $
+    withPair TcpTransport $ \(a, b) -> bracket (newEpollReader (1024 * 1024) (pure ())) snd $ \(reader, _) -> do
+      -- the handler of the link's first packet takes long: the cancel lands in it
+      readerAdd reader 1 b (\_ -> threadDelay 20000000 >> pure (Right ())) (\_ -> pure ())
+      running <- async (readerRun reader)
+      sendFrameStrict a (BC.pack "a packet")
+      threadDelay 200000
+      -- cancel waits for the thread to end: it must, within a few seconds
+      ended <- timeout 3000000 (cancel running)
+      ended `shouldBe` Just ()
+
+  it "joins a cluster beside real workers and gives the one-core results" $ do
+    let tweak c = c { configSimulatedWorkers = 3, configSimulatedHosts = 2 }
+    withTestClusterConfig 2 tweak $ \_ cluster -> do
+      infos <- clusterWorkerInfo cluster
+      length infos `shouldBe` 5
+      length [ () | i <- infos, infoGroup i == "simulated" ] `shouldBe` 3
+      -- three simulated workers, one link each, in two processes
+      length (nub [ infoPid i | i <- infos, infoGroup i == "simulated" ]) `shouldBe` 2
+      farm cluster squareTask [1 .. 500] `shouldReturn` map (\x -> x * x) [1 .. 500]
+      let setup = defaultSetup { setupParticles = 200, setupSteps = 3, setupWork = 2000 }
+      ids <- resetStates cluster particleStep (initialParticles setup)
+      run <- runFilter setup (evolveMany cluster particleStep) ids
+      run `shouldBe` runSequential setup
+
+  it "answers after the simulated time, and refuses stream processes" $ do
+    let tweak c = c { configSimulatedWorkers = 2, configSimulatedHosts = 1 }
+        setup = defaultSetup { setupParticles = 8, setupSteps = 2, setupSimulate = 0.05 }
+    withTestClusterConfig 0 tweak $ \_ cluster -> do
+      ids <- resetStates cluster particleStep (initialParticles setup)
+      (secs, run) <- timedRun (runFilter setup (evolveMany cluster particleStep) ids)
+      run `shouldBe` runSequential setup
+      -- 8 particles a step on 2 workers, 50 ms each: at least 4 in turn, twice
+      secs `shouldSatisfy` (>= 0.4)
+      r <- timeout 10000000 (withStream cluster runningSumProcess [1 .. 10 :: Int] (evaluate . length))
+      case r of
+        Nothing -> expectationFailure "the stream on a simulated worker hung"
+        Just _ -> expectationFailure "a simulated worker ran a stream process"
+      `shouldThrow` (\(e :: HerdError) -> "simulated workers do not run stream processes" `isIn` displayException e)
+  where
+    seeded = foldl' (\h s -> fst (heldMessage (StateAdd s (BC.pack "x")) Nothing h))
+                    (fst (heldMessage (EvolveWith someRef) (Just (Right ())) (newHeld 1))) [1 .. 6]
+    isIn needle hay = needle `elem` [ take (length needle) (drop k hay) | k <- [0 .. length hay] ]
+    timedRun act = do
+      t0 <- monotonicSeconds
+      r <- act
+      t1 <- monotonicSeconds
+      pure (t1 - t0, r)
+
+-- A step of the holder's world: the master's messages, and the driver
+-- starting and finishing jobs.
+data HeldOp = EvolveOp Int | ReleaseOp Int | ResetOp | TakeOp | FinishOp Bool
+  deriving (Show)
+
+instance Arbitrary HeldOp where
+  arbitrary = frequency
+    [ (4, EvolveOp <$> choose (1, 6)), (1, ReleaseOp <$> choose (1, 6)), (1, pure ResetOp)
+    , (3, pure TakeOp), (3, FinishOp <$> arbitrary) ]
+
+-- What the steps so far were answered.
+data Tally = Tally
+  { tAsked     :: !Int   -- ^ evolutions asked for
+  , tEvolved   :: !Int   -- ^ evolutions answered
+  , tCleared   :: !Int   -- ^ resets answered
+  , tReleaseOk :: !Bool  -- ^ every release answered once, at once
+  }
+
+noTally :: Tally
+noTally = Tally 0 0 0 True
+
+-- Apply one step to the machine, counting its answers.
+applyOp :: (Held (), Tally) -> HeldOp -> (Held (), Tally)
+applyOp (h, t) op = case op of
+  EvolveOp s -> count (heldMessage (EvolveState (fromIntegral s) (BC.pack "in")) Nothing h) t { tAsked = tAsked t + 1 }
+  ReleaseOp s ->
+    let (h', a) = heldMessage (StateRelease (fromIntegral s)) Nothing h
+        once = length [ () | x <- a, isReleaseAnswer x ] == 1
+    in (h', t { tReleaseOk = tReleaseOk t && once })
+  ResetOp -> count (heldMessage StatesReset Nothing h) t
+  TakeOp -> case heldTake h of
+    Just (Left a, h') -> (h', tallied [a] t)
+    Just (Right _, h') -> (h', t)
+    Nothing -> (h, t)
+  FinishOp ok -> count (heldFinish (if ok then Children 5 [(BC.pack "s", BC.pack "o")] else Failed (T.pack "boom")) h) t
+  where
+    count (h', a) t' = (h', tallied a t')
+    tallied a t' = t' { tEvolved = tEvolved t' + length [ () | x <- a, isEvolveAnswer x ]
+                      , tCleared = tCleared t' + length [ () | StatesCleared <- a ] }
+
+-- Run every job left to the end.
+drain :: Held () -> (Held (), [FromWorker])
+drain h = case heldTake h of
+  Just (Left a, h') -> let (h'', more) = drain h' in (h'', a : more)
+  Just (Right _, h') -> let (h'', a) = heldFinish (Children 1 []) h'
+                            (h''', more) = drain h''
+                        in (h''', a ++ more)
+  Nothing -> case heldFinish (Children 1 []) h of
+    (h', []) -> (h', [])
+    (h', a) -> let (h'', more) = drain h' in (h'', a ++ more)
+
+-- Answers to evolutions (a release's 'StateMissing' is counted as the
+-- release's: these tests release only states that were added).
+isEvolveAnswer :: FromWorker -> Bool
+isEvolveAnswer a = case a of
+  StateEvolved {} -> True
+  EvolveThrew {} -> True
+  StateMissing _ -> True
+  _ -> False
+
+isReleaseAnswer :: FromWorker -> Bool
+isReleaseAnswer a = case a of
+  StateReleased {} -> True
+  StateKept _ -> True
+  StateMissing _ -> True
+  _ -> False
+
+
+-- A function reference for the machine, which never looks inside it.
+someRef :: TaskRef
+someRef = TaskRef (Fingerprint 1 2) "step" (Fingerprint 3 4) (Fingerprint 5 6)
