@@ -38,6 +38,7 @@ plots: build
 	H=$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd); \
 	$$H bench models --plot docs/models.svg && \
 	$$H bench pfilter --simulate --cost 30ms --states 2000 --plot docs/pfilter.svg && \
+	$$H bench pfilter --simulate --cost 30ms --states 8192 --workers 512,2048 --sim-hosts 4 --plot docs/pfilter-sim.svg && \
 	$$H bench echo --items 10000 --words 1,10,100,300,1000 --plot docs/echo.svg && \
 	$$H bench parsort --n 100000 --plot docs/parsort.svg && \
 	$$H bench latency --transport tcp,unix,shm --plot docs/latency.svg
