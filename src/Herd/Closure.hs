@@ -20,11 +20,14 @@ module Herd.Closure
   , ClosureError (..)
   , describeClosureError
   , lookupClosure
+  , cachedLookup
   , describePtr
   ) where
 
 import GHC.Fingerprint (Fingerprint)
 import GHC.StaticPtr (StaticPtr, StaticPtrInfo (..), deRefStaticPtr, staticKey, staticPtrInfo, unsafeLookupStaticPtr)
+import Data.IORef (IORef, modifyIORef', readIORef)
+import qualified Data.Map.Strict as M
 import Herd.Base (TaskRef (..))
 
 -- | What a closure is for: the message that names it must agree.
@@ -104,3 +107,16 @@ lookupClosure kind ref = do
          else if closureIn c /= refArgType ref || closureOut c /= refResultType ref
            then Left (TypesDiffer (refName ref) (closureTypes c))
            else Right (closureRunner c)
+
+-- | A lookup done once per reference: the answer (found, or why not) is
+-- kept in the cache, so a worker looks each function up once.
+cachedLookup :: IORef (M.Map TaskRef (Either String r)) -> (TaskRef -> IO (Either String r)) -> TaskRef
+             -> IO (Either String r)
+cachedLookup cache look ref = do
+  known <- M.lookup ref <$> readIORef cache
+  case known of
+    Just r -> pure r
+    Nothing -> do
+      r <- look ref
+      modifyIORef' cache (M.insert ref r)
+      pure r

@@ -31,7 +31,7 @@ import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Data.Word (Word64)
 import Herd.Clock (monotonicSeconds)
-import Herd.Closure (describeClosureError)
+import Herd.Closure (cachedLookup, describeClosureError)
 import Herd.Evolve.Function (EvolveRunner (..), lookupEvolver)
 import Herd.Evolve.Held
 import Herd.Evolve.Registry (stateIdBits)
@@ -59,7 +59,7 @@ stopHolder h = readIORef (hThread h) >>= mapM_ killThread
 holderMessage :: Holder -> ToWorker -> IO ()
 holderMessage h msg = do
   found <- case msg of
-    EvolveWith ref -> Just <$> cachedEvolver (hCache h) ref
+    EvolveWith ref -> Just <$> cachedLookup (hCache h) lookupEvolver ref
     _ -> pure Nothing
   answers <- atomically $ stateTVar (hHeld h) (swap . heldMessage msg found)
   mapM_ (hSend h) answers
@@ -111,7 +111,7 @@ runJob cache (Replay _ root path) = go root (0 :: Int) path
     -- are pure, so this gives back exactly the state lost
     go bytes _ [] = pure (Replayed bytes)
     go bytes depth ((ref, input, k) : rest) = do
-      runner <- cachedEvolver cache ref
+      runner <- cachedLookup cache lookupEvolver ref
       case runner of
         Left why -> pure (Failed (T.pack ("cannot recompute it: " ++ why)))
         Right r -> do
@@ -124,14 +124,3 @@ runJob cache (Replay _ root path) = go root (0 :: Int) path
                                     ++ "is the evolve function deterministic?")))
             Right (Left why) -> pure (Failed (T.pack ("recomputing it: " ++ describeClosureError why)))
             Left why -> pure (Failed (T.pack ("recomputing it: " ++ why)))
-
--- An evolve function found once per worker.
-cachedEvolver :: IORef (M.Map TaskRef (Either String EvolveRunner)) -> TaskRef -> IO (Either String EvolveRunner)
-cachedEvolver cache ref = do
-  known <- M.lookup ref <$> readIORef cache
-  case known of
-    Just r -> pure r
-    Nothing -> do
-      r <- lookupEvolver ref
-      modifyIORef' cache (M.insert ref r)
-      pure r

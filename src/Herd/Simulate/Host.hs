@@ -41,6 +41,7 @@ import Herd.Auth (Secret)
 import Herd.Base (Encoder (..), encodeBytes, encoderBytes)
 import Herd.BuildId (buildIdentity)
 import Herd.Clock (monotonicSeconds)
+import Herd.Closure (cachedLookup)
 import Herd.Epoll
 import Herd.Evolve.Function (EvolveRunner, lookupEvolver)
 import Herd.Evolve.Held
@@ -208,7 +209,7 @@ deliver host tag s msg = do
   if computing then writeIORef (sFarm s) (Farm True (inbox |> msg)) else case msg of
     Ping n _ -> say host tag s (Pong n)
     RunBatch bid ref count -> do
-      runner <- cached (hRunners host) lookupRunner ref
+      runner <- cachedLookup (hRunners host) lookupRunner ref
       now <- monotonicSeconds
       stateRef (sBatches s) (startBatch now bid runner (fromIntegral count) (refName ref)) >>= mapM_ (verdict host tag s)
     Args k bytes -> do
@@ -224,7 +225,7 @@ deliver host tag s msg = do
     StreamClose _ -> pure ()
     _ -> do
       found <- case msg of
-        EvolveWith ref -> Just <$> cached (hEvolvers host) lookupEvolver ref
+        EvolveWith ref -> Just <$> cachedLookup (hEvolvers host) lookupEvolver ref
         _ -> pure Nothing
       stateRef (sHeld s) (heldMessage msg found) >>= mapM_ (say host tag s)
       pumpEvolve host tag s
@@ -338,14 +339,3 @@ stateRef ref f = do
   (a', b) <- f <$> readIORef ref
   writeIORef ref $! a'
   pure b
-
-cached :: IORef (M.Map TaskRef (Either String r)) -> (TaskRef -> IO (Either String r)) -> TaskRef
-       -> IO (Either String r)
-cached cache look ref = do
-  known <- M.lookup ref <$> readIORef cache
-  case known of
-    Just r -> pure r
-    Nothing -> do
-      r <- look ref
-      modifyIORef' cache (M.insert ref r)
-      pure r

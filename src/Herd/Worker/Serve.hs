@@ -26,6 +26,7 @@ import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Data.Word (Word64)
 import Herd.Clock (monotonicSeconds)
+import Herd.Closure (cachedLookup)
 import Herd.Evolve.Holder (Holder, holderMessage, newHolder, stopHolder)
 import Herd.Packet
 import Herd.Packet.Policy (PacketPolicy (..), Urgency (..))
@@ -107,7 +108,7 @@ handleMessage :: Serving -> Pending -> ToWorker -> IO ()
 handleMessage sv pending msg = case msg of
   Ping n _ -> send Urgent (Pong n)
   RunBatch bid ref count -> do
-    runner <- cached (svRunners sv) lookupRunner ref
+    runner <- cachedLookup (svRunners sv) lookupRunner ref
     traceHerd ("herd worker batch " ++ show bid ++ " of " ++ refName ref ++ ": " ++ show count ++ " tasks")
     now <- lazyClock
     stepBatches (startBatch now bid runner (fromIntegral count) (refName ref)) >>= mapM_ plain
@@ -129,7 +130,7 @@ handleMessage sv pending msg = case msg of
   StreamOpen sid ref -> do
     known <- M.member sid <$> readIORef (svSlots sv)
     when known $ failWith 4 ("master opened stream " ++ show sid ++ " twice")
-    runner <- cached (svProcs sv) lookupProcess ref
+    runner <- cachedLookup (svProcs sv) lookupProcess ref
     case runner of
       Left why -> send Urgent (StreamAborted sid (T.pack why))
       Right pr -> do
@@ -245,17 +246,6 @@ runStream sv sid pr slot = do
   sendMessage (svSender sv) Urgent $ encodeFromWorker $ case outcome of
     Right () -> StreamDone sid
     Left why -> StreamAborted sid (T.pack why)
-
-cached :: IORef (M.Map TaskRef (Either String r)) -> (TaskRef -> IO (Either String r)) -> TaskRef
-       -> IO (Either String r)
-cached cache look ref = do
-  known <- M.lookup ref <$> readIORef cache
-  case known of
-    Just r -> pure r
-    Nothing -> do
-      r <- look ref
-      modifyIORef' cache (M.insert ref r)
-      pure r
 
 failWith :: Int -> String -> IO a
 failWith code msg = logToStderr ("herd worker: " ++ msg) >> exitWith (ExitFailure code)
