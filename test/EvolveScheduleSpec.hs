@@ -217,20 +217,37 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
     let costs = M.fromList ((StateId 8, 10) : [ (StateId k, 1) | k <- [1 .. 7] ++ [9, 10] ])
     case timedRun (M.map (map fst) holdings) costs plan cmds of
       Left why -> expectationFailure why
-      Right (end, evolved) -> do
+      Right (end, evolved, _) -> do
         sort evolved `shouldBe` sort (M.keys costs)
         end `shouldBe` 10
     -- the two short states move to worker 1 before anything starts
     [ s | Release 2 s <- cmds ] `shouldBe` [StateId 9, StateId 10]
 
+  it "moves nothing when every worker has the same work" $ do
+    -- four workers with six 1 s states each, and a queue of four: a worker
+    -- whose queue shrinks as it works must not take states from the others,
+    -- which are just as far along (each such move would cross the network
+    -- twice and shorten nothing)
+    let holdings = M.fromList [ (w, [ (StateId (fromIntegral w * 100 + k), 1) | k <- [1 .. 6] ]) | w <- [1 .. 4 :: Int] ]
+        settings = defaultPlanSettings { settingsLead = 3, settingsMeanCost = Just 1 }
+        (plan, cmds) = startPlan settings holdings
+        costs = M.fromList [ (s, 1) | ss <- M.elems holdings, (s, _) <- ss ]
+    case timedRun (M.map (map fst) holdings) costs plan cmds of
+      Left why -> expectationFailure why
+      Right (end, evolved, moved) -> do
+        length evolved `shouldBe` 24
+        moved `shouldBe` 0
+        end `shouldBe` 6
+
 -- Run a plan to its end with workers that take each state's cost in time
 -- and messages that arrive at once, as "Herd.Evolve.Holder" answers: the
--- time the last state is done, and the states evolved, in order.
-timedRun :: M.Map WorkerId [StateId] -> M.Map StateId Double -> Plan -> [Command] -> Either String (Double, [StateId])
+-- time the last state is done, the states evolved, in order, and how many
+-- states were given back to move.
+timedRun :: M.Map WorkerId [StateId] -> M.Map StateId Double -> Plan -> [Command] -> Either String (Double, [StateId], Int)
 timedRun holdings costs plan0 cmds0 =
   let ws00 = M.map (\ss -> (S.fromList ss, [], Nothing)) holdings
       (ws0, q0) = commands cmds0 ws00 []
-  in go (0 :: Int) 0 plan0 ws0 q0 []
+  in go (0 :: Int) 0 plan0 ws0 q0 [] q0
   where
     -- per worker: the states it holds and has not started, those of them
     -- it was asked to evolve (in order), and the one running with its end
@@ -247,16 +264,16 @@ timedRun holdings costs plan0 cmds0 =
     start t = M.map (\(held, asked, running) -> case (asked, running) of
                         (st : rest, Nothing) -> (S.delete st held, rest, Just (st, t + costs M.! st))
                         _ -> (held, asked, running))
-    go n t plan ws queued done
+    go n t plan ws queued done given
       | n > 10000 = Left "the plan did not finish"
       | (ev : rest) <- queued = case stepPlan ev plan of
           Left why -> Left why
-          Right (plan', cmds) -> let (ws', more) = commands cmds ws [] in go (n + 1) t plan' ws' (rest ++ more) done
-      | planDone plan = Right (t, reverse done)
+          Right (plan', cmds) -> let (ws', more) = commands cmds ws [] in go (n + 1) t plan' ws' (rest ++ more) done (more ++ given)
+      | planDone plan = Right (t, reverse done, length [ () | Released {} <- given ])
       | otherwise =
           let ws1 = start t ws
           in case sort [ (end, w, st) | (w, (_, _, Just (st, end))) <- M.toList ws1 ] of
                [] -> Left ("nothing runs and the plan is not done: " ++ show (planLeft plan) ++ " left")
                (end, w, st) : _ ->
                  go (n + 1) end plan (M.adjust (\(held, asked, _) -> (held, asked, Nothing)) w ws1)
-                    [Evolved w st (costs M.! st)] (st : done)
+                    [Evolved w st (costs M.! st)] (st : done) given

@@ -5,11 +5,13 @@
 -- filter, with two changes. Batches are not a fixed five states: each
 -- worker is kept a queue of about 'settingsLead' seconds of work (at least
 -- two states, so the next one is there when one finishes), sized from the
--- step times measured so far. And a worker that runs dry takes half of the
--- unstarted states of the worker with the most of them, longest first, as
+-- step times measured so far. And a worker that runs low takes states
+-- from the worker with the most unstarted ones, longest first, as
 -- estimated from the time each state's parent took ("a child costs what
 -- its parent cost"), so from the second call on the long states start
--- first and end up alone.
+-- first and end up alone. It takes only what shortens the step: half the
+-- difference between the victim's unstarted states and its own (an idle
+-- worker takes half, down to the last one).
 --
 -- Moved states travel through the master: the holder gives a state back
 -- ('Release', answered by 'Herd.Wire.StateReleased' or, if it had started,
@@ -337,15 +339,19 @@ settle ws p0 = fmap (concat . reverse) (foldl' one (p0, []) ws)
         in ( p'' { plIdle = (if idle then S.insert w else S.delete w) (plIdle p'') }
            , (askCmds ++ stealCmds) : groups )
 
--- A worker with nothing held and room in its queue takes half the
--- unstarted states of the worker with the most (the last one only when
--- the thief is idle), longest first.
+-- A worker with nothing held and room in its queue takes states from the
+-- worker with the most unstarted ones, but only when that shortens the
+-- step: it takes half the difference between the victim's unstarted
+-- states and its own, so a move never leaves the thief with more to do
+-- than the victim (moves between workers with about the same work are
+-- what made states cross the network again and again). An idle thief
+-- takes half, and the last one too.
 steal :: WorkerId -> Plan -> (Plan, [Command])
 steal thief p = case victimOf of
   Nothing -> (p, [])
   Just (n, victim) ->
     let vp = plWorkers p M.! victim
-        count = max 1 (n `div` 2)
+        count = if thiefIdle then max 1 (n `div` 2) else (n - own) `div` 2
         fromHeld = take count (wpHeld vp)
         fromQueue = take (count - length fromHeld)
                       [ s | s <- reverse (drop 1 (wpQueued vp)), not (M.member s (plMoving p)) ]
@@ -358,12 +364,13 @@ steal thief p = case victimOf of
     in (p'', [ Release victim s | (s, _) <- moves ])
   where
     thiefIdle = maybe True (null . wpQueued) (M.lookup thief (plWorkers p))
+    own = maybe 0 unstarted (M.lookup thief (plWorkers p))
     -- the worker with the most unstarted states, other than the thief
     victimOf = case S.lookupMax (plVictims p) of
       Just (n, w) | w /= thief -> pick n w
       Just top -> S.lookupLT top (plVictims p) >>= uncurry pick
       Nothing -> Nothing
-    pick n w | n >= 2 || (n == 1 && thiefIdle) = Just (n, w)
+    pick n w | thiefIdle || n - own >= 2 = Just (n, w)
              | otherwise = Nothing
     fallback = maybe 0 id (meanCost p)
 

@@ -83,12 +83,12 @@ runSimulatedHost opts = do
           Right j -> do
             _ <- setLiveness (joinedLiveness j) conn
             Sim conn j <$> newIORef noBatch <*> newIORef (newHeld (joinedId j)) <*> newIORef (Farm False Seq.empty)
-                       <*> newIORef []
+                       <*> newIORef [] <*> newIORef 0
   -- a few handshakes at a time: the master bounds those pending
   sims <- concat <$> mapM (mapConcurrently joinOne) (groupsOf 16 [1 .. simWorkers opts])
   bracket epollCreate epollClose $ \ep -> do
     host <- Host <$> newIORef (IM.fromList (zip [0 ..] sims)) <*> newIORef (newWheel 1e-4) <*> newIORef IS.empty
-                 <*> pure ep <*> newScratch <*> newIORef M.empty <*> newIORef M.empty
+                 <*> pure ep <*> newScratch <*> newIORef M.empty <*> newIORef M.empty <*> newIORef 0
     forM_ (zip [0 ..] sims) $ \(tag, s) -> do
       fds <- connWaitFds (sConn s)
       forM_ fds $ \fd -> epollAdd ep fd tag False
@@ -117,6 +117,8 @@ serveAll host = allocaArray 256 $ \tags -> do
                  epollPoll (hEpoll host) tags 256
           when (n < 0 && n /= -4) $ ioError (userError ("epoll_wait failed (errno " ++ show (negate n) ++ ")"))
           ready <- if n > 0 then peekArray n tags else pure []
+          -- what this round reads came now (one clock read per round)
+          when (n > 0) $ monotonicSeconds >>= writeIORef (hClock host)
           forM_ ready $ \tag -> readLink host (fromIntegral tag)
           loop
   loop
@@ -141,7 +143,10 @@ readLink host tag = withSim host tag $ \s -> do
       deliverAll (m : ms) = case decodeToWorker m of
         Left why -> pure (Left ("bad message from master: " ++ why))
         Right Shutdown -> pure (Left "")
-        Right msg -> deliver host tag s msg >> deliverAll ms
+        Right msg -> do
+          readIORef (hClock host) >>= writeIORef (sFedAt s)
+          deliver host tag s msg
+          deliverAll ms
   r <- try drain
   case r of
     Left (e :: SomeException) -> dropSim host tag ("its link broke: " ++ displayException e)

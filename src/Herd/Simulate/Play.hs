@@ -61,12 +61,13 @@ data Sim = Sim
   , sHeld    :: !(IORef (Held EvolveRunner))
   , sFarm    :: !(IORef Farm)
   , sOut     :: !(IORef [Encoder])  -- ^ to send at the end of the round, newest first
+  , sFedAt   :: !(IORef Double)     -- ^ when the master's latest message to it was read
   }
 
 -- A timer's event: a worker's evolve job or farm run is done.
 data Due
-  = EvolveDue !Int !Finished
-  | FarmDue !Int ![Encoder] !Outcome
+  = EvolveDue !Int !Double !Finished           -- ^ the worker, when it is due, what it made
+  | FarmDue !Int !Double ![Encoder] !Outcome
 
 -- The host's state, touched only by its one thread.
 data Host = Host
@@ -77,6 +78,10 @@ data Host = Host
   , hScratch  :: !Scratch
   , hRunners  :: !(IORef (M.Map TaskRef (Either String Runner)))
   , hEvolvers :: !(IORef (M.Map TaskRef (Either String EvolveRunner)))
+  , hClock    :: !(IORef Double)
+    -- ^ when what is being handled happened: a worker's next job starts
+    -- then, not when this one thread got round to it, so the host's own
+    -- delays do not pile up in a worker's simulated time
   }
 
 
@@ -86,10 +91,12 @@ fireDue host = do
   now <- monotonicSeconds
   due <- atomicModifyIORef' (hWheel host) (\w -> let (ds, w') = expire now w in (w', ds))
   forM_ due $ \d -> case d of
-    EvolveDue tag fin -> withSim host tag $ \s -> do
+    EvolveDue tag at fin -> withSim host tag $ \s -> do
+      resumeAt host s at
       stateRef (sHeld s) (heldFinish fin) >>= mapM_ (say host tag s)
       pumpEvolve host tag s
-    FarmDue tag results outcome -> withSim host tag $ \s -> do
+    FarmDue tag at results outcome -> withSim host tag $ \s -> do
+      resumeAt host s at
       mapM_ (out host tag) results
       verdicts <- stateRef (sBatches s) (applied now outcome)
       Farm _ inbox <- readIORef (sFarm s)
@@ -97,6 +104,13 @@ fireDue host = do
       mapM_ (verdict host tag s) verdicts
       -- what waited behind the run, in order (a new run queues the rest again)
       mapM_ (deliver host tag s) inbox
+
+-- A worker's timer fired: what it does next starts when the timer was
+-- due, or when its next message came if that was later.
+resumeAt :: Host -> Sim -> Double -> IO ()
+resumeAt host s at = do
+  fed <- readIORef (sFedAt s)
+  writeIORef (hClock host) (max at fed)
 
 -- One message from the master to a simulated worker.
 deliver :: Host -> Int -> Sim -> ToWorker -> IO ()
@@ -147,13 +161,14 @@ runFarm host tag s r bytes count = do
         ChunkUndecodable j why -> Undecodable j why
         ChunkThrew j why -> Threw j why
   now <- monotonicSeconds
+  start <- readIORef (hClock host)
   if cost <= 0
     then do
       mapM_ (out host tag) results
       stateRef (sBatches s) (applied now outcome) >>= mapM_ (verdict host tag s)
     else do
       writeIORef (sFarm s) (Farm True Seq.empty)
-      modifyIORef' (hWheel host) (setTimer (now + cost) (FarmDue tag results outcome))
+      modifyIORef' (hWheel host) (setTimer (start + cost) (FarmDue tag (start + cost) results outcome))
 
 -- Start the worker's next evolve job if it has none in progress.
 pumpEvolve :: Host -> Int -> Sim -> IO ()
@@ -172,12 +187,12 @@ pumpEvolve host tag s = do
           stateRef (sHeld s) (heldFinish fin) >>= mapM_ (say host tag s)
           pumpEvolve host tag s
         else do
-          now <- monotonicSeconds
+          start <- readIORef (hClock host)
           -- the master's estimates are of the simulated time
           let fin' = case fin of
                 Children ns cs -> Children (ns + round (cost * 1e9)) cs
                 other -> other
-          modifyIORef' (hWheel host) (setTimer (now + cost) (EvolveDue tag fin'))
+          modifyIORef' (hWheel host) (setTimer (start + cost) (EvolveDue tag (start + cost) fin'))
 
 verdict :: Host -> Int -> Sim -> Verdict Runner -> IO ()
 verdict host tag s v = case v of
