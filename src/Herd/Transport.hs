@@ -48,6 +48,7 @@ module Herd.Transport
   , armConnection
     -- * Reading and sending without waiting (the epoll loop)
   , recvAvailable
+  , recvAvailableShort
   , takeBufferedFrame
   , framed
   , frameParts
@@ -142,17 +143,27 @@ armConnection conn = epArm (connEndpoint conn) False
 -- the number of bytes read, 0 at end of stream, -1 when nothing was ready.
 -- Throws on an error.
 recvAvailable :: Connection -> IO Int
-recvAvailable conn = recvInto conn (epRecv (connEndpoint conn))
+recvAvailable conn = fst <$> recvInto conn (epRecv (connEndpoint conn))
+
+-- | 'recvAvailable', also saying whether the read took less than it asked
+-- for: on a level-triggered descriptor that means the kernel had nothing
+-- more, so a reader driven by epoll can stop there instead of paying one
+-- more system call to hear "nothing ready" (epoll reports the descriptor
+-- again when more comes).
+recvAvailableShort :: Connection -> IO (Int, Bool)
+recvAvailableShort conn = do
+  (got, asked) <- recvInto conn (epRecv (connEndpoint conn))
+  pure (got, got > 0 && got < asked)
 
 -- Wait for bytes (up to about a second) and read them into the pending
 -- buffer: 'recvAvailable', waiting.
 recvWaiting :: Connection -> IO Int
-recvWaiting conn = recvInto conn (epRecvWait (connEndpoint conn))
+recvWaiting conn = fst <$> recvInto conn (epRecvWait (connEndpoint conn))
 
 -- Receive with the given read: into the large frame in progress if there
 -- is one, else into the connection's buffer, appending what came to the
--- pending bytes.
-recvInto :: Connection -> (Ptr Word8 -> Int -> IO Int) -> IO Int
+-- pending bytes. Gives the bytes read and how many it asked for.
+recvInto :: Connection -> (Ptr Word8 -> Int -> IO Int) -> IO (Int, Int)
 recvInto conn receive = do
   large <- readIORef (connLarge conn)
   case large of
@@ -164,13 +175,13 @@ recvInto conn receive = do
           else do
             writeIORef (connLarge conn) Nothing
             writeIORef (connComplete conn) (Just (BI.fromForeignPtr buf 0 len))
-      pure got
+      pure (got, len - have)
     Nothing -> withForeignPtr (connBuffer conn) $ \p -> do
       got <- receive p readChunk
       when (got > 0) $ do
         chunk <- B.packCStringLen (castPtr p, got)
         modifyIORef' (connPending conn) (\pending -> if B.null pending then chunk else pending <> chunk)
-      pure got
+      pure (got, readChunk)
 
 -- | Take one whole frame of at most the given size from what has been read
 -- already, if there is one (a frame over the cap throws 'FrameTooLarge').

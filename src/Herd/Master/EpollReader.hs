@@ -81,23 +81,27 @@ newEpollReader cap afterRound = do
         remove tag (polConn l)
         polLost l why
       -- every whole frame, then what the transport has, until it has
-      -- nothing or the visit's share is used ('True': more may be there)
-      drain l k
+      -- nothing or the visit's share is used ('True': more may be there).
+      -- A short read empties a level-triggered link: its frames are
+      -- handed over and the visit ends without one more receive to hear
+      -- "nothing ready" (epoll reports the link again when more comes)
+      drain l k emptied
         | k >= framesPerVisit = pure (Right True)
         | otherwise = do
             frame <- takeBufferedFrame cap (polConn l)
             case frame of
               Just packet -> do
                 ok <- polPacket l packet
-                either (pure . Left) (const (drain l (k + 1))) ok
-              Nothing -> do
-                got <- recvAvailable (polConn l)
+                either (pure . Left) (const (drain l (k + 1) emptied)) ok
+              Nothing | emptied -> pure (Right False)
+                      | otherwise -> do
+                (got, short) <- recvAvailableShort (polConn l)
                 case got of
                   0 -> pure (Left "connection closed")
                   -1 -> pure (Right False)
-                  _ -> drain l k
+                  _ -> drain l k (short && not (connEdgeTriggered (polConn l)))
       readLink tag l = do
-        r <- trySync (drain l 0)
+        r <- trySync (drain l 0 False)
         case r of
           Left (e :: SomeException) -> lose tag l (displayException e)
           Right (Left why) -> lose tag l why

@@ -127,18 +127,21 @@ serveAll host = allocaArray 256 $ \tags -> do
 readLink :: Host -> Int -> IO ()
 readLink host tag = withSim host tag $ \s -> do
   let cap = joinedMaxFrame (sJoined s)
-      drain = do
+      -- a short read empties the (level-triggered) link: no receive
+      -- after it just to hear "nothing ready"
+      drain emptied = do
         frame <- takeBufferedFrame cap (sConn s)
         case frame of
           Just packet -> case splitPacket (cap `div` 5) packet of
             Left why -> pure (Left ("bad packet from master: " ++ why))
-            Right msgs -> deliverAll msgs >>= either (pure . Left) (const drain)
-          Nothing -> do
-            got <- recvAvailable (sConn s)
+            Right msgs -> deliverAll msgs >>= either (pure . Left) (const (drain emptied))
+          Nothing | emptied -> pure (Right ())
+                  | otherwise -> do
+            (got, short) <- recvAvailableShort (sConn s)
             case got of
               0 -> pure (Left "")   -- the master closed the link
               -1 -> pure (Right ())
-              _ -> drain
+              _ -> drain short
       deliverAll [] = pure (Right ())
       deliverAll (m : ms) = case decodeToWorker m of
         Left why -> pure (Left ("bad message from master: " ++ why))
@@ -147,7 +150,7 @@ readLink host tag = withSim host tag $ \s -> do
           readIORef (hClock host) >>= writeIORef (sFedAt s)
           deliver host tag s msg
           deliverAll ms
-  r <- try drain
+  r <- try (drain False)
   case r of
     Left (e :: SomeException) -> dropSim host tag ("its link broke: " ++ displayException e)
     Right (Left why) -> dropSim host tag why
