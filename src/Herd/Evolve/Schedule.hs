@@ -173,11 +173,16 @@ startPlan settings holdings0 = (planAfter, releases ++ cmds)
     -- move states from overloaded workers to underloaded ones before
     -- anything starts, as far as the estimates say it helps
     moves = balance (M.map wpHeld (plWorkers plan0))
-    planMoved = foldl' (\p (s, from, to, c) ->
-                          adjust to (\t -> t { wpIncoming = wpIncoming t + 1 })
-                        $ adjust from (\v -> v { wpHeld = filter ((/= s) . snd) (wpHeld v) })
-                          p { plMoving = M.insert s (Move from to c False) (plMoving p) })
-                       plan0 moves
+    -- each worker changed once: a donor loses all its moved states in one
+    -- pass over its list (one pass per move was quadratic in a skewed start)
+    leaving = M.fromListWith S.union [ (from, S.singleton s) | (s, from, _, _) <- moves ]
+    coming = M.fromListWith (+) [ (to, 1 :: Int) | (_, _, to, _) <- moves ]
+    changed w wp = wp { wpHeld = maybe (wpHeld wp) (\gone -> filter (\(_, s) -> not (S.member s gone)) (wpHeld wp))
+                                       (M.lookup w leaving)
+                      , wpIncoming = wpIncoming wp + M.findWithDefault 0 w coming }
+    planMoved = foldl' (\p (w, wp) -> putWorker w (changed w wp) p)
+                       plan0 { plMoving = M.fromList [ (s, Move from to c False) | (s, from, to, c) <- moves ] }
+                       [ (w, wp) | (w, wp) <- M.toList (plWorkers plan0), M.member w leaving || M.member w coming ]
     releases = [ Release from s | (s, from, _, _) <- moves ]
     -- fill the queues of workers with states before empty ones look for some
     order = [ w | (w, wp) <- M.toList (plWorkers planMoved), not (null (wpHeld wp)) ]
@@ -204,8 +209,12 @@ balance held
     give st _ [] acc = (st, acc)
     give st@(heap, loads) w ((c, s) : more) acc =
       let load = loads M.! w
-      in case S.lookupMin (S.delete (load, w) heap) of
-           Just (lt, t) | load > target + c / 2, lt + c < load ->
+          -- the least loaded other worker, found without building a new heap
+          lightest = case S.lookupMin heap of
+            Just (_, t) | t == w -> S.lookupGT (load, w) heap
+            other -> other
+      in case if load > target + c / 2 then lightest else Nothing of
+           Just (lt, t) | lt + c < load ->
              let heap' = S.insert (lt + c, t) (S.insert (load - c, w) (S.delete (lt, t) (S.delete (load, w) heap)))
                  loads' = M.insert t (lt + c) (M.insert w (load - c) loads)
              in give (heap', loads') w more ((s, w, t, c) : acc)
