@@ -15,7 +15,7 @@ module Herd.Evolve.Registry
 import qualified Data.ByteString as B
 import Data.List (foldl')
 import qualified Data.Map.Strict as M
-import qualified Data.Set as S
+import qualified Data.IntSet as IS
 import Data.Word (Word64)
 import Herd.Base (TaskRef, WorkerId)
 
@@ -70,11 +70,15 @@ lineage origins = go []
 
 -- | Keep only the origins these states need.
 pruneOrigins :: [StateId] -> M.Map StateId Origin -> M.Map StateId Origin
-pruneOrigins live origins = M.restrictKeys origins (foldl' visit S.empty live)
+pruneOrigins live origins = M.filterWithKey (\s _ -> IS.member (key s) needed) origins
   where
+    -- an IntSet of the ids (a Word64 fits an Int's bits): the walk runs
+    -- between two calls, on the caller's path, once per live state
+    needed = foldl' visit IS.empty live
+    key (StateId w) = fromIntegral w :: Int
     visit seen s
-      | S.member s seen = seen
+      | IS.member (key s) seen = seen
       | otherwise = case M.lookup s origins of
-          Just (ChildOf parent _ _ _) -> visit (S.insert s seen) parent
-          Just (Seen _) -> S.insert s seen
+          Just (ChildOf parent _ _ _) -> visit (IS.insert (key s) seen) parent
+          Just (Seen _) -> IS.insert (key s) seen
           Nothing -> seen
