@@ -9,6 +9,8 @@ import qualified Data.ByteString as B
 import Data.List (foldl', sort)
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
+import GHC.Fingerprint (Fingerprint (..))
+import Herd.Base (TaskRef (..))
 import Herd.Evolve.Schedule
 import Test.Hspec
 import Test.QuickCheck
@@ -222,6 +224,26 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
         end `shouldBe` 10
     -- the two short states move to worker 1 before anything starts
     [ s | Release 2 s <- cmds ] `shouldBe` [StateId 9, StateId 10]
+
+  it "keeps exactly the origins live states' lineages need" $ property $
+    -- a forest of states: ids 1..n, each uploaded or a child of a lower id,
+    -- with ids above 2^40 as workers make them
+    forAll (choose (1, 60 :: Int)) $ \n ->
+    forAll (vectorOf n (choose (0, 1 :: Double))) $ \coins ->
+    forAll (sublistOf [1 .. n]) $ \liveIx ->
+      let sid k = StateId (fromIntegral k * 1099511627776 + fromIntegral k)
+          ref = TaskRef (Fingerprint 1 2) "step" (Fingerprint 3 4) (Fingerprint 5 6)
+          origin k c | k == 1 || c < 0.3 = Seen (B.pack [fromIntegral k])
+                     | otherwise = ChildOf (sid (1 + floor (c * fromIntegral (k - 1)) `min` (k - 1))) ref B.empty k
+          origins = M.fromList [ (sid k, origin k c) | (k, c) <- zip [1 ..] coins ]
+          live = map sid liveIx
+          pruned = pruneOrigins live origins
+          ancestors s = case M.lookup s origins of
+            Just (ChildOf p _ _ _) -> s : ancestors p
+            Just (Seen _) -> [s]
+            Nothing -> []
+      in [ lineage pruned s | s <- live ] === [ lineage origins s | s <- live ]
+         .&&. M.keysSet pruned === S.fromList (concatMap ancestors live)
 
   it "moves nothing when every worker has the same work" $ do
     -- four workers with six 1 s states each, and a queue of four: a worker
