@@ -1,0 +1,168 @@
+-- | The state of the evolve scheduler ("Herd.Evolve.Schedule") during one
+-- call, and the few operations every step of it goes through: what the
+-- plan knows of each worker, the index of workers by unstarted states
+-- (kept true by 'putWorker' and 'removeWorker', the only ways a worker's
+-- entry changes), and the queue length the lead time asks for. Pure; the
+-- decisions (start, balance, steal) stay in "Herd.Evolve.Schedule".
+module Herd.Evolve.Plan
+  ( PlanSettings (..)
+  , defaultPlanSettings
+  , WorkerPlan (..)
+  , Plan (..)
+  , Move (..)
+  , PlanEvent (..)
+  , Command (..)
+  , planDone
+  , planLeft
+  , planUnstarted
+  , planIdleWorkers
+  , planIsMoving
+  , planWorkers
+  , unstarted
+  , longestFirst
+  , adjust
+  , putWorker
+  , removeWorker
+  , leastLoaded
+  , meanCost
+  , queueTarget
+  ) where
+
+import qualified Data.ByteString as B
+import Data.List (sortBy)
+import qualified Data.Map.Strict as M
+import Data.Ord (comparing, Down (..))
+import qualified Data.Set as S
+import Herd.Base (WorkerId)
+import Herd.Evolve.Registry (StateId)
+
+-- | What the scheduler needs to know besides the states.
+data PlanSettings = PlanSettings
+  { settingsLead      :: !Double
+    -- ^ seconds of work to keep queued at each worker beyond the state it
+    -- is evolving, to hide the round trip to the master
+  , settingsMeanCost  :: !(Maybe Double)
+    -- ^ the mean step time measured before this call, if any
+  , settingsMaxQueue  :: !Int  -- ^ most states queued at one worker
+  } deriving (Eq, Show)
+
+-- | 100 ms of lead, no history, at most 1000 queued.
+defaultPlanSettings :: PlanSettings
+defaultPlanSettings = PlanSettings 0.1 Nothing 1000
+
+-- What the plan knows of one worker.
+data WorkerPlan = WorkerPlan
+  { wpHeld     :: ![(Double, StateId)]  -- ^ to evolve, not asked yet, longest first
+  , wpQueued   :: ![StateId]            -- ^ asked, not answered, oldest first (the first may be running)
+  , wpIncoming :: !Int                  -- ^ states being moved to it
+  , wpLeaving  :: !Int                  -- ^ its states being asked back
+  } deriving (Eq, Show)
+
+-- | The scheduler's state during one call.
+data Plan = Plan
+  { plWorkers  :: !(M.Map WorkerId WorkerPlan)
+  , plLeft     :: !Int                                -- ^ evolutions not yet answered
+  , plMoving   :: !(M.Map StateId Move)  -- ^ states asked back, not yet answered
+  , plIdle     :: !(S.Set WorkerId)   -- ^ workers with nothing to do and nothing coming
+  , plVictims  :: !(S.Set (Int, WorkerId))  -- ^ workers with unstarted states, by how many
+  , plCostSum  :: !Double
+  , plCostN    :: !Int
+  , plSettings :: !PlanSettings
+  } deriving (Eq, Show)
+
+-- A state asked back from one worker for another.
+data Move = Move
+  { moveFrom   :: !WorkerId
+  , moveTo     :: !WorkerId
+  , moveCost   :: !Double
+  , moveQueued :: !Bool  -- ^ it had been asked to evolve there (else it was only held)
+  } deriving (Eq, Show)
+
+-- | What happened.
+data PlanEvent
+  = Evolved !WorkerId !StateId !Double   -- ^ a worker evolved a state in this many seconds
+  | Released !WorkerId !StateId !B.ByteString  -- ^ a worker gave a state back
+  | Kept !WorkerId !StateId
+    -- ^ a worker did not give a state back: it had started it (or
+    -- already evolved it)
+  | WorkerGone !WorkerId                 -- ^ a worker was lost
+  | Adopted !WorkerId ![(StateId, Double)]
+    -- ^ states lost with a worker were recomputed on this one, and are to
+    -- be evolved in this call after all
+  deriving (Eq, Show)
+
+-- | What the driver must do.
+data Command
+  = Ask !WorkerId ![StateId]          -- ^ evolve these held states, in this order
+  | Release !WorkerId !StateId        -- ^ ask for this unstarted state back
+  | Place !WorkerId !StateId !B.ByteString  -- ^ hand this state to this worker
+  | Lose ![StateId]                   -- ^ these states were on a lost worker and are gone
+  deriving (Eq, Show)
+
+-- | Whether every state of the call has been evolved (or lost) and every
+-- state asked back has been answered for (so no answer of this call can
+-- arrive during the next).
+planDone :: Plan -> Bool
+planDone p = plLeft p == 0 && M.null (plMoving p)
+
+-- | Evolutions not yet answered.
+planLeft :: Plan -> Int
+planLeft = plLeft
+
+-- | Each worker's unstarted states as the plan sees them: not asked yet,
+-- or asked but behind the one that may be running; states being asked
+-- back are not counted.
+planUnstarted :: Plan -> M.Map WorkerId Int
+planUnstarted = M.map unstarted . plWorkers
+
+-- | Workers with nothing held, nothing asked and nothing coming.
+planIdleWorkers :: Plan -> [WorkerId]
+planIdleWorkers p = [ w | (w, wp) <- M.toList (plWorkers p), null (wpHeld wp), null (wpQueued wp), wpIncoming wp == 0 ]
+
+-- | Whether this state has been asked back and the answer is still due.
+planIsMoving :: StateId -> Plan -> Bool
+planIsMoving s p = M.member s (plMoving p)
+
+unstarted :: WorkerPlan -> Int
+unstarted wp = length (wpHeld wp) + max 0 (length (wpQueued wp) - 1) - wpLeaving wp
+
+longestFirst :: [(Double, StateId)] -> [(Double, StateId)]
+longestFirst = sortBy (comparing (\(c, s) -> (Down c, s)))
+
+adjust :: WorkerId -> (WorkerPlan -> WorkerPlan) -> Plan -> Plan
+adjust w f p = maybe p (\wp -> putWorker w (f wp) p) (M.lookup w (plWorkers p))
+
+-- Every change to a worker goes through here, so that the index of
+-- victims by unstarted count stays true.
+putWorker :: WorkerId -> WorkerPlan -> Plan -> Plan
+putWorker w wp p =
+  let vs0 = maybe id (\old -> S.delete (unstarted old, w)) (M.lookup w (plWorkers p)) (plVictims p)
+      n = unstarted wp
+  in p { plWorkers = M.insert w wp (plWorkers p), plVictims = if n >= 1 then S.insert (n, w) vs0 else vs0 }
+
+removeWorker :: WorkerId -> Plan -> Plan
+removeWorker w p =
+  p { plWorkers = M.delete w (plWorkers p)
+    , plVictims = maybe id (\old -> S.delete (unstarted old, w)) (M.lookup w (plWorkers p)) (plVictims p) }
+
+leastLoaded :: Plan -> WorkerId
+leastLoaded p = snd (minimum [ (length (wpHeld wp) + length (wpQueued wp), w) | (w, wp) <- M.toList (plWorkers p) ])
+
+meanCost :: Plan -> Maybe Double
+meanCost p
+  | plCostN p > 0 = Just (plCostSum p / fromIntegral (plCostN p))
+  | otherwise = settingsMeanCost (plSettings p)
+
+-- How many states to keep queued at a worker: the one running, and enough
+-- behind it to cover the lead time.
+queueTarget :: Plan -> Int
+queueTarget p = min (max 2 (settingsMaxQueue s)) (1 + max 1 behind)
+  where
+    s = plSettings p
+    behind = case meanCost p of
+      Just m | m > 0 -> ceiling (settingsLead s / m)
+      _ -> 1
+
+-- | The workers taking part in the call.
+planWorkers :: Plan -> [WorkerId]
+planWorkers = M.keys . plWorkers
