@@ -245,6 +245,17 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
       in [ lineage pruned s | s <- live ] === [ lineage origins s | s <- live ]
          .&&. M.keysSet pruned === S.fromList (concatMap ancestors live)
 
+  it "groups the states to evolve by their holder, every worker listed, absent holders left out" $ property $
+    forAll (sublistOf [1 .. 12 :: WorkerId]) $ \workers ->
+    forAll (listOf ((,) <$> choose (1, 400 :: Int) <*> choose (1, 16 :: WorkerId))) $ \placed ->
+    forAll (sublistOf [1 .. 400 :: Int]) $ \chosen ->
+      let whereAt = M.fromList [ (StateId (fromIntegral k), w) | (k, w) <- placed ]
+          toEvolve = map (StateId . fromIntegral) chosen
+          cost (StateId k) = fromIntegral k / 100
+          grouped = holdingsOf workers whereAt toEvolve cost
+          expected = M.fromList [ (w, sort [ (s, cost s) | s <- toEvolve, M.lookup s whereAt == Just w ]) | w <- workers ]
+      in M.map sort grouped === expected
+
   it "moves nothing when every worker has the same work" $ do
     -- four workers with six 1 s states each, and a queue of four: a worker
     -- whose queue shrinks as it works must not take states from the others,

@@ -11,11 +11,14 @@ import Control.Exception (SomeException, evaluate, try)
 import Data.Bits (shiftL, xor)
 import qualified Data.ByteString as B
 import Data.List (nub, sort)
-import Data.Word (Word8)
+import Data.Word (Word64, Word8)
 import qualified Data.Text as T
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Base (TaskRef (..), encoderBytes)
 import Herd.Wire
+import Herd.Wire.Codec (Get, getCount, getSizedBytes, getWord64, getWord8, runGet)
+import Herd.Wire.Evolved (decodeEvolved, evolvedEncoder)
+import Control.Monad (replicateM)
 import Test.Hspec
 import Test.QuickCheck hiding (Args)
 
@@ -85,11 +88,27 @@ spec = describe "every protocol message" $ do
             (Right _, Right _) -> property True
             (Left (e :: SomeException), _) -> counterexample ("to worker: " ++ show e) False
             (_, Left (e :: SomeException)) -> counterexample ("to master: " ++ show e) False
+  it "reads an evolved report on the direct path exactly as the general decoder does, damaged or not" $
+    forAll ((,,) <$> arbitrary <*> arbitrary <*> resize 6 (listOf ((,) <$> arbitrary <*> bytes))) $ \(sid, busy, kids) ->
+      forAll arbitrary $ \(Mutation kind k bit extra) -> ioProperty $ do
+        b <- mutate kind k bit extra <$> encoderBytes (evolvedEncoder 8 sid busy kids)
+        let general = either (const Nothing) Just (runGet generalEvolved b)
+        pure $ classify (general == Nothing) "rejected" (decodeEvolved b === general)
   it "has a generator for every constructor" $ do
     ts <- generate (vectorOf 3000 genToWorker)
     fs <- generate (vectorOf 3000 genFromWorker)
     sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 14]
     sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 16]
+
+-- The report as the general decoder reads it (tag byte skipped).
+generalEvolved :: Get (Word64, Word64, [(Word64, B.ByteString)])
+generalEvolved = do
+  _ <- getWord8
+  sid <- getWord64
+  busy <- getWord64
+  n <- getCount 12
+  kids <- replicateM n ((,) <$> getWord64 <*> getSizedBytes)
+  pure (sid, busy, kids)
 
 -- | One way to damage a message: which kind, where, which bit, what to add.
 data Mutation = Mutation Int Int Int [Word8]

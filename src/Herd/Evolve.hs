@@ -50,7 +50,6 @@ import Control.Concurrent.MVar
 import Control.Exception
 import Control.Monad (forM, unless)
 import qualified Data.Map.Strict as M
-import qualified Data.Set as S
 import GHC.StaticPtr (StaticPtr)
 import Herd.Clock (monotonicSeconds)
 import Herd.Config
@@ -195,10 +194,7 @@ evolveManyWith opts cluster fn inputs = do
               let present = M.fromList [ (w, ()) | w <- workers ]
                   -- states whose worker went away since the last call are recomputed first
                   stranded = [ sid | (sid, w) <- M.toList (regWhere reg), not (M.member w present) ]
-                  strandedSet = S.fromList stranded
-                  holdings = M.unionWith (++) (M.map (const []) present)
-                               (M.fromListWith (++) [ (regWhere reg M.! sid, [(sid, estimate sid)])
-                                                    | sid <- M.keys inputs, not (S.member sid strandedSet) ])
+                  holdings = holdingsOf workers (regWhere reg) (M.keys inputs) estimate
                   settings = defaultPlanSettings { settingsLead = evolveLead opts, settingsMeanCost = mean }
                   (plan, cmds) = startPlan settings holdings
                   call0 = Call plan ref encodedInputs M.empty (regWhere reg) (regCost reg) (regOrigin reg) M.empty

@@ -46,6 +46,7 @@ import GHC.Fingerprint (Fingerprint (..))
 import Herd.Base (Encoder (..), TaskRef (..), encodeBytes)
 import Herd.Bytes (pokeBE, word32At, word64At)
 import Herd.Wire.Codec
+import Herd.Wire.Evolved (decodeEvolved, evolvedEncoder)
 import Herd.Wire.Handshake
 import Herd.Wire.Tags
 
@@ -162,6 +163,10 @@ fromWorkerUrgency msg = case msg of
 encodeToWorker :: ToWorker -> Encoder
 -- a probe's padding is written straight into the packet: it may be large
 encodeToWorker (Ping n pad) = taggedStream tagPing n (encodeBytes pad)
+-- the evolve API's frequent messages: written straight into the packet
+encodeToWorker (EvolveState sid v) = taggedStream tagEvolveState sid (encodeBytes v)
+encodeToWorker (StateAdd sid v) = taggedStream tagStateAdd sid (encodeBytes v)
+encodeToWorker (StateRelease sid) = taggedStream tagStateRelease sid (encodeBytes B.empty)
 encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
     Args k v -> putWord8 tagArgs <> putWord32 k <> BB.byteString v
     StreamIn sid k v -> putWord8 tagStreamIn <> putWord64 sid <> putWord32 k <> BB.byteString v
@@ -172,10 +177,7 @@ encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
     StreamCredit sid n -> putWord8 tagStreamCredit <> putWord64 sid <> putWord32 n
     StreamClose sid -> putWord8 tagStreamClose <> putWord64 sid
     StatesReset -> putWord8 tagStatesReset
-    StateAdd sid v -> putWord8 tagStateAdd <> putWord64 sid <> BB.byteString v
     EvolveWith ref -> putWord8 tagEvolveWith <> putRef ref
-    EvolveState sid v -> putWord8 tagEvolveState <> putWord64 sid <> BB.byteString v
-    StateRelease sid -> putWord8 tagStateRelease <> putWord64 sid
     StateReplay sid root path -> putWord8 tagStateReplay <> putWord64 sid <> putSizedBytes root
       <> putWord32 (fromIntegral (length path))
       <> foldMap (\(ref, input, k) -> putRef ref <> putSizedBytes input <> putWord32 k) path
@@ -187,6 +189,8 @@ decodeToWorker bs
   | B.length bs >= runHeadBytes && BU.unsafeHead bs == tagStreamIn =
       Right (StreamIn (word64At bs 1) (fromIntegral (word32At bs 9)) (BU.unsafeDrop runHeadBytes bs))
   | B.length bs >= 9 && BU.unsafeHead bs == tagPing = Right (Ping (word64At bs 1) (BU.unsafeDrop 9 bs))  -- the latency probe
+  | B.length bs >= 9 && BU.unsafeHead bs == tagEvolveState = Right (EvolveState (word64At bs 1) (BU.unsafeDrop 9 bs))
+  | B.length bs == 9 && BU.unsafeHead bs == tagStateRelease = Right (StateRelease (word64At bs 1))
   | otherwise = decodeToWorkerSlow bs
 
 decodeToWorkerSlow :: B.ByteString -> Either String ToWorker
@@ -218,6 +222,9 @@ decodeToWorkerSlow = runGet $ do
 encodeFromWorker :: FromWorker -> Encoder
 -- the latency probe's answer is written straight into the packet
 encodeFromWorker (Pong n) = Encoder 9 $ \p -> pokeByteOff p 0 tagPong >> pokeBE 8 p 1 n
+encodeFromWorker (StateEvolved sid busy children) = evolvedEncoder tagStateEvolved sid busy children
+encodeFromWorker (StateKept sid) = taggedStream tagStateKept sid (encodeBytes B.empty)
+encodeFromWorker (StateReleased sid v) = taggedStream tagStateReleased sid (encodeBytes v)
 encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   Results k v -> putWord8 tagResults <> putWord32 k <> BB.byteString v
   BatchDone bid busy -> putWord8 tagBatchDone <> putWord64 bid <> putWord64 busy
@@ -227,13 +234,8 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   StreamDone sid -> putWord8 tagStreamDone <> putWord64 sid
   StreamAborted sid why -> putWord8 tagStreamAborted <> putWord64 sid <> putText why
   StreamTaken sid n -> putWord8 tagStreamTaken <> putWord64 sid <> putWord32 n
-  StateEvolved sid busy children -> putWord8 tagStateEvolved <> putWord64 sid <> putWord64 busy
-    <> putWord32 (fromIntegral (length children))
-    <> foldMap (\(c, o) -> putWord64 c <> putSizedBytes o) children
   EvolveThrew sid why -> putWord8 tagEvolveThrew <> putWord64 sid <> putText why
   EvolveRejected why -> putWord8 tagEvolveRejected <> putText why
-  StateReleased sid v -> putWord8 tagStateReleased <> putWord64 sid <> BB.byteString v
-  StateKept sid -> putWord8 tagStateKept <> putWord64 sid
   StateMissing sid -> putWord8 tagStateMissing <> putWord64 sid
   StatesCleared -> putWord8 tagStatesCleared
   StateReplayed sid -> putWord8 tagStateReplayed <> putWord64 sid
@@ -245,6 +247,9 @@ decodeFromWorker bs
   | B.length bs >= runHeadBytes && BU.unsafeHead bs == tagStreamOut =
       Right (StreamOut (word64At bs 1) (fromIntegral (word32At bs 9)) (BU.unsafeDrop runHeadBytes bs))
   | B.length bs == 9 && BU.unsafeHead bs == tagPong = Right (Pong (word64At bs 1))
+  | not (B.null bs) && BU.unsafeHead bs == tagStateEvolved, Just (sid, busy, kids) <- decodeEvolved bs =
+      Right (StateEvolved sid busy kids)
+  | B.length bs >= 9 && BU.unsafeHead bs == tagStateReleased = Right (StateReleased (word64At bs 1) (BU.unsafeDrop 9 bs))
   | otherwise = decodeFromWorkerSlow bs
 
 decodeFromWorkerSlow :: B.ByteString -> Either String FromWorker

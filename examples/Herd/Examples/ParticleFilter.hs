@@ -169,14 +169,17 @@ runFilter setup evolveAll keys0 = go 0 (map (\k -> (k, 1)) keys0) (observations 
     go t current ((_, z) : later) estimates evolved = do
       let inputs = M.fromList [ (k, FilterInput c z t (setupSimulate setup) (setupWork setup)) | (k, c) <- current ]
       outs <- evolveAll inputs
-      let children = concat [ M.findWithDefault [] k outs | (k, _) <- current ]
-          top = maximum (map (outLogWeight . snd) children)
+      -- strict passes over the children: this runs on the master between
+      -- two calls, so its time is the whole cluster's idle time
+      let children = concatMap (\(k, _) -> M.findWithDefault [] k outs) current
+          top = foldl' (\m (_, o) -> max m (outLogWeight o)) (-1 / 0) children
           weights = [ exp (outLogWeight o - top) | (_, o) <- children ]
-          total = sum weights
-          estimate = sum (zipWith (\w (_, o) -> w * outPos o) weights children) / total
+          (total, weighted) = foldl' (\(!s, !p) (w, (_, o)) -> (s + w, p + w * outPos o)) (0, 0) (zip weights children)
+          !estimate = weighted / total
           u0 = uniform (mix64 (setupSeed setup `xor` fromIntegral (t + 1000)))
-          counts = systematic (setupParticles setup) u0 (map (/ total) weights)
-      go (t + 1) (zip (map fst children) counts) later (estimate : estimates) (M.size inputs : evolved)
+          counts = systematic (setupParticles setup) u0 total weights
+          !size = M.size inputs
+      go (t + 1) (zip (map fst children) counts) later (estimate : estimates) (size : evolved)
 
 -- | Run the filter on this core alone.
 runSequential :: FilterSetup -> FilterRun
@@ -205,16 +208,16 @@ instance Monad Local where
   Local g >>= k = Local (\s -> let (a, s1) = g s; Local h = k a in h s1)
 
 -- Systematic resampling: n equally spaced points from u0/n, counted per
--- weight interval.
-systematic :: Int -> Double -> [Double] -> [Int]
-systematic n u0 ws = go 0 0 ws
+-- weight interval (the weights sum to the given total).
+systematic :: Int -> Double -> Double -> [Double] -> [Int]
+systematic n u0 total ws = go 0 0 ws
   where
     step = 1 / fromIntegral n
     go _ _ [] = []
-    go cum taken (w : rest) =
-      let cum' = cum + w
+    go !cum !taken (w : rest) =
+      let cum' = cum + w / total
           upto = min n (ceiling ((cum' - u0 * step) / step))
-          here = max 0 (upto - taken)
+          !here = max 0 (upto - taken)
       in here : go cum' (taken + here) rest
 
 -- SplitMix64's mixer.

@@ -31,7 +31,6 @@ module Herd.Evolve.Plan
 import qualified Data.ByteString as B
 import Data.List (sortBy)
 import qualified Data.Map.Strict as M
-import Data.Ord (comparing, Down (..))
 import qualified Data.Set as S
 import Herd.Base (WorkerId)
 import Herd.Evolve.Registry (StateId)
@@ -127,7 +126,7 @@ unstarted :: WorkerPlan -> Int
 unstarted wp = length (wpHeld wp) + max 0 (length (wpQueued wp) - 1) - wpLeaving wp
 
 longestFirst :: [(Double, StateId)] -> [(Double, StateId)]
-longestFirst = sortBy (comparing (\(c, s) -> (Down c, s)))
+longestFirst = sortBy (\(c1, s1) (c2, s2) -> compare c2 c1 <> compare s1 s2)
 
 adjust :: WorkerId -> (WorkerPlan -> WorkerPlan) -> Plan -> Plan
 adjust w f p = maybe p (\wp -> putWorker w (f wp) p) (M.lookup w (plWorkers p))

@@ -132,7 +132,9 @@ hostApply linked outs (Hosted machine st ws lost err answer) =
         (Nothing, e : _) -> Just e
         _ -> err
       live w = S.member w ws && not (M.member w lost) && linked w
-      perWorker = M.fromListWith (flip (++)) [ (w, [m]) | SendTo w m <- outs, live w ]
+      -- consed newest first and reversed once: appending per message was
+      -- quadratic in the messages to one worker
+      perWorker = M.map reverse (M.fromListWith (++) [ (w, [m]) | SendTo w m <- outs, live w ])
   in (Hosted machine st ws lost err' answer, M.toList perWorker, [ (w, why) | DropPeer w why <- outs ])
 
 -- | What a watcher is shown of the session.

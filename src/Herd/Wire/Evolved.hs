@@ -1,0 +1,72 @@
+{-# LANGUAGE BangPatterns #-}
+-- | The evolve API's most frequent message, a worker's report of an evolved
+-- state (its id, its busy time and its children with their outputs),
+-- encoded straight into the packet and decoded straight out of it.
+--
+-- The general path ("Herd.Wire.Codec") builds each message through a
+-- @Builder@ into a fresh buffer and reads it back through a @Get@; at
+-- thousands of workers this message is most of the master's traffic, and
+-- those two steps were kilobytes of allocation each. The bytes are the
+-- same as the general path's, so either side may use either path.
+--
+-- Promises: 'decodeEvolved' accepts exactly the byte strings the general
+-- decoder accepts for this tag (everything checked against the bytes
+-- present, nothing read past them); it never throws. Pure.
+module Herd.Wire.Evolved
+  ( evolvedEncoder
+  , decodeEvolved
+  ) where
+
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Internal as BI
+import qualified Data.ByteString.Unsafe as BU
+import Data.Word (Word64, Word8)
+import Foreign.Ptr (Ptr, castPtr, plusPtr)
+import Foreign.Storable (pokeByteOff)
+import Herd.Base (Encoder (..))
+import Herd.Bytes (pokeBE, word32At, word64At)
+
+-- | Tag, state id, busy nanoseconds, child count, then per child its id,
+-- its output's length and the output.
+evolvedEncoder :: Word8 -> Word64 -> Word64 -> [(Word64, B.ByteString)] -> Encoder
+evolvedEncoder tag sid busy children = Encoder size write
+  where
+    size = 21 + sum [ 12 + B.length o | (_, o) <- children ]
+    write p = do
+      pokeByteOff p 0 tag
+      pokeBE 8 p 1 sid
+      pokeBE 8 p 9 busy
+      pokeBE 4 p 17 (fromIntegral (length children))
+      go (p `plusPtr` 21) children
+    go :: Ptr Word8 -> [(Word64, B.ByteString)] -> IO ()
+    go _ [] = pure ()
+    go q ((c, o) : rest) = do
+      pokeBE 8 q 0 c
+      pokeBE 4 q 8 (fromIntegral (B.length o))
+      copyInto (q `plusPtr` 12) o
+      go (q `plusPtr` (12 + B.length o)) rest
+
+copyInto :: Ptr Word8 -> B.ByteString -> IO ()
+copyInto dst bs = BU.unsafeUseAsCStringLen bs $ \(src, n) -> BI.memcpy dst (castPtr src) n
+
+-- | The parts of an evolved report whose tag byte has been checked:
+-- 'Nothing' when the rest does not fit the bytes exactly (the caller's
+-- general decoder then says what is wrong). Outputs are slices of the
+-- input.
+decodeEvolved :: B.ByteString -> Maybe (Word64, Word64, [(Word64, B.ByteString)])
+decodeEvolved bs
+  | len < 21 = Nothing
+  | count > (len - 21) `div` 12 = Nothing
+  | otherwise = (\kids -> (word64At bs 1, word64At bs 9, kids)) <$> children count 21
+  where
+    len = B.length bs
+    count = word32At bs 17
+    children :: Int -> Int -> Maybe [(Word64, B.ByteString)]
+    children 0 !at = if at == len then Just [] else Nothing
+    children k !at
+      | len - at < 12 = Nothing
+      | otherwise =
+          let n = word32At bs (at + 8)
+              from = at + 12
+          in if n > len - from then Nothing
+             else ((word64At bs at, BU.unsafeTake n (BU.unsafeDrop from bs)) :) <$> children (k - 1) (from + n)
