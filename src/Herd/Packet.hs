@@ -28,6 +28,7 @@ module Herd.Packet
   , encoderBytes
   , packetOf
   , sendMessage
+  , sendMessageHeld
   , sendValues
   , flushIdle
   , senderRoom
@@ -46,7 +47,7 @@ module Herd.Packet
   ) where
 
 import Control.Concurrent.MVar
-import Control.Exception (mask_, onException)
+import Control.Exception (mask, mask_, onException)
 import Control.Monad (when)
 import qualified Data.ByteString as B
 import Data.IORef
@@ -75,6 +76,17 @@ packetOf encs = do
 -- | Add one message.
 sendMessage :: Sender -> Urgency -> Encoder -> IO ()
 sendMessage s urgency enc = withLock s $ \now -> addMessage s now urgency 1 enc
+
+-- | Add one message for a caller that flushes this sender itself soon
+-- after ('flushIdle'), as the master's shell does at the end of every
+-- step: no timer thread is started for it. Sending the first asks of an
+-- evolve call to 2048 workers forked 2048 timer threads that all woke to
+-- find nothing to send.
+sendMessageHeld :: Sender -> Urgency -> Encoder -> IO ()
+sendMessageHeld s urgency enc = mask $ \restore -> do
+  takeMVar (sLock s)
+  restore (monotonicSeconds >>= \now -> addMessage s now urgency 1 enc) `onException` putMVar (sLock s) ()
+  putMVar (sLock s) ()
 
 -- | Add one message that carries this many values (a run of a batch's
 -- arguments or results), counted as such in the statistics.

@@ -134,10 +134,18 @@ adjust w f p = maybe p (\wp -> putWorker w (f wp) p) (M.lookup w (plWorkers p))
 -- Every change to a worker goes through here, so that the index of
 -- victims by unstarted count stays true.
 putWorker :: WorkerId -> WorkerPlan -> Plan -> Plan
-putWorker w wp p =
-  let vs0 = maybe id (\old -> S.delete (unstarted old, w)) (M.lookup w (plWorkers p)) (plVictims p)
-      n = unstarted wp
-  in p { plWorkers = M.insert w wp (plWorkers p), plVictims = if n >= 1 then S.insert (n, w) vs0 else vs0 }
+putWorker w wp p = p { plWorkers = M.insert w wp (plWorkers p), plVictims = victims }
+  where
+    n = unstarted wp
+    -- the index changes only when the count does: most puts (a state
+    -- asked, one answered) leave it as it was, and rebuilding a path of a
+    -- set of thousands of workers twice per put was most of a start's
+    -- allocation
+    victims = case M.lookup w (plWorkers p) of
+      Just old | unstarted old == n -> plVictims p
+               | otherwise -> enter (S.delete (unstarted old, w) (plVictims p))
+      Nothing -> enter (plVictims p)
+    enter vs = if n >= 1 then S.insert (n, w) vs else vs
 
 removeWorker :: WorkerId -> Plan -> Plan
 removeWorker w p =

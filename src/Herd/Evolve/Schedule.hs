@@ -237,7 +237,9 @@ settle ws p0 = fmap (concat . reverse) (foldl' one (p0, []) ws)
                                  else (p', [])
             idle = maybe False (\x -> null (wpHeld x) && null (wpQueued x) && wpIncoming x == 0)
                          (M.lookup w (plWorkers p''))
-        in ( p'' { plIdle = (if idle then S.insert w else S.delete w) (plIdle p'') }
+            -- inserting a worker already there would copy its path anyway
+            idleSet = plIdle p''
+        in ( p'' { plIdle = if idle then (if S.member w idleSet then idleSet else S.insert w idleSet) else S.delete w idleSet }
            , (askCmds ++ stealCmds) : groups )
 
 -- A worker with nothing held and room in its queue takes states from the

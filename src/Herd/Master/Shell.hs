@@ -156,7 +156,8 @@ runEvents sh t ss (e : es) = do
 execute :: Shell -> (ShellState, [Event]) -> Command -> IO (ShellState, [Event])
 execute sh (ss, fed) cmd = case cmd of
   -- INV-ONE-WRITER: the link's sender is used here, under the lock, and nowhere else
-  Send w urgency msg -> withLink w $ \l -> send w (sendMessage (lhSender l) urgency (encodeToWorker msg))
+  -- held: the step ends with flushTouched, which sends what is left
+  Send w urgency msg -> withLink w $ \l -> send w (sendMessageHeld (lhSender l) urgency (encodeToWorker msg))
   SendBatch w jid bid ref ranges -> case (M.lookup w (ssLinks ss), M.lookup jid (ssFarms ss)) of
     (Just l, Just (spec, _)) -> send w $ do
       let sender = lhSender l
@@ -216,7 +217,9 @@ execute sh (ss, fed) cmd = case cmd of
     send w act = do
       r <- trySync act
       case r of
-        Right () -> pure (ss { ssTouched = S.insert w (ssTouched ss) }, fed)
+        -- inserting a worker already there would copy its path of the set
+        Right () | S.member w (ssTouched ss) -> pure (ss, fed)
+                 | otherwise -> pure (ss { ssTouched = S.insert w (ssTouched ss) }, fed)
         Left ex -> pure (ss, LinkDown w ("send failed: " ++ displayException ex) : fed)
 
 -- Keep the newest 'keptLost' (worker numbers grow with time).
