@@ -223,24 +223,27 @@ settle :: [WorkerId] -> Plan -> (Plan, [Command])
 settle ws p0 = fmap (concat . reverse) (foldl' one (p0, []) ws)
   where
     -- commands gathered newest group first, flattened once at the end
-    one (p, groups) w = case M.lookup w (plWorkers p) of
+    -- strict throughout: a start runs this once per worker, and the lazy
+    -- version left a dozen thunks per worker for the next step to force
+    one (!p, groups) w = case M.lookup w (plWorkers p) of
       Nothing -> (p, groups)
       Just wp ->
-        let target = queueTarget p
-            room = target - length (wpQueued wp)
+        let !target = queueTarget p
+            !room = target - length (wpQueued wp)
             (asked, kept) = splitAt (max 0 room) (wpHeld wp)
-            wp' = wp { wpHeld = kept, wpQueued = wpQueued wp ++ map snd asked }
-            p' = putWorker w wp' p
-            askCmds = [ Ask w (map snd asked) | not (null asked) ]
-            (p'', stealCmds) = if null kept && length (wpQueued wp') < target && wpIncoming wp' == 0
-                                 then steal w p'
-                                 else (p', [])
-            idle = maybe False (\x -> null (wpHeld x) && null (wpQueued x) && wpIncoming x == 0)
-                         (M.lookup w (plWorkers p''))
+            !askedIds = map snd asked
+            !wp' = wp { wpHeld = kept, wpQueued = if null askedIds then wpQueued wp else wpQueued wp ++ askedIds }
+            !p' = putWorker w wp' p
+            (!p'', stealCmds) = if null kept && length (wpQueued wp') < target && wpIncoming wp' == 0
+                                  then steal w p'
+                                  else (p', [])
+            !idle = maybe False (\x -> null (wpHeld x) && null (wpQueued x) && wpIncoming x == 0)
+                          (M.lookup w (plWorkers p''))
             -- inserting a worker already there would copy its path anyway
             idleSet = plIdle p''
-        in ( p'' { plIdle = if idle then (if S.member w idleSet then idleSet else S.insert w idleSet) else S.delete w idleSet }
-           , (askCmds ++ stealCmds) : groups )
+            !idleSet' = if idle then (if S.member w idleSet then idleSet else S.insert w idleSet) else S.delete w idleSet
+            group = if null askedIds then stealCmds else Ask w askedIds : stealCmds
+        in ( p'' { plIdle = idleSet' }, if null group then groups else group : groups )
 
 -- A worker with nothing held and room in its queue takes states from the
 -- worker with the most unstarted ones, but only when that shortens the
