@@ -259,8 +259,8 @@ validateConfig c
       bad "configSimulatedWorkers" ("must be 0 or more, got " ++ show (configSimulatedWorkers c))
   | configSimulatedHosts c < 1 || configSimulatedHosts c > 256 =
       bad "configSimulatedHosts" ("must be from 1 to 256, got " ++ show (configSimulatedHosts c))
-  | configSimulatedWorkers c > 65536 * configSimulatedHosts c =
-      bad "configSimulatedWorkers" ("at most 65536 per simulated host (configSimulatedHosts = "
+  | configSimulatedWorkers c > maxSimulatedPerHost * configSimulatedHosts c =
+      bad "configSimulatedWorkers" ("at most " ++ show maxSimulatedPerHost ++ " per simulated host (configSimulatedHosts = "
                                     ++ show (configSimulatedHosts c) ++ "), got " ++ show (configSimulatedWorkers c))
   | configWorkerNice c < 0 || configWorkerNice c > 19 =
       bad "configWorkerNice" ("must be from 0 to 19, got " ++ show (configWorkerNice c))

@@ -177,8 +177,9 @@ withMaster config raw body = do
         let localAddr = case (local, transport) of
               (Just (_, name), ShmTransport) -> "shm:" ++ name
               (Just (_, name), _) -> "unix:" ++ name
-              _ -> (if isWildcard host then "127.0.0.1" else host) ++ ":" ++ show port
+              _ -> tcpAddr
             remoteAddr = advertise ++ ":" ++ show port
+            -- the listening socket as a process of this machine reaches it
             tcpAddr = (if isWildcard host then "127.0.0.1" else host) ++ ":" ++ show port
         bracket (startLaunches cfg secret plan slurmTasks localAddr tcpAddr remoteAddr) (mapM_ launchStop) $
           \launches -> do

@@ -13,6 +13,7 @@ module Herd.Simulate
     -- * For the simulated host
   , beginSimulatedHost
   , takeSimulatedCost
+  , sleepOsThread
   ) where
 
 import Data.IORef
@@ -36,11 +37,17 @@ simulatedWork secs x
       hosting <- readIORef simulatedCost
       case hosting of
         Just total -> writeIORef simulatedCost $! Just (total + secs)
-        Nothing -> () <$ c_usleep (round (min 4000 secs * 1e6))
+        Nothing -> sleepOsThread (min 4000 secs)
       pure x
 {-# NOINLINE simulatedWork #-}
 
 foreign import ccall safe "usleep" c_usleep :: CUInt -> IO CInt
+
+-- | Sleep this many seconds (rounded up to a microsecond) on the calling
+-- OS thread, not through the runtime's timer: the rest of the runtime goes
+-- on, and no timer thread is woken.
+sleepOsThread :: Double -> IO ()
+sleepOsThread secs = () <$ c_usleep (ceiling (secs * 1e6))
 
 -- | Make this process a simulated host: from now on 'simulatedWork' adds
 -- up its cost instead of sleeping.

@@ -26,7 +26,7 @@ module Herd.Worker
   ) where
 
 import Herd.Log (logToStderr)
-import Herd.Config.Parse (parseHostPortFrom)
+import Herd.Config.Parse (parseHostPortFrom, parseSimulatedCount)
 import Herd.Trace (tracing)
 import Control.Exception
 import Control.Concurrent (forkIO, myThreadId)
@@ -142,12 +142,6 @@ serveIfWorker = do
         (Nothing, Nothing) -> runWorker (WorkerOptions address cpu' watch source group)
       exitSuccess
   where die' msg = logToStderr ("herd worker: " ++ msg) >> exitWith (ExitFailure 2)
-
--- A simulated host's worker count: a number from 1 to 65536.
-parseSimulatedCount :: String -> Either String Int
-parseSimulatedCount s = case readMaybe s of
-  Just n | n >= 1 && n <= 65536 -> Right n
-  _ -> Left ("expected a worker count from 1 to 65536, got " ++ show s)
 
 -- Under srun: the physical core numbered by this task's SLURM_LOCALID among
 -- those the allocation lets it use.

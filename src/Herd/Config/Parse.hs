@@ -8,6 +8,8 @@ module Herd.Config.Parse
   , parseHostsFile
   , parseHostPortFrom
   , parseDashboardAddress
+  , maxSimulatedPerHost
+  , parseSimulatedCount
   ) where
 
 import Data.Char (isDigit, isSpace)
@@ -31,6 +33,17 @@ parseHostPortFrom lowest s = case break (== ':') (reverse s) of
 -- asks for a free port.
 parseDashboardAddress :: String -> Either String (String, Int)
 parseDashboardAddress = parseHostPortFrom 0
+
+-- | The most workers one simulated host plays.
+maxSimulatedPerHost :: Int
+maxSimulatedPerHost = 65536
+
+-- | A simulated host's worker count, as its process is told it: a whole
+-- number from 1 to 'maxSimulatedPerHost'.
+parseSimulatedCount :: String -> Either String Int
+parseSimulatedCount s
+  | not (null s), all isDigit s, length s < 10, n <- read s, n >= 1, n <= maxSimulatedPerHost = Right n
+  | otherwise = Left ("expected a worker count from 1 to " ++ show maxSimulatedPerHost ++ ", got " ++ show s)
 
 -- | A host to start workers on over ssh: @[USER\@]HOST@ and how many
 -- workers (by default one per physical core of that host).

@@ -33,17 +33,14 @@ import qualified Data.IntSet as IS
 import qualified Data.Map.Strict as M
 import qualified Data.Sequence as Seq
 import qualified Data.Text as T
-import Foreign.C.Types (CInt (..), CUInt (..))
 import Foreign.Marshal.Array (allocaArray, peekArray)
 import Herd.Auth (Secret)
-import Herd.Base (Encoder (..))
 import Herd.BuildId (buildIdentity)
 import Herd.Clock (monotonicSeconds)
 import Herd.Epoll
 import Herd.Evolve.Held
-import Herd.Packet (packetOf, splitPacket)
-import Herd.Packet.Policy (PacketPolicy (..))
-import Herd.Simulate (beginSimulatedHost)
+import Herd.Packet (flushIdle, newSender, splitPacket)
+import Herd.Simulate (beginSimulatedHost, sleepOsThread)
 import Herd.Simulate.Play
 import Herd.Simulate.Wheel
 import Herd.Transport
@@ -64,8 +61,6 @@ data SimulatedHost = SimulatedHost
   , simHostName :: String -- ^ reported as each worker's host
   }
 
-foreign import ccall safe "usleep" c_usleep :: CUInt -> IO CInt
-
 -- | Connect every worker, then serve them all from this thread until the
 -- last is gone. Throws (naming the reason) if a worker cannot join.
 runSimulatedHost :: SimulatedHost -> IO ()
@@ -82,8 +77,9 @@ runSimulatedHost opts = do
           Left why -> closeConnection conn >> throwIO (userError why)
           Right j -> do
             _ <- setLiveness (joinedLiveness j) conn
+            -- the real worker's packet layer, over the same kind of link
             Sim conn j <$> newIORef noBatch <*> newIORef (newHeld (joinedId j)) <*> newIORef (Farm False Seq.empty)
-                       <*> newIORef [] <*> newIORef 0
+                       <*> newSender (joinedPolicy j) (sendRaw conn) <*> newIORef 0
   -- a few handshakes at a time: the master bounds those pending
   sims <- concat <$> mapM (mapConcurrently joinOne) (groupsOf 16 [1 .. simWorkers opts])
   bracket epollCreate epollClose $ \ep -> do
@@ -113,7 +109,7 @@ serveAll host = allocaArray 256 $ \tags -> do
           n <- if wait >= 0.001 then epollWait (hEpoll host) tags 256 (floor (wait * 1000))
                else do
                  -- epoll waits in milliseconds: a shorter wait sleeps, then looks
-                 when (wait > 0) $ () <$ c_usleep (ceiling (wait * 1e6))
+                 when (wait > 0) $ sleepOsThread wait
                  epollPoll (hEpoll host) tags 256
           when (n < 0 && n /= -4) $ ioError (userError ("epoll_wait failed (errno " ++ show (negate n) ++ ")"))
           ready <- if n > 0 then peekArray n tags else pure []
@@ -156,24 +152,12 @@ readLink host tag = withSim host tag $ \s -> do
     Right (Left why) -> dropSim host tag why
     Right (Right ()) -> pure ()
 
--- Send what each worker queued this round, as few packets as the master's
--- packet size allows (one message each with chunking off).
+-- Send what each worker's packet buffer holds at the end of the round.
 flushAll :: Host -> IO ()
 flushAll host = do
   dirty <- atomicModifyIORef' (hDirty host) (\d -> (IS.empty, IS.toList d))
   forM_ dirty $ \tag -> withSim host tag $ \s -> do
-    encs <- reverse <$> atomicModifyIORef' (sOut s) (\e -> ([], e))
-    let policy = joinedPolicy (sJoined s)
-        packets | policyChunking policy = pack (policyCapacity policy - 4) encs
-                | otherwise = map pure encs
-    r <- try (forM_ packets $ \p -> packetOf p >>= sendFrameStrict (sConn s))
+    r <- try (flushIdle (sSender s))
     case r of
       Left (e :: SomeException) -> dropSim host tag ("cannot send to the master: " ++ displayException e)
       Right () -> pure ()
-  where
-    pack _ [] = []
-    pack room es = let (p, rest) = fill room es in p : pack room rest
-    fill room (e@(Encoder n _) : es) = go (room - n - 4) [e] es
-      where go left acc (x@(Encoder m _) : xs) | m + 4 <= left = go (left - m - 4) (x : acc) xs
-            go _ acc xs = (reverse acc, xs)
-    fill _ [] = ([], [])

@@ -39,7 +39,8 @@ import Herd.Evolve.Function (EvolveRunner, lookupEvolver)
 import Herd.Evolve.Held
 import Herd.Evolve.Holder (runJob)
 import Herd.Log (logToStderr)
-import Herd.Packet.Policy (PacketPolicy (..))
+import Herd.Packet (Sender, sendMessageHeld)
+import Herd.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.Simulate (takeSimulatedCost)
 import Herd.Simulate.Wheel
 import Herd.Task (Runner (..), TaskRef (..), lookupRunner)
@@ -60,7 +61,7 @@ data Sim = Sim
   , sBatches :: !(IORef (Batches Runner))
   , sHeld    :: !(IORef (Held EvolveRunner))
   , sFarm    :: !(IORef Farm)
-  , sOut     :: !(IORef [Encoder])  -- ^ to send at the end of the round, newest first
+  , sSender  :: !Sender               -- ^ gathers its answers into packets, flushed at the end of the round
   , sFedAt   :: !(IORef Double)     -- ^ when the master's latest message to it was read
   }
 
@@ -204,10 +205,16 @@ verdict host tag s v = case v of
 say :: Host -> Int -> Sim -> FromWorker -> IO ()
 say host tag _ m = out host tag (encodeFromWorker m)
 
+-- Into the worker's packet buffer, as a real worker's messages go; the
+-- host's loop flushes it at the end of the round ('flushIdle'), so no
+-- timer is started. A full buffer is sent at once, and a link that fails
+-- then drops the worker.
 out :: Host -> Int -> Encoder -> IO ()
 out host tag enc = withSim host tag $ \s -> do
-  modifyIORef' (sOut s) (enc :)
-  modifyIORef' (hDirty host) (IS.insert tag)
+  r <- try (sendMessageHeld (sSender s) Bulk enc)
+  case r of
+    Left (e :: SomeException) -> dropSim host tag ("cannot send to the master: " ++ displayException e)
+    Right () -> modifyIORef' (hDirty host) (IS.insert tag)
 
 -- Drop a worker: close its link (an empty reason: the master closed it).
 dropSim :: Host -> Int -> String -> IO ()
