@@ -41,7 +41,8 @@ data Item = Msg ToWorker | Batch Word Word [Int] | Input Word B.ByteString
 
 data FarmModel = FarmModel
   { fmTasks    :: Int
-  , fmPoison   :: Maybe Int
+  , fmPoison   :: Maybe Int              -- a task that throws
+  , fmKiller   :: Maybe Int              -- a task that kills the worker running it
   , fmStaged   :: M.Map Int B.ByteString
   , fmAccepted :: M.Map Int Int        -- times each task was accepted
   , fmAnswers  :: [Either HerdError ()]
@@ -69,12 +70,13 @@ data World = World
   , wStreams   :: M.Map Word StreamModel
   , wSessions  :: [IORef [Either HerdError ()]]
   , wProblems  :: [String]
+  , wKills     :: Int                     -- workers killed from outside
   }
 
 -- | One happening, chosen by numbers.
 data Action
   = Join | Kill Int | Handle Int | Deliver Int | Garbage Int
-  | Submit Int (Maybe Int) Bool | Cancel Int
+  | Submit Int (Maybe Int) (Maybe Int) Bool | Cancel Int
   | Open Int | Caller Int | Session (Maybe Int)
   deriving (Show)
 
@@ -82,7 +84,8 @@ genAction :: Gen Action
 genAction = frequency
   [ (2, pure Join), (1, Kill <$> arbitrary), (12, Handle <$> arbitrary), (12, Deliver <$> arbitrary)
   , (1, Garbage <$> arbitrary)
-  , (3, Submit <$> choose (0, 25) <*> frequency [(4, pure Nothing), (1, Just <$> choose (0, 25))] <*> arbitrary)
+  , (3, Submit <$> choose (0, 25) <*> frequency [(4, pure Nothing), (1, Just <$> choose (0, 25))]
+                <*> frequency [(5, pure Nothing), (1, Just <$> choose (0, 25))] <*> arbitrary)
   , (1, Cancel <$> arbitrary), (2, Open <$> choose (0, 12)), (6, Caller <$> arbitrary)
   , (1, Session <$> elements [Nothing, Just 1, Just 2]) ]
 
@@ -209,17 +212,24 @@ act :: World -> Action -> IO World
 act w a = case a of
   Join -> feed (LinkUp (wNextW w)) w { wNextW = wNextW w + 1
                                      , wWorkers = M.insert (wNextW w) (WorkerModel Seq.empty Seq.empty M.empty) (wWorkers w) }
-  Kill k -> onWorker k $ \x _ -> feed (LinkDown x "killed") w { wWorkers = M.delete x (wWorkers w) }
-  Handle k -> onWorker k $ \x m -> pure w { wWorkers = M.insert x (handle x m w) (wWorkers w) }
+  Kill k -> onWorker k $ \x _ -> feed (LinkDown x "killed") w { wWorkers = M.delete x (wWorkers w), wKills = wKills w + 1 }
+  Handle k -> onWorker k $ \x m -> case Seq.viewl (wmInbox m) of
+    -- a batch that reaches its killer kills the worker: what it had not
+    -- sent yet (all of its outbox, at worst) is lost with it
+    Batch jid _ tasks :< _
+      | Just f <- M.lookup jid (wFarms w), Just k' <- fmKiller f
+      , k' `elem` takeWhile ((/= fmPoison f) . Just) tasks ->
+          feed (LinkDown x "killed by its task") w { wWorkers = M.delete x (wWorkers w) }
+    _ -> pure w { wWorkers = M.insert x (handle x m w) (wWorkers w) }
   Deliver k -> onWorker k $ \x m -> case Seq.viewl (wmOutbox m) of
     EmptyL -> pure w
     msg :< rest -> feed (Received x msg) w { wWorkers = M.insert x m { wmOutbox = rest } (wWorkers w) }
   Garbage k -> onWorker k $ \x _ -> feed (Received x (BatchDone 999999 0)) w
-  Submit n poison fixed -> do
+  Submit n poison killer fixed -> do
     let jid = wNextId w
-        job = FarmJob ref n (if fixed then FixedBatch 3 else Adaptive) 0.02
+        job = FarmJob ref n (if fixed then FixedBatch 3 else Adaptive) 0.02 3
     feed (FarmSubmit (fromIntegral jid) job)
-         w { wNextId = jid + 1, wFarms = M.insert jid (FarmModel n poison M.empty M.empty [] False) (wFarms w) }
+         w { wNextId = jid + 1, wFarms = M.insert jid (FarmModel n poison killer M.empty M.empty [] False) (wFarms w) }
   Cancel k -> case pick k [ j | (j, f) <- M.toList (wFarms w), null (fmAnswers f), not (fmCancelled f) ] of
     Nothing -> pure w
     Just j -> feed (FarmCancel (fromIntegral j)) w { wFarms = M.adjust (\f -> f { fmCancelled = True }) j (wFarms w) }
@@ -283,6 +293,9 @@ verdict w = do
              | [Right ()] <- [fmAnswers f], i <- [0 .. fmTasks f - 1], M.lookup i (fmAccepted f) /= Just 1 ]
           ++ [ "job " ++ show j ++ " finished though task " ++ show p ++ " throws"
              | [Right ()] <- [fmAnswers f], Just p <- [fmPoison f], p < fmTasks f ]
+          ++ [ "job " ++ show j ++ " finished though task " ++ show k ++ " kills its workers"
+             | [Right ()] <- [fmAnswers f], Just k <- [fmKiller f], k < fmTasks f
+             , maybe True (> k) (fmPoison f) ]
           ++ [ "job " ++ show j ++ " failed with " ++ show e
              | [Left e] <- [fmAnswers f], not (expectedFailure f e) ]
         | (j, f) <- M.toList (wFarms w) ]
@@ -300,12 +313,15 @@ verdict w = do
     expectedFailure f e = case e of
       TaskFailed i _ _ -> Just i == fmPoison f
       AllWorkersLost _ -> True
+      -- deaths from outside are charged to whatever may have been running:
+      -- two of them can make an innocent task look guilty
+      TaskKilledWorkers i _ d _ -> d == 3 && (Just i == fmKiller f || wKills w >= 2)
       _ -> False
     isPrefixOf' = isPrefixOf
 
 runWorld :: [Action] -> IO (World, [String])
 runWorld actions = do
-  let w0 = World emptyCore 0 M.empty 1 1 M.empty M.empty [] []
+  let w0 = World emptyCore 0 M.empty 1 1 M.empty M.empty [] [] 0
   w1 <- foldM act w0 (Join : Join : actions)
   w2 <- settle 100000 w1
   problems <- verdict w2
@@ -319,12 +335,14 @@ spec = describe "Herd.Master.Core" $ do
       let kinds = [ "farm" | not (M.null (wFarms w)) ] ++ [ "stream" | not (M.null (wStreams w)) ]
                   ++ [ "session" | not (null (wSessions w)) ]
           killed = or [ True | Kill _ <- actions ]
+          poisoned = or [ True | f <- M.elems (wFarms w), [Left (TaskKilledWorkers {})] <- [fmAnswers f] ]
       pure $ classify killed "a worker was killed"
+           $ classify poisoned "a task that killed its workers was named"
            $ classify (length kinds == 3) "all three kinds at once"
            $ counterexample (unlines problems) (null problems)
 
   it "shares the workers between two farm jobs in turn" $ do
-    let job = FarmJob ref 40 (FixedBatch 1) 0.02
+    let job = FarmJob ref 40 (FixedBatch 1) 0.02 3
         (c1, _) = step 0 (LinkUp 1) emptyCore
         (c2, _) = step 0 (LinkUp 2) c1
         (c3, out1) = step 0 (FarmSubmit 1 job) c2
@@ -345,9 +363,16 @@ spec = describe "Herd.Master.Core" $ do
     length (coreFarmJobs c5) `shouldBe` 2
 
   it "drops a worker that answers a batch it was not sent, and runs its tasks elsewhere" $ do
-    (w, problems) <- runWorld [Submit 10 Nothing False, Garbage 0]
+    (w, problems) <- runWorld [Submit 10 Nothing Nothing False, Garbage 0]
     problems `shouldBe` []
     M.size (wWorkers w) `shouldBe` 1
     case M.elems (wFarms w) of
       [f] -> fmAnswers f `shouldBe` [Right ()]
       _ -> expectationFailure "one job expected"
+
+  it "names a task that kills every worker running it after three deaths, while new workers keep joining" $ do
+    (w, problems) <- runWorld ([Submit 40 Nothing (Just 17) False] ++ concat (replicate 60 [Handle 0, Deliver 0, Handle 1, Deliver 1, Join]))
+    problems `shouldBe` []
+    map fmAnswers (M.elems (wFarms w)) `shouldSatisfy` \answers -> case answers of
+      [[Left (TaskKilledWorkers 17 _ 3 _)]] -> True
+      _ -> False

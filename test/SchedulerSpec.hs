@@ -8,6 +8,7 @@ import Data.List (foldl')
 import qualified Data.Map.Strict as M
 import Herd.Config (Batching (..))
 import Herd.Scheduler
+import Herd.Scheduler.State (Sched (..), Worker (..), Batch (..))
 import Test.Hspec
 import Test.QuickCheck
 
@@ -47,12 +48,18 @@ start :: Int -> Int -> Batching -> Sim
 start workers tasks batching =
   let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) []
       s1 = foldl' (flip apply) s0 [ WorkerJoined w | w <- [1 .. workers] ]
-  in apply (JobSubmitted 1 tasks batching 0.02) s1
+  in apply (JobSubmitted 1 tasks batching 0.02 1000) s1
 
 -- | The outstanding batches, in a fixed order.
 outstanding :: Sim -> [(WorkerId, BatchId, Int)]
 outstanding sim = [ (w, b, sum (map rangeSize rs))
                   | w <- liveWorkers (simSched sim), (b, rs) <- outstandingFor w (simSched sim) ]
+
+-- | A worker dies: the tasks from its oldest batch on are charged.
+kill :: WorkerId -> Sim -> Sim
+kill w sim = apply (WorkerLost w (case outstandingFor w (simSched sim) of
+                                    (b, _) : _ -> Just (Death b 0 "killed")
+                                    [] -> Nothing)) sim
 
 -- | One random happening, chosen by a number.
 data Move = Finish Int | Kill Int | Join
@@ -88,7 +95,7 @@ playOnly cost killLast moves sim0 = foldl' move sim0 moves
           Finish k -> finishOne cost k sim
           Kill k -> let live = liveWorkers (simSched sim)
                     in if length live > 1 || (killLast && not (null live))
-                         then apply (WorkerLost (live !! (abs k `mod` length live))) sim
+                         then kill (live !! (abs k `mod` length live)) sim
                          else sim
           Join -> apply (WorkerJoined (simNextW sim)) sim { simNextW = simNextW sim + 1 }
 
@@ -129,7 +136,7 @@ spec = describe "Herd.Scheduler" $ do
           killAll ks sim = case liveWorkers (simSched sim) of
             [] -> sim
             live -> let (k, rest) = case ks of { x : xs -> (x, xs); [] -> (0, []) }
-                    in killAll rest (apply (WorkerLost (live !! (abs k `mod` length live))) sim)
+                    in killAll rest (kill (live !! (abs k `mod` length live)) sim)
           sim = killAll order sim0
       in classify (M.size (simAccepted sim0) > 0) "some results were in" $
          case simEnd sim of
@@ -166,3 +173,104 @@ spec = describe "Herd.Scheduler" $ do
         long = playOnly 5 False (replicate 4 (Finish 0)) (start 1 40 Adaptive)
     length (outstanding short) `shouldBe` 2
     length (outstanding long) `shouldBe` 1
+
+  describe "a task that kills its workers (INV-POISON)" $ do
+    it "is named after exactly the job's limit of deaths, and no other task's result is lost or doubled" $
+      property $ \(Positive w0) (Positive n0) (NonNegative k0) (Positive m0) picks ->
+        let w = 2 + w0 `mod` 5
+            n = 1 + n0 `mod` 300
+            killer = k0 `mod` n
+            limit = 1 + m0 `mod` 4
+            (sim, deaths) = runKiller killer picks (startWith limit w n Adaptive)
+        in counterexample ("end: " ++ show (simEnd sim) ++ ", deaths " ++ show deaths) $
+             conjoin
+               [ case simEnd sim of
+                   Just (AbortJob _ (TaskKilledWorkers i d _) _) -> i === killer .&&. d === deaths
+                   other -> counterexample (show other) False
+               -- a first death shared with other tasks cannot name one
+               , counterexample "deaths" (deaths == limit || (limit == 1 && deaths == 2))
+               , simDup sim === False
+               , M.member killer (simAccepted sim) === False
+               , simIdleBad sim === False ]
+
+    it "never fails a job for fewer deaths than its limit" $
+      property $ \(Positive w0) (NonNegative n) (Positive m0) moves ->
+        let w = 2 + w0 `mod` 6
+            limit = 1 + m0 `mod` 4
+            -- at most limit - 1 workers die, whenever they do
+            few = take (limit - 1) [ m | m@(Kill _) <- moves ]
+            rest = [ m | m <- moves, not (isKill m) ]
+            isKill m = case m of { Kill _ -> True; _ -> False }
+        in complete n (play 1e-3 False (interleave rest few) (startWith limit w n Adaptive))
+
+    it "runs a suspect alone on its worker" $
+      property $ \(Positive w0) (Positive n0) picks ->
+        let n = 10 + n0 `mod` 200
+            alone s = and [ M.size (workerOutstanding wk) == 1
+                          | wk <- M.elems (schedWorkers s), any batchSuspect (workerOutstanding wk) ]
+            go _ [] = property True
+            go sim (p : ps)
+              | simEnd sim /= Nothing = property True
+              | not (alone (simSched sim)) = counterexample (show (schedWorkers (simSched sim))) False
+              | otherwise = go (fst (runStep (n `div` 2) p sim)) ps
+        in go (startWith 1000 (2 + w0 `mod` 4) n Adaptive) (take 200 (picks :: [Int]))
+
+  describe "workers being restarted (INV-AWAIT)" $ do
+    it "keeps a job waiting for them when every worker is lost, and fails it once none is awaited" $ do
+      let sim0 = apply (WorkersAwaited 1) (start 2 50 Adaptive)
+          sim1 = foldl' (flip kill) sim0 [1, 2]
+      simEnd sim1 `shouldBe` Nothing
+      let back = play 1e-3 False [] (apply (WorkerJoined 9) sim1)
+      fmap isFinished (simEnd back) `shouldBe` Just True
+      M.size (simAccepted back) `shouldBe` 50
+      case simEnd (apply (WorkersAwaited 0) sim1) of
+        Just (AbortJob _ NoWorkersLeft _) -> pure ()
+        other -> expectationFailure (show other)
+    it "takes a job submitted while none is live but some are awaited" $ do
+      let s0 = Sim emptySched 0 M.empty False False Nothing 10 []
+          sim = apply (JobSubmitted 1 5 Adaptive 0.02 3) (apply (WorkersAwaited 1) s0)
+      simEnd sim `shouldBe` Nothing
+      M.size (simAccepted (play 1e-3 False [] (apply (WorkerJoined 3) sim))) `shouldBe` 5
+
+isFinished :: Command -> Bool
+isFinished c = case c of { FinishJob _ _ -> True; _ -> False }
+
+-- | Start a simulation whose job allows this many deaths per task.
+startWith :: Int -> Int -> Int -> Batching -> Sim
+startWith limit workers tasks batching =
+  let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) []
+      s1 = foldl' (flip apply) s0 [ WorkerJoined w | w <- [1 .. workers] ]
+  in apply (JobSubmitted 1 tasks batching 0.02 limit) s1
+
+-- | Spread some moves among others.
+interleave :: [a] -> [a] -> [a]
+interleave xs ys = case (xs, ys) of
+  (x : xs', y : ys') -> x : y : interleave xs' ys'
+  _ -> xs ++ ys
+
+-- | One worker, chosen by a number, runs its oldest batch: a batch holding
+-- the killer kills it (after sending the results of some of the tasks
+-- before the killer, chosen by the number), and a new worker joins in its
+-- place; any other batch completes. Returns whether a worker died.
+runStep :: Int -> Int -> Sim -> (Sim, Bool)
+runStep killer p sim = case [ (w, b, rs) | w <- liveWorkers (simSched sim), (b, rs) : _ <- [outstandingFor w (simSched sim)] ] of
+  [] -> (sim, False)
+  busy ->
+    let (w, b, rs) = busy !! (abs p `mod` length busy)
+        tasks = rangeIndices rs
+        before = length (takeWhile (/= killer) tasks)
+    in if killer `elem` tasks
+         then let got = abs p `mod` (before + 1)
+                  sim1 = apply (WorkerLost w (Just (Death b got "killed"))) sim
+              in (apply (WorkerJoined (simNextW sim1)) sim1 { simNextW = simNextW sim1 + 1 }, True)
+         else (apply (BatchCompleted w b (1e-3 * fromIntegral (length tasks)) Nothing) sim, False)
+
+-- | Run workers until the job ends; count the deaths.
+runKiller :: Int -> [Int] -> Sim -> (Sim, Int)
+runKiller killer picks sim0 = go sim0 (cycle (0 : picks)) (0 :: Int) (100000 :: Int)
+  where
+    go sim (p : ps) deaths fuel
+      | simEnd sim /= Nothing || fuel == 0 = (sim, deaths)
+      | otherwise = let (sim', died) = runStep killer p sim
+                    in go sim' ps (if died then deaths + 1 else deaths) (fuel - 1)
+    go sim [] deaths _ = (sim, deaths)

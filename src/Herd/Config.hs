@@ -134,6 +134,14 @@ data Config = Config
   , configSimulatedHosts   :: Int
     -- ^ processes that play the simulated workers, which are shared out
     -- evenly among them (default 1)
+  , configMaxTaskDeaths    :: Int
+    -- ^ a farm task that was running on this many workers that died (a
+    -- crash, the out-of-memory killer) fails its job with
+    -- 'Herd.Error.TaskKilledWorkers' instead of being tried again
+    -- (default 3, as Dask's @allowed-failures@)
+  , configRestartWorkers   :: Bool
+    -- ^ restart a local worker process that dies (default 'True'), with a
+    -- growing pause between restarts; one that keeps dying is left down
   }
 
 
@@ -201,6 +209,8 @@ defaultConfig = Config
   , configDashboard        = Nothing
   , configSimulatedWorkers = 0
   , configSimulatedHosts   = 1
+  , configMaxTaskDeaths    = 3
+  , configRestartWorkers   = True
   }
 
 -- | The packet policy a configuration asks for.
@@ -262,6 +272,8 @@ validateConfig c
   | configSimulatedWorkers c > maxSimulatedPerHost * configSimulatedHosts c =
       bad "configSimulatedWorkers" ("at most " ++ show maxSimulatedPerHost ++ " per simulated host (configSimulatedHosts = "
                                     ++ show (configSimulatedHosts c) ++ "), got " ++ show (configSimulatedWorkers c))
+  | configMaxTaskDeaths c < 1 || configMaxTaskDeaths c > 1000 =
+      bad "configMaxTaskDeaths" ("must be from 1 to 1000, got " ++ show (configMaxTaskDeaths c))
   | configWorkerNice c < 0 || configWorkerNice c > 19 =
       bad "configWorkerNice" ("must be from 0 to 19, got " ++ show (configWorkerNice c))
   | any (\o -> null o || head o /= '-') (configWorkerRtsOptions c) =

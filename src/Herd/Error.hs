@@ -18,6 +18,16 @@ data HerdError
       , failedMessage   :: !String   -- ^ the exception the function threw, shown
       }
     -- ^ The user's function threw an exception on one task.
+  | TaskKilledWorkers
+      { killerTaskIndex :: !Int      -- ^ position of the task in the input list (from 0)
+      , killerFunction  :: !String   -- ^ the static function's name
+      , killerDeaths    :: !Int      -- ^ workers that died while running it
+      , killerLastWhy   :: !String   -- ^ how the last of them was lost
+      }
+    -- ^ Workers kept dying while running one task (a crash in a C library,
+    -- the out-of-memory killer, an exit): after
+    -- 'Herd.Config.configMaxTaskDeaths' deaths it is not tried again. The
+    -- cluster stays usable; lost local workers are restarted.
   | RemoteFunctionError
       { remoteFunction :: !String    -- ^ the static function's name
       , remoteReason   :: !String    -- ^ why the worker refused it
@@ -70,6 +80,8 @@ instance Show HerdError where
 instance Exception HerdError where
   displayException err = case err of
     TaskFailed i f m -> "herd: task " ++ show i ++ " of " ++ f ++ " failed: " ++ m
+    TaskKilledWorkers i f d w -> "herd: task " ++ show i ++ " of " ++ f ++ " was running on " ++ show d
+      ++ " workers that died (the last: " ++ w ++ "); it is not tried again"
     RemoteFunctionError f r -> "herd: worker cannot run " ++ f ++ ": " ++ r
     AllWorkersLost d -> "herd: every worker was lost before the job finished (" ++ d ++ ")"
     NoWorkers -> "herd: the cluster has no workers"

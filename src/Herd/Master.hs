@@ -219,7 +219,7 @@ runJob cluster spec = do
   jid <- freshId cluster
   reply <- newEmptyMVar
   let cfg = clConfig cluster
-      job = FarmJob (specRef spec) (specTasks spec) (configBatching cfg) (configBatchTarget cfg)
+      job = FarmJob (specRef spec) (specTasks spec) (configBatching cfg) (configBatchTarget cfg) (configMaxTaskDeaths cfg)
       sh = clShell cluster
   shellRegister sh True (RegisterFarm jid spec reply) [FarmSubmit jid job]
   takeMVar reply `onException` shellRegister sh True (Forget (Just jid) Nothing) [FarmCancel jid]

@@ -17,6 +17,13 @@
 -- * INV-LOST: a lost worker's unfinished batches go back to the front of
 --   the pending queue; results of a batch that is not outstanding (a lost
 --   worker's, or one from an aborted job) are dropped.
+-- * INV-POISON: the tasks that may have been running on a worker that
+--   died are charged with the death and then run one at a time, each on a
+--   worker holding nothing else; a task charged with its job's limit of
+--   deaths ends the job with 'TaskKilledWorkers' naming it
+--   ("Herd.Scheduler.Loss").
+-- * INV-AWAIT: a job fails for want of workers only when none is live and
+--   none is being restarted.
 --
 -- Batch sizes adapt to the measured time per task ("Herd.Scheduler.Sizing").
 module Herd.Scheduler
@@ -46,123 +53,19 @@ module Herd.Scheduler
   , JobProgress (..)
   , jobProgress
   , inFlightFor
+  , taskDeaths
+  , Death (..)
   ) where
 
 import Data.List (sortOn)
 import qualified Data.Map.Strict as M
-import Data.Sequence (Seq, (<|))
+import Data.Sequence (ViewL (..))
 import qualified Data.Sequence as Seq
-import Herd.Base (BatchId, Batching (..), JobId, Range (..), WorkerId, rangeIndices, rangeSize, takeTasks)
+import Herd.Base (BatchId, JobId, Range (..), WorkerId, rangeIndices, rangeSize, takeTasks)
+import Herd.Scheduler.Loss
 import Herd.Scheduler.Presence
 import Herd.Scheduler.Sizing
-
-data Batch = Batch
-  { batchJob    :: !JobId
-  , batchRanges :: ![Range]
-  , batchTasks  :: !Int
-  } deriving (Show)
-
-data Worker = Worker
-  { workerOutstanding :: !(M.Map BatchId Batch)
-  } deriving (Show)
-
-data Job = Job
-  { jobId        :: !JobId
-  , jobTotal     :: !Int
-  , jobPending   :: !(Seq Range)
-  , jobPendingN  :: !Int
-  , jobDone      :: !Int
-  , jobStart     :: !Double
-  , jobBatching  :: !Batching
-  , jobTarget    :: !Double
-  , jobEstimate  :: !(Maybe Double)   -- ^ seconds per task, moving average
-  , jobPresence  :: !Presence
-  } deriving (Show)
-
--- | The scheduler's state.
-data Sched = Sched
-  { schedWorkers   :: !(M.Map WorkerId Worker)
-  , schedJobs      :: !(M.Map JobId Job)
-  , schedTurn      :: ![JobId]
-    -- ^ the running jobs in the order they get the next batch (INV-FAIR)
-  , schedNextBatch :: !BatchId
-  } deriving (Show)
-
--- | A scheduler with no workers and no job.
-emptySched :: Sched
-emptySched = Sched M.empty M.empty [] 1
-
--- | Why a job ended without all its results.
-data JobFailure
-  = TaskError !Int !String        -- ^ task index and the exception's text
-  | FunctionRefused !String       -- ^ a worker could not run the function
-  | NoWorkersLeft                 -- ^ no live worker remained
-  deriving (Eq, Show)
-
--- | Something that happened.
-data Event
-  = WorkerJoined !WorkerId
-  | WorkerLost !WorkerId
-  | JobSubmitted !JobId !Int !Batching !Double
-    -- ^ a job of this many tasks, with a batching policy and target seconds per batch
-  | BatchCompleted !WorkerId !BatchId !Double !(Maybe (Int, String))
-    -- ^ a batch's results arrived, with the worker's busy seconds and the
-    -- first failed task (position within the batch, message), if any
-  | BatchRefused !WorkerId !BatchId !String
-    -- ^ the worker could not run the function at all
-  | JobCancelled !JobId
-    -- ^ the caller gave up on the job; its outstanding batches become stale
-  deriving (Eq, Show)
-
--- | Something the master loop must do.
-data Command
-  = SendBatch !WorkerId !BatchId ![Range]
-    -- ^ send these tasks to this worker as one batch
-  | AcceptResults !JobId !BatchId ![Range]
-    -- ^ the batch's results are for these tasks of this job: deliver them
-  | DropResults !BatchId
-    -- ^ the batch's results are stale or unwanted: drop them
-  | FinishJob !JobId !JobStats
-  | AbortJob !JobId !JobFailure !JobStats
-  deriving (Eq, Show)
-
--- | The workers known to the scheduler.
-liveWorkers :: Sched -> [WorkerId]
-liveWorkers = M.keys . schedWorkers
-
--- | Outstanding batches of a worker, with their tasks.
-outstandingFor :: WorkerId -> Sched -> [(BatchId, [Range])]
-outstandingFor w s = maybe [] (map (\(b, x) -> (b, batchRanges x)) . M.toList . workerOutstanding)
-                               (M.lookup w (schedWorkers s))
-
--- | The job an outstanding batch belongs to.
-batchJobOf :: WorkerId -> BatchId -> Sched -> Maybe JobId
-batchJobOf w b s = batchJob <$> (M.lookup w (schedWorkers s) >>= M.lookup b . workerOutstanding)
-
--- | Tasks of the running jobs not yet given to any worker.
-pendingTasks :: Sched -> Int
-pendingTasks = sum . map jobPendingN . M.elems . schedJobs
-
--- | How far a running job has come.
-data JobProgress = JobProgress
-  { progressJob     :: !JobId
-  , progressTotal   :: !Int     -- ^ its tasks
-  , progressDone    :: !Int     -- ^ tasks whose results were accepted
-  , progressPending :: !Int     -- ^ tasks not yet handed to a worker
-  , progressStarted :: !Double  -- ^ when it was submitted
-  } deriving (Eq, Show)
-
--- | The running jobs' progress, by job number.
-jobProgress :: Sched -> [JobProgress]
-jobProgress s = [ JobProgress (jobId j) (jobTotal j) (jobDone j) (jobPendingN j) (jobStart j) | j <- M.elems (schedJobs s) ]
-
--- | Tasks handed to a worker whose results have not come back.
-inFlightFor :: WorkerId -> Sched -> Int
-inFlightFor w s = maybe 0 (sum . map batchTasks . M.elems . workerOutstanding) (M.lookup w (schedWorkers s))
-
--- | Whether any job is running.
-jobActive :: Sched -> Bool
-jobActive = not . M.null . schedJobs
+import Herd.Scheduler.State
 
 -- | Advance the machine by one event at the given time (seconds, from any
 -- fixed origin).
@@ -175,30 +78,32 @@ step now ev s = case ev of
                    , schedJobs = M.map (\j -> j { jobPresence = joined now w (jobPresence j) }) (schedJobs s) }
         in assign s1 []
 
-  WorkerLost w -> case M.lookup w (schedWorkers s) of
+  WorkerLost w death -> case M.lookup w (schedWorkers s) of
     Nothing -> (s, [])
     Just worker ->
-      -- INV-LOST: the lost worker's batches of running jobs go back to the
-      -- front of their jobs' pending queues
+      -- INV-LOST, INV-POISON: the lost worker's batches of running jobs
+      -- go back to their jobs, the tasks that may have killed it charged
       let s1 = s { schedWorkers = M.delete w (schedWorkers s) }
-          returned jid = [ b | b <- M.elems (workerOutstanding worker), batchJob b == jid ]
-          requeue j = j { jobPending = foldr (\b q -> foldr (<|) q (batchRanges b)) (jobPending j) (returned (jobId j))
-                        , jobPendingN = jobPendingN j + sum (map batchTasks (returned (jobId j)))
-                        , jobPresence = left now w (jobPresence j) }
-          s2 = s1 { schedJobs = M.map requeue (schedJobs s1) }
-      in if M.null (schedWorkers s2) && not (M.null (schedJobs s2))
-           then ( s2 { schedJobs = M.empty, schedTurn = [] }
-                , [ AbortJob (jobId j) NoWorkersLeft (statsOf now j) | j <- M.elems (schedJobs s2) ] )
-           else assign s2 []
+          batchesOf jid = [ (bid, b) | (bid, b) <- M.toAscList (workerOutstanding worker), batchJob b == jid ]
+          back (st, out) j = case returnBatches death (batchesOf (jobId j)) j { jobPresence = left now w (jobPresence j) } of
+            Requeued j' -> (st { schedJobs = M.insert (jobId j) j' (schedJobs st) }, out)
+            Poisoned i d ->
+              ( endJob (jobId j) st
+              , out ++ [AbortJob (jobId j) (TaskKilledWorkers i d (maybe "" deathWhy death)) (statsOf now j)] )
+          (s2, aborted) = foldl back (s1, []) (M.elems (schedJobs s1))
+      in starved now s2 aborted
 
-  JobSubmitted jid n batching target ->
+  WorkersAwaited n -> starved now s { schedAwaited = max 0 n } []
+
+  JobSubmitted jid n batching target maxDeaths ->
     let job = Job { jobId = jid, jobTotal = n, jobPending = if n > 0 then Seq.singleton (Range 0 n) else Seq.empty
                   , jobPendingN = n, jobDone = 0, jobStart = now, jobBatching = batching
                   , jobTarget = target, jobEstimate = Nothing
-                  , jobPresence = presentFrom now (M.keys (schedWorkers s)) }
+                  , jobPresence = presentFrom now (M.keys (schedWorkers s))
+                  , jobMaxDeaths = max 1 maxDeaths, jobDeaths = mempty, jobSuspects = Seq.empty }
     in if M.member jid (schedJobs s) then (s, [])   -- a repeated submission is ignored
        else if n == 0 then (s, [FinishJob jid (statsOf now job)])
-       else if M.null (schedWorkers s) then (s, [AbortJob jid NoWorkersLeft (statsOf now job)])
+       else if M.null (schedWorkers s) && schedAwaited s == 0 then (s, [AbortJob jid NoWorkersLeft (statsOf now job)])
        else assign s { schedJobs = M.insert jid job (schedJobs s), schedTurn = jid : schedTurn s } []
 
   BatchCompleted w bid busy failure -> case takeBatch w bid s of
@@ -226,6 +131,14 @@ step now ev s = case ev of
       Just j -> assign (endJob (jobId j) s1) [AbortJob (jobId j) (FunctionRefused why) (statsOf now j)]
       Nothing -> assign s1 []
 
+-- INV-AWAIT: with no live worker and none being restarted, every running
+-- job fails; otherwise the tasks go out to whoever can take them.
+starved :: Double -> Sched -> [Command] -> (Sched, [Command])
+starved now s out
+  | M.null (schedWorkers s) && schedAwaited s == 0 && not (M.null (schedJobs s)) =
+      (s { schedJobs = M.empty, schedTurn = [] }, out ++ [ AbortJob (jobId j) NoWorkersLeft (statsOf now j) | j <- M.elems (schedJobs s) ])
+  | otherwise = assign s out
+
 -- Forget a job: its outstanding batches stay with their workers (their
 -- results will be dropped) but no more of its tasks are handed out.
 endJob :: JobId -> Sched -> Sched
@@ -249,9 +162,22 @@ statsOf now j = jobStatsOf now (jobStart j) (jobTotal j) (jobPresence j)
 sizeOf :: Int -> Job -> Int
 sizeOf live j = batchSize (jobBatching j) (jobEstimate j) (jobTarget j) (jobPendingN j) live
 
--- Whether a worker with these outstanding batches should get another now.
+-- Whether a worker with these outstanding batches should get another of
+-- this job now: never while it runs a suspect (INV-POISON).
 wantsWork :: Job -> Worker -> Bool
-wantsWork j worker = wantsBatch (jobBatching j) (jobEstimate j) (jobTarget j) (M.size (workerOutstanding worker))
+wantsWork j worker =
+  not (any batchSuspect (workerOutstanding worker))
+  && (if M.null (workerOutstanding worker) then jobPendingN j > 0 else jobPendingN j > Seq.length (jobSuspects j))
+  && wantsBatch (jobBatching j) (jobEstimate j) (jobTarget j) (M.size (workerOutstanding worker))
+
+-- The next batch of a job for a worker: a suspect alone to a worker with
+-- nothing outstanding, else tasks from the queue.
+nextBatch :: Int -> Worker -> Job -> (Batch, Job)
+nextBatch live worker j = case Seq.viewl (jobSuspects j) of
+  i :< rest | M.null (workerOutstanding worker) ->
+    (Batch (jobId j) [Range i (i + 1)] 1 True, j { jobSuspects = rest, jobPendingN = jobPendingN j - 1 })
+  _ -> let (ranges, n, pending') = takeTasks (sizeOf live j) (jobPending j)
+       in (Batch (jobId j) ranges n False, j { jobPending = pending', jobPendingN = jobPendingN j - n })
 
 -- Hand out pending tasks: first to workers with nothing outstanding (fewest
 -- first), then a prefetch to those that want one. Each batch comes from the
@@ -266,20 +192,16 @@ assign s acc
     go st [] out = (st, out)
     go st ((w, _) : rest) out = case M.lookup w (schedWorkers st) of
       Nothing -> go st rest out
-      Just worker -> case [ j | jid <- schedTurn st, Just j <- [M.lookup jid (schedJobs st)]
-                              , jobPendingN j > 0, wantsWork j worker ] of
+      Just worker -> case [ j | jid <- schedTurn st, Just j <- [M.lookup jid (schedJobs st)], wantsWork j worker ] of
         [] -> go st rest out
         j : _ ->
-          let live = M.size (schedWorkers st)
-              (ranges, n, pending') = takeTasks (sizeOf live j) (jobPending j)
+          let (batch, j') = nextBatch (M.size (schedWorkers st)) worker j
               bid = schedNextBatch st
-              worker' = worker { workerOutstanding = M.insert bid (Batch (jobId j) ranges n)
-                                                              (workerOutstanding worker) }
+              worker' = Worker (M.insert bid batch (workerOutstanding worker))
               st' = st { schedWorkers = M.insert w worker' (schedWorkers st)
-                       , schedJobs = M.insert (jobId j) j { jobPending = pending', jobPendingN = jobPendingN j - n }
-                                              (schedJobs st)
+                       , schedJobs = M.insert (jobId j) j' (schedJobs st)
                        , schedTurn = filter (/= jobId j) (schedTurn st) ++ [jobId j]
                        , schedNextBatch = bid + 1 }
               -- a worker that can take a prefetch stays in line for one more
               again = [ (w, worker') | M.size (workerOutstanding worker') < 2 ]
-          in go st' (rest ++ again) (out ++ [SendBatch w bid ranges])
+          in go st' (rest ++ again) (out ++ [SendBatch w bid (batchRanges batch)])

@@ -70,13 +70,14 @@ advance now ev core = case ev of
     | coreStopping core || M.member w (coreLinks core) -> (core, [])
     | otherwise -> sched now (S.WorkerJoined w) core { coreLinks = M.insert w noneExpected (coreLinks core)
                                                     , coreLedger = ledgerJoin now w (coreLedger core) }
-  LinkDown w why -> linkDown now w why core
+  LinkDown w why -> linkDown now w True why core
+  WorkersAwaited n -> sched now (S.WorkersAwaited n) core
   Received w msg
     | M.member w (coreLinks core) -> received now w msg core
     | otherwise -> (core, [])   -- dropped already: its messages go with it
   FarmSubmit jid job
     | coreStopping core -> (core, [JobDone jid (Left ClusterClosed)])
-    | otherwise -> sched now (S.JobSubmitted jid (farmTasks job) (farmBatching job) (farmTarget job))
+    | otherwise -> sched now (S.JobSubmitted jid (farmTasks job) (farmBatching job) (farmTarget job) (farmMaxDeaths job))
                          core { coreFarms = M.insert jid job (coreFarms core) }
   FarmCancel jid -> sched now (S.JobCancelled jid) core { coreFarms = M.delete jid (coreFarms core) }
   FarmBroken jid err -> endFarm now jid err core
@@ -135,9 +136,10 @@ endFarm now jid err core
   | otherwise = (core, [])
 
 -- A worker's link is gone: its batches run elsewhere, its streams break,
--- its session learns of it.
-linkDown :: Double -> WorkerId -> String -> Core -> (Core, [Command])
-linkDown now w why core
+-- its session learns of it. A link that died (not one the core dropped)
+-- charges the tasks that may have been running on it (INV-POISON).
+linkDown :: Double -> WorkerId -> Bool -> String -> Core -> (Core, [Command])
+linkDown now w died why core
   | not (M.member w (coreLinks core)) = (core, [])
   | otherwise =
       let unfinished = concatMap snd (outstandingFor w (coreSched core))
@@ -152,7 +154,8 @@ linkDown now w why core
                        , coreRequeued = [ (w, now, unfinished) | not (null unfinished), not (coreStopping core) ]
                                         ++ coreRequeued core }
           (core2, sessionOut) = sessionLost now w why core1
-          (core3, schedOut) = sched now (S.WorkerLost w) core2
+          death = [ S.Death bid got why | died, Just (bid, got) <- [oldestDue (coreLinks core M.! w)] ]
+          (core3, schedOut) = sched now (S.WorkerLost w (case death of { d : _ -> Just d; [] -> Nothing })) core2
       in (core3, note ++ [Drop w why] ++ ends ++ sessionOut ++ schedOut)
 
 -- A message from a live worker.
@@ -199,7 +202,7 @@ received now w msg core = case msg of
       Just (e, later) -> act e (setExpect later)
       Nothing -> bad ("an end of batch " ++ show bid ++ ", which is not the batch in progress")
     bad = badIn core
-    badIn c why = linkDown now w ("bad message: " ++ why) c
+    badIn c why = linkDown now w False ("bad message: " ++ why) c
     -- INV-ROUTE: a stream's messages come from its own worker
     ownStream sid act = case M.lookup sid (coreStreams core) of
       Just s | streamWorker s == w -> act s
@@ -244,6 +247,7 @@ failureError name failure = case failure of
   S.TaskError i msg -> TaskFailed i name msg
   S.FunctionRefused why -> RemoteFunctionError name why
   S.NoWorkersLeft -> AllWorkersLost "the cluster has no live worker"
+  S.TaskKilledWorkers i deaths why -> TaskKilledWorkers i name deaths why
 
 -- Start a session on the live workers (the lowest numbered, up to its limit).
 startSession :: Double -> SessionRequest -> Core -> (Core, [Command])
@@ -274,7 +278,7 @@ settle now hosted outs core0 =
   let (hosted1, perWorker, drops) = hostApply (`M.member` coreLinks core0) outs hosted
       sends = concat [ [ Send w Bulk m | m <- init ms ] ++ [Send w Urgent (last ms)]
                      | (w, ms) <- perWorker, not (null ms) ]
-      (core2, dropOut) = foldl (\(c, acc) (w, why) -> let (c', o) = linkDown now w ("bad message: " ++ why) c in (c', acc ++ o))
+      (core2, dropOut) = foldl (\(c, acc) (w, why) -> let (c', o) = linkDown now w False ("bad message: " ++ why) c in (c', acc ++ o))
                                (core0 { coreSession = Just hosted1 }, []) drops
   in case coreSession core2 of
        Just h | hostOver h -> (core2 { coreSession = Nothing }, sends ++ dropOut ++ [SessionEnded (hostAnswer h)])

@@ -22,12 +22,14 @@ data FarmJob = FarmJob
   , farmTasks    :: !Int
   , farmBatching :: !Batching
   , farmTarget   :: !Double    -- ^ seconds of work per batch
+  , farmMaxDeaths :: !Int      -- ^ workers one task may kill before the job fails
   }
 
 -- | Something that happened, or that a caller asks for.
 data Event
   = LinkUp !WorkerId                    -- ^ a worker passed the handshake
   | LinkDown !WorkerId !String          -- ^ its link broke, or it broke the protocol
+  | WorkersAwaited !Int                 -- ^ this many lost workers are being restarted now
   | Received !WorkerId !FromWorker      -- ^ one message from a worker
   | FarmSubmit !JobId !FarmJob
   | FarmCancel !JobId                   -- ^ the caller gave up (no answer is due)

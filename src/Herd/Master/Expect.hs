@@ -11,6 +11,7 @@ module Herd.Master.Expect
   , nextResults
   , endOfBatch
   , forgetBatch
+  , oldestDue
   ) where
 
 import Data.Foldable (toList)
@@ -69,3 +70,9 @@ forgetBatch bid (Expected q) =
   let (gone, kept) = Seq.partition ((== bid) . expBatch) q
   in (expJob <$> headOf (toList gone), Expected kept)
   where headOf xs = case xs of { x : _ -> Just x; [] -> Nothing }
+
+-- | The oldest batch due and how many of its results have arrived.
+oldestDue :: Expected -> Maybe (BatchId, Int)
+oldestDue (Expected q) = case Seq.viewl q of
+  e :< _ -> Just (expBatch e, expGot e)
+  EmptyL -> Nothing
