@@ -162,8 +162,8 @@ transportSpec transport loop = describe ("over " ++ transportName transport ++ "
       any statLost (jobWorkerStats stats) `shouldBe` True
       logsContain logs "lost" `shouldReturn` True
 
-  it "throws AllWorkersLost when every worker dies, instead of waiting" $
-    withOver 2 $ \_ cluster -> do
+  it "throws AllWorkersLost when every worker dies and none is restarted, instead of waiting" $
+    withOverConfig 2 (\c -> c { configRestartWorkers = False }) $ \_ cluster -> do
       workers <- clusterWorkerInfo cluster
       r <- try $ farmAsCompleted cluster sleepySquareTask [ (50, x) | x <- [0 .. 99] ] $ \_ _ ->
         forM_ workers $ \w -> signalProcess sigKILL (fromIntegral (infoPid w)) `catch` \(_ :: IOException) -> pure ()

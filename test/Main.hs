@@ -8,6 +8,7 @@ import qualified CodecSpec
 import qualified ConfigSpec
 import qualified EvolveSpec
 import qualified SimulateSpec
+import qualified RecoverySpec
 import qualified DashboardSpec
 import qualified LogSpec
 import qualified EvolveScheduleSpec
@@ -53,5 +54,6 @@ main = do
       ClusterSpec.spec
       EvolveSpec.spec
       SimulateSpec.spec
+      RecoverySpec.spec
       DashboardSpec.spec
       LogSpec.spec

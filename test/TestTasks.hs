@@ -4,6 +4,7 @@
 module TestTasks
   ( squareTask
   , failAt13Task
+  , exitAt13Task
   , sleepySquareTask
   , bigResultTask
   , spinTask
@@ -19,7 +20,9 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as BC
 import GHC.StaticPtr (StaticPtr)
 import Herd
+import System.Exit (ExitCode (..))
 import System.IO.Unsafe (unsafePerformIO)
+import System.Posix.Process (exitImmediately)
 
 square :: Int -> Int
 square x = x * x
@@ -51,6 +54,18 @@ squareTask = static (named "square" (task square))
 -- | Throws on 13.
 failAt13Task :: StaticPtr (Task Int Int)
 failAt13Task = static (named "failAt13" (task failAt13))
+
+-- A task whose input 13 makes the worker process exit at once, as a
+-- crash in a C library or the out-of-memory killer would end it.
+exitAt13 :: Int -> Int
+exitAt13 x
+  | x == 13 = unsafePerformIO (exitImmediately (ExitFailure 9) >> pure 0)
+  | otherwise = x + 1
+{-# NOINLINE exitAt13 #-}
+
+-- | Ends its worker's process on 13.
+exitAt13Task :: StaticPtr (Task Int Int)
+exitAt13Task = static (named "exitAt13" (task exitAt13))
 
 -- | Slow square.
 -- Three million bytes of one letter (chosen by the argument), after a

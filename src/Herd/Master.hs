@@ -74,6 +74,7 @@ import Herd.Master.Events (Event (..), FarmJob (..))
 import Herd.Epoll (epollAvailable)
 import Herd.Master.EpollReader
 import Herd.Master.Launching
+import Herd.Master.Restarts (withRestarts)
 import Herd.Master.Reader
 import Herd.Master.Session (SessionRequest (..))
 import Herd.Master.Shell
@@ -181,10 +182,10 @@ withMaster config raw body = do
             remoteAddr = advertise ++ ":" ++ show port
             -- the listening socket as a process of this machine reaches it
             tcpAddr = (if isWildcard host then "127.0.0.1" else host) ++ ":" ++ show port
-        bracket (startLaunches cfg secret plan slurmTasks localAddr tcpAddr remoteAddr) (mapM_ launchStop) $
-          \launches -> do
+        bracket (startLaunches cfg secret plan slurmTasks localAddr tcpAddr remoteAddr) (mapM_ launchStop . fst) $
+          \(launches, local) -> do
             awaitLaunches cfg (M.elems <$> readTVarIO (shellWorkers shell)) launches
-            body cluster
+            withRestarts cfg shell (clClosed cluster) local (body cluster)
   where
     isWildcard h = h `elem` ["0.0.0.0", "::", "*"]
     -- the abstract socket local workers connect to, named after the TCP

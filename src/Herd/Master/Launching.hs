@@ -8,6 +8,7 @@
 -- timeout.
 module Herd.Master.Launching
   ( startLaunches
+  , LocalSet (..)
   , awaitLaunches
   ) where
 
@@ -26,13 +27,25 @@ import Herd.Launch.Ssh
 import Herd.Master.Types (WorkerInfo (..))
 import System.Process (getProcessExitCode)
 
+-- | The local worker processes as started, and how to start one more
+-- like them on a CPU (to replace one that died).
+data LocalSet = LocalSet
+  { localStarted :: [LocalWorker]
+  , localRespawn :: Maybe Int -> IO LocalWorker
+  }
+
 -- | Start every launch the configuration asks for; none waits for another.
-startLaunches :: Config -> Secret -> [Maybe Int] -> Maybe Int -> String -> String -> String -> IO [Launch]
+startLaunches :: Config -> Secret -> [Maybe Int] -> Maybe Int -> String -> String -> String -> IO ([Launch], Maybe LocalSet)
 startLaunches cfg secret plan slurmTasks localAddr tcpAddr remoteAddr = do
-  locals <- if null plan then pure [] else do
-    ws <- spawnLocalWorkers (LocalLaunch localAddr (configWorkerRtsOptions cfg) "local" secret
-                                       (configWorkerNice cfg)) plan
-    pure [localLaunch "local" (length ws) ws]
+  let local = LocalLaunch localAddr (configWorkerRtsOptions cfg) "local" secret (configWorkerNice cfg)
+  (locals, localSet) <- if null plan then pure ([], Nothing) else do
+    ws <- spawnLocalWorkers local plan
+    let respawn cpu = do
+          started <- spawnLocalWorkers local [cpu]
+          case started of
+            [w] -> pure w
+            _ -> throwIO (LaunchError "no worker was started")
+    pure ([localLaunch "local" (length ws) ws], Just (LocalSet ws respawn))
   simulated <- if configSimulatedWorkers cfg == 0 then pure [] else do
     let total = configSimulatedWorkers cfg
         hosts = min total (configSimulatedHosts cfg)
@@ -47,7 +60,7 @@ startLaunches cfg secret plan slurmTasks localAddr tcpAddr remoteAddr = do
   slurm <- forM (maybe [] pure slurmTasks) $ startSlurmLaunch SlurmLaunch
     { slurmAddress = remoteAddr, slurmRtsOptions = configWorkerRtsOptions cfg
     , slurmSecret = secret, slurmLog = configLog cfg }
-  pure (locals ++ simulated ++ hosts ++ slurm)
+  pure (locals ++ simulated ++ hosts ++ slurm, localSet)
 
 -- Local processes under a launch name, expected to connect this many
 -- workers in all.

@@ -33,6 +33,9 @@ module Herd.Master.Shell
   , shellCounters
   , bumpCounter
   , Registration (..)
+  , LossHooks (..)
+  , setLossHooks
+  , shellAwaitedChanged
   ) where
 
 import Control.Concurrent.MVar
@@ -144,10 +147,34 @@ shutdownShell sh = do
   links <- ssLinks <$> readMVar (shState sh)
   mapM_ stopWriting (M.elems links)
 
+-- | Tell the shell who replaces lost workers.
+setLossHooks :: Shell -> LossHooks -> IO ()
+setLossHooks sh = writeIORef (shLosses sh)
+
+-- | The number of workers being replaced changed: tell the core (read
+-- under the lock, so the core always ends with the latest number).
+shellAwaitedChanged :: Shell -> IO ()
+shellAwaitedChanged sh = modifyMVar_ (shState sh) $ \ss -> do
+  n <- readIORef (shLosses sh) >>= lossAwaited
+  t <- monotonicSeconds
+  runEvents sh t ss [WorkersAwaited n] >>= handOver >>= flushTouched
+
 -- Step the core through the events and every event its commands feed back.
 runEvents :: Shell -> Double -> ShellState -> [Event] -> IO ShellState
 runEvents _ _ ss [] = pure ss
-runEvents sh t ss (e : es) = do
+runEvents sh t ss (LinkDown w why : es) | M.member w (ssLinks ss) = do
+  -- a worker that will be replaced is awaited before its loss is stepped,
+  -- so a job does not fail for want of workers meanwhile
+  hooks <- readIORef (shLosses sh)
+  info <- M.lookup w <$> readTVarIO (shWorkers sh)
+  mapM_ (lossClaim hooks) info
+  n <- lossAwaited hooks
+  ss1 <- runEvents1 sh t ss (WorkersAwaited n) []
+  runEvents1 sh t ss1 (LinkDown w why) es
+runEvents sh t ss (e : es) = runEvents1 sh t ss e es
+
+runEvents1 :: Shell -> Double -> ShellState -> Event -> [Event] -> IO ShellState
+runEvents1 sh t ss e es = do
   let (core', cmds) = step t e (ssCore ss)
   (ss', fed) <- foldM (execute sh) (ss { ssCore = core' }, []) cmds
   runEvents sh t ss' (reverse fed ++ es)

@@ -14,6 +14,8 @@ module Herd.Master.ShellState
   , shellPeers
   , shellCounters
   , bumpCounter
+  , LossHooks (..)
+  , noLossHooks
   ) where
 
 import Control.Concurrent.MVar
@@ -52,7 +54,19 @@ data Shell = Shell
   , shDeparted :: !(TVar (M.Map WorkerId WorkerInfo))  -- ^ lost workers, the newest 'Herd.Monitor.Ledger.keptLost'
   , shPeers    :: !(TVar (M.Map WorkerId (Sender, IORef PeerStats)))  -- ^ each link's sender and received counts
   , shCounters :: !(IORef ConnectionCounters)   -- ^ the acceptor's counters
+  , shLosses   :: !(IORef LossHooks)            -- ^ who replaces lost workers
   }
+
+-- | What the shell asks of whoever restarts lost workers
+-- ("Herd.Launch.Supervise"), under its lock.
+data LossHooks = LossHooks
+  { lossClaim   :: WorkerInfo -> IO ()  -- ^ this worker's link went down
+  , lossAwaited :: IO Int               -- ^ how many lost workers are being replaced now
+  }
+
+-- | Nobody replaces lost workers.
+noLossHooks :: LossHooks
+noLossHooks = LossHooks (\_ -> pure ()) (pure 0)
 
 -- | What a caller registers with the shell before its first event: where
 -- the answer goes.
@@ -67,7 +81,7 @@ data Registration
 newShell :: Config -> IO Shell
 newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty M.empty M.empty S.empty M.empty)
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
-                         <*> newIORef noCounters
+                         <*> newIORef noCounters <*> newIORef noLossHooks
   where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ())
 
 -- | Give the shell its reader.

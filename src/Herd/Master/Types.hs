@@ -37,11 +37,12 @@ data ConnectionCounters = ConnectionCounters
   , countJoined         :: !Int  -- ^ workers that passed the handshake
   , countJoining        :: !Int  -- ^ handshakes in progress now
   , countWorkerMessages :: !Int  -- ^ messages from joined workers handed to the core
+  , countRestarts       :: !Int  -- ^ local worker processes started again after dying
   } deriving (Eq, Show)
 
 -- | All counters at zero.
 noCounters :: ConnectionCounters
-noCounters = ConnectionCounters 0 0 0 0 0 0 0
+noCounters = ConnectionCounters 0 0 0 0 0 0 0 0
 
 -- | A farm job as its caller hands it to the master: its encoded
 -- arguments, and where results go. The functions run in the driver.

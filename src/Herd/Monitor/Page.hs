@@ -164,7 +164,7 @@ pageLines =
   , "                     + st.evolve.recovered + ' recovered. States per worker: ' + per;"
   , "  } else { ev.className = 'muted'; ev.textContent = 'none running'; }"
   , "  var c = st.connections;"
-  , "  fill('conns', [['accepted', c.accepted], ['joined', c.joined], ['refused (busy)', c.refused_busy],"
+  , "  fill('conns', [['accepted', c.accepted], ['joined', c.joined], ['restarted', c.restarts], ['refused (busy)', c.refused_busy],"
   , "                 ['authentication failures', c.auth_failures], ['other handshake failures', c.handshake_failures],"
   , "                 ['messages from workers', c.worker_messages]].map(function (p) { return row([[p[0], 'l'], p[1]]); }));"
   , "  var log = document.getElementById('log');"

@@ -86,7 +86,8 @@ statusJson s = renderJson $ JObject
     connections c = JObject
       [ ("accepted", int (countAccepted c)), ("refused_busy", int (countBusyRefused c))
       , ("auth_failures", int (countAuthFailures c)), ("handshake_failures", int (countHandshakeFailures c))
-      , ("joined", int (countJoined c)), ("worker_messages", int (countWorkerMessages c)) ]
+      , ("joined", int (countJoined c)), ("worker_messages", int (countWorkerMessages c))
+      , ("restarts", int (countRestarts c)) ]
 
 
 -- | The snapshot in Prometheus's text format.

@@ -1,0 +1,65 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | Integration tests of recovery with real worker processes: a task that
+-- kills the worker running it is named after a bounded number of deaths,
+-- lost local workers are restarted and rejoin, and jobs wait for them
+-- rather than failing.
+module RecoverySpec (spec) where
+
+import Control.Exception
+import Control.Monad
+import Data.IORef
+import Data.List (isInfixOf)
+import Herd
+import System.Posix.Signals (sigKILL, signalProcess)
+import Test.Hspec
+import ClusterSpec (withTestClusterConfig, eventually)
+import TestTasks
+
+spec :: Spec
+spec = describe "recovery of a cluster of local worker processes" $ do
+  it "names the input that makes its worker exit, within configMaxTaskDeaths deaths, and the next farm has every worker back" $
+    withTestClusterConfig 2 id $ \logs cluster -> do
+      r <- try (farm cluster exitAt13Task [0 .. 39])
+      case r of
+        Left (TaskKilledWorkers i name deaths _) -> do
+          i `shouldBe` 13
+          name `shouldSatisfy` ("exitAt13" `isInfixOf`)
+          deaths `shouldBe` configMaxTaskDeaths defaultConfig
+        other -> expectationFailure ("expected TaskKilledWorkers, got " ++ show (fmap length other))
+      farm cluster squareTask [1 .. 100] `shouldReturn` map (^ (2 :: Int)) [1 .. 100]
+      eventually ((== 2) <$> clusterWorkerCount cluster) `shouldReturn` True
+      counters <- clusterCounters cluster
+      countRestarts counters `shouldBe` configMaxTaskDeaths defaultConfig
+      ls <- readIORef logs
+      any ("restarting it" `isInfixOf`) ls `shouldBe` True
+
+  it "restarts a worker killed between jobs, and the next job has the whole machine" $
+    withTestClusterConfig 2 id $ \_ cluster -> do
+      [victim, _] <- clusterWorkerInfo cluster
+      signalProcess sigKILL (fromIntegral (infoPid victim))
+      let replaced = do
+            ws <- clusterWorkerInfo cluster
+            pure (length ws == 2 && infoPid victim `notElem` map infoPid ws)
+      eventually replaced `shouldReturn` True
+      (ys, stats) <- farmWithStats cluster sleepySquareTask [ (5, x) | x <- [0 .. 39] ]
+      ys `shouldBe` [ x * x | x <- [0 .. 39] ]
+      length [ s | s <- jobWorkerStats stats, statTasks s > 0 ] `shouldBe` 2
+      countRestarts <$> clusterCounters cluster `shouldReturn` 1
+
+  it "finishes a farm whose every worker is killed mid-run: the job waits for their replacements" $
+    withTestClusterConfig 2 id $ \_ cluster -> do
+      workers <- clusterWorkerInfo cluster
+      killed <- newIORef False
+      ys <- farmAsCompleted cluster sleepySquareTask [ (20, x) | x <- [0 .. 59] ] $ \_ _ -> do
+        already <- atomicModifyIORef' killed (\k -> (True, k))
+        unless already $ forM_ workers $ \w -> signalProcess sigKILL (fromIntegral (infoPid w))
+      statTasks <$> jobWorkerStats ys `shouldSatisfy` ((== 60) . sum)
+
+  it "leaves a lost worker down when told not to restart" $
+    withTestClusterConfig 2 (\c -> c { configRestartWorkers = False }) $ \_ cluster -> do
+      [victim, _] <- clusterWorkerInfo cluster
+      signalProcess sigKILL (fromIntegral (infoPid victim))
+      eventually ((== 1) <$> clusterWorkerCount cluster) `shouldReturn` True
+      farm cluster squareTask [1 .. 10] `shouldReturn` map (^ (2 :: Int)) [1 .. 10]
+      clusterWorkerCount cluster `shouldReturn` 1
+      countRestarts <$> clusterCounters cluster `shouldReturn` 0
