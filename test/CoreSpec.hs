@@ -77,7 +77,7 @@ data World = World
 data Action
   = Join | Kill Int | Handle Int | Deliver Int | Garbage Int
   | Submit Int (Maybe Int) (Maybe Int) Bool | Cancel Int
-  | Open Int | Caller Int | Session (Maybe Int)
+  | Open Int | Caller Int | Session (Maybe Int) | Wait
   deriving (Show)
 
 genAction :: Gen Action
@@ -87,7 +87,7 @@ genAction = frequency
   , (3, Submit <$> choose (0, 25) <*> frequency [(4, pure Nothing), (1, Just <$> choose (0, 25))]
                 <*> frequency [(5, pure Nothing), (1, Just <$> choose (0, 25))] <*> arbitrary)
   , (1, Cancel <$> arbitrary), (2, Open <$> choose (0, 12)), (6, Caller <$> arbitrary)
-  , (1, Session <$> elements [Nothing, Just 1, Just 2]) ]
+  , (1, Session <$> elements [Nothing, Just 1, Just 2]), (1, pure Wait) ]
 
 ref :: TaskRef
 ref = taskRef squareTask
@@ -210,6 +210,8 @@ handle _ m w = case Seq.viewl (wmInbox m) of
 
 act :: World -> Action -> IO World
 act w a = case a of
+  -- a second passes: batches that ran long are copied to idle workers
+  Wait -> feed Tick w { wTime = wTime w + 1 }
   Join -> feed (LinkUp (wNextW w)) w { wNextW = wNextW w + 1
                                      , wWorkers = M.insert (wNextW w) (WorkerModel Seq.empty Seq.empty M.empty) (wWorkers w) }
   Kill k -> onWorker k $ \x _ -> feed (LinkDown x "killed") w { wWorkers = M.delete x (wWorkers w), wKills = wKills w + 1 }

@@ -10,7 +10,9 @@ import Control.Monad
 import Data.IORef
 import Data.List (isInfixOf)
 import Herd
-import System.Posix.Signals (sigKILL, signalProcess)
+import System.Posix.Signals (sigCONT, sigKILL, sigSTOP, signalProcess)
+import Herd.Clock (monotonicSeconds)
+import System.Timeout (timeout)
 import Test.Hspec
 import ClusterSpec (withTestClusterConfig, eventually)
 import TestTasks
@@ -63,3 +65,27 @@ spec = describe "recovery of a cluster of local worker processes" $ do
       farm cluster squareTask [1 .. 10] `shouldReturn` map (^ (2 :: Int)) [1 .. 10]
       clusterWorkerCount cluster `shouldReturn` 1
       countRestarts <$> clusterCounters cluster `shouldReturn` 0
+
+  it "finishes a farm with a stopped worker (SIGSTOP) within a few times its clean time, copying its batches" $
+    withTestClusterConfig 2 id $ \logs cluster -> do
+      let inputs = [ (10, x) | x <- [0 .. 199] ]
+      t0 <- monotonicSeconds
+      _ <- farm cluster sleepySquareTask inputs
+      clean <- subtract t0 <$> monotonicSeconds
+      [victim, _] <- clusterWorkerInfo cluster
+      stopped <- newIORef False
+      t1 <- monotonicSeconds
+      results <- newIORef (0 :: Int)
+      -- a scheduler that never copies the stopped worker's batches would wait forever
+      finished <- timeout 30000000 $ farmAsCompleted cluster sleepySquareTask inputs $ \i y -> do
+        when (y /= snd (inputs !! i) ^ (2 :: Int)) $ throwIO (userError ("wrong result for task " ++ show i))
+        modifyIORef' results (+ 1)
+        already <- atomicModifyIORef' stopped (\s -> (True, s))
+        unless already $ signalProcess sigSTOP (fromIntegral (infoPid victim))
+      slow <- subtract t1 <$> monotonicSeconds
+      signalProcess sigCONT (fromIntegral (infoPid victim))
+      void finished `shouldBe` Just ()
+      readIORef results `shouldReturn` 200
+      slow `shouldSatisfy` (< 4 * clean + 1)
+      ls <- readIORef logs
+      any ("is slow" `isInfixOf`) ls `shouldBe` True

@@ -42,6 +42,7 @@ apply ev sim =
       FinishJob _ _ -> s { simEnd = Just c }
       AbortJob {} -> s { simEnd = Just c }
       DropResults _ -> s
+      SlowBatch {} -> s
 
 -- | Start a simulation with some workers and a job.
 start :: Int -> Int -> Batching -> Sim
@@ -62,11 +63,15 @@ kill w sim = apply (WorkerLost w (case outstandingFor w (simSched sim) of
                                     [] -> Nothing)) sim
 
 -- | One random happening, chosen by a number.
-data Move = Finish Int | Kill Int | Join
+data Move = Finish Int | Kill Int | Join | Wait
   deriving (Show)
 
 instance Arbitrary Move where
-  arbitrary = frequency [(8, Finish <$> arbitrary), (1, Kill <$> arbitrary), (1, pure Join)]
+  arbitrary = frequency [(8, Finish <$> arbitrary), (1, Kill <$> arbitrary), (1, pure Join), (1, pure Wait)]
+
+-- | A second passes and the scheduler looks for stragglers.
+wait :: Sim -> Sim
+wait sim = apply Tick sim { simTime = simTime sim + 1 }
 
 -- | Play moves, then finish every outstanding batch until the job ends.
 play :: Double -> Bool -> [Move] -> Sim -> Sim
@@ -98,6 +103,7 @@ playOnly cost killLast moves sim0 = foldl' move sim0 moves
                          then kill (live !! (abs k `mod` length live)) sim
                          else sim
           Join -> apply (WorkerJoined (simNextW sim)) sim { simNextW = simNextW sim + 1 }
+          Wait -> wait sim
 
 complete :: Int -> Sim -> Property
 complete n sim =
@@ -214,6 +220,26 @@ spec = describe "Herd.Scheduler" $ do
               | not (alone (simSched sim)) = counterexample (show (schedWorkers (simSched sim))) False
               | otherwise = go (fst (runStep (n `div` 2) p sim)) ps
         in go (startWith 1000 (2 + w0 `mod` 4) n Adaptive) (take 200 (picks :: [Int]))
+
+  describe "stragglers (INV-TWIN)" $ do
+    it "runs a copy of a stopped worker's batches on an idle one, and the job ends without it" $
+      property $ \(Positive n0) (Positive w0) ->
+        let n = 10 + n0 `mod` 200
+            w = 2 + w0 `mod` 4
+            -- worker 1 never answers; the others answer their oldest batch, and time passes
+            others sim = [ (x, b) | x <- liveWorkers (simSched sim), x /= 1, (b, _) : _ <- [outstandingFor x (simSched sim)] ]
+            go sim fuel
+              | simEnd sim /= Nothing || fuel == (0 :: Int) = sim
+              | otherwise = case others sim of
+                  (x, b) : _ -> go (apply (BatchCompleted x b 1e-3 Nothing) sim) (fuel - 1)
+                  [] -> go (wait sim) (fuel - 1)
+        in complete n (go (start w n Adaptive) 100000)
+
+    it "accepts each task once whichever copy ends first, and drops the other's results" $
+      property $ \(Positive n0) order ->
+        let n = 20 + n0 `mod` 100
+            sim0 = foldl' (\s _ -> wait s) (playOnly 1e-3 False (replicate 6 (Finish 0)) (start 3 n (FixedBatch 4))) [1 .. 3 :: Int]
+        in complete n (play 1e-3 False (map Finish order) sim0)
 
   describe "workers being restarted (INV-AWAIT)" $ do
     it "keeps a job waiting for them when every worker is lost, and fails it once none is awaited" $ do

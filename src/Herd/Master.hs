@@ -168,6 +168,9 @@ withMaster config raw body = do
     withDashboardFor cluster $
      withLocalListener localSocket port $ \local ->
      withAsync (readerRun reader) $ \reading ->
+     -- stragglers are looked for ten times a second (a step with no farm
+     -- job running does nothing)
+     withAsync (forever (threadDelay 100000 >> shellStep shell True [Tick])) $ \_ ->
       withAsync (acceptLoop acceptor (acceptTcp lsock)) $ \_ ->
       withAsync (mapM_ (\(usock, _) -> acceptLoop acceptor (acceptUnix usock)) local) $ \_ -> do
         link reading

@@ -66,6 +66,7 @@ import Herd.Scheduler.Loss
 import Herd.Scheduler.Presence
 import Herd.Scheduler.Sizing
 import Herd.Scheduler.State
+import Herd.Scheduler.Straggle
 
 -- | Advance the machine by one event at the given time (seconds, from any
 -- fixed origin).
@@ -76,7 +77,7 @@ step now ev s = case ev of
     | otherwise ->
         let s1 = s { schedWorkers = M.insert w (Worker M.empty) (schedWorkers s)
                    , schedJobs = M.map (\j -> j { jobPresence = joined now w (jobPresence j) }) (schedJobs s) }
-        in assign s1 []
+        in assign now s1 []
 
   WorkerLost w death -> case M.lookup w (schedWorkers s) of
     Nothing -> (s, [])
@@ -84,16 +85,26 @@ step now ev s = case ev of
       -- INV-LOST, INV-POISON: the lost worker's batches of running jobs
       -- go back to their jobs, the tasks that may have killed it charged
       let s1 = s { schedWorkers = M.delete w (schedWorkers s) }
-          batchesOf jid = [ (bid, b) | (bid, b) <- M.toAscList (workerOutstanding worker), batchJob b == jid ]
+          -- a batch whose twin lives on (or whose results were taken
+          -- from its twin) needs no second run: the twin forgets it
+          twinned = [ t | b <- M.elems (workerOutstanding worker), not (batchSuperseded b), Just t <- [batchTwin b] ]
+          s1' = foldr forgetTwin s1 twinned
+          batchesOf jid = [ (bid, b) | (bid, b) <- M.toAscList (workerOutstanding worker), batchJob b == jid
+                                     , not (batchSuperseded b), not (twinLives b) ]
+          twinLives b = case batchTwin b of
+            Just t -> any (M.member t . workerOutstanding) (M.elems (schedWorkers s1))
+            Nothing -> False
           back (st, out) j = case returnBatches death (batchesOf (jobId j)) j { jobPresence = left now w (jobPresence j) } of
             Requeued j' -> (st { schedJobs = M.insert (jobId j) j' (schedJobs st) }, out)
             Poisoned i d ->
               ( endJob (jobId j) st
               , out ++ [AbortJob (jobId j) (TaskKilledWorkers i d (maybe "" deathWhy death)) (statsOf now j)] )
-          (s2, aborted) = foldl back (s1, []) (M.elems (schedJobs s1))
+          (s2, aborted) = foldl back (s1', []) (M.elems (schedJobs s1'))
       in starved now s2 aborted
 
   WorkersAwaited n -> starved now s { schedAwaited = max 0 n } []
+
+  Tick -> let (s1, out) = speculate now s in assign now s1 out
 
   JobSubmitted jid n batching target maxDeaths ->
     let job = Job { jobId = jid, jobTotal = n, jobPending = if n > 0 then Seq.singleton (Range 0 n) else Seq.empty
@@ -104,32 +115,34 @@ step now ev s = case ev of
     in if M.member jid (schedJobs s) then (s, [])   -- a repeated submission is ignored
        else if n == 0 then (s, [FinishJob jid (statsOf now job)])
        else if M.null (schedWorkers s) && schedAwaited s == 0 then (s, [AbortJob jid NoWorkersLeft (statsOf now job)])
-       else assign s { schedJobs = M.insert jid job (schedJobs s), schedTurn = jid : schedTurn s } []
+       else assign now s { schedJobs = M.insert jid job (schedJobs s), schedTurn = jid : schedTurn s } []
 
   BatchCompleted w bid busy failure -> case takeBatch w bid s of
     Nothing -> (s, [DropResults bid])
-    Just (b, s1) -> case M.lookup (batchJob b) (schedJobs s1) of
+    -- INV-TWIN: the copy that ends first counts; the other's results are dropped
+    Just (b, s0) | batchSuperseded b -> assign now s0 [DropResults bid]
+    Just (b, s0) -> let s1 = maybe s0 (\t -> supersede t s0) (batchTwin b) in case M.lookup (batchJob b) (schedJobs s1) of
       Just j -> case failure of
         Just (pos, msg) ->
           let j1 = credit w b busy j
               idx = rangeIndices (batchRanges b) !! max 0 (min (batchTasks b - 1) pos)
-          in assign (endJob (jobId j) s1) [DropResults bid, AbortJob (jobId j) (TaskError idx msg) (statsOf now j1)]
+          in assign now (endJob (jobId j) s1) [DropResults bid, AbortJob (jobId j) (TaskError idx msg) (statsOf now j1)]
         Nothing ->
           let j1 = (credit w b busy j) { jobDone = jobDone j + batchTasks b
                                        , jobEstimate = Just (estimate (jobEstimate j) busy (batchTasks b)) }
               accept = AcceptResults (jobId j) bid (batchRanges b)
           in if jobDone j1 == jobTotal j1
-               then assign (endJob (jobId j) s1) [accept, FinishJob (jobId j1) (statsOf now j1)]
-               else assign s1 { schedJobs = M.insert (jobId j) j1 (schedJobs s1) } [accept]
-      Nothing -> assign s1 [DropResults bid]
+               then assign now (endJob (jobId j) s1) [accept, FinishJob (jobId j1) (statsOf now j1)]
+               else assign now s1 { schedJobs = M.insert (jobId j) j1 (schedJobs s1) } [accept]
+      Nothing -> assign now s1 [DropResults bid]
 
-  JobCancelled jid -> assign (endJob jid s) []
+  JobCancelled jid -> assign now (endJob jid s) []
 
   BatchRefused w bid why -> case takeBatch w bid s of
     Nothing -> (s, [])
     Just (b, s1) -> case M.lookup (batchJob b) (schedJobs s1) of
-      Just j -> assign (endJob (jobId j) s1) [AbortJob (jobId j) (FunctionRefused why) (statsOf now j)]
-      Nothing -> assign s1 []
+      Just j -> assign now (endJob (jobId j) s1) [AbortJob (jobId j) (FunctionRefused why) (statsOf now j)]
+      Nothing -> assign now s1 []
 
 -- INV-AWAIT: with no live worker and none being restarted, every running
 -- job fails; otherwise the tasks go out to whoever can take them.
@@ -137,7 +150,7 @@ starved :: Double -> Sched -> [Command] -> (Sched, [Command])
 starved now s out
   | M.null (schedWorkers s) && schedAwaited s == 0 && not (M.null (schedJobs s)) =
       (s { schedJobs = M.empty, schedTurn = [] }, out ++ [ AbortJob (jobId j) NoWorkersLeft (statsOf now j) | j <- M.elems (schedJobs s) ])
-  | otherwise = assign s out
+  | otherwise = assign now s out
 
 -- Forget a job: its outstanding batches stay with their workers (their
 -- results will be dropped) but no more of its tasks are handed out.
@@ -172,20 +185,20 @@ wantsWork j worker =
 
 -- The next batch of a job for a worker: a suspect alone to a worker with
 -- nothing outstanding, else tasks from the queue.
-nextBatch :: Int -> Worker -> Job -> (Batch, Job)
-nextBatch live worker j = case Seq.viewl (jobSuspects j) of
+nextBatch :: Double -> Int -> Worker -> Job -> (Batch, Job)
+nextBatch now live worker j = case Seq.viewl (jobSuspects j) of
   i :< rest | M.null (workerOutstanding worker) ->
-    (Batch (jobId j) [Range i (i + 1)] 1 True, j { jobSuspects = rest, jobPendingN = jobPendingN j - 1 })
+    (Batch (jobId j) [Range i (i + 1)] 1 True now Nothing False, j { jobSuspects = rest, jobPendingN = jobPendingN j - 1 })
   _ -> let (ranges, n, pending') = takeTasks (sizeOf live j) (jobPending j)
-       in (Batch (jobId j) ranges n False, j { jobPending = pending', jobPendingN = jobPendingN j - n })
+       in (Batch (jobId j) ranges n False now Nothing False, j { jobPending = pending', jobPendingN = jobPendingN j - n })
 
 -- Hand out pending tasks: first to workers with nothing outstanding (fewest
 -- first), then a prefetch to those that want one. Each batch comes from the
 -- first job in turn that has pending tasks this worker should take; that
 -- job then goes to the back of the turn (INV-FAIR: concurrent jobs take
 -- workers in turn).
-assign :: Sched -> [Command] -> (Sched, [Command])
-assign s acc
+assign :: Double -> Sched -> [Command] -> (Sched, [Command])
+assign now s acc
   | M.null (schedJobs s) = (s, acc)
   | otherwise = go s (sortOn (M.size . workerOutstanding . snd) (M.toList (schedWorkers s))) acc
   where
@@ -195,7 +208,7 @@ assign s acc
       Just worker -> case [ j | jid <- schedTurn st, Just j <- [M.lookup jid (schedJobs st)], wantsWork j worker ] of
         [] -> go st rest out
         j : _ ->
-          let (batch, j') = nextBatch (M.size (schedWorkers st)) worker j
+          let (batch, j') = nextBatch now (M.size (schedWorkers st)) worker j
               bid = schedNextBatch st
               worker' = Worker (M.insert bid batch (workerOutstanding worker))
               st' = st { schedWorkers = M.insert w worker' (schedWorkers st)

@@ -31,6 +31,7 @@ import Herd.Launch.Env
 import Herd.Launch.Topology (allowedCpus, physicalCores)
 import System.Environment (getArgs, getEnvironment, getExecutablePath)
 import System.IO
+import System.Posix.Signals (sigKILL, signalProcess)
 import System.Process
 
 -- | A started local worker process.
@@ -129,6 +130,9 @@ stopLocalWorkers workers = do
     case code of
       Just _ -> pure ()
       Nothing -> do
-        terminateProcess (localHandle w)
+        -- SIGKILL, not SIGTERM: a stopped worker would keep a SIGTERM
+        -- pending, and the wait for it would never end
+        mpid <- getPid (localHandle w)
+        forM_ mpid $ \p -> signalProcess sigKILL p `catch` \(_ :: IOException) -> pure ()
         _ <- waitForProcess (localHandle w)
         pure ()

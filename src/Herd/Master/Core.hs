@@ -72,6 +72,8 @@ advance now ev core = case ev of
                                                     , coreLedger = ledgerJoin now w (coreLedger core) }
   LinkDown w why -> linkDown now w True why core
   WorkersAwaited n -> sched now (S.WorkersAwaited n) core
+  Tick | M.null (coreFarms core) -> (core, [])
+       | otherwise -> sched now S.Tick core
   Received w msg
     | M.member w (coreLinks core) -> received now w msg core
     | otherwise -> (core, [])   -- dropped already: its messages go with it
@@ -226,6 +228,10 @@ sched now ev core =
         | M.member jid (coreFarms c) -> (c, out ++ [Accept jid ranges])
         | otherwise -> (c, out)
       S.DropResults _ -> (c, out)
+      S.SlowBatch slow bid n late est copy ->
+        (c, out ++ [Note ("herd: worker " ++ show slow ++ " is slow: its batch " ++ show bid ++ " of " ++ show n
+                          ++ " tasks has run " ++ secs late ++ (if est > 0 then " (estimate " ++ secs est ++ ")" else "")
+                          ++ "; a copy runs on worker " ++ show copy)])
       S.FinishJob jid stats -> answer c out jid (Right stats)
       S.AbortJob jid failure _ -> case M.lookup jid (coreFarms c) of
         Just job -> answer c out jid (Left (failureError (refName (farmRef job)) failure))
@@ -241,6 +247,10 @@ sched now ev core =
          , [ Note ("herd: tasks of lost worker " ++ show lost ++ " re-sent to worker " ++ show w ++ " "
                    ++ show (round ((now - at) * 1000) :: Int) ++ " ms after the loss was noticed")
            | (lost, at, _) <- hit ] )
+
+-- Seconds for the log, to the millisecond.
+secs :: Double -> String
+secs t = show (fromIntegral (round (t * 1000) :: Int) / 1000 :: Double) ++ " s"
 
 failureError :: String -> S.JobFailure -> HerdError
 failureError name failure = case failure of

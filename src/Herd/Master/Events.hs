@@ -30,6 +30,7 @@ data Event
   = LinkUp !WorkerId                    -- ^ a worker passed the handshake
   | LinkDown !WorkerId !String          -- ^ its link broke, or it broke the protocol
   | WorkersAwaited !Int                 -- ^ this many lost workers are being restarted now
+  | Tick                                -- ^ time passed (a few times a second): look for stragglers
   | Received !WorkerId !FromWorker      -- ^ one message from a worker
   | FarmSubmit !JobId !FarmJob
   | FarmCancel !JobId                   -- ^ the caller gave up (no answer is due)

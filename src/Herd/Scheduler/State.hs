@@ -40,6 +40,12 @@ data Batch = Batch
   , batchSuspect :: !Bool
     -- ^ one task that was running when a worker died: the worker that
     -- runs it gets nothing else meanwhile, so a second death is its own
+  , batchSent    :: !Double   -- ^ when it was handed out
+  , batchTwin    :: !(Maybe BatchId)
+    -- ^ the other copy of a batch run twice because one ran far too long
+  , batchSuperseded :: !Bool
+    -- ^ its twin's results were accepted: its own are dropped, and its
+    -- tasks are not run again if its worker is lost
   } deriving (Show)
 
 -- | A live worker.
@@ -122,6 +128,9 @@ data Event
     -- ^ the caller gave up on the job; its outstanding batches become stale
   | WorkersAwaited !Int
     -- ^ this many lost workers are being restarted now
+  | Tick
+    -- ^ time passed: run a copy of any batch that has run far longer than
+    -- its estimate, if a worker is idle ("Herd.Scheduler.Straggle")
   deriving (Eq, Show)
 
 -- | Something the master loop must do.
@@ -134,6 +143,10 @@ data Command
     -- ^ the batch's results are stale or unwanted: drop them
   | FinishJob !JobId !JobStats
   | AbortJob !JobId !JobFailure !JobStats
+  | SlowBatch !WorkerId !BatchId !Int !Double !Double !WorkerId
+    -- ^ for the log: this worker's batch of this many tasks has run this
+    -- many seconds against an estimate of that many; a copy went to the
+    -- other worker
   deriving (Eq, Show)
 
 -- | The workers known to the scheduler.
