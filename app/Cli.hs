@@ -14,6 +14,8 @@ import qualified Bench.Mandelbrot as Mandelbrot
 import qualified Bench.Pfilter as Pfilter
 import qualified Bench.Skew as Skew
 import qualified Bench.Latency as Latency
+import qualified Bench.Fuzz as Fuzz
+import Herd.Fuzz (FuzzTarget (..))
 import Data.Char (isDigit)
 import qualified Demo
 import Herd.Config (MasterLoop (..), SecretSource (..), parseDashboardAddress, parseHostList, parseMasterLoop)
@@ -35,6 +37,7 @@ data Command
   | BenchPfilter Pfilter.Options
   | BenchSkew Skew.Options
   | BenchLatency Latency.LatencyOptions
+  | BenchFuzz Fuzz.Options
   | BenchBandwidth Latency.BandwidthOptions
   | WorkerCmd WorkerOptions
 
@@ -56,6 +59,7 @@ run = do
     BenchPfilter o -> Pfilter.run o
     BenchSkew o -> Skew.run o
     BenchLatency o -> Latency.runLatency o
+    BenchFuzz o -> Fuzz.run o
     BenchBandwidth o -> Latency.runBandwidth o
     WorkerCmd o -> runWorker o
 
@@ -87,10 +91,37 @@ benchCommands = hsubparser
       (progDesc "FP Complete's particle filter on the evolve API: scaling over worker counts, both master loops"))
  <> command "skew" (info (BenchSkew <$> skewOptions)
       (progDesc "FP Complete's skew case: nine 1 s states and one 10 s state on two workers, evolved repeatedly"))
+ <> command "fuzz" (info (BenchFuzz <$> fuzzOptions)
+      (progDesc "Mutated frames of every message type at a master and at a worker, per transport: crashes, hangs, drops"))
  <> command "latency" (info (BenchLatency <$> latencyOptions)
       (progDesc "Round trip of one small message, master to one worker, per transport, beside a C floor"))
  <> command "bandwidth" (info (BenchBandwidth <$> bandwidthOptions)
       (progDesc "MiB per second of a stream of large messages, master to one worker, per transport, beside a C floor")) )
+
+fuzzOptions :: Parser Fuzz.Options
+fuzzOptions = Fuzz.Options
+  <$> option (positiveInt "a frame count" 100000000) (long "frames" <> metavar "N" <> value 2000 <> showDefault
+                          <> help "mutated frames per target and transport")
+  <*> option targetListArg (long "target" <> metavar "LIST" <> value [AtMaster, AtWorker]
+                          <> showDefaultWith (const "master,worker") <> help "receivers to fuzz: master, worker")
+  <*> option transportListArg (long "transport" <> metavar "LIST" <> value [minBound .. maxBound]
+                          <> showDefaultWith (const "tcp,unix,shm") <> help "transports to fuzz over: tcp, unix, shm")
+  <*> option (positiveInt "a seed" maxBound) (long "seed" <> metavar "N" <> value 1 <> showDefault
+                          <> help "seed of the mutations (one seed gives the same frames)")
+  <*> switch (long "json" <> help "end with one line of JSON")
+
+targetListArg :: ReadM [FuzzTarget]
+targetListArg = eitherReader $ \s -> do
+  ts <- mapM one (commas s)
+  if null ts then Left "expected at least one target: master, worker" else Right (nub ts)
+  where
+    commas str = case break (== ',') str of
+      (a, _ : rest) -> a : commas rest
+      (a, []) -> [a | not (null a)]
+    one t = case t of
+      "master" -> Right AtMaster
+      "worker" -> Right AtWorker
+      _ -> Left ("unknown fuzz target " ++ show t ++ " (master, worker)")
 
 latencyOptions :: Parser Latency.LatencyOptions
 latencyOptions = Latency.LatencyOptions

@@ -9,6 +9,7 @@ import qualified ConfigSpec
 import qualified EvolveSpec
 import qualified SimulateSpec
 import qualified RecoverySpec
+import qualified FuzzSpec
 import qualified DashboardSpec
 import qualified LogSpec
 import qualified EvolveScheduleSpec
@@ -55,5 +56,6 @@ main = do
       EvolveSpec.spec
       SimulateSpec.spec
       RecoverySpec.spec
+      FuzzSpec.spec
       DashboardSpec.spec
       LogSpec.spec

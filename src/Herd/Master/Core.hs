@@ -71,6 +71,7 @@ advance now ev core = case ev of
     | otherwise -> sched now (S.WorkerJoined w) core { coreLinks = M.insert w noneExpected (coreLinks core)
                                                     , coreLedger = ledgerJoin now w (coreLedger core) }
   LinkDown w why -> linkDown now w True why core
+  LinkBroken w why -> linkDown now w False why core
   WorkersAwaited n -> sched now (S.WorkersAwaited n) core
   Tick | M.null (coreFarms core) -> (core, [])
        | otherwise -> sched now S.Tick core

@@ -28,7 +28,8 @@ data FarmJob = FarmJob
 -- | Something that happened, or that a caller asks for.
 data Event
   = LinkUp !WorkerId                    -- ^ a worker passed the handshake
-  | LinkDown !WorkerId !String          -- ^ its link broke, or it broke the protocol
+  | LinkDown !WorkerId !String          -- ^ its link or its process died
+  | LinkBroken !WorkerId !String        -- ^ it broke the protocol: drop it (what ran there is not charged)
   | WorkersAwaited !Int                 -- ^ this many lost workers are being restarted now
   | Tick                                -- ^ time passed (a few times a second): look for stragglers
   | Received !WorkerId !FromWorker      -- ^ one message from a worker

@@ -115,7 +115,11 @@ joinLink sh wid conn info = do
 deliver :: Shell -> WorkerId -> Connection -> IORef PeerStats -> OnPacket
 deliver sh wid conn received packet =
   case splitPacket (configMaxFrameBytes (shConfig sh) `div` 5) packet of
-    Left why -> pure (Left ("bad packet from " ++ connPeer conn ++ ": " ++ why))
+    Left why -> do
+      -- a broken protocol, not a death: nothing that ran there is charged
+      let msg = "bad packet from " ++ connPeer conn ++ ": " ++ why
+      shellStep sh True [LinkBroken wid msg]
+      pure (Left msg)
     Right msgs -> do
       let n = length msgs
           events = decodeAll msgs
@@ -137,7 +141,7 @@ deliver sh wid conn received packet =
     decodeAll [] = []
     decodeAll (m : ms) = case decodeFromWorker m of
       Right msg -> Received wid msg : decodeAll ms
-      Left why -> [LinkDown wid ("bad message from " ++ connPeer conn ++ ": " ++ why)]
+      Left why -> [LinkBroken wid ("bad message from " ++ connPeer conn ++ ": " ++ why)]
 
 -- | Stop: answer every caller, ask every worker to stop, and let the
 -- writers drain.

@@ -105,7 +105,10 @@ ledgerJoin now w l = l { ledAccounts = M.insert w (Account now (activeAt now l) 
 ledgerLose :: Double -> WorkerId -> String -> Ledger -> Ledger
 ledgerLose now w why l = case M.lookup w (ledAccounts l) of
   Just a | Nothing <- accountLeft a ->
-    let accounts = M.insert w a { accountLeft = Just (Departure now (activeAt now l) why) } (ledAccounts l)
+    -- the reason is copied out whole: a lazy tail of it (a link's name,
+    -- say) would keep that link's buffers alive as long as the row is kept
+    let reason = foldr (:) [] why
+        accounts = length reason `seq` M.insert w a { accountLeft = Just (Departure now (activeAt now l) reason) } (ledAccounts l)
     in l { ledAccounts = pruneLost accounts, ledLost = ledLost l + 1 }
   _ -> l
 
