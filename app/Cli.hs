@@ -15,6 +15,7 @@ import qualified Bench.Pfilter as Pfilter
 import qualified Bench.Skew as Skew
 import qualified Bench.Latency as Latency
 import qualified Bench.Fuzz as Fuzz
+import qualified Bench.Chaos as Chaos
 import Herd.Fuzz (FuzzTarget (..))
 import Data.Char (isDigit)
 import qualified Demo
@@ -38,6 +39,7 @@ data Command
   | BenchSkew Skew.Options
   | BenchLatency Latency.LatencyOptions
   | BenchFuzz Fuzz.Options
+  | BenchChaos Chaos.Options
   | BenchBandwidth Latency.BandwidthOptions
   | WorkerCmd WorkerOptions
 
@@ -60,6 +62,7 @@ run = do
     BenchSkew o -> Skew.run o
     BenchLatency o -> Latency.runLatency o
     BenchFuzz o -> Fuzz.run o
+    BenchChaos o -> Chaos.run o
     BenchBandwidth o -> Latency.runBandwidth o
     WorkerCmd o -> runWorker o
 
@@ -93,6 +96,8 @@ benchCommands = hsubparser
       (progDesc "FP Complete's skew case: nine 1 s states and one 10 s state on two workers, evolved repeatedly"))
  <> command "fuzz" (info (BenchFuzz <$> fuzzOptions)
       (progDesc "Mutated frames of every message type at a master and at a worker, per transport: crashes, hangs, drops"))
+ <> command "chaos" (info (BenchChaos <$> chaosOptions)
+      (progDesc "Farm, stream and evolve jobs while workers are killed and stopped at random; every result checked"))
  <> command "latency" (info (BenchLatency <$> latencyOptions)
       (progDesc "Round trip of one small message, master to one worker, per transport, beside a C floor"))
  <> command "bandwidth" (info (BenchBandwidth <$> bandwidthOptions)
@@ -108,6 +113,16 @@ fuzzOptions = Fuzz.Options
                           <> showDefaultWith (const "tcp,unix,shm") <> help "transports to fuzz over: tcp, unix, shm")
   <*> option (positiveInt "a seed" maxBound) (long "seed" <> metavar "N" <> value 1 <> showDefault
                           <> help "seed of the mutations (one seed gives the same frames)")
+  <*> switch (long "json" <> help "end with one line of JSON")
+
+chaosOptions :: Parser Chaos.Options
+chaosOptions = Chaos.Options
+  <$> option (secondsArg 1 86400) (long "seconds" <> metavar "S" <> value 20 <> showDefault
+                          <> help "how long the jobs and the chaos run")
+  <*> option (positiveInt "a worker count" 64) (long "workers" <> metavar "N" <> value 4 <> showDefault
+                          <> help "local workers to kill and stop")
+  <*> option (positiveInt "a seed" maxBound) (long "seed" <> metavar "N" <> value 1 <> showDefault
+                          <> help "seed of the chaos (which worker, when, kill or stop)")
   <*> switch (long "json" <> help "end with one line of JSON")
 
 targetListArg :: ReadM [FuzzTarget]

@@ -255,7 +255,8 @@ act w a = case a of
     let start ws = if null ws then Left NoWorkers
                    else Right (resetMachine, M.fromList [ (x, ()) | x <- ws ], [ SendTo x StatesReset | x <- ws ])
         answer r = modifyIORef answers ((() <$ r) :)
-    feed (SessionStart (SessionRequest limit start answer)) w { wSessions = answers : wSessions w }
+    feed (SessionStart (fromIntegral (wNextId w)) (SessionRequest limit start answer))
+         w { wSessions = answers : wSessions w, wNextId = wNextId w + 1 }
   where
     onWorker k f = case pick k (M.toList (wWorkers w)) of
       Nothing -> pure w
@@ -264,6 +265,7 @@ act w a = case a of
     resetMachine = Machine
       { machineMessage = \x msg pending -> case msg of { StatesCleared -> (M.delete x pending, []); _ -> (pending, []) }
       , machineLost = \x _ pending -> (M.delete x pending, [])
+      , machineJoined = \_ st -> (st, []), machineStarved = \st -> (st, [])
       , machineDone = M.null, machineView = const Nothing }
 
 -- Let everything in flight run to its end: workers handle and answer all
@@ -378,3 +380,23 @@ spec = describe "Herd.Master.Core" $ do
     map fmAnswers (M.elems (wFarms w)) `shouldSatisfy` \answers -> case answers of
       [[Left (TaskKilledWorkers 17 _ 3 _)]] -> True
       _ -> False
+
+  it "forgets a session whose caller gave up, so the next one starts; a cancel of another number does nothing" $ do
+    answers <- newIORef (0 :: Int)
+    let start ws = Right (machine, (), [ SendTo x StatesReset | x <- ws ])
+        machine = Machine { machineMessage = \_ _ st -> (st, []), machineLost = \_ _ st -> (st, [])
+                          , machineJoined = \_ st -> (st, []), machineStarved = \st -> (st, [])
+                          , machineDone = const False, machineView = const Nothing }
+        req = SessionRequest Nothing start (\_ -> modifyIORef answers (+ 1))
+        answered out = mapM_ (\cmd -> case cmd of { SessionEnded a -> a; _ -> pure () }) out
+        (c1, _) = step 0 (LinkUp 1) emptyCore
+        (c2, _) = step 0 (SessionStart 7 req) c1
+        (c3, _) = step 0 (SessionCancel 8) c2       -- not the running one
+        (_, refused) = step 0 (SessionStart 9 req) c3
+        (c5, _) = step 0 (SessionCancel 7) c3
+        (_, started) = step 0 (SessionStart 10 req) c5
+    answered refused
+    readIORef answers `shouldReturn` 1   -- refused: session 7 still runs
+    answered started
+    readIORef answers `shouldReturn` 1   -- started: no answer yet
+    [ () | Send 1 _ StatesReset <- started ] `shouldBe` [()]

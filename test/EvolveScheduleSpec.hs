@@ -66,7 +66,7 @@ applyStep r world = case r of
              , wLost = S.union lost (wLost world), wPlaced = placed }
 
 -- Actions the world can take now.
-data Action = Receive WorkerId | Start WorkerId | Finish WorkerId | Answer WorkerId | Kill WorkerId
+data Action = Receive WorkerId | Start WorkerId | Finish WorkerId | Answer WorkerId | Kill WorkerId | Come
   deriving Show
 
 actions :: World -> Bool -> [Action]
@@ -77,6 +77,8 @@ actions world mayKill =
         ++ [ Answer w | not (null (mwOutbox mw)) ]
         ++ [ Kill w | mayKill, M.size (wWorkers world) > 1 ]
          | (w, mw) <- M.toList (wWorkers world) ]
+  -- a new worker joins the call (a lost one's replacement, say)
+  ++ [ Come | M.size (wWorkers world) < 6 ]
 
 act :: Action -> World -> World
 act a world = case a of
@@ -102,6 +104,9 @@ act a world = case a of
                     Evolved _ s _ -> M.insertWith (+) s 1 (wEvolved world')
                     _ -> wEvolved world'
               in applyStep (stepPlan ev (wPlan world')) world' { wReleased = released, wEvolved = evolvedNow }
+  Come -> let w = 1 + maximum (0 : M.keys (wWorkers world) ++ S.toList (wGone world))
+              world' = world { wWorkers = M.insert w (ModelWorker S.empty [] Nothing [] []) (wWorkers world) }
+          in applyStep (stepPlan (WorkerCame w) (wPlan world')) world'
   Kill w -> let world' = world { wWorkers = M.delete w (wWorkers world), wGone = S.insert w (wGone world) }
                 world'' = applyStep (stepPlan (WorkerGone w) (wPlan world')) world'
                 -- the driver recomputes lost states on a live worker, which adopts them
@@ -144,7 +149,7 @@ runWorld holdings mayKill = go (0 :: Int) world0 [] []
       | otherwise = case actions world (mayKill && S.null (wGone world)) of
           [] -> pure (Outcome world k idleBad missing)
           as -> do
-            a <- frequency [ (case x of Kill _ -> 1; _ -> 20, pure x) | x <- as ]
+            a <- frequency [ (case x of { Kill _ -> 1; Come -> 1; _ -> 20 }, pure x) | x <- as ]
             let world' = act a world
                 plan = wPlan world'
                 idle = filter (`M.member` wWorkers world') (planIdleWorkers plan)

@@ -19,8 +19,10 @@ import TestTasks
 spec :: Spec
 spec = describe "the evolve API" $ forM_ [minBound .. maxBound] $ \transport -> forM_ [ThreadedLoop, EpollLoop] $ \loop ->
   describe ("over " ++ transportName transport ++ ", with the " ++ show loop) $ do
-    let withLoop l n body = withTestClusterConfig n (\c -> c { configMasterLoop = l, configTransport = Just transport })
-                              (\logs c -> body c `onException` (readIORef logs >>= mapM_ putStrLn . reverse))
+    let withLoopConfig l n tweak body =
+          withTestClusterConfig n (\c -> tweak c { configMasterLoop = l, configTransport = Just transport })
+                                  (\logs c -> body c `onException` (readIORef logs >>= mapM_ putStrLn . reverse))
+        withLoop l n = withLoopConfig l n id
     it "evolves each state once, keeps children on the workers and evolves them again" $
       withLoop loop 2 $ \cluster -> do
         ids <- resetStates cluster countEvolver [100, 200 .. 1000]
@@ -124,8 +126,8 @@ spec = describe "the evolve API" $ forM_ [minBound .. maxBound] $ \transport -> 
             out2 <- evolveMany cluster slowEvolver (M.fromList [ (c, 1) | c <- children ])
             sort (map snd (concat (M.elems out2))) `shouldBe` [1 .. 20]
 
-    it "fails naming the states when no worker is left, and does not hang" $
-      withLoop loop 2 $ \cluster -> do
+    it "fails naming the states when no worker is left (none restarted), and does not hang" $
+      withLoopConfig loop 2 (\c -> c { configRestartWorkers = False }) $ \cluster -> do
         ids <- resetStates cluster slowEvolver [1 .. 20]
         workers <- clusterWorkerInfo cluster
         _ <- forkIO $ threadDelay 150000 >> forM_ workers (\w -> signalProcess sigKILL (fromIntegral (infoPid w)))

@@ -5,7 +5,9 @@
 -- rather than failing.
 module RecoverySpec (spec) where
 
+import Control.Concurrent (forkIO, threadDelay)
 import Control.Exception
+import qualified Data.Map.Strict as M
 import Control.Monad
 import Data.IORef
 import Data.List (isInfixOf)
@@ -89,3 +91,13 @@ spec = describe "recovery of a cluster of local worker processes" $ do
       slow `shouldSatisfy` (< 4 * clean + 1)
       ls <- readIORef logs
       any ("is slow" `isInfixOf`) ls `shouldBe` True
+
+  it "finishes an evolve call whose every worker is killed mid-call: the states are recomputed on the replacements" $
+    withTestClusterConfig 2 id $ \_ cluster -> do
+      workers <- clusterWorkerInfo cluster
+      ids <- resetStates cluster slowEvolver [1 .. 40]
+      _ <- forkIO $ do
+        threadDelay 150000
+        forM_ workers $ \w -> signalProcess sigKILL (fromIntegral (infoPid w))
+      out <- timeout 60000000 (evolveMany cluster slowEvolver (M.fromList [ (i, 20) | i <- ids ]))
+      fmap (map (map snd) . M.elems) out `shouldBe` Just (map pure [1 .. 40])

@@ -132,7 +132,7 @@ resetStatesWith opts cluster fn states = do
     placed <- session cluster (evolveWorkerLimit opts) $ \ws -> case filter (`elem` ws) live of
       [] -> Left NoWorkers
       here -> let placement = zip3 ids encoded (cycle here)
-              in Right ( Machine (\_ _ p -> (p, [])) (\_ _ p -> (p, [])) (const True) (const Nothing), placement
+              in Right ( Machine (\_ _ p -> (p, [])) (\_ _ p -> (p, [])) (\_ p -> (p, [])) (\p -> (p, [])) (const True) (const Nothing), placement
                        , [ SendTo w (StateAdd k bytes) | (StateId k, bytes, w) <- placement ]
                          ++ [ SendTo w (EvolveWith (evolverRef fn)) | w <- here ] )
     let placement = endState placed
@@ -147,6 +147,8 @@ resetStatesWith opts cluster fn states = do
           _ -> ((ws, pending), [])   -- answers from a call that ended early
       , machineLost = \wid _ (ws, pending) -> ((ws, M.delete wid pending), [])
       , machineDone = M.null . snd
+      , machineJoined = \_ st -> (st, [])
+      , machineStarved = \st -> (st, [])
       , machineView = const Nothing
       }
 
@@ -155,8 +157,8 @@ resetStatesWith opts cluster fn states = do
 session :: Cluster -> Maybe Int -> ([WorkerId] -> Either HerdError (Machine st, st, [Out])) -> IO (SessionEnd st)
 session cluster limit start = do
   answer <- newEmptyMVar
-  runSession cluster (SessionRequest limit start (putMVar answer))
-  end <- takeMVar answer >>= either throwIO pure
+  -- a caller interrupted while waiting cancels its session
+  end <- runSession cluster (SessionRequest limit start (putMVar answer)) (takeMVar answer) >>= either throwIO pure
   maybe (pure end) throwIO (endError end)
 
 -- A call may name the loop it expects; the cluster has one reader for
@@ -198,7 +200,7 @@ evolveManyWith opts cluster fn inputs = do
                   settings = defaultPlanSettings { settingsLead = evolveLead opts, settingsMeanCost = mean }
                   (plan, cmds) = startPlan settings holdings
                   call0 = Call plan ref encodedInputs M.empty (regWhere reg) (regCost reg) (regOrigin reg) M.empty
-                               M.empty 0 0 0 (maybe 0 id mean)
+                               M.empty 0 0 0 (maybe 0 id mean) [] ""
                   opening = [ SendTo w (EvolveWith ref) | w <- workers ]
                   (call1, outs) = commandsToOuts call0 cmds
                   (call2, recover) = recoverStates "their worker is no longer connected" stranded call1

@@ -229,12 +229,16 @@ runJob cluster spec = do
   takeMVar reply `onException` shellRegister sh True (Forget (Just jid) Nothing) [FarmCancel jid]
 
 -- | Run an evolve session on the cluster's workers (the lowest numbered,
--- up to the limit) and wait for it to end. The start function is given
--- those workers, and may refuse to start.
-runSession :: Cluster -> SessionRequest -> IO ()
-runSession cluster req = do
-  ensureOpen cluster
-  shellStep (clShell cluster) True [SessionStart req]
+-- up to the limit) and wait for its answer with the given action. The
+-- start function is given those workers, and may refuse to start. A
+-- caller interrupted while waiting (a timeout, a cancelled thread)
+-- cancels its session, so the next call can start.
+runSession :: Cluster -> SessionRequest -> IO a -> IO a
+runSession cluster req wait = do
+  awaitSomeWorker cluster
+  sid <- freshId cluster
+  shellStep (clShell cluster) True [SessionStart sid req]
+  wait `onException` shellStep (clShell cluster) True [SessionCancel sid]
 
 -- | Start a master with one local worker whose link is handed to the body
 -- instead of to the master's core: for measuring the link itself (the

@@ -54,6 +54,7 @@ module Herd.Scheduler
   , jobProgress
   , inFlightFor
   , taskDeaths
+  , awaitedWorkers
   , Death (..)
   ) where
 

@@ -44,6 +44,10 @@ data Call = Call
   , callChildren  :: !Int
   , callRecovered :: !Int
   , callMean      :: !Double
+  , callOrphans   :: ![StateId]
+    -- ^ states lost when no worker of the call was left: recomputed on the
+    -- next worker that joins, or named in 'StatesLost' if none comes
+  , callOrphanWhy :: !String  -- ^ how they were lost
   }
 
 -- | The session of one call: the plan, fed by the workers' answers.
@@ -82,7 +86,17 @@ callMachine name = Machine
             (call1, outs) = commandsToOuts call { callPlan = plan } [ c | c <- cmds, not (isLose c) ]
             (call2, recover) = recoverStates ("worker " ++ show wid ++ " was lost: " ++ why) lost call1
         in (call2, outs ++ recover)
-  , machineDone = \call -> planDone (callPlan call) && M.null (callReplaying call)
+  , machineJoined = \wid call -> case stepPlan (WorkerCame wid) (callPlan call) of
+      Left _ -> (call, [])
+      Right (plan, cmds) ->
+        let (call1, outs) = commandsToOuts call { callPlan = plan } cmds
+            (call2, recover) = recoverStates (callOrphanWhy call1) (callOrphans call1) call1 { callOrphans = [] }
+        in (call2, SendTo wid (EvolveWith (callRef call)) : outs ++ recover)
+  , machineStarved = \call ->
+      if planDone (callPlan call) && M.null (callReplaying call) && null (callOrphans call) then (call, [])
+      else (call, [Fail (StatesLost (map show (S.toList (S.fromList (callOrphans call ++ M.keys (callReplaying call)))))
+                                    (callOrphanWhy call ++ "; no worker is left to recompute them"))])
+  , machineDone = \call -> planDone (callPlan call) && M.null (callReplaying call) && null (callOrphans call)
   , machineView = \call -> Just SessionView
       { viewFunction = name
       , viewStates = M.toList (M.fromListWith (+) [ (w, 1) | w <- M.elems (callWhere call) ])
@@ -119,13 +133,16 @@ callMachine name = Machine
 
 -- | Recompute states lost with their worker on the live workers, spread
 -- round robin; those that still had to be evolved in this call join the
--- plan when they are back. Without a live worker, or without a lineage,
+-- plan when they are back. Without a live worker they wait for one to
+-- join (the master fails the call if none is coming); without a lineage
 -- the call fails naming them.
 recoverStates :: String -> [StateId] -> Call -> (Call, [Out])
 recoverStates _ [] call = (call, [])
 recoverStates why lost call = case (live, missing) of
-  ([], _) -> (call, [Fail (StatesLost (map show lost) (why ++ "; no worker is left to recompute them"))])
   (_, _ : _) -> (call, [Fail (StatesLost (map show missing) (why ++ "; how they were made is unknown"))])
+  ([], _) -> (call { callOrphans = callOrphans call ++ lost, callOrphanWhy = why
+                   , callWhere = foldl' (flip M.delete) (callWhere call) lost
+                   , callReplaying = foldl' (flip M.delete) (callReplaying call) lost }, [])
   _ -> (call { callReplaying = foldl' (\m (s, w) -> M.insert s (w, M.member s pending, estimate s) m)
                                       (callReplaying call) assigned
              , callWhere = foldl' (flip M.delete) (callWhere call) lost }

@@ -85,6 +85,7 @@ data PlanEvent
     -- ^ a worker did not give a state back: it had started it (or
     -- already evolved it)
   | WorkerGone !WorkerId                 -- ^ a worker was lost
+  | WorkerCame !WorkerId                 -- ^ a worker joined the call (it holds nothing yet)
   | Adopted !WorkerId ![(StateId, Double)]
     -- ^ states lost with a worker were recomputed on this one, and are to
     -- be evolved in this call after all

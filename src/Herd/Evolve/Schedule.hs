@@ -199,6 +199,10 @@ stepPlan ev p = case ev of
           -- moves towards the lost worker are re-targeted when they are answered
           (p2, cmds) = settle (M.keys (plWorkers p1)) p1
       pure (p2, [ Lose lost | not (null lost) ] ++ cmds)
+  WorkerCame w
+    | M.member w (plWorkers p) -> Right (p, [])
+    -- it starts idle, and takes states from the busiest as any idle worker
+    | otherwise -> pure (settleIdle (putWorker w (WorkerPlan [] [] 0 0) p { plIdle = S.insert w (plIdle p) }, []))
   Adopted w ss -> case M.lookup w (plWorkers p) of
     Nothing -> Left ("worker " ++ show w ++ " is not part of this call")
     Just _ ->

@@ -18,9 +18,10 @@ data Backoff = Backoff
   } deriving (Eq, Show)
 
 -- | Pauses of 0, 0.1, 0.2, 0.4 ... up to 5 s; left down after more than
--- 10 deaths in a minute (about 20 s of trying).
+-- 20 deaths in a minute (a worker that dies as it starts is tried for
+-- about a minute).
 defaultBackoff :: Backoff
-defaultBackoff = Backoff 0.1 5 60 10
+defaultBackoff = Backoff 0.1 5 60 20
 
 -- | What to do about a death.
 data Restart

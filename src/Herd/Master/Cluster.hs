@@ -18,6 +18,7 @@ module Herd.Master.Cluster
   , clusterDashboard
   , ensureOpen
   , freshId
+  , awaitSomeWorker
   ) where
 
 import Control.Concurrent.MVar (MVar)
@@ -32,7 +33,8 @@ import Herd.Epoll (epollAvailable)
 import Herd.Error (HerdError (..))
 import Herd.Evolve.Schedule (Registry)
 import Herd.Clock (monotonicSeconds)
-import Herd.Master.Shell (Shell, shellCore, shellCounters, shellDeparted, shellPeers, shellWorkers)
+import Control.Concurrent (threadDelay)
+import Herd.Master.Shell (Shell, shellAwaited, shellCore, shellCounters, shellDeparted, shellPeers, shellWorkers)
 import Herd.Monitor.Feed (Feed, feedStarted, recentLines)
 import Herd.Monitor.Status (Inputs (..), Status, buildStatus)
 import Herd.Master.Types
@@ -140,6 +142,20 @@ clusterStatus c = do
 -- 'configDashboard' may leave to the system with port 0), if it has one.
 clusterDashboard :: Cluster -> IO (Maybe (String, Int))
 clusterDashboard = readIORef . clDashboard
+
+-- | When no worker is connected but some are being restarted, wait (at
+-- most 'configStartTimeout') until one joins or none is awaited any more:
+-- a stream or an evolve call then starts on the replacement instead of
+-- failing with 'NoWorkers'.
+awaitSomeWorker :: Cluster -> IO ()
+awaitSomeWorker c = do
+  deadline <- (+ configStartTimeout (clConfig c)) <$> monotonicSeconds
+  let loop = do
+        have <- clusterWorkerCount c
+        awaited <- shellAwaited (clShell c)
+        t <- monotonicSeconds
+        when (have == 0 && awaited > 0 && t < deadline) (threadDelay 10000 >> loop)
+  loop
 
 -- | Throw 'ClusterClosed' once the cluster has stopped.
 ensureOpen :: Cluster -> IO ()

@@ -36,6 +36,7 @@ module Herd.Master.Core
   ) where
 
 import Data.List (partition, sortOn)
+import Data.Maybe (isJust)
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Herd.Error (HerdError (..))
@@ -68,11 +69,16 @@ advance :: Double -> Event -> Core -> (Core, [Command])
 advance now ev core = case ev of
   LinkUp w
     | coreStopping core || M.member w (coreLinks core) -> (core, [])
-    | otherwise -> sched now (S.WorkerJoined w) core { coreLinks = M.insert w noneExpected (coreLinks core)
-                                                    , coreLedger = ledgerJoin now w (coreLedger core) }
+    | otherwise ->
+        let (core1, out1) = sched now (S.WorkerJoined w) core { coreLinks = M.insert w noneExpected (coreLinks core)
+                                                             , coreLedger = ledgerJoin now w (coreLedger core) }
+            (core2, out2) = sessionJoined now w core1
+        in (core2, out1 ++ out2)
   LinkDown w why -> linkDown now w True why core
   LinkBroken w why -> linkDown now w False why core
-  WorkersAwaited n -> sched now (S.WorkersAwaited n) core
+  WorkersAwaited n -> let (core1, out1) = sched now (S.WorkersAwaited n) core
+                          (core2, out2) = sessionStarved now core1
+                      in (core2, out1 ++ out2)
   Tick | M.null (coreFarms core) -> (core, [])
        | otherwise -> sched now S.Tick core
   Received w msg
@@ -108,7 +114,12 @@ advance now ev core = case ev of
     , [Send (streamWorker s) Urgent (StreamCredit sid (fromIntegral k))] )
   CloseStream sid -> withStream sid $ \s ->
     (core { coreStreams = M.delete sid (coreStreams core) }, [Send (streamWorker s) Urgent (StreamClose sid)])
-  SessionStart req -> startSession now req core
+  SessionStart sid req -> startSession now req core { coreSessionOf = if isJust (coreSession core) then coreSessionOf core else sid }
+  SessionCancel sid
+    -- INV-ONCE: a caller that gave up is not answered; its workers' late
+    -- answers are dropped as those of an ended session
+    | isJust (coreSession core), coreSessionOf core == sid -> (core { coreSession = Nothing }, [])
+    | otherwise -> (core, [])
   Stop ->
     let farms = [ JobDone jid (Left ClusterClosed) | jid <- M.keys (coreFarms core) ]
         streams = [ StreamEnded sid (Just "the cluster was closed") | sid <- M.keys (coreStreams core) ]
@@ -159,7 +170,8 @@ linkDown now w died why core
           (core2, sessionOut) = sessionLost now w why core1
           death = [ S.Death bid got why | died, Just (bid, got) <- [oldestDue (coreLinks core M.! w)] ]
           (core3, schedOut) = sched now (S.WorkerLost w (case death of { d : _ -> Just d; [] -> Nothing })) core2
-      in (core3, note ++ [Drop w why] ++ ends ++ sessionOut ++ schedOut)
+          (core4, starvedOut) = sessionStarved now core3
+      in (core4, note ++ [Drop w why] ++ ends ++ sessionOut ++ schedOut ++ starvedOut)
 
 -- A message from a live worker.
 received :: Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
@@ -268,13 +280,34 @@ startSession now req core
       (core, [SessionEnded (refuseRequest (EvolveFailed "" "" "another evolve call is running on this cluster") req)])
   | otherwise = case hostStart (maybe id take (requestLimit req) (M.keys (coreLinks core))) req of
       Left answer -> (core, [SessionEnded answer])
-      Right (hosted, outs) -> settle now hosted outs core
+      Right (hosted, outs) -> settle now hosted outs core { coreSessionLimit = requestLimit req }
 
 -- Hand a worker's evolve message to the session, if it is one of its workers.
 sessionMessage :: Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
 sessionMessage now w msg core = case coreSession core >>= hostMessage w msg of
   Just (hosted, outs) -> settle now hosted outs core
   Nothing -> (core, [])   -- a late answer of a call that ended
+
+-- A worker joined while a session runs: it becomes one of the session's,
+-- up to the session's limit (so a lost worker's replacement can take up
+-- its states).
+sessionJoined :: Double -> WorkerId -> Core -> (Core, [Command])
+sessionJoined now w core = case coreSession core of
+  Just h | maybe True (hostLive h <) (coreSessionLimit core), Just (hosted, outs) <- hostJoined w h -> settle now hosted outs core
+  _ -> (core, [])
+
+-- No worker of the session is live and none is being restarted: states
+-- waiting for a worker will not get one.
+sessionStarved :: Double -> Core -> (Core, [Command])
+sessionStarved now core = case coreSession core of
+  Just h | hostLive h == 0 ->
+    -- a live worker outside the session (beyond its limit before) takes
+    -- up its states; else one being restarted will; else none will
+    case [ x | w <- M.keys (coreLinks core), Just x <- [hostJoined w h] ] of
+      (hosted, outs) : _ -> settle now hosted outs core
+      [] | S.awaitedWorkers (coreSched core) == 0 -> let (hosted, outs) = hostStarved h in settle now hosted outs core
+         | otherwise -> (core, [])
+  _ -> (core, [])
 
 sessionLost :: Double -> WorkerId -> String -> Core -> (Core, [Command])
 sessionLost now w why core = case coreSession core >>= hostLost w why of

@@ -37,6 +37,8 @@ data Core = Core
   , coreFarms    :: !(M.Map JobId FarmJob)       -- ^ the running farm jobs
   , coreStreams  :: !(M.Map Word64 Stream)       -- ^ the open stream processes
   , coreSession  :: !(Maybe Hosted)              -- ^ the running evolve session
+  , coreSessionOf :: !Word64                     -- ^ the number its caller gave it
+  , coreSessionLimit :: !(Maybe Int)             -- ^ the most workers it may have
   , coreStopping :: !Bool   -- ^ the cluster is stopping: no new link or job is taken
   , coreRequeued :: ![(WorkerId, Double, [Range])]  -- ^ a lost worker's tasks not yet re-sent, for the log
   , coreLedger   :: !Ledger  -- ^ what each worker has done since it joined, for watching the cluster
@@ -44,7 +46,7 @@ data Core = Core
 
 -- | No links, no jobs.
 emptyCore :: Core
-emptyCore = Core emptySched M.empty M.empty M.empty Nothing False [] emptyLedger
+emptyCore = Core emptySched M.empty M.empty M.empty Nothing 0 Nothing False [] emptyLedger
 
 -- | The farm jobs running.
 coreFarmJobs :: Core -> [JobId]

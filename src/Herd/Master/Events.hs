@@ -42,7 +42,8 @@ data Event
   | EndStreamInput !Word64
   | ConsumedStream !Word64 !Int         -- ^ the caller read this many more output elements
   | CloseStream !Word64                 -- ^ the caller wants no more output
-  | SessionStart !SessionRequest
+  | SessionStart !Word64 !SessionRequest  -- ^ an evolve session, under its caller's number
+  | SessionCancel !Word64               -- ^ its caller gave up (no answer is due)
   | Stop                                -- ^ the cluster stops: answer everyone, stop the workers
 
 -- | What the driver must do, in order.

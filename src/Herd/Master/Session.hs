@@ -22,6 +22,9 @@ module Herd.Master.Session
   , refuseRequest
   , hostMessage
   , hostLost
+  , hostJoined
+  , hostLive
+  , hostStarved
   , hostApply
   , hostOver
   , hostAnswer
@@ -39,6 +42,10 @@ import Herd.Wire (FromWorker (..), ToWorker)
 data Machine st = Machine
   { machineMessage :: WorkerId -> FromWorker -> st -> (st, [Out])
   , machineLost    :: WorkerId -> String -> st -> (st, [Out])
+  , machineJoined  :: WorkerId -> st -> (st, [Out])
+    -- ^ a worker joined the cluster during the session and is now one of its
+  , machineStarved :: st -> (st, [Out])
+    -- ^ none of its workers is live and none is being restarted
   , machineDone    :: st -> Bool
   , machineView    :: st -> Maybe SessionView
     -- ^ what a watcher of the cluster is shown ('Nothing': nothing worth showing)
@@ -115,6 +122,23 @@ hostMessage w msg (Hosted machine st ws lost err answer)
       in Just (Hosted machine st' ws lost err answer, outs)
   | otherwise = Nothing
 
+-- | A worker that joined the cluster becomes one of the session's
+-- ('Nothing' if it is one already).
+hostJoined :: WorkerId -> Hosted -> Maybe (Hosted, [Out])
+hostJoined w (Hosted machine st ws lost err answer)
+  | S.member w ws = Nothing
+  | otherwise = let (st', outs) = machineJoined machine w st
+                in Just (Hosted machine st' (S.insert w ws) lost err answer, outs)
+
+-- | How many of the session's workers are live.
+hostLive :: Hosted -> Int
+hostLive (Hosted _ _ ws lost _ _) = S.size (S.filter (\w -> not (M.member w lost)) ws)
+
+-- | No worker of the session is live, and none is coming.
+hostStarved :: Hosted -> (Hosted, [Out])
+hostStarved (Hosted machine st ws lost err answer) =
+  let (st', outs) = machineStarved machine st in (Hosted machine st' ws lost err answer, outs)
+
 -- | One of the session's workers was lost (each is told once).
 hostLost :: WorkerId -> String -> Hosted -> Maybe (Hosted, [Out])
 hostLost w why (Hosted machine st ws lost err answer)
@@ -143,10 +167,11 @@ hostView (Hosted machine st _ _ _ _) = machineView machine st
 
 -- | Whether the session is over: done, failed, or left with no worker.
 hostOver :: Hosted -> Bool
-hostOver (Hosted machine st ws lost err _) =
-  -- the lost are always among the session's workers (hostLost), so
-  -- counting them is enough: no walk over hundreds of workers per message
-  maybe False (const True) err || machineDone machine st || M.size lost >= S.size ws
+hostOver (Hosted machine st _ _ err _) =
+  -- a session whose workers are all lost is not over: a worker may join
+  -- (a replacement) and take up its states; the master tells it when none
+  -- is coming ('hostStarved'), and the machine then ends it
+  maybe False (const True) err || machineDone machine st
 
 -- | The answer to the session's caller, with how it ended.
 hostAnswer :: Hosted -> IO ()

@@ -36,6 +36,7 @@ module Herd.Master.Shell
   , LossHooks (..)
   , setLossHooks
   , shellAwaitedChanged
+  , shellAwaited
   ) where
 
 import Control.Concurrent.MVar
@@ -154,6 +155,10 @@ shutdownShell sh = do
 -- | Tell the shell who replaces lost workers.
 setLossHooks :: Shell -> LossHooks -> IO ()
 setLossHooks sh = writeIORef (shLosses sh)
+
+-- | How many lost workers are being replaced now.
+shellAwaited :: Shell -> IO Int
+shellAwaited sh = readIORef (shLosses sh) >>= lossAwaited
 
 -- | The number of workers being replaced changed: tell the core (read
 -- under the lock, so the core always ends with the latest number).

@@ -46,6 +46,7 @@ data StreamInput = StreamInput
 -- with this flow window.
 openStream :: Cluster -> TaskRef -> StreamEnds -> IO StreamInput
 openStream cluster ref ends = do
+  awaitSomeWorker cluster
   sid <- freshId cluster
   reply <- newEmptyMVar
   shellRegister (clShell cluster) True (RegisterStream sid ends reply)

@@ -24,6 +24,7 @@ module Herd.Scheduler.State
   , inFlightFor
   , jobActive
   , taskDeaths
+  , awaitedWorkers
   ) where
 
 import qualified Data.IntMap.Strict as IM
@@ -186,6 +187,10 @@ inFlightFor w s = maybe 0 (sum . map batchTasks . M.elems . workerOutstanding) (
 -- | Whether any job is running.
 jobActive :: Sched -> Bool
 jobActive = not . M.null . schedJobs
+
+-- | Workers being restarted now.
+awaitedWorkers :: Sched -> Int
+awaitedWorkers = schedAwaited
 
 -- | A running job's tasks that were running on workers that died, with
 -- how many died.
