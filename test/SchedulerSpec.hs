@@ -8,7 +8,8 @@ import Data.List (foldl')
 import qualified Data.Map.Strict as M
 import Herd.Config (Batching (..))
 import Herd.Scheduler
-import Herd.Scheduler.State (Sched (..), Worker (..), Batch (..))
+import Herd.Scheduler.State (Sched (..), Worker (..), Batch (..), Job (..))
+import qualified Data.Sequence as Seq
 import Test.Hspec
 import Test.QuickCheck
 
@@ -208,6 +209,25 @@ spec = describe "Herd.Scheduler" $ do
             rest = [ m | m <- moves, not (isKill m) ]
             isKill m = case m of { Kill _ -> True; _ -> False }
         in complete n (play 1e-3 False (interleave rest few) (startWith limit w n Adaptive))
+
+    it "gives no worker a second batch while suspects wait (they would wait behind every other task)" $
+      property $ \(Positive w0) (Positive n0) (NonNegative k0) picks ->
+        let n = 20 + n0 `mod` 300
+            killer = k0 `mod` n
+            waiting s = any (not . Seq.null . jobSuspects) (M.elems (schedJobs s))
+            doubled s = [ w | (w, wk) <- M.toList (schedWorkers s), M.size (workerOutstanding wk) >= 2 ]
+            go _ [] = property True
+            go sim (p : ps)
+              | simEnd sim /= Nothing = property True
+              | otherwise =
+                  let (sim', _) = runStep killer p sim
+                      before = doubled (simSched sim)
+                      now = doubled (simSched sim')
+                      fresh = filter (`notElem` before) now
+                  in if waiting (simSched sim') && not (null fresh)
+                       then counterexample ("workers " ++ show fresh ++ " got a prefetch while suspects wait") False
+                       else go sim' ps
+        in go (startWith 1000 (2 + w0 `mod` 4) n Adaptive) (take 400 (cycle (0 : picks)))
 
     it "runs a suspect alone on its worker" $
       property $ \(Positive w0) (Positive n0) picks ->

@@ -177,11 +177,14 @@ sizeOf :: Int -> Job -> Int
 sizeOf live j = batchSize (jobBatching j) (jobEstimate j) (jobTarget j) (jobPendingN j) live
 
 -- Whether a worker with these outstanding batches should get another of
--- this job now: never while it runs a suspect (INV-POISON).
+-- this job now: never while it runs a suspect, and no prefetch while
+-- suspects wait (they go to workers with nothing outstanding, and would
+-- otherwise wait behind every other task) (INV-POISON).
 wantsWork :: Job -> Worker -> Bool
 wantsWork j worker =
   not (any batchSuspect (workerOutstanding worker))
-  && (if M.null (workerOutstanding worker) then jobPendingN j > 0 else jobPendingN j > Seq.length (jobSuspects j))
+  && (if M.null (workerOutstanding worker) then jobPendingN j > 0
+      else Seq.null (jobSuspects j) && jobPendingN j > 0)
   && wantsBatch (jobBatching j) (jobEstimate j) (jobTarget j) (M.size (workerOutstanding worker))
 
 -- The next batch of a job for a worker: a suspect alone to a worker with

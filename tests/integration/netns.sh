@@ -26,9 +26,11 @@ ip -n $A link set veth0 up; ip -n $B link set veth0 up
 make_secret
 PORT=7411
 
-# About 10 s of work for two workers (fib 31 takes a few milliseconds), so
-# the job is still running well after the cut.
-ip netns exec $M timeout 120 "$HERD_BIN" demo --fib 31 --tasks 900 --listen 0.0.0.0:$PORT \
+# About 12 s of work for two workers (fib 31 takes about 3 ms here), so the
+# job still has tasks to hand out well after the liveness timeout: a job
+# with none left would copy the cut worker's batches to the other worker
+# (stragglers) and end before its loss is noticed.
+ip netns exec $M timeout 120 "$HERD_BIN" demo --fib 31 --tasks 3600 --listen 0.0.0.0:$PORT \
   --wait-workers 2 --secret-file "$WORK/secret" >"$WORK/out" 2>"$WORK/err" &
 MASTER=$!
 cleanup "kill $MASTER"
