@@ -146,6 +146,7 @@ latencyOptions = Latency.LatencyOptions
                           <> help "round trips per transport and implementation")
   <*> switch (long "json" <> help "end with one line of JSON")
   <*> plotOption "median round trip per transport: herd, the C floor, the IO manager path (bars, log scale)"
+  <*> switch (long "tls" <> help "also measure tcp with TLS on (rows herd-tls)")
 
 bandwidthOptions :: Parser Latency.BandwidthOptions
 bandwidthOptions = Latency.BandwidthOptions
@@ -156,6 +157,7 @@ bandwidthOptions = Latency.BandwidthOptions
   <*> option (positiveInt "a total in MiB" 65536) (long "total-mib" <> metavar "N" <> value 1024 <> showDefault
                           <> help "bytes to send per transport and implementation")
   <*> switch (long "json" <> help "end with one line of JSON")
+  <*> switch (long "tls" <> help "also measure tcp with TLS on (rows herd-tls)")
 
 -- The optional @--dashboard HOST:PORT@ of a command that runs a cluster.
 dashboardOption :: Parser (Maybe String)
@@ -405,6 +407,7 @@ clusterOptions = Demo.ClusterOptions
                      <> help "time for launched workers to connect (default: 30)"))
   <*> optional (option (eitherReader parseTransportKind) (long "transport" <> metavar "tcp|unix|shm"
                      <> help "how local workers are linked (default: shm; workers on other hosts use tcp)"))
+  <*> switch (long "tls" <> help "encrypt TCP links with TLS (workers joining by hand connect to tls:HOST:PORT)")
   <*> dashboardOption
 
 listenArg :: ReadM (String, Int)

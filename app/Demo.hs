@@ -45,6 +45,7 @@ data ClusterOptions = ClusterOptions
   , coLiveness     :: Maybe Double
   , coStartTimeout :: Maybe Double
   , coTransport    :: Maybe TransportKind  -- ^ how local workers are linked (default: shm)
+  , coTls          :: Bool             -- ^ TLS on TCP links
   , coDashboard    :: Maybe String     -- ^ serve the live dashboard at this HOST:PORT
   }
 
@@ -89,7 +90,7 @@ run o = do
     putStr (renderStats oneStats)
    runOn label workers = do
       let cfg = defaultConfig { configWorkers = workers, configTransport = coTransport (optCluster o)
-                              , configDashboard = coDashboard (optCluster o) }
+                              , configTls = coTls (optCluster o), configDashboard = coDashboard (optCluster o) }
       withCluster cfg $ \cluster -> do
         n <- clusterWorkerCount cluster
         putStrLn ("\n" ++ label ++ ": " ++ show n ++ " worker process" ++ (if n == 1 then "" else "es"))
@@ -174,6 +175,7 @@ runCluster o = do
         , configStartTimeout = maybe (configStartTimeout defaultConfig) id (coStartTimeout co)
         , configLog = stampedLog
         , configTransport = coTransport co
+        , configTls = coTls co
         , configDashboard = coDashboard co
         }
   putStrLn ("herd demo: fib " ++ show (optFib o) ++ " computed " ++ show (optTasks o) ++ " times on a cluster")

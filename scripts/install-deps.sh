@@ -8,6 +8,9 @@ packages=(
   libghc-optparse-applicative-dev libghc-parallel-dev
   libghc-cryptonite-dev libghc-memory-dev libghc-clock-dev libghc-primitive-dev libghc-vector-dev
   libghc-warp-dev libghc-wai-dev libghc-http-types-dev
+  # TLS on TCP links (configTls): the tls package and what herd uses of its
+  # certificates
+  libghc-tls-dev libghc-x509-dev libghc-asn1-types-dev libghc-hourglass-dev libghc-data-default-class-dev
   libghc-hspec-dev libghc-quickcheck2-dev
   # the dashboard's test drives a real headless browser over the DevTools
   # protocol (a websocket)

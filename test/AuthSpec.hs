@@ -32,19 +32,23 @@ spec :: Spec
 spec = describe "authentication" $ do
   it "makes proofs that depend on secret and nonces alone (two secrets of the same bytes agree)" $ property $ \s nm nw ->
     let again = either error id (mkSecret (B.pack (map (\w -> 0x41 + w `mod` 26) (s ++ replicate 16 0))))
-    in proofMatches (workerProof (secretOf s) (nonce nm) (nonce nw)) (workerProof again (nonce nm) (nonce nw))
-       && B.length (workerProof (secretOf s) (nonce nm) (nonce nw)) == 32
+    in proofMatches (workerProof (secretOf s) B.empty (nonce nm) (nonce nw)) (workerProof again B.empty (nonce nm) (nonce nw))
+       && B.length (workerProof (secretOf s) B.empty (nonce nm) (nonce nw)) == 32
   it "rejects a proof made with another secret" $ property $ \s t nm nw ->
     secretOf s /= secretOf t ==>
-      not (proofMatches (workerProof (secretOf s) (nonce nm) (nonce nw)) (workerProof (secretOf t) (nonce nm) (nonce nw)))
+      not (proofMatches (workerProof (secretOf s) B.empty (nonce nm) (nonce nw)) (workerProof (secretOf t) B.empty (nonce nm) (nonce nw)))
   it "rejects a proof over another nonce (no replay)" $ property $ \s nm nm' nw ->
     nonce nm /= nonce nm' ==>
-      not (proofMatches (workerProof (secretOf s) (nonce nm) (nonce nw)) (workerProof (secretOf s) (nonce nm') (nonce nw)))
+      not (proofMatches (workerProof (secretOf s) B.empty (nonce nm) (nonce nw)) (workerProof (secretOf s) B.empty (nonce nm') (nonce nw)))
   it "never lets one side's proof stand for the other's (no reflection)" $ property $ \s nm nw ->
-    not (proofMatches (masterProof (secretOf s) (nonce nm) (nonce nw)) (workerProof (secretOf s) (nonce nm) (nonce nw)))
-    && not (proofMatches (masterProof (secretOf s) (nonce nw) (nonce nm)) (workerProof (secretOf s) (nonce nm) (nonce nw)))
+    not (proofMatches (masterProof (secretOf s) B.empty (nonce nm) (nonce nw)) (workerProof (secretOf s) B.empty (nonce nm) (nonce nw)))
+    && not (proofMatches (masterProof (secretOf s) B.empty (nonce nw) (nonce nm)) (workerProof (secretOf s) B.empty (nonce nm) (nonce nw)))
+  it "rejects a proof bound to another channel (a man in the middle with his own TLS certificate)" $
+    property $ \s nm nw a b -> nonce a /= nonce b ==>
+      not (proofMatches (workerProof (secretOf s) (nonce a) (nonce nm) (nonce nw)) (workerProof (secretOf s) (nonce b) (nonce nm) (nonce nw)))
+      && not (proofMatches (masterProof (secretOf s) (nonce a) (nonce nm) (nonce nw)) (masterProof (secretOf s) (nonce b) (nonce nm) (nonce nw)))
   it "rejects a truncated proof" $ property $ \s nm nw ->
-    let p = workerProof (secretOf s) (nonce nm) (nonce nw) in not (proofMatches p (B.take 31 p))
+    let p = workerProof (secretOf s) B.empty (nonce nm) (nonce nw) in not (proofMatches p (B.take 31 p))
   it "passes a secret through a hex line unchanged" $ property $ \s ->
     secretFromLine (secretToLine (secretOf s)) == Right (secretOf s)
   it "refuses short secrets and bad hex lines, saying why" $ do
@@ -84,10 +88,10 @@ spec = describe "authentication" $ do
         other = secretOf [2 .. 21]
         wrongSecret = either (\e -> case e of WrongSecret _ -> True; _ -> False) (const False)
     it "succeeds on both sides with one secret" $ withPair TcpTransport $ \(m, w) -> do
-      r <- concurrently (authenticateWorker one m) (authenticateToMaster one w)
+      r <- concurrently (authenticateWorker one B.empty m) (authenticateToMaster one B.empty w)
       r `shouldBe` (Right (), Right ())
     it "refuses a worker with another secret, and tells the worker why" $ withPair TcpTransport $ \(m, w) -> do
-      (a, b) <- concurrently (authenticateWorker one m) (authenticateToMaster other w)
+      (a, b) <- concurrently (authenticateWorker one B.empty m) (authenticateToMaster other B.empty w)
       a `shouldSatisfy` wrongSecret
       b `shouldSatisfy` wrongSecret
     it "makes a worker refuse a master that accepts it but cannot prove the secret" $ withPair TcpTransport $ \(m, w) -> do
@@ -98,8 +102,8 @@ spec = describe "authentication" $ do
             Just reply <- recvFrame handshakeFrameLimit m
             case decodeAuthResponse reply of
               Left why -> expectationFailure why
-              Right (nw, _) -> sendFrame m (BL.fromStrict (encodeMasterReply (AuthAccepted (masterProof other nm nw))))
-      (_, b) <- concurrently impostor (authenticateToMaster one w)
+              Right (nw, _) -> sendFrame m (BL.fromStrict (encodeMasterReply (AuthAccepted (masterProof other B.empty nm nw))))
+      (_, b) <- concurrently impostor (authenticateToMaster one B.empty w)
       b `shouldSatisfy` wrongSecret
   it "names a missing secret file" $ do
     r <- loadSecret (SecretFile "/nonexistent/herd-secret")

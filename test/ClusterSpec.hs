@@ -1,7 +1,7 @@
 {-# LANGUAGE ScopedTypeVariables #-}
 -- | Integration tests with real worker processes (copies of this test
 -- executable started in worker mode) over real TCP on loopback.
-module ClusterSpec (spec, orphanMasterMain, withTestClusterConfig, eventually) where
+module ClusterSpec (spec, orphanMasterMain, withTestClusterConfig, eventually, workerEnv, logsContain) where
 
 import Control.Concurrent
 import Control.Concurrent.Async (concurrently)
@@ -251,7 +251,7 @@ shmFiles = do
 connectAuthenticated :: Int -> IO Connection
 connectAuthenticated port = do
   conn <- connectTcp "127.0.0.1" port
-  authenticateToMaster testSecret conn `shouldReturn` Right ()
+  authenticateToMaster testSecret B.empty conn `shouldReturn` Right ()
   pure conn
 
 -- Join a test cluster as a worker speaking the protocol by hand: pass
@@ -354,7 +354,7 @@ spec = describe "a cluster of local worker processes" $ do
     env <- workerEnv port
     (_, _, _, ph) <- createProcess (proc exe []) { env = Just env }
     conn <- acceptTcp lsock
-    authenticateWorker testSecret conn `shouldReturn` Right ()
+    authenticateWorker testSecret B.empty conn `shouldReturn` Right ()
     Just hello <- recvFrame handshakeFrameLimit conn
     fmap helloBuild (decodeWorkerHello hello) `shouldBe` Right build
     sendFrame conn (BL.fromStrict (encodeMasterReply (Welcome build 1 1000000 4000 True 65536 2000 64)))
@@ -455,7 +455,7 @@ spec = describe "a cluster of local worker processes" $ do
       -- the answer, then a hello and a result pipelined behind it
       -- (the master may already have closed the connection: a failed send is fine)
       _ <- try $ do
-        sendFrame conn (BL.fromStrict (encodeAuthResponse nw (workerProof wrong nm nw)))
+        sendFrame conn (BL.fromStrict (encodeAuthResponse nw (workerProof wrong B.empty nm nw)))
         sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "intruder") T.empty False noCpu)))
         packetOf [encodeFromWorker (Results 1 (encode (1 :: Int)))] >>= sendFrameStrict conn
         :: IO (Either IOException ())

@@ -10,6 +10,7 @@ import qualified EvolveSpec
 import qualified SimulateSpec
 import qualified RecoverySpec
 import qualified FuzzSpec
+import qualified TlsSpec
 import qualified DashboardSpec
 import qualified LogSpec
 import qualified EvolveScheduleSpec
@@ -57,5 +58,6 @@ main = do
       SimulateSpec.spec
       RecoverySpec.spec
       FuzzSpec.spec
+      TlsSpec.spec
       DashboardSpec.spec
       LogSpec.spec

@@ -55,6 +55,7 @@ data LatencyOptions = LatencyOptions
   , latRounds     :: Int
   , latJson       :: Bool
   , latPlot       :: Maybe FilePath
+  , latTls        :: Bool  -- ^ also measure tcp with TLS on ("herd-tls" rows)
   }
 
 -- | Bandwidth settings.
@@ -63,6 +64,7 @@ data BandwidthOptions = BandwidthOptions
   , bwMessageMiB :: Int
   , bwTotalMiB   :: Int
   , bwJson       :: Bool
+  , bwTls        :: Bool  -- ^ also measure tcp with TLS on ("herd-tls" rows)
   }
 
 -- How the master waits for the answer.
@@ -79,9 +81,9 @@ cTransport t = case t of
 -- with a 1 MB nursery: the message loop then stays in cache (the default
 -- 32 MB nursery, sized for allocation-heavy tasks, measured about 0.3 us
 -- slower per round trip on shared memory).
-withOneWorker :: TransportKind -> (RawLink -> IO a) -> IO a
-withOneWorker transport body = do
-  let cfg = defaultConfig { configWorkers = Just 1, configTransport = Just transport
+withOneWorker :: Bool -> TransportKind -> (RawLink -> IO a) -> IO a
+withOneWorker tls transport body = do
+  let cfg = defaultConfig { configWorkers = Just 1, configTransport = Just transport, configTls = tls
                           , configPinning = NoPinning, configWorkerRtsOptions = ["-N1", "-A1m"] }
   -- the worker's link is handed to this thread alone: the master's core
   -- never reads or writes it, so what is timed is the link itself
@@ -170,11 +172,17 @@ runLatency o = do
     hPutStrLn stderr ("  " ++ transportName t ++ ": C floor")
     c <- cRoundTrips t (latRounds o)
     hPutStrLn stderr ("  " ++ transportName t ++ ": herd")
-    (h, viaManager) <- withOneWorker t $ \l -> do
+    (h, viaManager) <- withOneWorker False t $ \l -> do
       h <- runInUnboundThread (herdRoundTrips Direct l (latRounds o))
       m <- herdRoundTrips IoManager l (min 5000 (latRounds o))
       pure (h, m)
-    pure [ (t, "c", c), (t, "herd", h), (t, "herd-iomanager", viaManager) ]
+    tls <- if latTls o && t == TcpTransport
+      then do
+        hPutStrLn stderr "  tcp: herd with TLS"
+        v <- withOneWorker True t $ \l -> runInUnboundThread (herdRoundTrips Direct l (latRounds o))
+        pure [(t, "herd-tls", v)]
+      else pure []
+    pure ([ (t, "c", c), (t, "herd", h), (t, "herd-iomanager", viaManager) ] ++ tls)
   [eventfdWake, futexWake] <- forM [0, 1] $ \m -> wakeups m (min 5000 (latRounds o))
   let medianOf v = percentile 0.5 v
       floorOf t = head ([ medianOf v | (t', "c", v) <- rows, t' == t ] ++ [0])
@@ -182,6 +190,7 @@ runLatency o = do
         ("c", ShmTransport) -> "spin, then poll on eventfd"
         ("c", _) -> "blocking read"
         ("herd-iomanager", _) -> "GHC IO manager (epoll, thread wake-up)"
+        ("herd-tls", _) -> "TLS, relayed by two threads over a socket pair"
         (_, ShmTransport) -> "spin " ++ show (spinNanos `div` 1000) ++ " us, then poll on eventfd"
         _ -> "blocking recv on its own OS thread"
   putStrLn ("round trip of one small message, master and one worker, " ++ show (latRounds o) ++ " rounds")
@@ -202,7 +211,7 @@ runLatency o = do
     [ ("bench", JString "latency")
     , ("rows", JArray [ JObject [ ("transport", JString (transportName t)), ("impl", JString impl)
                                 , ("median_us", JNumber (medianOf v)), ("p99_us", JNumber (percentile 0.99 v)) ]
-                      | (t, impl, v) <- rows, impl `elem` ["herd", "c"] ])
+                      | (t, impl, v) <- rows, impl `elem` ["herd", "c", "herd-tls"] ])
     , ("iomanager_rows", JArray [ JObject [ ("transport", JString (transportName t))
                                           , ("median_us", JNumber (medianOf v)), ("p99_us", JNumber (percentile 0.99 v)) ]
                                 | (t, "herd-iomanager", v) <- rows ])
@@ -222,20 +231,24 @@ runBandwidth o = do
     c <- c_streamFloor (cTransport t) (fromIntegral total) (fromIntegral msgBytes)
     when (c <= 0) $ throwIO (ErrorCall ("the C floor failed on " ++ transportName t))
     hPutStrLn stderr ("  " ++ transportName t ++ ": herd")
-    h <- withOneWorker t $ \l -> do
-      let payload = B.replicate msgBytes 1
-          send i = sendMessage (rawSender l) Urgent (encodeToWorker (Ping (fromIntegral i) payload))
-          window = 4
-      -- warm up
-      send (0 :: Int) >> awaitPong Direct (rawConn l) 0
-      t0 <- monotonicSeconds
-      forM_ [1 .. min window count] send
-      forM_ [1 .. count] $ \i -> do
-        awaitPong Direct (rawConn l) (fromIntegral i)
-        when (i + window <= count) $ send (i + window)
-      t1 <- monotonicSeconds
-      pure (t1 - t0)
-    pure [ (t, "c", realToFrac c), (t, "herd", h) ]
+    let stream tls = withOneWorker tls t $ \l -> do
+          let payload = B.replicate msgBytes 1
+              send i = sendMessage (rawSender l) Urgent (encodeToWorker (Ping (fromIntegral i) payload))
+              window = 4
+          -- warm up
+          send (0 :: Int) >> awaitPong Direct (rawConn l) 0
+          t0 <- monotonicSeconds
+          forM_ [1 .. min window count] send
+          forM_ [1 .. count] $ \i -> do
+            awaitPong Direct (rawConn l) (fromIntegral i)
+            when (i + window <= count) $ send (i + window)
+          t1 <- monotonicSeconds
+          pure (t1 - t0)
+    h <- stream False
+    tls <- if bwTls o && t == TcpTransport
+      then hPutStrLn stderr "  tcp: herd with TLS" >> (\s -> [(t, "herd-tls", s)]) <$> stream True
+      else pure []
+    pure ([ (t, "c", realToFrac c), (t, "herd", h) ] ++ tls)
   let floorOf t = head ([ s | (t', "c", s) <- rows, t' == t ] ++ [0])
   putStrLn ("a stream of " ++ show count ++ " messages of " ++ show (bwMessageMiB o) ++ " MiB, master to one worker")
   putStr $ renderTable ["transport", "impl", "seconds", "MiB/s", "x C floor"]

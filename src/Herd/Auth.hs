@@ -220,13 +220,14 @@ nonceSource = unsafePerformIO (drgNew >>= newMVar)
 mac :: Secret -> B.ByteString -> B.ByteString
 mac (Secret key) msg = BA.convert (hmac key msg :: HMAC SHA256)
 
--- | The worker's proof: over the master's nonce, then its own.
-workerProof :: Secret -> Nonce -> Nonce -> B.ByteString
-workerProof s masterNonce workerNonce = mac s (BC.pack "herd-worker" <> masterNonce <> workerNonce)
+-- | The worker's proof: over the channel's binding (empty without TLS),
+-- the master's nonce, then its own.
+workerProof :: Secret -> B.ByteString -> Nonce -> Nonce -> B.ByteString
+workerProof s binding masterNonce workerNonce = mac s (BC.pack "herd-worker" <> binding <> masterNonce <> workerNonce)
 
--- | The master's proof: over the worker's nonce, then its own.
-masterProof :: Secret -> Nonce -> Nonce -> B.ByteString
-masterProof s masterNonce workerNonce = mac s (BC.pack "herd-master" <> workerNonce <> masterNonce)
+-- | The master's proof: over the binding, the worker's nonce, then its own.
+masterProof :: Secret -> B.ByteString -> Nonce -> Nonce -> B.ByteString
+masterProof s binding masterNonce workerNonce = mac s (BC.pack "herd-master" <> binding <> workerNonce <> masterNonce)
 
 -- | Compare a received proof with the expected one in constant time.
 proofMatches :: B.ByteString -> B.ByteString -> Bool
@@ -238,11 +239,12 @@ data AuthFailure
   | AuthProtocol String    -- ^ the peer broke the exchange (bad frame, closed, refused)
   deriving (Eq, Show)
 
--- | The master's side of the exchange on a new connection. On 'WrongSecret'
--- the peer has been sent a refusal; the caller closes the connection
--- either way. The caller bounds the time it takes.
-authenticateWorker :: Secret -> Connection -> IO (Either AuthFailure ())
-authenticateWorker secret conn = do
+-- | The master's side of the exchange on a new connection, bound to the
+-- channel (the hash of the master's TLS certificate; empty on a plain
+-- link). On 'WrongSecret' the peer has been sent a refusal; the caller
+-- closes the connection either way. The caller bounds the time it takes.
+authenticateWorker :: Secret -> B.ByteString -> Connection -> IO (Either AuthFailure ())
+authenticateWorker secret binding conn = do
   nm <- newNonce
   sendFrame conn (BL.fromStrict (encodeMasterReply (Challenge nm)))
   reply <- recvFrame handshakeFrameLimit conn
@@ -250,8 +252,8 @@ authenticateWorker secret conn = do
     Nothing -> pure (Left (AuthProtocol "closed the connection before answering the challenge"))
     Just (Left why) -> pure (Left (AuthProtocol why))
     Just (Right (nw, proof))
-      | proofMatches (workerProof secret nm nw) proof -> do
-          sendFrame conn (BL.fromStrict (encodeMasterReply (AuthAccepted (masterProof secret nm nw))))
+      | proofMatches (workerProof secret binding nm nw) proof -> do
+          sendFrame conn (BL.fromStrict (encodeMasterReply (AuthAccepted (masterProof secret binding nm nw))))
           pure (Right ())
       | otherwise -> do
           _ <- try (sendFrame conn (BL.fromStrict (encodeMasterReply
@@ -259,9 +261,11 @@ authenticateWorker secret conn = do
                  :: IO (Either SomeException ())
           pure (Left (WrongSecret "its proof does not match the master's secret (wrong or missing secret)"))
 
--- | The worker's side of the exchange, right after connecting.
-authenticateToMaster :: Secret -> Connection -> IO (Either AuthFailure ())
-authenticateToMaster secret conn = do
+-- | The worker's side of the exchange, right after connecting, bound to
+-- the channel as the worker saw it (the hash of the certificate the master
+-- showed; empty on a plain link).
+authenticateToMaster :: Secret -> B.ByteString -> Connection -> IO (Either AuthFailure ())
+authenticateToMaster secret binding conn = do
   challenge <- recvFrame handshakeFrameLimit conn
   case fmap decodeMasterReply challenge of
     Nothing -> pure (Left (AuthProtocol "the master closed the connection before its challenge"))
@@ -269,14 +273,14 @@ authenticateToMaster secret conn = do
     Just (Right (Refused why)) -> pure (Left (AuthProtocol ("refused: " ++ T.unpack why)))
     Just (Right (Challenge nm)) -> do
       nw <- newNonce
-      sendFrame conn (BL.fromStrict (encodeAuthResponse nw (workerProof secret nm nw)))
+      sendFrame conn (BL.fromStrict (encodeAuthResponse nw (workerProof secret binding nm nw)))
       answer <- recvFrame handshakeFrameLimit conn
       pure $ case fmap decodeMasterReply answer of
         Nothing -> Left (AuthProtocol "the master closed the connection during authentication")
         Just (Left why) -> Left (AuthProtocol why)
         Just (Right (Refused why)) -> Left (WrongSecret (T.unpack why))
         Just (Right (AuthAccepted proof))
-          | proofMatches (masterProof secret nm nw) proof -> Right ()
+          | proofMatches (masterProof secret binding nm nw) proof -> Right ()
           | otherwise -> Left (WrongSecret "the master could not prove the secret (wrong secret, or not our master)")
         Just (Right other) -> Left (AuthProtocol ("unexpected " ++ replyName other ++ " during authentication"))
     Just (Right other) -> pure (Left (AuthProtocol ("expected a challenge, got " ++ replyName other)))

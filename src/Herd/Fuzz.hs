@@ -117,7 +117,7 @@ fuzzMaster kind frames seed check = do
         hello = WorkerHello protocolVersion build (fromIntegral pid) (T.pack "fuzz") (T.pack "fuzz")
                             (kind == ShmTransport) noCpu
         session i = bracket connect closeConnection $ \conn -> do
-          joined <- joinMaster secret build "the fuzzed master" hello conn
+          joined <- joinMaster secret B.empty build "the fuzzed master" hello conn
           case joined of
             Left why -> throwIO (userError ("the fuzzer could not join: " ++ why))
             Right _ -> do

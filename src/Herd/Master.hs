@@ -88,6 +88,8 @@ import Herd.Monitor.Status (Status)
 import Herd.Scheduler (JobStats)
 import Herd.Transport
 import Herd.Transport.Tcp
+import Herd.Transport.Tls (newTlsIdentity, tlsAccept)
+import qualified Data.ByteString as B
 import Herd.Transport.Unix (listenUnix, acceptUnix)
 import Herd.Worker (serveIfWorker)
 import Network.Socket (close)
@@ -153,6 +155,8 @@ withMaster config raw body = do
     cluster <- Cluster cfg shell port <$> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newMVar emptyRegistry
                                       <*> pure feed <*> newIORef Nothing
     build <- buildIdentity
+    -- TLS on TCP links: a fresh key and certificate for this master
+    tcpUpgrade <- if configTls cfg then tlsAccept <$> newTlsIdentity else pure plainLink
     nextId <- newIORef (1 :: Int)
     let acceptor = Acceptor
           { accConfig = cfg, accSecret = secret, accBuild = build, accNextId = nextId
@@ -171,8 +175,8 @@ withMaster config raw body = do
      -- stragglers are looked for ten times a second (a step with no farm
      -- job running does nothing)
      withAsync (forever (threadDelay 100000 >> shellStep shell True [Tick])) $ \_ ->
-      withAsync (acceptLoop acceptor (acceptTcp lsock)) $ \_ ->
-      withAsync (mapM_ (\(usock, _) -> acceptLoop acceptor (acceptUnix usock)) local) $ \_ -> do
+      withAsync (acceptLoop acceptor tcpUpgrade (acceptTcp lsock)) $ \_ ->
+      withAsync (mapM_ (\(usock, _) -> acceptLoop acceptor plainLink (acceptUnix usock)) local) $ \_ -> do
         link reading
         when (not (isLoopback host) || (null plan && not (hasRemoteLaunch cfg) && configSimulatedWorkers cfg == 0)) $ do
           joinCmd <- clusterJoinCommand cluster
@@ -182,9 +186,11 @@ withMaster config raw body = do
               (Just (_, name), ShmTransport) -> "shm:" ++ name
               (Just (_, name), _) -> "unix:" ++ name
               _ -> tcpAddr
-            remoteAddr = advertise ++ ":" ++ show port
+            -- with TLS on, every TCP address a worker is given says so
+            tlsPrefix = if configTls cfg then "tls:" else ""
+            remoteAddr = tlsPrefix ++ advertise ++ ":" ++ show port
             -- the listening socket as a process of this machine reaches it
-            tcpAddr = (if isWildcard host then "127.0.0.1" else host) ++ ":" ++ show port
+            tcpAddr = tlsPrefix ++ (if isWildcard host then "127.0.0.1" else host) ++ ":" ++ show port
         bracket (startLaunches cfg secret plan slurmTasks localAddr tcpAddr remoteAddr) (mapM_ launchStop . fst) $
           \(launches, local) -> do
             awaitLaunches cfg (M.elems <$> readTVarIO (shellWorkers shell)) launches
@@ -197,6 +203,10 @@ withMaster config raw body = do
     withLocalListener True port act =
       bracket (listenUnix port) (close . fst) (act . Just)
     isLoopback h = h `elem` ["127.0.0.1", "::1", "localhost"]
+
+-- A link used as accepted: no upgrade, no channel binding.
+plainLink :: Connection -> IO (Connection, B.ByteString)
+plainLink conn = pure (conn, B.empty)
 
 -- Serve the cluster's dashboard while the action runs, if the
 -- configuration asks for one (its address was validated already).

@@ -42,6 +42,7 @@ import Herd.Transport
 import Herd.Transport.Tcp (connectTcp)
 import Herd.Transport.Unix (connectUnix, unixAddressName)
 import Herd.Transport.Shm (upgradeWorker)
+import Herd.Transport.Tls (tlsConnect)
 import Herd.Wire
 import Herd.Worker.Join (Joined (..), joinMaster)
 import Herd.Simulate.Host (SimulatedHost (..), runSimulatedHost)
@@ -65,21 +66,25 @@ data WorkerOptions = WorkerOptions
 -- | Where a worker finds its master, and so the transport of its link.
 data MasterAddress
   = TcpAddress String Int  -- ^ @HOST:PORT@: TCP
+  | TlsAddress String Int  -- ^ @tls:HOST:PORT@: TLS over TCP ("Herd.Transport.Tls")
   | UnixAddress String     -- ^ @unix:NAME@: the master's abstract Unix socket
   | ShmAddress String      -- ^ @shm:NAME@: that socket, then shared-memory rings
   deriving (Eq, Show)
 
--- | Parse @HOST:PORT@, @unix:NAME@ or @shm:NAME@, naming what is wrong.
+-- | Parse @HOST:PORT@, @tls:HOST:PORT@, @unix:NAME@ or @shm:NAME@,
+-- naming what is wrong.
 parseMasterAddress :: String -> Either String MasterAddress
 parseMasterAddress s = case break (== ':') s of
   ("unix", ':' : name) -> UnixAddress <$> unixAddressName name
   ("shm", ':' : name) -> ShmAddress <$> unixAddressName name
+  ("tls", ':' : rest) -> uncurry TlsAddress <$> parseHostPort rest
   _ -> uncurry TcpAddress <$> parseHostPort s
 
 -- | The form 'parseMasterAddress' reads.
 showMasterAddress :: MasterAddress -> String
 showMasterAddress a = case a of
   TcpAddress h p -> (if ':' `elem` h then "[" ++ h ++ "]" else h) ++ ":" ++ show p
+  TlsAddress h p -> "tls:" ++ showMasterAddress (TcpAddress h p)
   UnixAddress n -> "unix:" ++ n
   ShmAddress n -> "shm:" ++ n
 
@@ -187,6 +192,7 @@ runWorker opts = do
   build <- buildIdentity
   let connect = case workerAddress opts of
         TcpAddress h p -> connectTcp h p
+        TlsAddress h p -> connectTcp h p
         UnixAddress n -> connectUnix n
         ShmAddress n -> connectUnix n
       wantsShm = case workerAddress opts of
@@ -198,13 +204,19 @@ runWorker opts = do
   host <- nodeName <$> getSystemID
   let hello = WorkerHello protocolVersion build (fromIntegral pid) (T.pack host) (T.pack (workerGroup opts))
                           wantsShm (maybe noCpu fromIntegral pinned)
-  joined <- joinMaster secret build where_ hello conn
+  -- over TLS the proofs of the secret are bound to the master's certificate
+  tls <- case workerAddress opts of
+    TlsAddress h _ -> Just <$> (tlsConnect h conn `catch` \(e :: SomeException) ->
+                                 failWith 3 ("TLS with the master at " ++ where_ ++ " failed: " ++ displayException e))
+    _ -> pure Nothing
+  let (link0, binding) = maybe (conn, mempty) id tls
+  joined <- joinMaster secret binding build where_ hello link0
   case joined of
     Left why -> failWith 3 why
     Right j -> do
-      rc <- setLiveness (joinedLiveness j) conn
+      rc <- setLiveness (joinedLiveness j) link0
       when (rc /= 0) $ warn ("cannot set keepalive on the master's link (errno " ++ show rc ++ ")")
-      link <- if not wantsShm then pure conn else
+      link <- if not wantsShm then pure link0 else
         upgradeWorker 10 conn `catch` \(e :: SomeException) ->
           failWith 3 ("cannot set up shared memory with the master at " ++ where_ ++ ": " ++ displayException e)
       serve link (joinedId j) (joinedMaxFrame j) (joinedPolicy j) (joinedWindow j) `finally` closeConnection link

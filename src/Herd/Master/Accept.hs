@@ -43,9 +43,11 @@ data Acceptor = Acceptor
   }
 
 -- | Accept connections forever; each handshake runs in its own thread, and at
--- most 'configMaxPendingHandshakes' run at once.
-acceptLoop :: Acceptor -> IO Connection -> IO ()
-acceptLoop acc acceptOne = do
+-- most 'configMaxPendingHandshakes' run at once. Each accepted connection
+-- is first upgraded (TLS, "Herd.Transport.Tls"), giving the link to use and
+-- the channel binding the proofs of the secret cover.
+acceptLoop :: Acceptor -> (Connection -> IO (Connection, B.ByteString)) -> IO Connection -> IO ()
+acceptLoop acc upgrade acceptOne = do
   pending <- newIORef (0 :: Int)
   let cfg = accConfig acc
       cap = configMaxPendingHandshakes cfg
@@ -63,7 +65,7 @@ acceptLoop acc acceptOne = do
         if admitted
           then do
             joining 1
-            void $ forkIO $ handshake acc conn
+            void $ forkIO $ upgraded acc upgrade conn
                               `finally` (atomicModifyIORef' pending (\k -> (k - 1, ())) >> joining (-1))
           else do
             n <- countBusyRefused <$> accCounters acc
@@ -73,8 +75,24 @@ acceptLoop acc acceptOne = do
                              ++ show cap ++ " handshakes already in progress")
             closeConnection conn
 
-handshake :: Acceptor -> Connection -> IO ()
-handshake acc conn = do
+-- The connection's upgrade, within the handshake timeout; then the handshake.
+upgraded :: Acceptor -> (Connection -> IO (Connection, B.ByteString)) -> Connection -> IO ()
+upgraded acc upgrade conn0 = do
+  let cfg = accConfig acc
+      failed why = do
+        accBump acc (\c -> c { countHandshakeFailures = countHandshakeFailures c + 1 })
+        configLog cfg ("herd: refused connection from " ++ connPeer conn0 ++ ": " ++ why)
+        closeConnection conn0
+  rc <- setLiveness (configLivenessTimeout cfg) conn0
+  when (rc /= 0) $ configLog cfg ("herd: cannot set keepalive on " ++ connPeer conn0 ++ " (errno " ++ show rc ++ ")")
+  up <- try (timeout (round (configHandshakeTimeout cfg * 1e6)) (upgrade conn0))
+  case up of
+    Left (e :: SomeException) -> failed ("TLS handshake failed: " ++ displayException e)
+    Right Nothing -> failed ("no TLS handshake within " ++ show (configHandshakeTimeout cfg) ++ " s")
+    Right (Just (conn, binding)) -> handshake acc binding conn
+
+handshake :: Acceptor -> B.ByteString -> Connection -> IO ()
+handshake acc binding conn = do
   let cfg = accConfig acc
       secret = accSecret acc
       build = accBuild acc
@@ -87,10 +105,8 @@ handshake acc conn = do
         _ <- try (sendFrame conn (BL.fromStrict (encodeMasterReply (Refused (T.pack why)))))
                :: IO (Either SomeException ())
         closeConnection conn
-  rc <- setLiveness (configLivenessTimeout cfg) conn
-  when (rc /= 0) $ logLine ("herd: cannot set keepalive on " ++ connPeer conn ++ " (errno " ++ show rc ++ ")")
   r <- try $ timeout (round (configHandshakeTimeout cfg * 1e6)) $ do
-    auth <- authenticateWorker secret conn
+    auth <- authenticateWorker secret binding conn
     case auth of
       Left failure -> pure (Left failure)
       Right () -> Right <$> recvFrame handshakeFrameLimit conn

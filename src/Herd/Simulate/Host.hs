@@ -72,7 +72,7 @@ runSimulatedHost opts = do
                           (T.pack (simGroup opts)) False noCpu
       joinOne _ = do
         conn <- connectTcp (simHost opts) (simPort opts)
-        joined <- joinMaster (simSecret opts) build where_ hello conn
+        joined <- joinMaster (simSecret opts) mempty build where_ hello conn
         case joined of
           Left why -> closeConnection conn >> throwIO (userError why)
           Right j -> do

@@ -4,6 +4,7 @@
 -- count, and a liveness timeout built from the kernel's keepalive probes.
 module Herd.Transport.Tcp
   ( listenTcp
+  , tcpLiveness
   , listenPort
   , acceptTcp
   , connectTcp

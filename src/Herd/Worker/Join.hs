@@ -35,11 +35,12 @@ data Joined = Joined
   }
 
 -- | Authenticate on a fresh connection to the master at the named
--- address, send this hello, and read the welcome.
-joinMaster :: Secret -> B.ByteString -> String -> WorkerHello -> Connection -> IO (Either String Joined)
-joinMaster secret build where_ hello conn = do
+-- address (bound to the channel: the hash of the master's TLS
+-- certificate, or empty), send this hello, and read the welcome.
+joinMaster :: Secret -> B.ByteString -> B.ByteString -> String -> WorkerHello -> Connection -> IO (Either String Joined)
+joinMaster secret binding build where_ hello conn = do
   answer <- timeout (60 * 1000000) $ try $ do
-    auth <- authenticateToMaster secret conn
+    auth <- authenticateToMaster secret binding conn
     case auth of
       Left (WrongSecret why) -> pure (Left ("authentication with master at " ++ where_ ++ " failed: " ++ why))
       Left (AuthProtocol why) -> pure (Left ("handshake with master at " ++ where_ ++ " failed: " ++ why))
