@@ -77,6 +77,7 @@ module Herd
   , farm
   , farmWithStats
   , farmAsCompleted
+  , farmEither
     -- * Stream processes
   , Process
   , process

@@ -141,6 +141,7 @@ command w cmd = case cmd of
         unstaged = [ i | i <- is, not (M.member i (fmStaged f)) ]
     in if not (null unstaged) then Left ("accepted unstaged tasks " ++ show unstaged)
        else Right f { fmAccepted = M.unionWith (+) (fmAccepted f) (M.fromList [ (i, 1) | i <- is ]) }
+  FailTask jid i _ -> problem ("job " ++ show jid ++ ", which stops at its first failure, reported task " ++ show i ++ " alone")
   JobDone jid r -> farmDo jid $ \f -> Right f { fmAnswers = (() <$ r) : fmAnswers f }
   StreamOpened sid r -> streamDo sid $ \m -> m { smOpened = r : smOpened m }
   StreamOutput sid k v
@@ -229,7 +230,7 @@ act w a = case a of
   Garbage k -> onWorker k $ \x _ -> feed (Received x (BatchDone 999999 0)) w
   Submit n poison killer fixed -> do
     let jid = wNextId w
-        job = FarmJob ref n (if fixed then FixedBatch 3 else Adaptive) 0.02 3
+        job = FarmJob ref n (if fixed then FixedBatch 3 else Adaptive) 0.02 3 False
     feed (FarmSubmit (fromIntegral jid) job)
          w { wNextId = jid + 1, wFarms = M.insert jid (FarmModel n poison killer M.empty M.empty [] False) (wFarms w) }
   Cancel k -> case pick k [ j | (j, f) <- M.toList (wFarms w), null (fmAnswers f), not (fmCancelled f) ] of
@@ -346,7 +347,7 @@ spec = describe "Herd.Master.Core" $ do
            $ counterexample (unlines problems) (null problems)
 
   it "shares the workers between two farm jobs in turn" $ do
-    let job = FarmJob ref 40 (FixedBatch 1) 0.02 3
+    let job = FarmJob ref 40 (FixedBatch 1) 0.02 3 False
         (c1, _) = step 0 (LinkUp 1) emptyCore
         (c2, _) = step 0 (LinkUp 2) c1
         (c3, out1) = step 0 (FarmSubmit 1 job) c2

@@ -101,3 +101,13 @@ spec = describe "recovery of a cluster of local worker processes" $ do
         forM_ workers $ \w -> signalProcess sigKILL (fromIntegral (infoPid w))
       out <- timeout 60000000 (evolveMany cluster slowEvolver (M.fromList [ (i, 20) | i <- ids ]))
       fmap (map (map snd) . M.elems) out `shouldBe` Just (map pure [1 .. 40])
+
+  it "farmEither: gives a Left naming a throwing task and one that kills its workers, and every other result" $
+    withTestClusterConfig 2 id $ \_ cluster -> do
+      thrown <- farmEither cluster failAt13Task [0 .. 39]
+      [ i | (i, Left (TaskFailed j _ _)) <- zip [0 :: Int ..] thrown, i == j ] `shouldBe` [13]
+      [ y | Right y <- thrown ] `shouldBe` [ x + 1 | x <- [0 .. 39], x /= 13 ]
+      killed <- farmEither cluster exitAt13Task [0 .. 39]
+      [ (i, d) | (i, Left (TaskKilledWorkers j _ d _)) <- zip [0 :: Int ..] killed, i == j ] `shouldBe` [(13, 3)]
+      [ y | Right y <- killed ] `shouldBe` [ x + 1 | x <- [0 .. 39], x /= 13 ]
+      eventually ((== 2) <$> clusterWorkerCount cluster) `shouldReturn` True

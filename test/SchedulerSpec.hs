@@ -4,7 +4,7 @@
 -- batch sizes follow measured task times.
 module SchedulerSpec (spec) where
 
-import Data.List (foldl')
+import Data.List (foldl', sort)
 import qualified Data.Map.Strict as M
 import Herd.Config (Batching (..))
 import Herd.Scheduler
@@ -23,6 +23,7 @@ data Sim = Sim
   , simEnd      :: Maybe Command     -- FinishJob or AbortJob
   , simNextW    :: WorkerId
   , simBatchSizes :: [Int]
+  , simFailed   :: M.Map Int Int     -- task index -> times reported failed (a job that keeps going)
   }
 
 apply :: Event -> Sim -> Sim
@@ -44,13 +45,14 @@ apply ev sim =
       AbortJob {} -> s { simEnd = Just c }
       DropResults _ -> s
       SlowBatch {} -> s
+      TaskFailedAt _ i _ -> s { simFailed = M.insertWith (+) i 1 (simFailed s) }
 
 -- | Start a simulation with some workers and a job.
 start :: Int -> Int -> Batching -> Sim
 start workers tasks batching =
-  let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) []
+  let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) [] M.empty
       s1 = foldl' (flip apply) s0 [ WorkerJoined w | w <- [1 .. workers] ]
-  in apply (JobSubmitted 1 tasks batching 0.02 1000) s1
+  in apply (JobSubmitted 1 tasks batching 0.02 1000 False) s1
 
 -- | The outstanding batches, in a fixed order.
 outstanding :: Sim -> [(WorkerId, BatchId, Int)]
@@ -241,6 +243,41 @@ spec = describe "Herd.Scheduler" $ do
               | otherwise = go (fst (runStep (n `div` 2) p sim)) ps
         in go (startWith 1000 (2 + w0 `mod` 4) n Adaptive) (take 200 (picks :: [Int]))
 
+  describe "a job that keeps going past failed tasks" $ do
+    it "reports each throwing or killing task once, accepts every other once, and finishes" $
+      property $ \(Positive w0) (Positive n0) throwers0 (NonNegative k0) picks ->
+        let n = 1 + n0 `mod` 200
+            w = 2 + w0 `mod` 4
+            throwers = [ t `mod` n | t <- take 5 (throwers0 :: [NonNegative Int]) >>= \(NonNegative t) -> [t] ]
+            killer = k0 `mod` n
+            sim0 = let s0 = Sim emptySched 0 M.empty False False Nothing (w + 1) [] M.empty
+                       s1 = foldl' (flip apply) s0 [ WorkerJoined x | x <- [1 .. w] ]
+                   in apply (JobSubmitted 1 n Adaptive 0.02 3 True) s1
+            -- a worker runs its oldest batch: the killer kills it; else the
+            -- first thrower ends the batch, the tasks before it answered
+            stepOne sim p = case [ (x, b, rs) | x <- liveWorkers (simSched sim), (b, rs) : _ <- [outstandingFor x (simSched sim)] ] of
+              [] -> sim
+              busy ->
+                let (x, b, rs) = busy !! (abs p `mod` length busy)
+                    tasks = rangeIndices rs
+                    bad = [ (pos, t) | (pos, t) <- zip [0 ..] tasks, t == killer || t `elem` throwers ]
+                in case bad of
+                     (pos, t) : _ | t == killer ->
+                       let sim1 = apply (WorkerLost x (Just (Death b (abs p `mod` (pos + 1)) "killed"))) sim
+                       in apply (WorkerJoined (simNextW sim1)) sim1 { simNextW = simNextW sim1 + 1 }
+                     (pos, _) : _ -> apply (BatchCompleted x b 1e-3 (Just (pos, "boom"))) sim
+                     [] -> apply (BatchCompleted x b 1e-3 Nothing) sim
+            go sim (p : ps) fuel | simEnd sim == Nothing && fuel > (0 :: Int) = go (stepOne sim p) ps (fuel - 1)
+            go sim _ _ = sim
+            final = go sim0 (cycle (0 : picks)) 100000
+            failing = killer : throwers
+        in counterexample ("end " ++ show (simEnd final) ++ ", failed " ++ show (simFailed final)) $ conjoin
+             [ fmap isFinished (simEnd final) === Just True
+             , simDup final === False
+             , M.keys (simFailed final) === M.keys (M.fromList [ (t, ()) | t <- failing ])
+             , all (== 1) (M.elems (simFailed final)) === True
+             , sort (M.keys (simAccepted final) ++ M.keys (simFailed final)) === [0 .. n - 1] ]
+
   describe "stragglers (INV-TWIN)" $ do
     it "runs a copy of a stopped worker's batches on an idle one, and the job ends without it" $
       property $ \(Positive n0) (Positive w0) ->
@@ -273,8 +310,8 @@ spec = describe "Herd.Scheduler" $ do
         Just (AbortJob _ NoWorkersLeft _) -> pure ()
         other -> expectationFailure (show other)
     it "takes a job submitted while none is live but some are awaited" $ do
-      let s0 = Sim emptySched 0 M.empty False False Nothing 10 []
-          sim = apply (JobSubmitted 1 5 Adaptive 0.02 3) (apply (WorkersAwaited 1) s0)
+      let s0 = Sim emptySched 0 M.empty False False Nothing 10 [] M.empty
+          sim = apply (JobSubmitted 1 5 Adaptive 0.02 3 False) (apply (WorkersAwaited 1) s0)
       simEnd sim `shouldBe` Nothing
       M.size (simAccepted (play 1e-3 False [] (apply (WorkerJoined 3) sim))) `shouldBe` 5
 
@@ -284,9 +321,9 @@ isFinished c = case c of { FinishJob _ _ -> True; _ -> False }
 -- | Start a simulation whose job allows this many deaths per task.
 startWith :: Int -> Int -> Int -> Batching -> Sim
 startWith limit workers tasks batching =
-  let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) []
+  let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) [] M.empty
       s1 = foldl' (flip apply) s0 [ WorkerJoined w | w <- [1 .. workers] ]
-  in apply (JobSubmitted 1 tasks batching 0.02 limit) s1
+  in apply (JobSubmitted 1 tasks batching 0.02 limit False) s1
 
 -- | Spread some moves among others.
 interleave :: [a] -> [a] -> [a]

@@ -11,6 +11,7 @@
 -- lost the call throws 'Herd.Error.AllWorkersLost').
 module Herd.Farm
   ( farm
+  , farmEither
   , farmWithStats
   , farmAsCompleted
   , FarmStats
@@ -47,21 +48,39 @@ farmWithStats cluster f xs = do
     -- reaches them: nothing per task for the garbage collector to copy
     Just width -> do
       arena <- newArena n width
-      stats <- runStaged cluster f table (stageResults codecs arena) (\_ -> pure ())
+      stats <- runStaged Nothing cluster f table (stageResults codecs arena) (\_ -> pure ())
       pure (arenaResults codecs arena n, stats)
     Nothing -> do
       out <- newArray n notDelivered
       -- results go straight into the output array: a task staged twice (its
       -- first worker was lost) gets the same value again, as tasks are pure
-      stats <- runFarm cluster f table (writeArray out) (\_ -> pure ())
+      stats <- runFarm Nothing cluster f table (writeArray out) (\_ -> pure ())
       done <- unsafeFreezeArray out
       pure (elementsOf done n, stats)
   where
     notDelivered = error "Herd.Farm: result not delivered"
-    -- each element is read out when its cell is, not kept as a thunk
-    elementsOf done n = go 0
-      where go i | i >= n = []
-                 | otherwise = case indexArray## done i of (# x #) -> x : go (i + 1)
+
+-- | Like 'farm', but a task that fails gives a 'Left' naming it, and the
+-- job goes on: 'Herd.Error.TaskFailed' when the function threw on it,
+-- 'Herd.Error.TaskKilledWorkers' when it was running on
+-- 'Herd.Config.configMaxTaskDeaths' workers that died. Every other task
+-- gives its result, in input order; the caller keeps the good ones. (A
+-- function no worker can run, or results that do not decode, still end
+-- the call with an exception: no task could succeed.)
+farmEither :: Cluster -> StaticPtr (Task a b) -> [a] -> IO [Either HerdError b]
+farmEither cluster f xs = do
+  table <- encodeAll f xs
+  let n = argCount table
+  out <- newArray n (Left (AllWorkersLost "herd: a task was neither answered nor failed"))
+  _ <- runFarm (Just (\i e -> writeArray out i (Left e))) cluster f table (\i y -> writeArray out i (Right y)) (\_ -> pure ())
+  done <- unsafeFreezeArray out
+  pure (elementsOf done n)
+
+-- Each element read out when its cell is, not kept as a thunk.
+elementsOf :: Array a -> Int -> [a]
+elementsOf done n = go 0
+  where go i | i >= n = []
+             | otherwise = case indexArray## done i of (# x #) -> x : go (i + 1)
 
 -- | Run the tasks and call the function with each task's index and result
 -- as results arrive (in batches, in no particular order; each task exactly
@@ -80,7 +99,7 @@ farmAsCompleted cluster f xs callback = do
       accept indices = do
         pairs <- mapM (\i -> (,) i <$> readArray staged i) indices
         atomically (writeTQueue queue (Just pairs))
-      produce = runFarm cluster f table (writeArray staged) accept
+      produce = runFarm Nothing cluster f table (writeArray staged) accept
                   `finally` atomically (writeTQueue queue Nothing)
   withAsync produce $ \producer -> do
     drain
@@ -95,21 +114,24 @@ encodeAll f xs = do
   either (\(i, why) -> throwIO (ArgumentError i (refName (taskRef f)) why)) pure built
 
 -- Run a farm job: stage each decoded result, and report each batch's task
--- indices once its results are final.
-runFarm :: Cluster -> StaticPtr (Task a b) -> ArgTable -> (Int -> b -> IO ()) -> ([Int] -> IO ())
-        -> IO FarmStats
-runFarm cluster f table stage = runStaged cluster f table (decodeResults (taskCodecs f) stage)
+-- indices once its results are final. With a failure callback the job
+-- keeps going past failed tasks.
+runFarm :: Maybe (Int -> HerdError -> IO ()) -> Cluster -> StaticPtr (Task a b) -> ArgTable -> (Int -> b -> IO ())
+        -> ([Int] -> IO ()) -> IO FarmStats
+runFarm failed cluster f table stage = runStaged failed cluster f table (decodeResults (taskCodecs f) stage)
 
 -- Run a farm job whose runs of results go to the given stage.
-runStaged :: Cluster -> StaticPtr (Task a b) -> ArgTable -> ([Range] -> B.ByteString -> IO (Either (Int, String) ()))
-        -> ([Int] -> IO ()) -> IO FarmStats
-runStaged cluster f table stage accept = do
+runStaged :: Maybe (Int -> HerdError -> IO ()) -> Cluster -> StaticPtr (Task a b) -> ArgTable
+          -> ([Range] -> B.ByteString -> IO (Either (Int, String) ())) -> ([Int] -> IO ()) -> IO FarmStats
+runStaged failed cluster f table stage accept = do
   let spec = JobSpec
         { specTasks = argCount table
         , specRef = taskRef f
         , specArgs = table
         , specStage = stage
         , specAccept = accept . rangeIndices
+        , specKeepGoing = maybe False (const True) failed
+        , specFail = maybe (\_ _ -> pure ()) id failed
         }
   result <- runJob cluster spec
   either throwIO pure result

@@ -234,6 +234,7 @@ runJob cluster spec = do
   reply <- newEmptyMVar
   let cfg = clConfig cluster
       job = FarmJob (specRef spec) (specTasks spec) (configBatching cfg) (configBatchTarget cfg) (configMaxTaskDeaths cfg)
+                   (specKeepGoing spec)
       sh = clShell cluster
   shellRegister sh True (RegisterFarm jid spec reply) [FarmSubmit jid job]
   takeMVar reply `onException` shellRegister sh True (Forget (Just jid) Nothing) [FarmCancel jid]

@@ -60,7 +60,7 @@ module Herd.Scheduler
 
 import Data.List (sortOn)
 import qualified Data.Map.Strict as M
-import Data.Sequence (ViewL (..))
+import Data.Sequence (ViewL (..), (<|))
 import qualified Data.Sequence as Seq
 import Herd.Base (BatchId, JobId, Range (..), WorkerId, rangeIndices, rangeSize, takeTasks)
 import Herd.Scheduler.Loss
@@ -97,9 +97,14 @@ step now ev s = case ev of
             Nothing -> False
           back (st, out) j = case returnBatches death (batchesOf (jobId j)) j { jobPresence = left now w (jobPresence j) } of
             Requeued j' -> (st { schedJobs = M.insert (jobId j) j' (schedJobs st) }, out)
-            Poisoned i d ->
-              ( endJob (jobId j) st
-              , out ++ [AbortJob (jobId j) (TaskKilledWorkers i d (maybe "" deathWhy death)) (statsOf now j)] )
+            Poisoned i d j'
+              | jobKeepGoing j ->
+                  let failure = TaskKilledWorkers i d (maybe "" deathWhy death)
+                  in finishedAfter now (st { schedJobs = M.insert (jobId j) j' { jobDone = jobDone j' + 1 } (schedJobs st) })
+                                   j' { jobDone = jobDone j' + 1 } (out ++ [TaskFailedAt (jobId j) i failure])
+              | otherwise ->
+                  ( endJob (jobId j) st
+                  , out ++ [AbortJob (jobId j) (TaskKilledWorkers i d (maybe "" deathWhy death)) (statsOf now j)] )
           (s2, aborted) = foldl back (s1', []) (M.elems (schedJobs s1'))
       in starved now s2 aborted
 
@@ -107,12 +112,13 @@ step now ev s = case ev of
 
   Tick -> let (s1, out) = speculate now s in assign now s1 out
 
-  JobSubmitted jid n batching target maxDeaths ->
+  JobSubmitted jid n batching target maxDeaths keepGoing ->
     let job = Job { jobId = jid, jobTotal = n, jobPending = if n > 0 then Seq.singleton (Range 0 n) else Seq.empty
                   , jobPendingN = n, jobDone = 0, jobStart = now, jobBatching = batching
                   , jobTarget = target, jobEstimate = Nothing
                   , jobPresence = presentFrom now (M.keys (schedWorkers s))
-                  , jobMaxDeaths = max 1 maxDeaths, jobDeaths = mempty, jobSuspects = Seq.empty }
+                  , jobMaxDeaths = max 1 maxDeaths, jobDeaths = mempty, jobSuspects = Seq.empty
+                  , jobKeepGoing = keepGoing }
     in if M.member jid (schedJobs s) then (s, [])   -- a repeated submission is ignored
        else if n == 0 then (s, [FinishJob jid (statsOf now job)])
        else if M.null (schedWorkers s) && schedAwaited s == 0 then (s, [AbortJob jid NoWorkersLeft (statsOf now job)])
@@ -124,10 +130,23 @@ step now ev s = case ev of
     Just (b, s0) | batchSuperseded b -> assign now s0 [DropResults bid]
     Just (b, s0) -> let s1 = maybe s0 (\t -> supersede t s0) (batchTwin b) in case M.lookup (batchJob b) (schedJobs s1) of
       Just j -> case failure of
-        Just (pos, msg) ->
-          let j1 = credit w b busy j
-              idx = rangeIndices (batchRanges b) !! max 0 (min (batchTasks b - 1) pos)
-          in assign now (endJob (jobId j) s1) [DropResults bid, AbortJob (jobId j) (TaskError idx msg) (statsOf now j1)]
+        Just (pos, msg)
+          -- the tasks before the failed one gave results; those after it
+          -- did not run: they go back to the queue
+          | jobKeepGoing j ->
+              let at = max 0 (min (batchTasks b - 1) pos)
+                  (done, rest) = splitAtTask at (batchRanges b)
+                  (failedAt, after) = splitAtTask 1 rest
+                  idx = head (rangeIndices failedAt)
+                  j1 = (credit w b busy j) { jobDone = jobDone j + at + 1
+                                           , jobPending = foldr (<|) (jobPending j) after
+                                           , jobPendingN = jobPendingN j + sum (map rangeSize after) }
+                  out = [ AcceptResults (jobId j) bid done | at > 0 ] ++ [TaskFailedAt (jobId j) idx (TaskError idx msg)]
+              in finishedAfter now s1 { schedJobs = M.insert (jobId j) j1 (schedJobs s1) } j1 out
+          | otherwise ->
+              let j1 = credit w b busy j
+                  idx = rangeIndices (batchRanges b) !! max 0 (min (batchTasks b - 1) pos)
+              in assign now (endJob (jobId j) s1) [DropResults bid, AbortJob (jobId j) (TaskError idx msg) (statsOf now j1)]
         Nothing ->
           let j1 = (credit w b busy j) { jobDone = jobDone j + batchTasks b
                                        , jobEstimate = Just (estimate (jobEstimate j) busy (batchTasks b)) }
@@ -144,6 +163,12 @@ step now ev s = case ev of
     Just (b, s1) -> case M.lookup (batchJob b) (schedJobs s1) of
       Just j -> assign now (endJob (jobId j) s1) [AbortJob (jobId j) (FunctionRefused why) (statsOf now j)]
       Nothing -> assign now s1 []
+
+-- A job that kept going past a failed task: finished if that was its last.
+finishedAfter :: Double -> Sched -> Job -> [Command] -> (Sched, [Command])
+finishedAfter now s j out
+  | jobDone j >= jobTotal j = assign now (endJob (jobId j) s) (out ++ [FinishJob (jobId j) (statsOf now j)])
+  | otherwise = assign now s out
 
 -- INV-AWAIT: with no live worker and none being restarted, every running
 -- job fails; otherwise the tasks go out to whoever can take them.

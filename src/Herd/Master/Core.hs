@@ -86,7 +86,7 @@ advance now ev core = case ev of
     | otherwise -> (core, [])   -- dropped already: its messages go with it
   FarmSubmit jid job
     | coreStopping core -> (core, [JobDone jid (Left ClusterClosed)])
-    | otherwise -> sched now (S.JobSubmitted jid (farmTasks job) (farmBatching job) (farmTarget job) (farmMaxDeaths job))
+    | otherwise -> sched now (S.JobSubmitted jid (farmTasks job) (farmBatching job) (farmTarget job) (farmMaxDeaths job) (farmKeepGoing job))
                          core { coreFarms = M.insert jid job (coreFarms core) }
   FarmCancel jid -> sched now (S.JobCancelled jid) core { coreFarms = M.delete jid (coreFarms core) }
   FarmBroken jid err -> endFarm now jid err core
@@ -241,6 +241,9 @@ sched now ev core =
         | M.member jid (coreFarms c) -> (c, out ++ [Accept jid ranges])
         | otherwise -> (c, out)
       S.DropResults _ -> (c, out)
+      S.TaskFailedAt jid i failure -> case M.lookup jid (coreFarms c) of
+        Just job -> (c, out ++ [FailTask jid i (failureError (refName (farmRef job)) failure)])
+        Nothing -> (c, out)
       S.SlowBatch slow bid n late est copy ->
         (c, out ++ [Note ("herd: worker " ++ show slow ++ " is slow: its batch " ++ show bid ++ " of " ++ show n
                           ++ " tasks has run " ++ secs late ++ (if est > 0 then " (estimate " ++ secs est ++ ")" else "")

@@ -23,6 +23,7 @@ data FarmJob = FarmJob
   , farmBatching :: !Batching
   , farmTarget   :: !Double    -- ^ seconds of work per batch
   , farmMaxDeaths :: !Int      -- ^ workers one task may kill before the job fails
+  , farmKeepGoing :: !Bool     -- ^ a failed task is answered alone, and the job goes on
   }
 
 -- | Something that happened, or that a caller asks for.
@@ -55,6 +56,7 @@ data Command
     -- ^ a run of these tasks' encoded results (a task may be staged twice
     -- when its first worker was lost)
   | Accept !JobId ![Range]              -- ^ these tasks' staged results are final
+  | FailTask !JobId !Int !HerdError     -- ^ in a job that keeps going: this task failed
   | JobDone !JobId !(Either HerdError JobStats)
   | StreamOpened !Word64 !(Either HerdError WorkerId)
   | StreamOutput !Word64 !Int !B.ByteString  -- ^ a run of this many output elements

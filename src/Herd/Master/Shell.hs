@@ -210,6 +210,9 @@ execute sh (ss, fed) cmd = case cmd of
     r <- tryUser (specAccept spec ranges)
     let first = case ranges of { Range lo _ : _ -> lo; [] -> 0 }
     pure (ss, either (\why -> FarmBroken jid (ResultDecodeError first (refName (specRef spec)) why) : fed) (const fed) r)
+  FailTask jid i err -> withFarm jid $ \spec -> do
+    r <- tryUser (specFail spec i err)
+    pure (ss, either (\why -> FarmBroken jid (ResultDecodeError i (refName (specRef spec)) why) : fed) (const fed) r)
   JobDone jid result -> case M.lookup jid (ssFarms ss) of
     Just (_, reply) -> do
       void (tryPutMVar reply result)

@@ -16,6 +16,7 @@ import Herd.Wire.Batch (ArgTable)
 import Herd.Scheduler (Range, WorkerId)
 import Herd.Task (TaskRef)
 import Herd.Transport (TransportKind)
+import Herd.Error (HerdError)
 
 -- | What the master knows about a connected worker.
 data WorkerInfo = WorkerInfo
@@ -57,6 +58,12 @@ data JobSpec = JobSpec
     -- worker was lost
   , specAccept   :: [Range] -> IO ()
     -- ^ these tasks' staged results are final; called once per task
+  , specKeepGoing :: !Bool
+    -- ^ a failed task is reported to 'specFail' and the job goes on;
+    -- otherwise the first failure ends the job
+  , specFail     :: Int -> HerdError -> IO ()
+    -- ^ this task failed (only when keeping going); called once per task,
+    -- never for a task whose result was accepted
   }
 
 -- | A stream process's caller side, as the master sees it.

@@ -16,6 +16,7 @@
 module Herd.Scheduler.Loss
   ( Returned (..)
   , returnBatches
+  , splitAtTask
   ) where
 
 import qualified Data.IntMap.Strict as IM
@@ -29,9 +30,9 @@ import Herd.Scheduler.State
 data Returned
   = Requeued !Job
     -- ^ its tasks are back in its queue
-  | Poisoned !Int !Int
+  | Poisoned !Int !Int !Job
     -- ^ this task has now been running on this many workers that died:
-    -- the job's limit
+    -- the job's limit; the job with its other tasks back in its queue
 
 -- | Give back a lost worker's batches of one job (in the order they were
 -- sent), given how it died ('Nothing': it was dropped, not killed, and
@@ -49,12 +50,14 @@ returnBatches death batches j =
       -- first runs alone
       worst = [ (i, d) | Just _ <- [death], [i] <- [suspects], Just d <- [IM.lookup i deaths], d >= jobMaxDeaths j ]
       n = sum (map rangeSize kept) + length suspects
+      requeued = j { jobPending = foldr (<|) (jobPending j) kept
+                   , jobSuspects = Seq.fromList suspects <> jobSuspects j
+                   , jobPendingN = jobPendingN j + n
+                   , jobDeaths = deaths }
   in case worst of
-       (i, d) : _ -> Poisoned i d
-       [] -> Requeued j { jobPending = foldr (<|) (jobPending j) kept
-                        , jobSuspects = Seq.fromList suspects <> jobSuspects j
-                        , jobPendingN = jobPendingN j + n
-                        , jobDeaths = deaths }
+       (i, d) : _ -> Poisoned i d requeued { jobSuspects = Seq.filter (/= i) (jobSuspects requeued)
+                                           , jobPendingN = jobPendingN requeued - 1 }
+       [] -> Requeued requeued
 
 -- One batch's tasks: those that go back to the queue, and the suspects.
 splitBatch :: Maybe Death -> (BatchId, Batch) -> ([Range], [Int])
@@ -69,7 +72,7 @@ splitBatch death (bid, b)
                                  in (done, rangeIndices rest)
         | otherwise -> ([], rangeIndices (batchRanges b))
 
--- The first k tasks of some ranges, and the rest.
+-- | The first k tasks of some ranges, and the rest.
 splitAtTask :: Int -> [Range] -> ([Range], [Range])
 splitAtTask k rs = case rs of
   [] -> ([], [])

@@ -72,6 +72,9 @@ data Job = Job
   , jobSuspects  :: !(Seq Int)
     -- ^ tasks that may have killed a worker, not handed out: each goes
     -- alone to a worker with nothing else to do
+  , jobKeepGoing :: !Bool
+    -- ^ a failed task is reported on its own ('TaskFailedAt') and the job
+    -- goes on; otherwise it ends the job
   } deriving (Show)
 
 -- | The scheduler's state.
@@ -117,9 +120,10 @@ data Event
     -- ^ a worker is gone: its process or link died ('Just', which charges
     -- the tasks that may have been running), or it was dropped for
     -- another reason ('Nothing': a protocol error, the cluster stopping)
-  | JobSubmitted !JobId !Int !Batching !Double !Int
+  | JobSubmitted !JobId !Int !Batching !Double !Int !Bool
     -- ^ a job of this many tasks, with a batching policy, target seconds
-    -- per batch, and how many worker deaths one task may cause
+    -- per batch, how many worker deaths one task may cause, and whether it
+    -- keeps going past failed tasks
   | BatchCompleted !WorkerId !BatchId !Double !(Maybe (Int, String))
     -- ^ a batch's results arrived, with the worker's busy seconds and the
     -- first failed task (position within the batch, message), if any
@@ -144,6 +148,8 @@ data Command
     -- ^ the batch's results are stale or unwanted: drop them
   | FinishJob !JobId !JobStats
   | AbortJob !JobId !JobFailure !JobStats
+  | TaskFailedAt !JobId !Int !JobFailure
+    -- ^ in a job that keeps going: this task failed, and has no result
   | SlowBatch !WorkerId !BatchId !Int !Double !Double !WorkerId
     -- ^ for the log: this worker's batch of this many tasks has run this
     -- many seconds against an estimate of that many; a copy went to the
