@@ -111,3 +111,18 @@ spec = describe "recovery of a cluster of local worker processes" $ do
       [ (i, d) | (i, Left (TaskKilledWorkers j _ d _)) <- zip [0 :: Int ..] killed, i == j ] `shouldBe` [(13, 3)]
       [ y | Right y <- killed ] `shouldBe` [ x + 1 | x <- [0 .. 39], x /= 13 ]
       eventually ((== 2) <$> clusterWorkerCount cluster) `shouldReturn` True
+
+  it "names an evolve state whose step kills its workers, within configMaxTaskDeaths deaths, and the cluster recovers" $
+    withTestClusterConfig 2 id $ \_ cluster -> do
+      ids <- resetStates cluster exitEvolver [1 .. 20]
+      r <- timeout 60000000 (try (evolveMany cluster exitEvolver (M.fromList [ (i, 0) | i <- ids ])))
+      case r of
+        Just (Left (EvolveFailed _ st why)) -> do
+          st `shouldBe` show (ids !! 12)
+          why `shouldContain` "3 workers that were lost"
+        other -> expectationFailure ("expected EvolveFailed, got " ++ show (fmap (fmap (const ())) other))
+      eventually ((== 2) <$> clusterWorkerCount cluster) `shouldReturn` True
+      -- a fresh population evolves on the restarted workers
+      ids' <- resetStates cluster exitEvolver [1 .. 5]
+      out <- evolveMany cluster exitEvolver (M.fromList [ (i, 0) | i <- ids' ])
+      map (map snd) (M.elems out) `shouldBe` map pure [1 .. 5]

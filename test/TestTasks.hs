@@ -13,6 +13,7 @@ module TestTasks
   , failAt5Process
   , countEvolver
   , slowEvolver
+  , exitEvolver
   ) where
 
 import Control.Concurrent (threadDelay)
@@ -120,3 +121,14 @@ slowStep s ms = unsafePerformIO (threadDelay (ms * 1000) >> pure [(s, s)])
 -- | 'slowStep' as an evolve function.
 slowEvolver :: StaticPtr (Evolver Int Int Int)
 slowEvolver = static (evolver slowStep)
+
+-- A step that ends its worker's process on state 13, as a crash would.
+exitStep :: Int -> Int -> [(Int, Int)]
+exitStep s _
+  | s == 13 = unsafePerformIO (exitImmediately (ExitFailure 9) >> pure [])
+  | otherwise = [(s, s)]
+{-# NOINLINE exitStep #-}
+
+-- | 'exitStep' as an evolve function.
+exitEvolver :: StaticPtr (Evolver Int Int Int)
+exitEvolver = static (evolver exitStep)

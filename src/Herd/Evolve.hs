@@ -200,7 +200,7 @@ evolveManyWith opts cluster fn inputs = do
                   settings = defaultPlanSettings { settingsLead = evolveLead opts, settingsMeanCost = mean }
                   (plan, cmds) = startPlan settings holdings
                   call0 = Call plan ref encodedInputs M.empty (regWhere reg) (regCost reg) (regOrigin reg) M.empty
-                               M.empty 0 0 0 (maybe 0 id mean) [] ""
+                               M.empty 0 0 0 (maybe 0 id mean) [] "" M.empty (configMaxTaskDeaths (clusterConfig cluster))
                   opening = [ SendTo w (EvolveWith ref) | w <- workers ]
                   (call1, outs) = commandsToOuts call0 cmds
                   (call2, recover) = recoverStates "their worker is no longer connected" stranded call1

@@ -24,6 +24,7 @@ import Herd.Base (TaskRef)
 import Herd.Error (HerdError (..))
 import Herd.Evolve.Registry (stateIdBits)
 import Herd.Evolve.Schedule
+import Herd.Evolve.Plan (planRunning)
 import Herd.Master.Session (Machine (..), Out (..), SessionView (..))
 import Herd.Wire (FromWorker (..), ToWorker (..))
 
@@ -48,6 +49,10 @@ data Call = Call
     -- ^ states lost when no worker of the call was left: recomputed on the
     -- next worker that joins, or named in 'StatesLost' if none comes
   , callOrphanWhy :: !String  -- ^ how they were lost
+  , callDeaths    :: !(M.Map StateId Int)
+    -- ^ states that were being evolved on workers that were lost, and how many
+  , callMaxDeaths :: !Int
+    -- ^ a state whose step was running on this many lost workers fails the call
   }
 
 -- | The session of one call: the plan, fed by the workers' answers.
@@ -74,18 +79,19 @@ callMachine name = Machine
       EvolveThrew sid why -> (call, [Fail (EvolveFailed name (show (StateId sid)) (T.unpack why))])
       EvolveRejected why -> (call, [Fail (RemoteFunctionError name (T.unpack why))])
       _ -> (call, [])
-  , machineLost = \wid why call -> case stepPlan (WorkerGone wid) (callPlan call) of
-      Left _ -> (call, [])
-      Right (plan, cmds) ->
-        -- besides the states the plan still had there, the lost worker held
-        -- children made in this call, states without an input, and states
-        -- being recomputed there: all are recomputed elsewhere
-        let held = [ sid | (sid, w) <- M.toList (callWhere call), w == wid ]
-            replaying = [ sid | (sid, (w, _, _)) <- M.toList (callReplaying call), w == wid ]
-            lost = S.toList (S.fromList (concat [ ss | Lose ss <- cmds ] ++ held ++ replaying))
-            (call1, outs) = commandsToOuts call { callPlan = plan } [ c | c <- cmds, not (isLose c) ]
-            (call2, recover) = recoverStates ("worker " ++ show wid ++ " was lost: " ++ why) lost call1
-        in (call2, outs ++ recover)
+  , machineLost = \wid why call0 ->
+      -- the first state asked of a worker is the one it was evolving: a
+      -- step that kills its worker is named after the limit of deaths,
+      -- like a step that throws
+      let running = planRunning wid (callPlan call0)
+          deaths s = M.findWithDefault 0 s (callDeaths call0) + 1
+          call = maybe call0 (\s -> call0 { callDeaths = M.insert s (deaths s) (callDeaths call0) }) running
+      in case running of
+        Just s | deaths s >= callMaxDeaths call0 ->
+          (call, [Fail (EvolveFailed name (show s) ("it was being evolved on " ++ show (deaths s)
+                                                     ++ " workers that were lost (the last: worker " ++ show wid
+                                                     ++ ", " ++ why ++ "); it is not tried again"))])
+        _ -> lostWorker wid why call
   , machineJoined = \wid call -> case stepPlan (WorkerCame wid) (callPlan call) of
       Left _ -> (call, [])
       Right (plan, cmds) ->
@@ -106,6 +112,18 @@ callMachine name = Machine
   }
   where
     isLose c = case c of { Lose _ -> True; _ -> False }
+    lostWorker wid why call = case stepPlan (WorkerGone wid) (callPlan call) of
+      Left _ -> (call, [])
+      Right (plan, cmds) ->
+        -- besides the states the plan still had there, the lost worker held
+        -- children made in this call, states without an input, and states
+        -- being recomputed there: all are recomputed elsewhere
+        let held = [ sid | (sid, w) <- M.toList (callWhere call), w == wid ]
+            replaying = [ sid | (sid, (w, _, _)) <- M.toList (callReplaying call), w == wid ]
+            lost = S.toList (S.fromList (concat [ ss | Lose ss <- cmds ] ++ held ++ replaying))
+            (call1, outs) = commandsToOuts call { callPlan = plan } [ c | c <- cmds, not (isLose c) ]
+            (call2, recover) = recoverStates ("worker " ++ show wid ++ " was lost: " ++ why) lost call1
+        in (call2, outs ++ recover)
     planStep wid ev call = case stepPlan ev (callPlan call) of
       Left why -> (call, [DropPeer wid why])
       Right (plan, cmds) ->

@@ -18,6 +18,7 @@ module Herd.Evolve.Plan
   , planIdleWorkers
   , planIsMoving
   , planWorkers
+  , planRunning
   , unstarted
   , longestFirst
   , adjust
@@ -174,3 +175,10 @@ queueTarget p = min (max 2 (settingsMaxQueue s)) (1 + max 1 behind)
 -- | The workers taking part in the call.
 planWorkers :: Plan -> [WorkerId]
 planWorkers = M.keys . plWorkers
+
+-- | The state a worker is evolving now, as far as the plan knows: the
+-- first of those asked of it (a worker evolves them in order).
+planRunning :: WorkerId -> Plan -> Maybe StateId
+planRunning w p = case M.lookup w (plWorkers p) of
+  Just wp | s : _ <- wpQueued wp -> Just s
+  _ -> Nothing
