@@ -12,6 +12,10 @@ import qualified Data.Set as S
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Base (TaskRef (..))
 import Herd.Evolve.Schedule
+import Herd.Evolve.Checkpoint
+import Herd.Evolve.Registry (Registry (..), Origin (..), lineageDepth, emptyRegistry)
+import Herd.Master.Session (Machine (..))
+import Herd.Wire (FromWorker (..))
 import Test.Hspec
 import Test.QuickCheck
 
@@ -177,6 +181,7 @@ allStates = sort . concatMap (map fst) . M.elems
 
 spec :: Spec
 spec = describe "the evolve scheduler (pure, against a model of the workers)" $ do
+  checkpointSpec
   it "evolves every state exactly once and finishes" $ property $
     forAll genHoldings $ \holdings -> forAll (runWorld holdings False) $ \o ->
       let w = outWorld o in
@@ -315,3 +320,25 @@ timedRun holdings costs plan0 cmds0 =
                (end, w, st) : _ ->
                  go (n + 1) end plan (M.adjust (\(held, asked, _) -> (held, asked, Nothing)) w ws1)
                     [Evolved w st (costs M.! st)] (st : done) given
+
+-- Checkpoints of a population ("Herd.Evolve.Checkpoint").
+checkpointSpec :: Spec
+checkpointSpec =
+  it "checkpoints: takes a state's bytes only from its own worker, hands them back, and leaves a lost worker's states deep" $ do
+    let chainOf k s = M.fromList ((StateId (s * 100), Seen (B.pack [fromIntegral s]))
+                                   : [ (StateId (s * 100 + j), ChildOf (StateId (s * 100 + j - 1)) ref B.empty 0) | j <- [1 .. k] ])
+        ref = TaskRef (Fingerprint 1 2) "step" (Fingerprint 3 4) (Fingerprint 5 6)
+        reg = emptyRegistry { regWhere = M.fromList [ (StateId 105, 1), (StateId 205, 2) ]
+                            , regOrigin = chainOf 5 1 <> chainOf 5 2, regDepth = 5 }
+        deep = deepStates 4 reg
+        (machine, cp0, outs) = checkpointStart [1, 2] deep
+        (cp1, o1) = machineMessage machine 2 (StateReleased 105 (B.pack [9])) cp0   -- not its worker
+        (cp2, o2) = machineMessage machine 1 (StateReleased 105 (B.pack [7])) cp1
+        (cp3, _) = machineLost machine 2 "gone" cp2
+        reg' = applyCheckpoint cp3 reg
+    length outs `shouldBe` 2
+    (length o1, length o2) `shouldBe` (0, 1)
+    machineDone machine cp3 `shouldBe` True
+    lineageDepth (regOrigin reg') (StateId 105) `shouldBe` 0
+    lineageDepth (regOrigin reg') (StateId 205) `shouldBe` 5
+    regDepth reg' `shouldBe` 5

@@ -5,7 +5,10 @@
 -- rather than failing.
 module RecoverySpec (spec) where
 
-import Control.Concurrent (forkIO, threadDelay)
+import Control.Concurrent (forkIO, readMVar, threadDelay)
+import Data.List (sort)
+import Herd.Master (clusterRegistry)
+import Herd.Evolve.Registry (Registry (..), lineageDepth)
 import Control.Exception
 import qualified Data.Map.Strict as M
 import Control.Monad
@@ -126,3 +129,30 @@ spec = describe "recovery of a cluster of local worker processes" $ do
       ids' <- resetStates cluster exitEvolver [1 .. 5]
       out <- evolveMany cluster exitEvolver (M.fromList [ (i, 0) | i <- ids' ])
       map (map snd) (M.elems out) `shouldBe` map pure [1 .. 5]
+
+  it "checkpoints evolve states past the bound, so a lost worker's states replay at most that many steps" $ do
+    let run bound = withTestClusterConfig 2 id $ \_ cluster -> do
+          -- one worker takes part in each call, so no state moves (a move
+          -- passes its bytes through the master too): lineages grow by one a call
+          let opts = defaultEvolveOptions { evolveCheckpointSteps = bound, evolveWorkerLimit = Just 1 }
+              -- each call gives every state one child (itself again)
+              chain 0 ids = pure ids
+              chain k ids = do
+                out <- evolveManyWith opts cluster countEvolver (M.fromList [ (i, 1) | i <- ids ])
+                chain (k - 1 :: Int) (map fst (concatMap snd (M.toList (fst out))))
+          ids <- resetStatesWith opts cluster countEvolver [1 .. 20]
+          ids' <- chain 10 ids
+          reg <- readMVar (clusterRegistry cluster)
+          let deepest = maximum (0 : map (lineageDepth (regOrigin reg)) ids')
+          -- their worker is lost: they are recomputed on the other, from the checkpoint
+          infos <- clusterWorkerInfo cluster
+          let holders = M.elems (regWhere reg)
+          forM_ [ i | i <- infos, infoId i `elem` holders ] $ \i -> signalProcess sigKILL (fromIntegral (infoPid i))
+          out <- evolveManyWith opts cluster countEvolver (M.fromList [ (i, 1) | i <- ids' ])
+          pure (deepest, sort (map snd (concatMap snd (M.toList (fst out)))))
+    (deep4, outs4) <- run 4
+    deep4 `shouldSatisfy` (<= 4)
+    outs4 `shouldBe` sort [ s * 10 | s <- [1 .. 20] ]
+    -- without checkpoints every step since the upload would be replayed
+    (deep0, _) <- run 0
+    deep0 `shouldBe` 10

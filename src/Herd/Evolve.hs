@@ -56,6 +56,7 @@ import Herd.Config
 import Herd.Error
 import Herd.Evolve.Function
 import Herd.Evolve.Call
+import Herd.Evolve.Checkpoint (applyCheckpoint, checkpointStart, deepStates)
 import Herd.Evolve.Schedule
 import Herd.Master
 import Herd.Master.Session
@@ -78,11 +79,17 @@ data EvolveOptions = EvolveOptions
   , evolveLead       :: !Double
     -- ^ seconds of work kept queued at each worker beyond the running
     -- state, to hide the round trip to the master
+  , evolveCheckpointSteps :: !Int
+    -- ^ after a call, states whose recovery would replay this many steps
+    -- or more are checkpointed: their bytes pass through the master once
+    -- ("Herd.Evolve.Checkpoint"), so a lost worker's states are recomputed
+    -- from there. 0: never (recovery replays every step since upload)
   } deriving (Show)
 
--- | The cluster's loop, every worker, no hints, 100 ms of lead.
+-- | The cluster's loop, every worker, no hints, 100 ms of lead,
+-- checkpoints every 16 steps.
 defaultEvolveOptions :: EvolveOptions
-defaultEvolveOptions = EvolveOptions Nothing Nothing M.empty 0.1
+defaultEvolveOptions = EvolveOptions Nothing Nothing M.empty 0.1 16
 
 -- | What one call measured.
 data EvolveStats = EvolveStats
@@ -161,6 +168,22 @@ session cluster limit start = do
   end <- runSession cluster (SessionRequest limit start (putMVar answer)) (takeMVar answer) >>= either throwIO pure
   maybe (pure end) throwIO (endError end)
 
+-- Checkpoint the states whose lineage reached the bound (a session of
+-- its own, right after the call that reached it, every so many calls). A
+-- checkpoint that fails leaves the registry as it was: recovery still
+-- works, from further back.
+checkpointIfDue :: EvolveOptions -> Cluster -> Registry -> IO Registry
+checkpointIfDue opts cluster reg
+  | bound <= 0 || regDepth reg < bound = pure reg
+  | otherwise = case deepStates bound reg of
+      [] -> pure reg { regDepth = 0 }
+      deep -> do
+        r <- try (session cluster Nothing (\ws -> Right (checkpointStart ws deep)))
+        pure $ case r of
+          Right end -> applyCheckpoint (endState end) reg
+          Left (_ :: SomeException) -> reg
+  where bound = evolveCheckpointSteps opts
+
 -- A call may name the loop it expects; the cluster has one reader for
 -- every API, chosen by 'configMasterLoop'.
 checkLoop :: EvolveOptions -> Cluster -> IO ()
@@ -218,11 +241,13 @@ evolveManyWith opts cluster fn inputs = do
               reg' = reg { regWhere = callWhere call, regCost = callCost call
                          , regMeanCost = if evolvedN > 0 then Just (busyTotal / fromIntegral evolvedN)
                                          else regMeanCost reg
-                         , regOrigin = pruneOrigins (M.keys (callWhere call)) (callOrigin call) }
+                         , regOrigin = pruneOrigins (M.keys (callWhere call)) (callOrigin call)
+                         , regDepth = regDepth reg + (if evolvedN > 0 then 1 else 0) }
               stats = EvolveStats (finished - started) (length (planWorkers (callPlan call))) evolvedN
                                   (callChildren call) (callMoved call) (callBusy call) (clusterMasterLoop cluster)
                                   (callRecovered call)
-          pure (reg', Right (callOutputs call, stats))
+          reg'' <- checkpointIfDue opts cluster reg'
+          pure (reg'', Right (callOutputs call, stats))
   (raw, stats) <- either throwIO pure result
   decoded <- forM raw $ \children -> forM children $ \(child, bytes) -> do
     out <- tryUser (evolverOutputDecoder fn bytes)

@@ -1,3 +1,4 @@
+{-# LANGUAGE BangPatterns #-}
 -- | What the master keeps of an evolve population between calls: where
 -- each state lives, what its next step is expected to cost, and how to
 -- make it again if its worker is lost (its lineage back to bytes the master
@@ -9,6 +10,7 @@ module Herd.Evolve.Registry
   , emptyRegistry
   , Origin (..)
   , lineage
+  , lineageDepth
   , pruneOrigins
   ) where
 
@@ -42,11 +44,14 @@ data Registry = Registry
   , regMeanCost :: !(Maybe Double)          -- ^ mean step time of the last call
   , regNextId   :: !Word64                  -- ^ next id for an uploaded state
   , regOrigin   :: !(M.Map StateId Origin)  -- ^ for live states and the ancestors they need
+  , regDepth    :: !Int
+    -- ^ at least the steps of the longest lineage (calls since the master
+    -- last saw the live states' bytes): checkpoints are due past a bound
   } deriving (Eq, Show)
 
 -- | No states.
 emptyRegistry :: Registry
-emptyRegistry = Registry M.empty M.empty Nothing 1 M.empty
+emptyRegistry = Registry M.empty M.empty Nothing 1 M.empty 0
 
 -- | How a state came to be, so that it can be made again if its worker is
 -- lost: the master saw its bytes (uploaded, or moved through the master),
@@ -67,6 +72,15 @@ lineage origins = go []
       Just (Seen bytes) -> Just (bytes, path)
       Just (ChildOf parent ref input k) -> go ((ref, input, k) : path) parent
       Nothing -> Nothing
+
+-- | The steps a recovery of this state would replay (0 for one whose
+-- bytes the master has seen, or whose origin is unknown).
+lineageDepth :: M.Map StateId Origin -> StateId -> Int
+lineageDepth origins = go 0
+  where
+    go !n s = case M.lookup s origins of
+      Just (ChildOf parent _ _ _) -> go (n + 1) parent
+      _ -> n
 
 -- | Keep only the origins these states need.
 pruneOrigins :: [StateId] -> M.Map StateId Origin -> M.Map StateId Origin
