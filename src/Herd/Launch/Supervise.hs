@@ -156,7 +156,7 @@ watch hooks sup i = do
           if stopping then pure ExitSuccess else do
             t <- monotonicSeconds
             forM_ (slotLostAt s) $ \lost -> when (t - lost > 2) $
-              forM_ (slotPid s) $ \p -> void (try (signalProcess sigKILL (fromIntegral p)) :: IO (Either SomeException ()))
+              mapM_ killPid (slotPid s)
             threadDelay 20000
             waitExit
     -- the replacement joins, dies, or runs out of time (then it is killed
@@ -175,9 +175,13 @@ watch hooks sup i = do
             else if t > deadline then do
               hookLog hooks ("herd: a restarted local worker did not join within "
                              ++ show (hookStartTimeout hooks) ++ " s; killing it")
-              forM_ pid $ \p -> void (try (signalProcess sigKILL (fromIntegral p)) :: IO (Either SomeException ()))
+              mapM_ killPid pid
             else threadDelay 10000 >> loop
       loop
+
+-- SIGKILL a process, which may have gone already.
+killPid :: Int -> IO ()
+killPid p = void (try (signalProcess sigKILL (fromIntegral p)) :: IO (Either SomeException ()))
 
 cpuText :: LocalWorker -> String
 cpuText w = maybe "" (\c -> " on CPU " ++ show c) (localCpu w)

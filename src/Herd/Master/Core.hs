@@ -35,7 +35,7 @@ module Herd.Master.Core
   , coreSessionView
   ) where
 
-import Data.List (partition, sortOn)
+import Data.List (sortOn)
 import Data.Maybe (isJust)
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
@@ -44,12 +44,12 @@ import Herd.Master.Events
 import Herd.Master.CoreState
 import Herd.Master.Expect
 import Herd.Master.Session
+import Herd.Master.CoreFarm (endFarm, sched)
 import Herd.Monitor.Ledger
 import Herd.Packet.Policy (Urgency (..))
-import Herd.Base (JobId, Range (..), WorkerId, rangeSize)
+import Herd.Base (WorkerId, rangeSize)
 import Herd.Scheduler (outstandingFor)
 import qualified Herd.Scheduler as S
-import Herd.Base (TaskRef (..))
 import Herd.Wire (FromWorker (..), ToWorker (..))
 
 -- | Advance the core by one event at the given time (seconds from any
@@ -141,14 +141,6 @@ leastLoaded core = case sortOn load (M.keys (coreLinks core)) of
   [] -> Nothing
   where load w = (length (filter ((== w) . streamWorker) (M.elems (coreStreams core))), w)
 
--- End a farm job with an error.
-endFarm :: Double -> JobId -> HerdError -> Core -> (Core, [Command])
-endFarm now jid err core
-  | M.member jid (coreFarms core) =
-      let (core1, out) = sched now (S.JobCancelled jid) core { coreFarms = M.delete jid (coreFarms core) }
-      in (core1, JobDone jid (Left err) : out)
-  | otherwise = (core, [])
-
 -- A worker's link is gone: its batches run elsewhere, its streams break,
 -- its session learns of it. A link that died (not one the core dropped)
 -- charges the tasks that may have been running on it (INV-POISON).
@@ -223,57 +215,6 @@ received now w msg core = case msg of
       Just s | streamWorker s == w -> act s
              | otherwise -> bad ("message for stream " ++ show sid ++ " of another worker")
       Nothing -> (core, [])   -- closed by its caller: late messages are dropped
-
--- Step the scheduler and turn its commands into the core's.
-sched :: Double -> S.Event -> Core -> (Core, [Command])
-sched now ev core =
-  let (s', cmds) = S.step now ev (coreSched core)
-  in foldl run (core { coreSched = s' }, []) cmds
-  where
-    run (c, out) cmd = case cmd of
-      S.SendBatch w bid ranges -> case (S.batchJobOf w bid (coreSched c), M.lookup w (coreLinks c)) of
-        (Just jid, Just l) | Just job <- M.lookup jid (coreFarms c) ->
-          let c1 = c { coreLinks = M.insert w (expectBatch jid bid ranges l) (coreLinks c) }
-              (c2, notes) = noteRerun w ranges c1
-          in (c2, out ++ notes ++ [SendBatch w jid bid (farmRef job) ranges])
-        _ -> (c, out)
-      S.AcceptResults jid _ ranges
-        | M.member jid (coreFarms c) -> (c, out ++ [Accept jid ranges])
-        | otherwise -> (c, out)
-      S.DropResults _ -> (c, out)
-      S.TaskFailedAt jid i failure -> case M.lookup jid (coreFarms c) of
-        Just job -> (c, out ++ [FailTask jid i (failureError (refName (farmRef job)) failure)])
-        Nothing -> (c, out)
-      S.SlowBatch slow bid n late est copy ->
-        (c, out ++ [Note ("herd: worker " ++ show slow ++ " is slow: its batch " ++ show bid ++ " of " ++ show n
-                          ++ " tasks has run " ++ secs late ++ (if est > 0 then " (estimate " ++ secs est ++ ")" else "")
-                          ++ "; a copy runs on worker " ++ show copy)])
-      S.FinishJob jid stats -> answer c out jid (Right stats)
-      S.AbortJob jid failure _ -> case M.lookup jid (coreFarms c) of
-        Just job -> answer c out jid (Left (failureError (refName (farmRef job)) failure))
-        Nothing -> (c, out)
-    -- INV-ONCE: a job is answered only while it is known, and forgotten then
-    answer c out jid result
-      | M.member jid (coreFarms c) = (c { coreFarms = M.delete jid (coreFarms c) }, out ++ [JobDone jid result])
-      | otherwise = (c, out)
-    noteRerun w ranges c =
-      let overlaps rs = or [ lo < hi' && lo' < hi | Range lo hi <- ranges, Range lo' hi' <- rs ]
-          (hit, rest) = partition (\(_, _, rs) -> overlaps rs) (coreRequeued c)
-      in ( c { coreRequeued = rest }
-         , [ Note ("herd: tasks of lost worker " ++ show lost ++ " re-sent to worker " ++ show w ++ " "
-                   ++ show (round ((now - at) * 1000) :: Int) ++ " ms after the loss was noticed")
-           | (lost, at, _) <- hit ] )
-
--- Seconds for the log, to the millisecond.
-secs :: Double -> String
-secs t = show (fromIntegral (round (t * 1000) :: Int) / 1000 :: Double) ++ " s"
-
-failureError :: String -> S.JobFailure -> HerdError
-failureError name failure = case failure of
-  S.TaskError i msg -> TaskFailed i name msg
-  S.FunctionRefused why -> RemoteFunctionError name why
-  S.NoWorkersLeft -> AllWorkersLost "the cluster has no live worker"
-  S.TaskKilledWorkers i deaths why -> TaskKilledWorkers i name deaths why
 
 -- Start a session on the live workers (the lowest numbered, up to its limit).
 startSession :: Double -> SessionRequest -> Core -> (Core, [Command])
