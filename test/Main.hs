@@ -14,6 +14,7 @@ import qualified TlsSpec
 import qualified DashboardSpec
 import qualified LogSpec
 import qualified EvolveScheduleSpec
+import qualified BalanceSpec
 import qualified AuthSpec
 import Herd (serveIfWorker)
 import qualified SchedulerSpec
@@ -53,6 +54,7 @@ main = do
       TransportSpec.spec
       ConformanceSpec.spec
       EvolveScheduleSpec.spec
+      BalanceSpec.spec
       ClusterSpec.spec
       EvolveSpec.spec
       SimulateSpec.spec

@@ -51,12 +51,12 @@ module Herd.Evolve.Schedule
   , planWorkers
   ) where
 
-import Data.List (foldl', sortBy)
+import Data.List (foldl')
 import qualified Data.Map.Strict as M
-import Data.Ord (comparing, Down (..))
 import qualified Data.Set as S
 import qualified Data.Vector as V
 import Herd.Base (WorkerId)
+import Herd.Evolve.Balance (balance)
 import Herd.Evolve.Plan
 import Herd.Evolve.Registry
 
@@ -79,7 +79,7 @@ holdingsOf workers whereAt toEvolve estimate = M.fromDistinctAscList (zip ws (V.
 -- given as the mean). Every live worker should be listed, even with no
 -- states, so that it can take some.
 startPlan :: PlanSettings -> M.Map WorkerId [(StateId, Double)] -> (Plan, [Command])
-startPlan settings holdings0 = (planAfter, releases ++ cmds)
+startPlan settings holdings0 = (planAfter, releases ++ asks ++ stealCmds)
   where
     -- a state whose cost is unknown (0 or less) counts as the mean of the
     -- known ones, or as 1 when none is known: then only counts matter
@@ -88,66 +88,46 @@ startPlan settings holdings0 = (planAfter, releases ++ cmds)
     unit = if knownN == 0 then 1 else knownSum / fromIntegral knownN
     holdings | unknownN == 0 = holdings0
              | otherwise = M.map (map (\(s, c) -> (s, if c > 0 then c else unit))) holdings0
-    plan0 = foldl' (\p (w, ss) -> putWorker w (WorkerPlan (longestFirst [ (c, s) | (s, c) <- ss ]) [] 0 0) p)
-      Plan
-        { plWorkers = M.empty
-        , plLeft = sum (map length (M.elems holdings))
-        , plMoving = M.empty
-        , plIdle = S.empty
-        , plVictims = S.empty
-        , plCostSum = 0
-        , plCostN = 0
-        , plSettings = settings
-        } (M.toList holdings)
+    held0 = M.map (\ss -> longestFirst [ (c, s) | (s, c) <- ss ]) holdings
     -- move states from overloaded workers to underloaded ones before
     -- anything starts, as far as the estimates say it helps
-    moves = balance (M.map wpHeld (plWorkers plan0))
+    moves = balance held0
     -- each worker changed once: a donor loses all its moved states in one
     -- pass over its list (one pass per move was quadratic in a skewed start)
     leaving = M.fromListWith S.union [ (from, S.singleton s) | (s, from, _, _) <- moves ]
     coming = M.fromListWith (+) [ (to, 1 :: Int) | (_, _, to, _) <- moves ]
-    changed w wp = wp { wpHeld = maybe (wpHeld wp) (\gone -> filter (\(_, s) -> not (S.member s gone)) (wpHeld wp))
-                                       (M.lookup w leaving)
-                      , wpIncoming = wpIncoming wp + M.findWithDefault 0 w coming }
-    planMoved = foldl' (\p (w, wp) -> putWorker w (changed w wp) p)
-                       plan0 { plMoving = M.fromList [ (s, Move from to c False) | (s, from, to, c) <- moves ] }
-                       [ (w, wp) | (w, wp) <- M.toList (plWorkers plan0), M.member w leaving || M.member w coming ]
     releases = [ Release from s | (s, from, _, _) <- moves ]
-    -- fill the queues of workers with states before empty ones look for some
-    order = [ w | (w, wp) <- M.toList (plWorkers planMoved), not (null (wpHeld wp)) ]
-         ++ [ w | (w, wp) <- M.toList (plWorkers planMoved), null (wpHeld wp) ]
-    (planAfter, cmds) = settle order planMoved
-
--- Which held states to move where, given each worker's states longest
--- first: a worker above the mean load gives states (not the one it will
--- start with, longest first) to the least loaded worker while that lowers
--- the larger of the two loads and the giver stays above the mean by at
--- least half the state. Few moves, all decided up front.
-balance :: M.Map WorkerId [(Double, StateId)] -> [(StateId, WorkerId, WorkerId, Double)]
-balance held
-  | M.size held < 2 = []
-  | otherwise = go (S.fromList [ (l, w) | (w, l) <- M.toList loads0 ], loads0) donors0 []
-  where
-    loads0 = M.map (sum . map fst) held
-    target = sum (M.elems loads0) / fromIntegral (M.size held)
-    donors0 = [ (w, drop 1 ss) | (w, ss) <- sortBy (comparing (Down . (loads0 M.!) . fst)) (M.toList held)
-                               , loads0 M.! w > target ]
-    go _ [] acc = reverse acc
-    go st ((w, candidates) : rest) acc = go st' rest acc'
-      where (st', acc') = give st w candidates acc
-    give st _ [] acc = (st, acc)
-    give st@(heap, loads) w ((c, s) : more) acc =
-      let load = loads M.! w
-          -- the least loaded other worker, found without building a new heap
-          lightest = case S.lookupMin heap of
-            Just (_, t) | t == w -> S.lookupGT (load, w) heap
-            other -> other
-      in case if load > target + c / 2 then lightest else Nothing of
-           Just (lt, t) | lt + c < load ->
-             let heap' = S.insert (lt + c, t) (S.insert (load - c, w) (S.delete (lt, t) (S.delete (load, w) heap)))
-                 loads' = M.insert t (lt + c) (M.insert w (load - c) loads)
-             in give (heap', loads') w more ((s, w, t, c) : acc)
-           _ -> give st w more acc
+    -- every worker's queue filled from what it holds, in one pass: the
+    -- maps and sets are built whole (a put per worker rebuilt a path of
+    -- each, thousands of times, and was most of a start's cost)
+    target = queueTarget shell
+    workerPlans =
+      [ (w, WorkerPlan kept asked (M.findWithDefault 0 w coming) 0)
+      | (w, ss) <- M.toAscList held0
+      , let mine = maybe ss (\gone -> filter (\(_, s) -> not (S.member s gone)) ss) (M.lookup w leaving)
+            (taken, kept) = splitAt target mine
+            asked = map snd taken ]
+    asks = [ Ask w (wpQueued wp) | (w, wp) <- workerPlans, not (null (wpQueued wp)) ]
+    isIdle wp = null (wpHeld wp) && null (wpQueued wp) && wpIncoming wp == 0
+    shell = Plan
+      { plWorkers = M.empty
+      , plLeft = sum (map length (M.elems holdings))
+      , plMoving = M.empty
+      , plIdle = S.empty
+      , plVictims = S.empty
+      , plCostSum = 0
+      , plCostN = 0
+      , plSettings = settings
+      }
+    planFilled = shell
+      { plWorkers = M.fromDistinctAscList workerPlans
+      , plMoving = M.fromList [ (s, Move from to c False) | (s, from, to, c) <- moves ]
+      , plIdle = S.fromDistinctAscList [ w | (w, wp) <- workerPlans, isIdle wp ]
+      , plVictims = S.fromList [ (n, w) | (w, wp) <- workerPlans, let n = unstarted wp, n >= 1 ] }
+    -- then workers left short with nothing coming take states from the
+    -- busiest, as they would at any later step
+    thieves = [ w | (w, wp) <- workerPlans, null (wpHeld wp), length (wpQueued wp) < target, wpIncoming wp == 0 ]
+    (planAfter, stealCmds) = settle thieves planFilled
 
 -- | Take one event. 'Left' names a broken promise of the worker (a state it
 -- was not asked for), which the driver treats as a bad peer.

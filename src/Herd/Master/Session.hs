@@ -156,10 +156,18 @@ hostApply linked outs (Hosted machine st ws lost err answer) =
         (Nothing, e : _) -> Just e
         _ -> err
       live w = S.member w ws && not (M.member w lost) && linked w
-      -- consed newest first and reversed once: appending per message was
-      -- quadratic in the messages to one worker
-      perWorker = M.map reverse (M.fromListWith (++) [ (w, [m]) | SendTo w m <- outs, live w ])
+      -- runs of messages to one worker (a session's outs come so: a
+      -- worker's asks together) are grouped before the map, which then
+      -- takes one insert a run, not one a message; runs are consed newest
+      -- first and put in order once (appending per message was quadratic)
+      perWorker = M.map (concat . reverse) (M.fromListWith (++) [ (w, [ms]) | (w, ms) <- runsOf outs, live w ])
   in (Hosted machine st ws lost err' answer, M.toList perWorker, [ (w, why) | DropPeer w why <- outs ])
+  where
+    runsOf (SendTo w m : rest) = let (more, rest') = sameWorker w rest in (w, m : more) : runsOf rest'
+    runsOf (_ : rest) = runsOf rest
+    runsOf [] = []
+    sameWorker w (SendTo v m : rest) | v == w = let (more, rest') = sameWorker w rest in (m : more, rest')
+    sameWorker _ rest = ([], rest)
 
 -- | What a watcher is shown of the session.
 hostView :: Hosted -> Maybe SessionView
