@@ -13,7 +13,7 @@ import GHC.Fingerprint (Fingerprint (..))
 import Herd.Base (TaskRef (..))
 import Herd.Evolve.Schedule
 import Herd.Evolve.Checkpoint
-import Herd.Evolve.Registry (Registry (..), Origin (..), lineageDepth, emptyRegistry)
+import Herd.Evolve.Registry (Registry (..), Origin (..), lineageDepth, emptyRegistry, keepOrigins)
 import Herd.Master.Session (Machine (..))
 import Herd.Wire (FromWorker (..))
 import Test.Hspec
@@ -254,6 +254,23 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
             Nothing -> []
       in [ lineage pruned s | s <- live ] === [ lineage origins s | s <- live ]
          .&&. M.keysSet pruned === S.fromList (concatMap ancestors live)
+
+  it "prunes origins only once they have doubled, and never loses a live lineage" $ property $
+    forAll (choose (1, 60 :: Int)) $ \n ->
+    forAll (vectorOf n (choose (0, 1 :: Double))) $ \coins ->
+    forAll (sublistOf [1 .. n]) $ \liveIx ->
+    forAll (choose (0, 80)) $ \before ->
+      let sid k = StateId (fromIntegral k * 1099511627776 + fromIntegral k)
+          ref = TaskRef (Fingerprint 1 2) "step" (Fingerprint 3 4) (Fingerprint 5 6)
+          origin k c | k == 1 || c < 0.3 = Seen (B.pack [fromIntegral k])
+                     | otherwise = ChildOf (sid (1 + floor (c * fromIntegral (k - 1)) `min` (k - 1))) ref B.empty k
+          origins = M.fromList [ (sid k, origin k c) | (k, c) <- zip [1 ..] coins ]
+          live = M.fromList [ (sid k, 1) | k <- liveIx ]
+          reg = keepOrigins live origins emptyRegistry { regPruned = before }
+          due = M.size origins > 2 * max (M.size live) before
+      in [ lineage (regOrigin reg) s | s <- M.keys live ] === [ lineage origins s | s <- M.keys live ]
+         .&&. (if due then regOrigin reg === pruneOrigins (M.keys live) origins .&&. regPruned reg === M.size (regOrigin reg)
+               else regOrigin reg === origins .&&. regPruned reg === before)
 
   it "groups the states to evolve by their holder, every worker listed, absent holders left out" $ property $
     forAll (sublistOf [1 .. 12 :: WorkerId]) $ \workers ->

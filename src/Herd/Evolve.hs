@@ -58,6 +58,7 @@ import Herd.Evolve.Function
 import Herd.Evolve.Call
 import Herd.Evolve.Checkpoint (applyCheckpoint, checkpointStart, deepStates)
 import Herd.Evolve.Schedule
+import Herd.Evolve.Registry (keepOrigins)
 import Herd.Master
 import Herd.Master.Session
 import Herd.Packet (encoderBytes)
@@ -238,11 +239,11 @@ evolveManyWith opts cluster fn inputs = do
           let call = endState end
               evolvedN = M.size (callOutputs call)
               busyTotal = sum (M.elems (callBusy call))
-              reg' = reg { regWhere = callWhere call, regCost = callCost call
-                         , regMeanCost = if evolvedN > 0 then Just (busyTotal / fromIntegral evolvedN)
-                                         else regMeanCost reg
-                         , regOrigin = pruneOrigins (M.keys (callWhere call)) (callOrigin call)
-                         , regDepth = regDepth reg + (if evolvedN > 0 then 1 else 0) }
+              reg' = keepOrigins (callWhere call) (callOrigin call)
+                       reg { regWhere = callWhere call, regCost = callCost call
+                           , regMeanCost = if evolvedN > 0 then Just (busyTotal / fromIntegral evolvedN)
+                                           else regMeanCost reg
+                           , regDepth = regDepth reg + (if evolvedN > 0 then 1 else 0) }
               stats = EvolveStats (finished - started) (length (planWorkers (callPlan call))) evolvedN
                                   (callChildren call) (callMoved call) (callBusy call) (clusterMasterLoop cluster)
                                   (callRecovered call)

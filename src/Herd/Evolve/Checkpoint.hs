@@ -68,5 +68,5 @@ applyCheckpoint :: Checkpoint -> Registry -> Registry
 applyCheckpoint cp reg =
   let origins = M.foldrWithKey (\s bytes -> M.insert s (Seen bytes)) (regOrigin reg) (cpTaken cp)
       pruned = pruneOrigins (M.keys (regWhere reg)) origins
-  in reg { regOrigin = pruned
+  in reg { regOrigin = pruned, regPruned = M.size pruned
          , regDepth = maximum (0 : map (lineageDepth pruned) (M.keys (regWhere reg))) }

@@ -12,6 +12,7 @@ module Herd.Evolve.Registry
   , lineage
   , lineageDepth
   , pruneOrigins
+  , keepOrigins
   ) where
 
 import qualified Data.ByteString as B
@@ -47,11 +48,13 @@ data Registry = Registry
   , regDepth    :: !Int
     -- ^ at least the steps of the longest lineage (calls since the master
     -- last saw the live states' bytes): checkpoints are due past a bound
+  , regPruned   :: !Int
+    -- ^ origins kept by the last pruning ('keepOrigins')
   } deriving (Eq, Show)
 
 -- | No states.
 emptyRegistry :: Registry
-emptyRegistry = Registry M.empty M.empty Nothing 1 M.empty 0
+emptyRegistry = Registry M.empty M.empty Nothing 1 M.empty 0 0
 
 -- | How a state came to be, so that it can be made again if its worker is
 -- lost: the master saw its bytes (uploaded, or moved through the master),
@@ -96,3 +99,17 @@ pruneOrigins live origins = M.filterWithKey (\s _ -> IS.member (key s) needed) o
           Just (ChildOf parent _ _ _) -> visit (IS.insert (key s) seen) parent
           Just (Seen _) -> IS.insert (key s) seen
           Nothing -> seen
+
+-- | Install a call's origins, given where the live states are: pruned to
+-- what their lineages need once they have grown past twice what the last
+-- pruning kept (or twice the live states), else kept whole, dead branches
+-- and all. Pruning walks every live lineage: at 8192 states it took 13 ms
+-- after one call and 41 ms after eight, on the caller's path each call;
+-- pruning on doubling costs amortized time proportional to what a call
+-- adds, and at most doubles the memory.
+keepOrigins :: M.Map StateId WorkerId -> M.Map StateId Origin -> Registry -> Registry
+keepOrigins live origins reg
+  | M.size origins > 2 * max (M.size live) (regPruned reg) =
+      let pruned = pruneOrigins (M.keys live) origins
+      in reg { regOrigin = pruned, regPruned = M.size pruned }
+  | otherwise = reg { regOrigin = origins }
