@@ -41,6 +41,15 @@ spec = describe "the evolve API" $ forM_ [minBound .. maxBound] $ \transport -> 
         out2 <- evolveMany cluster countEvolver (M.fromList [ (c, 1) | c <- children ])
         sort (map snd (concat (M.elems out2))) `shouldBe`
           sort [ (s + j) * 10 | (s, k) <- zip [100, 200 .. 1000] (cycle [0, 1, 2 :: Int]), j <- [0 .. k - 1] ]
+        -- another function on the same population, then the first again:
+        -- each worker is told the function of each call (it is told once
+        -- per function, not once per call)
+        let grand = concatMap (map fst) (M.elems out2)
+            values = [ s + j | (s, k) <- zip [100, 200 .. 1000] (cycle [0, 1, 2 :: Int]), j <- [0 .. k - 1] ]
+        out3 <- evolveMany cluster slowEvolver (M.fromList [ (c, 0) | c <- grand ])
+        sort (map snd (concat (M.elems out3))) `shouldBe` sort values
+        out4 <- evolveMany cluster countEvolver (M.fromList [ (c, 1) | c <- concatMap (map fst) (M.elems out3) ])
+        sort (map snd (concat (M.elems out4))) `shouldBe` sort (map (* 10) values)
 
     it "answers many calls in a row, with a farm between them" $
       withLoop loop 2 $ \cluster -> do

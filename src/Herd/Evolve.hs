@@ -58,7 +58,8 @@ import Herd.Evolve.Function
 import Herd.Evolve.Call
 import Herd.Evolve.Checkpoint (applyCheckpoint, checkpointStart, deepStates)
 import Herd.Evolve.Schedule
-import Herd.Evolve.Registry (keepOrigins)
+import Herd.Evolve.Registry (keepOrigins, needsTelling, toldAfter)
+import qualified Data.Set as S
 import Herd.Master
 import Herd.Master.Session
 import Herd.Packet (encoderBytes)
@@ -146,7 +147,8 @@ resetStatesWith opts cluster fn states = do
     let placement = endState placed
         reg = emptyRegistry { regWhere = M.fromList [ (i, w) | (i, _, w) <- placement ]
                             , regOrigin = M.fromList [ (i, Seen bytes) | (i, bytes, _) <- placement ]
-                            , regNextId = fromIntegral (length encoded) + 1 }
+                            , regNextId = fromIntegral (length encoded) + 1
+                            , regTold = Just (evolverRef fn, S.fromList [ w | (_, _, w) <- placement ]) }
     pure (reg, ids)
   where
     resetMachine = Machine
@@ -225,7 +227,7 @@ evolveManyWith opts cluster fn inputs = do
                   (plan, cmds) = startPlan settings holdings
                   call0 = Call plan ref encodedInputs M.empty (regWhere reg) (regCost reg) (regOrigin reg) M.empty
                                M.empty 0 0 0 (maybe 0 id mean) [] "" M.empty (configMaxTaskDeaths (clusterConfig cluster))
-                  opening = [ SendTo w (EvolveWith ref) | w <- workers ]
+                  opening = [ SendTo w (EvolveWith ref) | w <- workers, needsTelling ref reg w ]
                   (call1, outs) = commandsToOuts call0 cmds
                   (call2, recover) = recoverStates "their worker is no longer connected" stranded call1
               in Right (callMachine (refName ref), call2, opening ++ outs ++ recover)
@@ -243,7 +245,8 @@ evolveManyWith opts cluster fn inputs = do
                        reg { regWhere = callWhere call, regCost = callCost call
                            , regMeanCost = if evolvedN > 0 then Just (busyTotal / fromIntegral evolvedN)
                                            else regMeanCost reg
-                           , regDepth = regDepth reg + (if evolvedN > 0 then 1 else 0) }
+                           , regDepth = regDepth reg + (if evolvedN > 0 then 1 else 0)
+                           , regTold = toldAfter ref (planWorkers (callPlan call)) reg }
               stats = EvolveStats (finished - started) (length (planWorkers (callPlan call))) evolvedN
                                   (callChildren call) (callMoved call) (callBusy call) (clusterMasterLoop cluster)
                                   (callRecovered call)

@@ -13,12 +13,15 @@ module Herd.Evolve.Registry
   , lineageDepth
   , pruneOrigins
   , keepOrigins
+  , needsTelling
+  , toldAfter
   ) where
 
 import qualified Data.ByteString as B
 import Data.List (foldl')
 import qualified Data.Map.Strict as M
 import qualified Data.IntSet as IS
+import qualified Data.Set as S
 import Data.Word (Word64)
 import Herd.Base (TaskRef, WorkerId)
 
@@ -50,11 +53,16 @@ data Registry = Registry
     -- last saw the live states' bytes): checkpoints are due past a bound
   , regPruned   :: !Int
     -- ^ origins kept by the last pruning ('keepOrigins')
+  , regTold     :: !(Maybe (TaskRef, S.Set WorkerId))
+    -- ^ the evolve function the workers were last told, and which workers
+    -- have it: a call names it only to the others (a worker keeps its
+    -- function, and telling 2048 workers again each call cost the first
+    -- dispatch 2048 messages)
   } deriving (Eq, Show)
 
 -- | No states.
 emptyRegistry :: Registry
-emptyRegistry = Registry M.empty M.empty Nothing 1 M.empty 0 0
+emptyRegistry = Registry M.empty M.empty Nothing 1 M.empty 0 0 Nothing
 
 -- | How a state came to be, so that it can be made again if its worker is
 -- lost: the master saw its bytes (uploaded, or moved through the master),
@@ -113,3 +121,17 @@ keepOrigins live origins reg
       let pruned = pruneOrigins (M.keys live) origins
       in reg { regOrigin = pruned, regPruned = M.size pruned }
   | otherwise = reg { regOrigin = origins }
+
+-- | Whether a worker must be told this evolve function before it is asked
+-- to evolve with it.
+needsTelling :: TaskRef -> Registry -> WorkerId -> Bool
+needsTelling ref reg w = case regTold reg of
+  Just (told, ws) | told == ref -> not (S.member w ws)
+  _ -> True
+
+-- | Who has this function after a call that told these workers (or found
+-- them told).
+toldAfter :: TaskRef -> [WorkerId] -> Registry -> Maybe (TaskRef, S.Set WorkerId)
+toldAfter ref ws reg = case regTold reg of
+  Just (told, before) | told == ref -> Just (ref, S.union before (S.fromList ws))
+  _ -> Just (ref, S.fromList ws)
