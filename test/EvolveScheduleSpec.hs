@@ -13,7 +13,7 @@ import GHC.Fingerprint (Fingerprint (..))
 import Herd.Base (TaskRef (..))
 import Herd.Evolve.Schedule
 import Herd.Evolve.Checkpoint
-import Herd.Evolve.Registry (Registry (..), Origin (..), lineageDepth, emptyRegistry, keepOrigins)
+import Herd.Evolve.Registry (lineageDepth, keepOrigins)
 import Herd.Master.Session (Machine (..))
 import Herd.Wire (FromWorker (..))
 import Test.Hspec

@@ -1,3 +1,4 @@
+{-# LANGUAGE BangPatterns #-}
 -- | One evolve call as a pure session ("Herd.Master.Session"): the plan
 -- ("Herd.Evolve.Schedule") fed by the workers' answers, with the outputs,
 -- where each state now lives, and the recomputation of states lost with
@@ -36,7 +37,11 @@ data Call = Call
   , callOutputs   :: !(M.Map StateId [(StateId, B.ByteString)])
   , callWhere     :: !(M.Map StateId WorkerId)
   , callCost      :: !(M.Map StateId Double)
-  , callOrigin    :: !(M.Map StateId Origin)
+  , callOrigin    :: M.Map StateId Origin
+    -- ^ lazy: at a call's start it may still be the registry's pruning of
+    -- the last call's lineages ('Herd.Evolve.Registry.keepOrigins'), which
+    -- the first answer then runs, while the workers compute, instead of
+    -- the caller between two calls; every update forces it
   , callReplaying :: !(M.Map StateId (WorkerId, Bool, Double))
     -- ^ states being recomputed: where, whether to evolve them in this
     -- call once there, and their estimated cost
@@ -62,8 +67,8 @@ callMachine name = Machine
       StateEvolved parent busyNs children -> evolved wid (StateId parent) (fromIntegral busyNs / 1e9) children call
       StateReleased sid bytes ->
         -- the master has seen its bytes: a lineage can start here now
-        planStep wid (Released wid (StateId sid) bytes)
-                 call { callOrigin = M.insert (StateId sid) (Seen bytes) (callOrigin call) }
+        let !origins = M.insert (StateId sid) (Seen bytes) (callOrigin call)
+        in planStep wid (Released wid (StateId sid) bytes) call { callOrigin = origins }
       StateKept sid -> planStep wid (Kept wid (StateId sid)) call
       StateMissing sid
         -- asked back after it had been evolved: it simply stays
@@ -137,13 +142,14 @@ callMachine name = Machine
           Right (plan, cmds) ->
             let kids = [ (StateId c, o) | (c, o) <- children ]
                 input = M.findWithDefault B.empty parent (callInputs call)
+                !origins = foldl' (\m (k, (c, _)) -> M.insert c (ChildOf parent (callRef call) input k) m)
+                                  (callOrigin call) (zip [0 ..] kids)
                 call' = call
                   { callPlan = plan
                   , callOutputs = M.insert parent kids (callOutputs call)
                   , callWhere = foldl' (\m (c, _) -> M.insert c wid m) (M.delete parent (callWhere call)) kids
                   , callCost = foldl' (\m (c, _) -> M.insert c secs m) (M.delete parent (callCost call)) kids
-                  , callOrigin = foldl' (\m (k, (c, _)) -> M.insert c (ChildOf parent (callRef call) input k) m)
-                                        (callOrigin call) (zip [0 ..] kids)
+                  , callOrigin = origins
                   , callBusy = M.insertWith (+) wid secs (callBusy call)
                   , callChildren = callChildren call + length kids }
             in commandsToOuts call' cmds

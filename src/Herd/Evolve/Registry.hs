@@ -47,12 +47,15 @@ data Registry = Registry
   , regCost     :: !(M.Map StateId Double)  -- ^ measured time of the step that made it
   , regMeanCost :: !(Maybe Double)          -- ^ mean step time of the last call
   , regNextId   :: !Word64                  -- ^ next id for an uploaded state
-  , regOrigin   :: !(M.Map StateId Origin)  -- ^ for live states and the ancestors they need
+  , regOrigin   :: M.Map StateId Origin
+    -- ^ for live states and the ancestors they need (and, until the next
+    -- pruning, some they no longer need); lazy, so that a pruning due
+    -- after a call runs during the next one ('keepOrigins')
   , regDepth    :: !Int
     -- ^ at least the steps of the longest lineage (calls since the master
     -- last saw the live states' bytes): checkpoints are due past a bound
-  , regPruned   :: !Int
-    -- ^ origins kept by the last pruning ('keepOrigins')
+  , regPruned   :: Int
+    -- ^ origins kept by the last pruning ('keepOrigins'; lazy with them)
   , regTold     :: !(Maybe (TaskRef, S.Set WorkerId))
     -- ^ the evolve function the workers were last told, and which workers
     -- have it: a call names it only to the others (a worker keeps its
@@ -114,7 +117,9 @@ pruneOrigins live origins = M.filterWithKey (\s _ -> IS.member (key s) needed) o
 -- and all. Pruning walks every live lineage: at 8192 states it took 13 ms
 -- after one call and 41 ms after eight, on the caller's path each call;
 -- pruning on doubling costs amortized time proportional to what a call
--- adds, and at most doubles the memory.
+-- adds, and at most doubles the memory. The pruning is left unevaluated:
+-- the next call's first answer runs it, in the master's loop, while every
+-- worker has work queued ("Herd.Evolve.Call").
 keepOrigins :: M.Map StateId WorkerId -> M.Map StateId Origin -> Registry -> Registry
 keepOrigins live origins reg
   | M.size origins > 2 * max (M.size live) (regPruned reg) =
