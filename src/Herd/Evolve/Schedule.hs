@@ -137,10 +137,12 @@ stepPlan ev p = case ev of
     wp <- worker w
     if s `notElem` wpQueued wp
       then Left ("it reported evolving " ++ show s ++ ", which it was not asked to evolve")
-      else pure $ settle [w] (putWorker w wp { wpQueued = filter (/= s) (wpQueued wp) } p)
-        { plLeft = plLeft p - 1
-        , plCostSum = plCostSum p + secs
-        , plCostN = plCostN p + 1 }
+      -- the worker's entry is changed once, by its refill: a put here and
+      -- another there rebuilt its paths in the plan's map and index twice
+      else pure $ settleWorker w wp { wpQueued = filter (/= s) (wpQueued wp) }
+        p { plLeft = plLeft p - 1
+          , plCostSum = plCostSum p + secs
+          , plCostN = plCostN p + 1 }
   Released w s bytes -> case M.lookup s (plMoving p) of
     Just mv | moveFrom mv == w -> do
       wp <- worker w
@@ -207,27 +209,33 @@ settle :: [WorkerId] -> Plan -> (Plan, [Command])
 settle ws p0 = fmap (concat . reverse) (foldl' one (p0, []) ws)
   where
     -- commands gathered newest group first, flattened once at the end
-    -- strict throughout: a start runs this once per worker, and the lazy
-    -- version left a dozen thunks per worker for the next step to force
     one (!p, groups) w = case M.lookup w (plWorkers p) of
       Nothing -> (p, groups)
-      Just wp ->
-        let !target = queueTarget p
-            !room = target - length (wpQueued wp)
-            (asked, kept) = splitAt (max 0 room) (wpHeld wp)
-            !askedIds = map snd asked
-            !wp' = wp { wpHeld = kept, wpQueued = if null askedIds then wpQueued wp else wpQueued wp ++ askedIds }
-            !p' = putWorker w wp' p
-            (!p'', stealCmds) = if null kept && length (wpQueued wp') < target && wpIncoming wp' == 0
-                                  then steal w p'
-                                  else (p', [])
-            !idle = maybe False (\x -> null (wpHeld x) && null (wpQueued x) && wpIncoming x == 0)
-                          (M.lookup w (plWorkers p''))
-            -- inserting a worker already there would copy its path anyway
-            idleSet = plIdle p''
-            !idleSet' = if idle then (if S.member w idleSet then idleSet else S.insert w idleSet) else S.delete w idleSet
-            group = if null askedIds then stealCmds else Ask w askedIds : stealCmds
-        in ( p'' { plIdle = idleSet' }, if null group then groups else group : groups )
+      Just wp -> case settleWorker w wp p of
+        (p', []) -> (p', groups)
+        (p', group) -> (p', group : groups)
+
+-- One worker's turn of 'settle', given its plan as it is now (which the
+-- plan's map may not hold yet): its queue filled, its entry put once.
+-- Strict throughout: a start runs this once per worker, and the lazy
+-- version left a dozen thunks per worker for the next step to force.
+settleWorker :: WorkerId -> WorkerPlan -> Plan -> (Plan, [Command])
+settleWorker w wp p =
+  let !target = queueTarget p
+      !room = target - length (wpQueued wp)
+      (asked, kept) = splitAt (max 0 room) (wpHeld wp)
+      !askedIds = map snd asked
+      !wp' = wp { wpHeld = kept, wpQueued = if null askedIds then wpQueued wp else wpQueued wp ++ askedIds }
+      !p' = putWorker w wp' p
+      (!p'', stealCmds) = if null kept && length (wpQueued wp') < target && wpIncoming wp' == 0
+                            then steal w p'
+                            else (p', [])
+      !idle = maybe False (\x -> null (wpHeld x) && null (wpQueued x) && wpIncoming x == 0)
+                    (M.lookup w (plWorkers p''))
+      -- inserting a worker already there would copy its path anyway
+      idleSet = plIdle p''
+      !idleSet' = if idle then (if S.member w idleSet then idleSet else S.insert w idleSet) else S.delete w idleSet
+  in (p'' { plIdle = idleSet' }, if null askedIds then stealCmds else Ask w askedIds : stealCmds)
 
 -- A worker with nothing held and room in its queue takes states from the
 -- worker with the most unstarted ones, but only when that shortens the
