@@ -3,11 +3,14 @@
 -- frames arrive whole and in order whatever their sizes (also those larger
 -- than a ring, written while the reader reads), the end of the peer is
 -- seen, and a ring whose published index does not add up is refused.
+-- Also: closing any connection lets a cancel through.
 module TransportSpec (spec) where
 
-import Control.Concurrent.Async (concurrently)
+import Control.Concurrent (threadDelay)
+import Control.Concurrent.Async (async, cancel, concurrently)
 import Control.Exception (bracket, try)
-import Control.Monad (forM, forM_)
+import Control.Monad (forM, forM_, forever)
+import System.Timeout (timeout)
 import qualified Data.ByteString as B
 import Herd.Transport
 import Herd.Transport.Shm (ringBytes, shmLoopback)
@@ -24,7 +27,17 @@ frameOf :: Int -> Int -> B.ByteString
 frameOf i n = fst (B.unfoldrN n (\k -> Just (fromIntegral (i * 31 + k), k + 1)) 0)
 
 spec :: Spec
-spec = describe "the shared-memory transport" $ do
+spec = do
+ describe "closing a connection" $
+  it "lets an asynchronous exception through: a cancelled thread that was closing one stops" $ do
+    -- a close that waits (interruptibly), as closing a socket may
+    conn <- newConnection (slowClose (threadDelay 10000000)) "test"
+    -- a reader-like thread: close, then go on forever unless stopped
+    closer <- async (closeConnection conn >> forever (threadDelay 1000))
+    threadDelay 50000
+    stopped <- timeout 3000000 (cancel closer)
+    stopped `shouldBe` Just ()
+ describe "the shared-memory transport" $ do
   modifyMaxSuccess (const 30) $ it "carries frames of any size whole and in order, while the reader reads" $
     -- mostly small frames, some larger than the ring (1 MiB)
     forAll (resize 20 (listOf (frequency [(4, choose (1, 300)), (1, choose (300, 2 * ringBytes))]))) $ \lens -> monadicIO $ do
@@ -69,3 +82,19 @@ spec = describe "the shared-memory transport" $ do
       case r of
         Left (FrameTooLarge 5000 4096) -> pure ()
         other -> expectationFailure ("expected FrameTooLarge, got " ++ show other)
+
+-- An endpoint that does nothing but close with the given action.
+slowClose :: IO () -> Endpoint
+slowClose closing = Endpoint
+  { epKind = TcpTransport
+  , epRecv = \_ _ -> pure (-1)
+  , epSend = \_ n -> pure n
+  , epRecvWait = \_ _ -> pure (-1)
+  , epWaitOut = pure ()
+  , epArm = \_ -> pure False
+  , epFds = pure []
+  , epEdge = False
+  , epClose = closing
+  , epLiveness = \_ -> pure 0
+  , epSocket = Nothing
+  }
