@@ -87,7 +87,10 @@ run o = do
             , configWorkerRtsOptions = if optSimulate o then ["-N1", "-A1m", "-V0"] else defaultWorkerRtsOptions }
       cfg = workerSettings
         { configDashboard = optDashboard o
-        , configStartTimeout = 60 + fromIntegral most / 4
+          -- a process per worker takes a while to start each; simulated
+          -- hosts connect thousands of workers in seconds, and a start that
+          -- stalls should not hold the bench for ten minutes
+        , configStartTimeout = 60 + fromIntegral most / (if hosts > 0 then 40 else 4)
         , configMaxPendingHandshakes = max 256 (most + 16)
         , configHandshakeTimeout = 30
         , configWorkerNice = if most > 2 then 10 else 0
