@@ -29,6 +29,7 @@ import qualified WireSpec
 import qualified BatchSpec
 import qualified MessageSpec
 import qualified TransportSpec
+import qualified LargeMessageSpec
 import qualified ConformanceSpec
 
 main :: IO ()
@@ -52,6 +53,7 @@ main = do
       PacketSpec.spec
       PacketRunSpec.spec
       TransportSpec.spec
+      LargeMessageSpec.spec
       ConformanceSpec.spec
       EvolveScheduleSpec.spec
       BalanceSpec.spec

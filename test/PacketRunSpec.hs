@@ -56,7 +56,7 @@ drive policy steps = fst <$> driveCounting policy steps
 driveCounting :: PacketPolicy -> [Step] -> IO ([B.ByteString], PeerStats)
 driveCounting policy steps = do
   out <- newIORef []
-  s <- newSender policy (\frame -> let c = B.copy frame in c `seq` modifyIORef out (c :))
+  s <- newSender policy (\parts -> let c = B.copy (B.concat parts) in c `seq` modifyIORef out (c :))
   forM_ steps $ \step -> case step of
     Value k v -> BU.unsafeUseAsCStringLen (encodeValue v) $ \(p, n) -> appendToRun s runTag k (castPtr p) n
     Plain u v -> sendMessage s u (encodeBytes (B.pack (plainTag : v)))

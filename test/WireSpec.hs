@@ -37,7 +37,7 @@ runMessage :: Word8 -> Word64 -> [Int] -> IO B.ByteString
 runMessage tag key xs = do
   out <- newIORef []
   -- the frame is the sender's own buffer: copy it now
-  sender <- newSender (PacketPolicy True 65536 10) (\frame -> let c = B.copy frame in c `seq` modifyIORef out (c :))
+  sender <- newSender (PacketPolicy True 65536 10) (\parts -> let c = B.copy (B.concat parts) in c `seq` modifyIORef out (c :))
   staging <- newStaging
   forM_ xs $ \x -> do
     n <- stageValue staging x

@@ -33,19 +33,20 @@ import Herd
 import Herd.Clock (monotonicSeconds)
 import Herd.Master (withRawWorker)
 import Herd.Master.Link (LinkHandle (..), openLink, stopWriting)
-import Herd.Packet (Sender, sendMessage, splitPacket)
+import Herd.Packet (Sender, sendMessage, sendMessageTail, splitPacket)
 import Herd.Packet.Policy (Urgency (..))
 import Herd.Report
 import Herd.Transport (Connection, awaitReadable, recvAvailable, recvFrame, takeBufferedFrame)
 import Herd.Transport.Shm (spinNanos)
-import Herd.Wire (FromWorker (..), ToWorker (..), decodeFromWorker, encodeToWorker)
+import Herd.Transport.Socket (unixSendBuffer)
+import Herd.Wire (FromWorker (..), ToWorker (..), decodeFromWorker, encodeToWorker, toWorkerParts)
 import System.IO
 import Bench.Plot
 
 foreign import ccall safe "herd_pingpong"
   c_pingpong :: CInt -> CInt -> CLong -> Ptr Double -> IO CInt
 foreign import ccall safe "herd_stream_floor"
-  c_streamFloor :: CInt -> CLong -> CLong -> IO CDouble
+  c_streamFloor :: CInt -> CLong -> CLong -> CInt -> IO CDouble
 foreign import ccall safe "herd_wakeup_floor"
   c_wakeupFloor :: CInt -> CInt -> Ptr Double -> IO CInt
 
@@ -228,12 +229,15 @@ runBandwidth o = do
       mib secs = fromIntegral total / (1024 * 1024) / secs
   rows <- fmap concat $ forM (bwTransports o) $ \t -> do
     hPutStrLn stderr ("  " ++ transportName t ++ ": C floor")
-    c <- c_streamFloor (cTransport t) (fromIntegral total) (fromIntegral msgBytes)
+    -- the floor's sockets get the send buffer herd's ask for
+    let sndbuf = if t == UnixTransport then unixSendBuffer else 0
+    c <- c_streamFloor (cTransport t) (fromIntegral total) (fromIntegral msgBytes) (fromIntegral sndbuf)
     when (c <= 0) $ throwIO (ErrorCall ("the C floor failed on " ++ transportName t))
     hPutStrLn stderr ("  " ++ transportName t ++ ": herd")
     let stream tls = withOneWorker tls t $ \l -> do
           let payload = B.replicate msgBytes 1
-              send i = sendMessage (rawSender l) Urgent (encodeToWorker (Ping (fromIntegral i) payload))
+              send i = let (enc, tl) = toWorkerParts (Ping (fromIntegral i) payload)
+                       in sendMessageTail (rawSender l) Urgent enc tl
               window = 4
           -- warm up
           send (0 :: Int) >> awaitPong Direct (rawConn l) 0

@@ -186,8 +186,11 @@ int herd_pingpong(int kind, int rounds, long spin_ns, double *samples)
 }
 
 /* Seconds to stream total bytes to the child in messages of msg bytes,
-   the child answering one byte at the end; -1 on failure. */
-double herd_stream_floor(int kind, long total, long msg)
+   the child answering one byte at the end; -1 on failure. sndbuf, when
+   positive, is the send buffer asked for on both ends of a socket: the
+   one herd asks for on that transport, so floor and herd move bytes
+   through the same kernel buffers. */
+double herd_stream_floor(int kind, long total, long msg, int sndbuf)
 {
     char *buf = malloc((size_t)msg);
     if (buf == NULL) return -1;
@@ -218,6 +221,11 @@ double herd_stream_floor(int kind, long total, long msg)
     } else {
         int a, b;
         if (socket_pair(kind, &a, &b) != 0) { free(buf); return -1; }
+        if (sndbuf > 0 && (setsockopt(a, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf) != 0
+                           || setsockopt(b, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf) != 0)) {
+            free(buf);
+            return -1;
+        }
         pid_t pid = fork();
         if (pid == 0) {
             close(a);

@@ -28,6 +28,7 @@ module Herd.Packet
   , encoderBytes
   , packetOf
   , sendMessage
+  , sendMessageTail
   , sendMessageHeld
   , sendValues
   , flushIdle
@@ -75,27 +76,35 @@ packetOf encs = do
 
 -- | Add one message.
 sendMessage :: Sender -> Urgency -> Encoder -> IO ()
-sendMessage s urgency enc = withLock s $ \now -> addMessage s now urgency 1 enc
+sendMessage s urgency enc = withLock s $ \now -> addMessage s now urgency 1 enc B.empty
+
+-- | Add one message made of the encoder's bytes, then the tail's (a value
+-- that ends the message). A message too large for a packet leaves with
+-- its tail sent as it is, not copied into a frame: a large value costs
+-- the sender no copy of its own.
+sendMessageTail :: Sender -> Urgency -> Encoder -> B.ByteString -> IO ()
+sendMessageTail s urgency enc tl = withLock s $ \now -> addMessage s now urgency 1 enc tl
 
 -- | Add one message for a caller that flushes this sender itself soon
 -- after ('flushIdle'), as the master's shell does at the end of every
 -- step: no timer thread is started for it. Sending the first asks of an
 -- evolve call to 2048 workers forked 2048 timer threads that all woke to
--- find nothing to send.
-sendMessageHeld :: Sender -> Urgency -> Encoder -> IO ()
-sendMessageHeld s urgency enc = mask $ \restore -> do
+-- find nothing to send. The message is the encoder's bytes, then the
+-- tail's, as in 'sendMessageTail'.
+sendMessageHeld :: Sender -> Urgency -> Encoder -> B.ByteString -> IO ()
+sendMessageHeld s urgency enc tl = mask $ \restore -> do
   takeMVar (sLock s)
-  restore (monotonicSeconds >>= \now -> addMessage s now urgency 1 enc) `onException` putMVar (sLock s) ()
+  restore (monotonicSeconds >>= \now -> addMessage s now urgency 1 enc tl) `onException` putMVar (sLock s) ()
   putMVar (sLock s) ()
 
 -- | Add one message that carries this many values (a run of a batch's
 -- arguments or results), counted as such in the statistics.
 sendValues :: Sender -> Urgency -> Int -> Encoder -> IO ()
-sendValues s urgency k enc = withLock s $ \now -> addMessage s now urgency k enc
+sendValues s urgency k enc = withLock s $ \now -> addMessage s now urgency k enc B.empty
 
 -- A message that values cannot join: the next value starts a run of its own.
-addMessage :: Sender -> Double -> Urgency -> Int -> Encoder -> IO ()
-addMessage s now urgency k enc = addOne s now urgency k enc >> writeIORef (sRun s) NoRun
+addMessage :: Sender -> Double -> Urgency -> Int -> Encoder -> B.ByteString -> IO ()
+addMessage s now urgency k enc tl = addOne s now urgency k enc tl >> writeIORef (sRun s) NoRun
 
 -- | Add one value, already encoded (these bytes), to the run message of
 -- this tag and key (a stream's elements, say): appended to that message
@@ -130,11 +139,12 @@ appendToRun s tag key src size = mask_ $ do
       -- block or throw in the transport; the lock is given back then)
       flip onException (putMVar (sLock s) ()) $ do
         now <- monotonicSeconds
-        placed <- addOne s now Bulk 1 $ Encoder (runHeadBytes + size) $ \p -> do
-          pokeByteOff p 0 tag
-          pokeBE 8 p 1 key
-          pokeBE 4 p 9 1
-          copyBytes (p `plusPtr` runHeadBytes) src size
+        let first = Encoder (runHeadBytes + size) $ \p -> do
+              pokeByteOff p 0 tag
+              pokeBE 8 p 1 key
+              pokeBE 4 p 9 1
+              copyBytes (p `plusPtr` runHeadBytes) src size
+        placed <- addOne s now Bulk 1 first B.empty
         writeIORef (sRun s) $! maybe NoRun (OpenRun tag key) placed
       arm <- needsTimer s
       putMVar (sLock s) ()

@@ -54,6 +54,7 @@ module Herd.Transport
   , frameParts
   , sendAvailableParts
   , sendRaw
+  , sendRawParts
   ) where
 
 import Control.Concurrent (threadWaitReadSTM)
@@ -70,7 +71,7 @@ import Foreign.ForeignPtr (withForeignPtr)
 import Foreign.Ptr (Ptr, castPtr, plusPtr)
 import System.Posix.Types (Fd (..))
 import Herd.Base (TransportKind (..), transportName, parseTransportKind)
-import Herd.Bytes (word32At)
+import Herd.Bytes (peekPtrBE, word32At)
 import Herd.Transport.Connection
 import Herd.Transport.Send
 
@@ -95,7 +96,7 @@ recvFrame cap conn = do
   case ready of
     Just frame -> pure (Just frame)
     Nothing -> do
-      got <- recvWaiting conn
+      got <- recvWaiting cap conn
       case got of
         0 -> do
           pending <- readIORef (connPending conn)
@@ -143,7 +144,7 @@ armConnection conn = epArm (connEndpoint conn) False
 -- the number of bytes read, 0 at end of stream, -1 when nothing was ready.
 -- Throws on an error.
 recvAvailable :: Connection -> IO Int
-recvAvailable conn = fst <$> recvInto conn (epRecv (connEndpoint conn))
+recvAvailable conn = fst <$> recvInto Nothing conn (epRecv (connEndpoint conn))
 
 -- | 'recvAvailable', also saying whether the read took less than it asked
 -- for: on a level-triggered descriptor that means the kernel had nothing
@@ -152,19 +153,22 @@ recvAvailable conn = fst <$> recvInto conn (epRecv (connEndpoint conn))
 -- again when more comes).
 recvAvailableShort :: Connection -> IO (Int, Bool)
 recvAvailableShort conn = do
-  (got, asked) <- recvInto conn (epRecv (connEndpoint conn))
+  (got, asked) <- recvInto Nothing conn (epRecv (connEndpoint conn))
   pure (got, got > 0 && got < asked)
 
 -- Wait for bytes (up to about a second) and read them into the pending
--- buffer: 'recvAvailable', waiting.
-recvWaiting :: Connection -> IO Int
-recvWaiting conn = fst <$> recvInto conn (epRecvWait (connEndpoint conn))
+-- buffer: 'recvAvailable', waiting, for frames of at most this size.
+recvWaiting :: Int -> Connection -> IO Int
+recvWaiting cap conn = fst <$> recvInto (Just cap) conn (epRecvWait (connEndpoint conn))
 
 -- Receive with the given read: into the large frame in progress if there
 -- is one, else into the connection's buffer, appending what came to the
--- pending bytes. Gives the bytes read and how many it asked for.
-recvInto :: Connection -> (Ptr Word8 -> Int -> IO Int) -> IO (Int, Int)
-recvInto conn receive = do
+-- pending bytes. Gives the bytes read and how many it asked for. Given
+-- the frame cap, a read that begins a large frame within it moves its
+-- bytes straight into the frame's own buffer ('startLarge'), not through
+-- the pending bytes: that copied them twice.
+recvInto :: Maybe Int -> Connection -> (Ptr Word8 -> Int -> IO Int) -> IO (Int, Int)
+recvInto cap conn receive = do
   large <- readIORef (connLarge conn)
   case large of
     Just (Large buf len have) -> do
@@ -179,9 +183,23 @@ recvInto conn receive = do
     Nothing -> withForeignPtr (connBuffer conn) $ \p -> do
       got <- receive p readChunk
       when (got > 0) $ do
-        chunk <- B.packCStringLen (castPtr p, got)
-        modifyIORef' (connPending conn) (\pending -> if B.null pending then chunk else pending <> chunk)
+        pending <- readIORef (connPending conn)
+        len <- if B.null pending && got >= 4 then fromIntegral <$> peekPtrBE 4 p 0 else pure 0
+        if len > readChunk && got - 4 < len && maybe False (len <=) cap
+          then startLarge conn len (p `plusPtr` 4) (got - 4)
+          else do
+            chunk <- B.packCStringLen (castPtr p, got)
+            writeIORef (connPending conn) (if B.null pending then chunk else pending <> chunk)
       pure (got, readChunk)
+
+-- A large frame begins: a buffer of its body's size, holding the bytes of
+-- it already read; the rest is read straight there.
+startLarge :: Connection -> Int -> Ptr Word8 -> Int -> IO ()
+startLarge conn len src have = do
+  buf <- BI.mallocByteString len
+  withForeignPtr buf $ \dst -> BI.memcpy dst src have
+  writeIORef (connPending conn) B.empty
+  writeIORef (connLarge conn) (Just (Large buf len have))
 
 -- | Take one whole frame of at most the given size from what has been read
 -- already, if there is one (a frame over the cap throws 'FrameTooLarge').
@@ -204,12 +222,7 @@ takeBufferedFrame cap conn = do
             writeIORef (connPending conn) rest
             pure (Just body)
           else do
-            when (len > readChunk) $ do
+            when (len > readChunk) $
               -- pending holds only this frame's beginning: move it
-              let have = B.drop 4 pending
-              buf <- BI.mallocByteString len
-              withForeignPtr buf $ \dst -> BU.unsafeUseAsCStringLen have $ \(src, n) ->
-                BI.memcpy dst (castPtr src) n
-              writeIORef (connPending conn) B.empty
-              writeIORef (connLarge conn) (Just (Large buf len (B.length have)))
+              BU.unsafeUseAsCStringLen (B.drop 4 pending) $ \(src, n) -> startLarge conn len (castPtr src) n
             pure Nothing

@@ -27,6 +27,7 @@ module Herd.Wire
   , toWorkerUrgency
   , fromWorkerUrgency
   , encodeToWorker
+  , toWorkerParts
   , decodeToWorker
   , encodeFromWorker
   , decodeFromWorker
@@ -37,9 +38,10 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Builder as BB
 import Data.Text (Text)
 import qualified Data.Text as T
+import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
 import Data.Word (Word32, Word64, Word8)
-import Foreign.Ptr (plusPtr)
+import Foreign.Ptr (castPtr, plusPtr)
 import Foreign.Storable (pokeByteOff)
 import Herd.Packet.Policy (Urgency (..), runHeadBytes)
 import GHC.Fingerprint (Fingerprint (..))
@@ -161,13 +163,24 @@ fromWorkerUrgency msg = case msg of
 
 -- | The encoder of a message to a worker.
 encodeToWorker :: ToWorker -> Encoder
--- a probe's padding is written straight into the packet: it may be large
-encodeToWorker (Ping n pad) = taggedStream tagPing n (encodeBytes pad)
--- the evolve API's frequent messages: written straight into the packet
-encodeToWorker (EvolveState sid v) = taggedStream tagEvolveState sid (encodeBytes v)
-encodeToWorker (StateAdd sid v) = taggedStream tagStateAdd sid (encodeBytes v)
-encodeToWorker (StateRelease sid) = taggedStream tagStateRelease sid (encodeBytes B.empty)
-encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
+encodeToWorker msg = case toWorkerParts msg of
+  (enc, tl) | B.null tl -> enc
+            | otherwise -> taggedTail enc tl
+
+-- | One message to a worker as a head and a tail: its encoding is the
+-- head's bytes, then the tail's. The tail is the value that ends the
+-- message (a probe's padding, an evolve state), so the packet layer can
+-- send a large one without copying it ('Herd.Packet.sendMessageTail');
+-- it is empty for every other message.
+toWorkerParts :: ToWorker -> (Encoder, B.ByteString)
+toWorkerParts (Ping n pad) = (taggedHead tagPing n, pad)
+toWorkerParts (EvolveState sid v) = (taggedHead tagEvolveState sid, v)
+toWorkerParts (StateAdd sid v) = (taggedHead tagStateAdd sid, v)
+toWorkerParts (StateRelease sid) = (taggedHead tagStateRelease sid, B.empty)
+toWorkerParts msg = (encodeToWorkerBuilt msg, B.empty)
+
+encodeToWorkerBuilt :: ToWorker -> Encoder
+encodeToWorkerBuilt msg = encodeBytes $ buildStrict $ case msg of
     Args k v -> putWord8 tagArgs <> putWord32 k <> BB.byteString v
     StreamIn sid k v -> putWord8 tagStreamIn <> putWord64 sid <> putWord32 k <> BB.byteString v
     RunBatch bid ref count -> putWord8 tagRunBatch <> putWord64 bid <> putRef ref <> putWord32 count
@@ -181,6 +194,11 @@ encodeToWorker msg = encodeBytes $ buildStrict $ case msg of
     StateReplay sid root path -> putWord8 tagStateReplay <> putWord64 sid <> putSizedBytes root
       <> putWord32 (fromIntegral (length path))
       <> foldMap (\(ref, input, k) -> putRef ref <> putSizedBytes input <> putWord32 k) path
+    -- sent as a head and a tail ('toWorkerParts'); the same bytes
+    Ping n pad -> putWord8 tagPing <> putWord64 n <> BB.byteString pad
+    EvolveState sid v -> putWord8 tagEvolveState <> putWord64 sid <> BB.byteString v
+    StateAdd sid v -> putWord8 tagStateAdd <> putWord64 sid <> BB.byteString v
+    StateRelease sid -> putWord8 tagStateRelease <> putWord64 sid
 
 -- | Decode one message to a worker (a value inside is a slice of the input).
 decodeToWorker :: B.ByteString -> Either String ToWorker
@@ -284,3 +302,13 @@ taggedStream tag sid (Encoder n write) = Encoder (n + 9) $ \p -> do
   pokeByteOff p 0 tag
   pokeBE 8 p 1 sid
   write (p `plusPtr` 9)
+
+-- The head of a message whose tail is its value: the tag and the number.
+taggedHead :: Word8 -> Word64 -> Encoder
+taggedHead tag sid = Encoder 9 $ \p -> pokeByteOff p 0 tag >> pokeBE 8 p 1 sid
+
+-- A head and its tail as one encoder.
+taggedTail :: Encoder -> B.ByteString -> Encoder
+taggedTail (Encoder n write) tl = Encoder (n + B.length tl) $ \p -> do
+  write p
+  BU.unsafeUseAsCStringLen tl $ \(src, len) -> BI.memcpy (p `plusPtr` n) (castPtr src) len

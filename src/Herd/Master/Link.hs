@@ -29,7 +29,7 @@ import Herd.Transport
 data LinkHandle = LinkHandle
   { lhConn    :: !Connection
   , lhSender  :: !Sender
-  , lhOutbox  :: !(TQueue (Maybe B.ByteString))  -- ^ for the writer thread; 'Nothing' ends it
+  , lhOutbox  :: !(TQueue (Maybe [B.ByteString]))  -- ^ for the writer thread; 'Nothing' ends it
   , lhBacklog :: !(TVar Int)
     -- ^ bytes waiting for the writer thread (the kernel or ring took no
     -- more): a stream's feeder waits while there are many
@@ -44,30 +44,38 @@ openLink cfg conn onBroken = do
   failed <- newTVarIO Nothing
   queued <- newTVarIO (0 :: Int)
   let breakLink why = atomically $ modifyTVar' failed (maybe (Just why) Just)
-      enqueue bytes = do
+      enqueue [] = pure ()
+      enqueue parts = do
+        let size = sum (map B.length parts)
         over <- atomically $ do
-          q <- (+ B.length bytes) <$> readTVar queued
+          q <- (+ size) <$> readTVar queued
           writeTVar queued q
-          if q > cap then pure (Just q) else Nothing <$ writeTQueue outbox (Just bytes)
+          if q > cap then pure (Just q) else Nothing <$ writeTQueue outbox (Just parts)
         mapM_ (\q -> breakLink ("stopped reading: " ++ show q ++ " bytes waiting to be sent to it")) over
       -- with nothing waiting for the writer thread, send from this thread
       -- what the kernel takes at once (no hand-off between threads per
-      -- packet); the writer sends the rest
-      -- the frame is the sender's buffer: what is queued is copied
-      out frame = do
+      -- packet); the writer sends the rest. The first part is the
+      -- sender's buffer, so what is queued of it is copied; the other
+      -- parts are values, queued as they are (a large message's tail)
+      out [] = pure ()
+      out parts@(borrowed : kept) = do
         waiting <- readTVarIO queued
-        if waiting > 0 then enqueue (B.copy frame) else do
-          rest <- trySync (sendAvailableParts conn [frame])
-          either (\e -> breakLink ("send failed: " ++ displayException e)) (mapM_ (enqueue . B.copy)) rest
+        if waiting > 0 then enqueue (B.copy borrowed : kept) else do
+          rest <- trySync (sendAvailableParts conn parts)
+          case rest of
+            Left e -> breakLink ("send failed: " ++ displayException e)
+            Right left
+              | length left > length kept -> enqueue (map B.copy (take 1 left) ++ drop 1 left)
+              | otherwise -> enqueue left
       next = (Left <$> (readTVar failed >>= maybe retry pure)) `orElse` (Right <$> readTQueue outbox)
       writer = do
         item <- atomically next
         case item of
           Left why -> pure (Just why)
           Right Nothing -> pure Nothing
-          Right (Just bytes) -> do
-            sendRaw conn bytes
-            atomically $ modifyTVar' queued (subtract (B.length bytes))
+          Right (Just parts) -> do
+            sendRawParts conn parts
+            atomically $ modifyTVar' queued (subtract (sum (map B.length parts)))
             writer
   sender <- newSender (packetPolicyOf cfg) out
   void $ forkIO $ do

@@ -193,7 +193,8 @@ execute :: Shell -> (ShellState, [Event]) -> Command -> IO (ShellState, [Event])
 execute sh (ss, fed) cmd = case cmd of
   -- INV-ONE-WRITER: the link's sender is used here, under the lock, and nowhere else
   -- held: the step ends with flushTouched, which sends what is left
-  Send w urgency msg -> withLink w $ \l -> send w (sendMessageHeld (lhSender l) urgency (encodeToWorker msg))
+  Send w urgency msg -> withLink w $ \l -> send w $
+    let (enc, tl) = toWorkerParts msg in sendMessageHeld (lhSender l) urgency enc tl
   SendBatch w jid bid ref ranges -> case (M.lookup w (ssLinks ss), M.lookup jid (ssFarms ss)) of
     (Just l, Just (spec, _)) -> send w $ do
       let sender = lhSender l

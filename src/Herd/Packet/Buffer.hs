@@ -21,6 +21,7 @@ module Herd.Packet.Buffer
   , addOne
   , flush
   , bumpValues
+  , tailKeptBytes
   ) where
 
 import Herd.Trace (traceHerd)
@@ -30,13 +31,14 @@ import Control.Exception (mask, onException)
 import Control.Monad (void, when)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
+import qualified Data.ByteString.Unsafe as BU
 import Data.IORef
 import qualified Data.Map.Strict as M
 import Data.Primitive.PrimArray (MutablePrimArray, newPrimArray, readPrimArray, writePrimArray)
 import GHC.Exts (RealWorld)
 import Data.Word (Word32, Word64, Word8)
 import Foreign.ForeignPtr (ForeignPtr, withForeignPtr, mallocForeignPtrBytes)
-import Foreign.Ptr (Ptr, plusPtr)
+import Foreign.Ptr (Ptr, castPtr, plusPtr)
 import Herd.Clock (monotonicSeconds)
 import Herd.Packet.Policy
 import Herd.Packet.Stats
@@ -61,15 +63,21 @@ data Sender = Sender
     -- ^ what was sent, as unboxed counters ('senderStats' reads them):
     -- counting a packet allocates nothing
   , sPolicy   :: !PacketPolicy
-  , sOut      :: B.ByteString -> IO ()        -- ^ hands one framed packet to the transport
+  , sOut      :: [B.ByteString] -> IO ()
+    -- ^ hands one framed packet to the transport, as parts to send in
+    -- order: the first is the sender's own buffer, the others (a large
+    -- message's tail) are immutable values
   }
 
 -- | A sender that hands each packet to the given action, as a whole
--- transport frame (its 4-byte length first), which may block: that is how
--- a peer that stops reading holds its senders back. The bytes are the
--- sender's own buffer, valid only during the call: an action that keeps
--- any of them must copy them.
-newSender :: PacketPolicy -> (B.ByteString -> IO ()) -> IO Sender
+-- transport frame (its 4-byte length first) in parts to send in order,
+-- which may block: that is how a peer that stops reading holds its
+-- senders back. The first part is the sender's own buffer, valid only
+-- during the call: an action that keeps any of it must copy it. Any
+-- other part is the tail of a message too large for a packet
+-- ('addOne'), an immutable value the action may keep as it is: a large
+-- value leaves without being copied.
+newSender :: PacketPolicy -> ([B.ByteString] -> IO ()) -> IO Sender
 newSender policy out = do
   buf <- newBuffer policy
   noLarge <- mallocForeignPtrBytes 0
@@ -163,11 +171,15 @@ timerLoop s = do
       putMVar (sLock s) ()
       pure r
 
--- | Add one message carrying this many values, with the lock held; where
--- its length is in the buffer if it stays buffered ('Nothing': it left in
--- a packet at once).
-addOne :: Sender -> Double -> Urgency -> Int -> Encoder -> IO (Maybe Int)
-addOne s now urgency k enc@(Encoder size write) = do
+-- | Add one message carrying this many values, with the lock held: the
+-- encoder's bytes, then the tail's (a value at the message's end, often
+-- empty); where its length is in the buffer if it stays buffered
+-- ('Nothing': it left in a packet at once). A message that leaves alone
+-- with a tail of 'tailKeptBytes' or more is sent with the tail as a part
+-- of its own, not copied.
+addOne :: Sender -> Double -> Urgency -> Int -> Encoder -> B.ByteString -> IO (Maybe Int)
+addOne s now urgency k enc0 tl = do
+  let enc@(Encoder size write) = withTail enc0 tl
   fill <- readIORef (sFill s)
   if joinsQuietly (sPolicy s) now urgency size fill
     then do
@@ -181,14 +193,23 @@ addOne s now urgency k enc@(Encoder size write) = do
                                    , fillCount = fillCount fill + 1 }
       bumpValues s k
       pure (Just at)
-    else addPlanned s now urgency k enc fill
+    else addPlanned s now urgency k enc0 tl enc fill
 
-addPlanned :: Sender -> Double -> Urgency -> Int -> Encoder -> Fill -> IO (Maybe Int)
-addPlanned s now urgency k enc@(Encoder size write) fill = do
+-- An encoder for the message: the encoder's bytes, then the tail's.
+withTail :: Encoder -> B.ByteString -> Encoder
+withTail enc tl | B.null tl = enc
+withTail (Encoder n write) tl = Encoder (n + B.length tl) $ \p -> do
+  write p
+  BU.unsafeUseAsCStringLen tl $ \(src, len) -> BI.memcpy (p `plusPtr` n) (castPtr src) len
+
+addPlanned :: Sender -> Double -> Urgency -> Int -> Encoder -> B.ByteString -> Encoder -> Fill -> IO (Maybe Int)
+addPlanned s now urgency k headEnc tl enc@(Encoder size write) fill = do
   let plan = planAdd (sPolicy s) now urgency size fill
   mapM_ (flush s) (planBefore plan)
   case planAlone plan of
-    Just why -> Nothing <$ sendAlone s why k enc
+    Just why
+      | B.length tl >= tailKeptBytes -> Nothing <$ sendAlone s why k headEnc tl
+      | otherwise -> Nothing <$ sendAlone s why k enc B.empty
     Nothing -> do
       base <- readIORef (sFill s)
       buf <- readIORef (sBuffer s)
@@ -202,9 +223,13 @@ addPlanned s now urgency k enc@(Encoder size write) fill = do
         Just why -> Nothing <$ flush s why
         Nothing -> pure (Just at)
 
-sendAlone :: Sender -> FlushReason -> Int -> Encoder -> IO ()
-sendAlone s why k (Encoder size write) = do
-  let need = headerBytes + 4 + size
+-- Send one message as a packet of its own: the encoder's bytes framed in
+-- the sender's buffer for large messages, and the tail after them as a
+-- part of its own.
+sendAlone :: Sender -> FlushReason -> Int -> Encoder -> B.ByteString -> IO ()
+sendAlone s why k (Encoder headSize write) tl = do
+  let size = headSize + B.length tl
+      need = headerBytes + 4 + headSize
       frameAt p = do
         write (p `plusPtr` (headerBytes + 4))
         pokeWord32 p (fromIntegral (4 + 4 + size))
@@ -219,8 +244,14 @@ sendAlone s why k (Encoder size write) = do
       pure fresh
     withForeignPtr buf frameAt
     pure (BI.fromForeignPtr buf 0 need)
-  record s why 1 k (need - 4)
-  sOut s frame
+  record s why 1 k (need - 4 + B.length tl)
+  sOut s (if B.null tl then [frame] else [frame, tl])
+
+-- | The smallest tail sent as a part of its own rather than copied behind
+-- its message's head: below this, the system call per part costs more
+-- than the copy it saves.
+tailKeptBytes :: Int
+tailKeptBytes = 64 * 1024
 
 -- The largest frame a sender keeps a buffer for (larger ones are
 -- allocated each time, so one huge message pins no memory for good).
@@ -244,7 +275,7 @@ flush s why = do
     values <- readPrimArray (sValues s) 0
     writePrimArray (sValues s) 0 0
     record s why (fillCount fill) values packetBytes
-    sOut s (BI.fromForeignPtr buf 0 (4 + packetBytes))
+    sOut s [BI.fromForeignPtr buf 0 (4 + packetBytes)]
 
 record :: Sender -> FlushReason -> Int -> Int -> Int -> IO ()
 record s why msgs values bytes = do

@@ -79,7 +79,7 @@ runSimulatedHost opts = do
             _ <- setLiveness (joinedLiveness j) conn
             -- the real worker's packet layer, over the same kind of link
             Sim conn j <$> newIORef noBatch <*> newIORef (newHeld (joinedId j)) <*> newIORef (Farm False Seq.empty)
-                       <*> newSender (joinedPolicy j) (sendRaw conn) <*> newIORef 0
+                       <*> newSender (joinedPolicy j) (sendRawParts conn) <*> newIORef 0
   -- a few handshakes at a time: the master bounds those pending
   sims <- concat <$> mapM (mapConcurrently joinOne) (groupsOf 16 [1 .. simWorkers opts])
   bracket epollCreate epollClose $ \ep -> do

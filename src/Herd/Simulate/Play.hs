@@ -211,7 +211,7 @@ say host tag _ m = out host tag (encodeFromWorker m)
 -- then drops the worker.
 out :: Host -> Int -> Encoder -> IO ()
 out host tag enc = withSim host tag $ \s -> do
-  r <- try (sendMessageHeld (sSender s) Bulk enc)
+  r <- try (sendMessageHeld (sSender s) Bulk enc B.empty)
   case r of
     Left (e :: SomeException) -> dropSim host tag ("cannot send to the master: " ++ displayException e)
     Right () -> modifyIORef' (hDirty host) (IS.insert tag)

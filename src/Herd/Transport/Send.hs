@@ -8,6 +8,7 @@ module Herd.Transport.Send
   , framed
   , frameParts
   , sendRaw
+  , sendRawParts
   , sendAvailableParts
   ) where
 

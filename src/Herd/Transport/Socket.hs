@@ -7,6 +7,7 @@ module Herd.Transport.Socket
   ( socketEndpoint
   , socketConnection
   , acceptConnection
+  , unixSendBuffer
   ) where
 
 import Control.Exception (throwIO)
@@ -76,9 +77,18 @@ socketConnection kind liveness sock peer = do
   withFdSocket sock setCloseOnExecIfNeeded
   -- reads that wait block in the kernel (one system call per message);
   -- every other operation passes MSG_DONTWAIT
+  case kind of
+    UnixTransport -> setSocketOption sock SendBuffer unixSendBuffer
+    _ -> pure ()
   rc <- withFdSocket sock c_socketBlocking
   when (rc /= 0) $ throwIO (errnoToIOError "setting up the socket" (Errno rc) Nothing Nothing)
   newConnection (socketEndpoint kind liveness sock) peer
+
+-- | The send buffer asked for on a Unix-domain socket. The default
+-- (208 KiB) makes a writer of a large frame wait for the reader every
+-- 50-150 KiB; the kernel caps the request at its @wmem_max@.
+unixSendBuffer :: Int
+unixSendBuffer = 4 * 1024 * 1024
 
 -- | Accept one connection on a listening socket of this transport.
 acceptConnection :: TransportKind -> (Double -> Socket -> IO Int) -> Socket -> IO Connection

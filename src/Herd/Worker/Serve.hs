@@ -70,7 +70,7 @@ data Serving = Serving
 -- waiting and no stream thread computing).
 serve :: Connection -> Word64 -> Int -> PacketPolicy -> Int -> IO ()
 serve conn wid maxFrame policy window = do
-  sender <- newSender policy (sendRaw conn)
+  sender <- newSender policy (sendRawParts conn)
   holder <- newHolder wid (\m -> sendMessage sender (fromWorkerUrgency m) (encodeFromWorker m))
   sv <- Serving sender <$> newIORef M.empty <*> newIORef M.empty <*> newIORef noBatch
                        <*> newIORef M.empty <*> newIORef 0 <*> pure window <*> pure holder <*> newScratch

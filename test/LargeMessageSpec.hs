@@ -1,0 +1,94 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | Large messages on the send and receive paths: a large value at a
+-- message's end leaves as a part of its own (the value's bytes, not a
+-- copy) and arrives whole, a small one inside the packet; a master's link
+-- whose socket is full queues what the kernel did not take without
+-- mixing up the frame heads its sender reuses; a receiver that reads a
+-- large frame straight into a buffer of its own still applies its cap.
+module LargeMessageSpec (spec) where
+
+import Control.Concurrent.Async (concurrently, withAsync)
+import Control.Exception (bracket, try)
+import Control.Monad (forM, forM_)
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Internal as BI
+import Data.IORef
+import Network.Socket (Family (..), SocketType (..), defaultProtocol, socketPair)
+import Herd.Config (defaultConfig)
+import Herd.Master.Link (LinkHandle (..), openLink, stopWriting)
+import Herd.Packet
+import Herd.Packet.Policy (PacketPolicy (..), Urgency (..))
+import Herd.Transport
+import Herd.Transport.Socket (socketConnection)
+import Herd.Wire (ToWorker (..), decodeToWorker, toWorkerParts)
+import Test.Hspec
+
+-- Bytes that differ with the seed and the position.
+bytesOf :: Int -> Int -> B.ByteString
+bytesOf seed n = fst (B.unfoldrN n (\k -> Just (fromIntegral (seed * 131 + k * 7 + k `div` 251), k + 1)) 0)
+
+-- A frame as a sender hands it out, read back into its messages.
+messagesOf :: B.ByteString -> Either String [B.ByteString]
+messagesOf frame = splitPacket 16 (B.drop 4 frame)
+
+-- A connected pair of Unix-domain socket connections, set up as herd's own.
+withSocketPair :: ((Connection, Connection) -> IO a) -> IO a
+withSocketPair = bracket open (\(a, b) -> closeConnection a >> closeConnection b)
+  where
+    open = do
+      (x, y) <- socketPair AF_UNIX Stream defaultProtocol
+      (,) <$> socketConnection UnixTransport none x "a" <*> socketConnection UnixTransport none y "b"
+    none _ _ = pure 0
+
+spec :: Spec
+spec = describe "large messages" $ do
+  it "send a large value as a part of its own, not copied, and a small one inside the packet" $ do
+    handed <- newIORef []
+    -- the first part is the sender's buffer: copied here, as a link must
+    s <- newSender (PacketPolicy True 65536 10) $ \parts -> case parts of
+      (own : kept) -> modifyIORef handed ((B.copy own, kept) :)
+      [] -> pure ()
+    let big = bytesOf 1 (300 * 1024)
+        small = bytesOf 2 100
+        send msg = let (enc, tl) = toWorkerParts msg in sendMessageTail s Urgent enc tl
+    send (Ping 7 big)
+    send (Ping 8 small)
+    flushIdle s
+    frames <- reverse <$> readIORef handed
+    case frames of
+      [(bigHead, [bigTail]), (smallFrame, [])] -> do
+        -- the tail handed out is the value itself: same buffer, no copy
+        let (fp, off, len) = BI.toForeignPtr bigTail
+            (fp', off', len') = BI.toForeignPtr big
+        (fp == fp', off, len) `shouldBe` (True, off', len')
+        (fmap (map decodeToWorker) . messagesOf) (bigHead <> bigTail) `shouldBe` Right [Right (Ping 7 big)]
+        (fmap (map decodeToWorker) . messagesOf) smallFrame `shouldBe` Right [Right (Ping 8 small)]
+      other -> expectationFailure ("expected a frame of two parts, then one of one part; got part counts "
+                                   ++ show [ 1 + length kept | (_, kept) <- other ])
+
+  it "leave a master's link whole and in order when the socket is full and the rest waits for the writer" $
+    withSocketPair $ \(master, worker) -> do
+      l <- openLink defaultConfig master (\why -> expectationFailure ("the link broke: " ++ why))
+      -- far more than the socket holds, sent before anything is read: most
+      -- of it waits for the link's writer, while the sender reuses the
+      -- buffer where it frames each message's head
+      let count = 24
+          payload i = bytesOf i (1024 * 1024 + i)
+      forM_ [1 .. count] $ \i ->
+        let (enc, tl) = toWorkerParts (Ping (fromIntegral i) (payload i)) in sendMessageTail (lhSender l) Urgent enc tl
+      got <- forM [1 .. count] $ \_ -> do
+        frame <- recvFrame (4 * 1024 * 1024) worker
+        pure (fmap (map decodeToWorker) . splitPacket 16 <$> frame)
+      stopWriting l
+      got `shouldBe` [ Just (Right [Right (Ping (fromIntegral i) (payload i))]) | i <- [1 .. count] ]
+
+  it "arrive whole when read straight into a buffer of their size, and over the cap are refused" $
+    withSocketPair $ \(a, b) -> do
+      let frames = [bytesOf i n | (i, n) <- zip [1 ..] [3 * 1024 * 1024, 10, 700 * 1024, 257 * 1024, 5]]
+      (_, got) <- concurrently (mapM_ (sendFrameStrict a) frames) (mapM (const (recvFrame (4 * 1024 * 1024) b)) frames)
+      got `shouldBe` map Just frames
+      -- larger than a read, within a cap that allows a small frame only
+      r <- withAsync (sendFrameStrict a (bytesOf 9 (600 * 1024))) $ \_ -> try (recvFrame (500 * 1024) b)
+      case r of
+        Left (FrameTooLarge n cap) -> (n, cap) `shouldBe` (600 * 1024, 500 * 1024)
+        other -> expectationFailure ("expected FrameTooLarge, got " ++ show (fmap (fmap B.length) other))
