@@ -13,6 +13,7 @@ import qualified Bench.Parsort as Parsort
 import qualified Bench.Mandelbrot as Mandelbrot
 import qualified Bench.Pfilter as Pfilter
 import qualified Bench.Skew as Skew
+import qualified Bench.Bandwidth as Bandwidth
 import qualified Bench.Latency as Latency
 import qualified Bench.Fuzz as Fuzz
 import qualified Bench.Chaos as Chaos
@@ -40,7 +41,7 @@ data Command
   | BenchLatency Latency.LatencyOptions
   | BenchFuzz Fuzz.Options
   | BenchChaos Chaos.Options
-  | BenchBandwidth Latency.BandwidthOptions
+  | BenchBandwidth Bandwidth.BandwidthOptions
   | WorkerCmd WorkerOptions
 
 -- | Parse the command line and run the command.
@@ -63,7 +64,7 @@ run = do
     BenchLatency o -> Latency.runLatency o
     BenchFuzz o -> Fuzz.run o
     BenchChaos o -> Chaos.run o
-    BenchBandwidth o -> Latency.runBandwidth o
+    BenchBandwidth o -> Bandwidth.runBandwidth o
     WorkerCmd o -> runWorker o
 
 commands :: Parser Command
@@ -148,14 +149,16 @@ latencyOptions = Latency.LatencyOptions
   <*> plotOption "median round trip per transport: herd, the C floor, the IO manager path (bars, log scale)"
   <*> switch (long "tls" <> help "also measure tcp with TLS on (rows herd-tls)")
 
-bandwidthOptions :: Parser Latency.BandwidthOptions
-bandwidthOptions = Latency.BandwidthOptions
+bandwidthOptions :: Parser Bandwidth.BandwidthOptions
+bandwidthOptions = Bandwidth.BandwidthOptions
   <$> option transportListArg (long "transport" <> metavar "LIST" <> value [minBound .. maxBound]
                           <> showDefaultWith (const "tcp,unix,shm") <> help "transports to measure: tcp, unix, shm")
   <*> option (positiveInt "a message size in MiB" 32) (long "message-mib" <> metavar "N" <> value 1 <> showDefault
                           <> help "size of each message")
   <*> option (positiveInt "a total in MiB" 65536) (long "total-mib" <> metavar "N" <> value 1024 <> showDefault
-                          <> help "bytes to send per transport and implementation")
+                          <> help "bytes to send per pass, transport and implementation")
+  <*> option (positiveInt "a pass count" 100) (long "passes" <> metavar "N" <> value 3 <> showDefault
+                          <> help "passes of the C floor and herd, in turns; the table gives each one's median")
   <*> switch (long "json" <> help "end with one line of JSON")
   <*> switch (long "tls" <> help "also measure tcp with TLS on (rows herd-tls)")
 

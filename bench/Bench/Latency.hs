@@ -1,7 +1,6 @@
--- | @herd bench latency@ and @herd bench bandwidth@: the cost of one
--- message between the master and one worker over each transport, and the
--- bytes per second of a stream of large ones, each next to a floor
--- measured in the same run: the same mechanism driven from C with nothing
+-- | @herd bench latency@: the cost of one message between the master and
+-- one worker over each transport, next to a floor measured in the same
+-- run: the same mechanism driven from C with nothing
 -- on top (@bench/cbits/pingpong.c@, built with the benchmark).
 --
 -- herd's round trip is a 'Ping' through the master's packet layer, the
@@ -13,8 +12,12 @@
 module Bench.Latency
   ( LatencyOptions (..)
   , runLatency
-  , BandwidthOptions (..)
-  , runBandwidth
+    -- * Shared with "Bench.Bandwidth"
+  , cTransport
+  , withOneWorker
+  , RawLink (..)
+  , Wait (..)
+  , awaitPong
   ) where
 
 import Control.Concurrent (runInUnboundThread)
@@ -26,27 +29,24 @@ import Data.List (sort)
 import qualified Data.Vector.Unboxed as U
 import qualified Data.Vector.Unboxed.Mutable as UM
 import Data.Word (Word64)
-import Foreign.C.Types (CDouble (..), CInt (..), CLong (..))
+import Foreign.C.Types (CInt (..), CLong (..))
 import Foreign.Marshal.Array (allocaArray, peekArray)
 import Foreign.Ptr (Ptr)
 import Herd
 import Herd.Clock (monotonicSeconds)
 import Herd.Master (withRawWorker)
 import Herd.Master.Link (LinkHandle (..), openLink, stopWriting)
-import Herd.Packet (Sender, sendMessage, sendMessageTail, splitPacket)
+import Herd.Packet (Sender, sendMessage, splitPacket)
 import Herd.Packet.Policy (Urgency (..))
 import Herd.Report
 import Herd.Transport (Connection, awaitReadable, recvAvailable, recvFrame, takeBufferedFrame)
 import Herd.Transport.Shm (spinNanos)
-import Herd.Transport.Socket (unixSendBuffer)
-import Herd.Wire (FromWorker (..), ToWorker (..), decodeFromWorker, encodeToWorker, toWorkerParts)
+import Herd.Wire (FromWorker (..), ToWorker (..), decodeFromWorker, encodeToWorker)
 import System.IO
 import Bench.Plot
 
 foreign import ccall safe "herd_pingpong"
   c_pingpong :: CInt -> CInt -> CLong -> Ptr Double -> IO CInt
-foreign import ccall safe "herd_stream_floor"
-  c_streamFloor :: CInt -> CLong -> CLong -> CInt -> IO CDouble
 foreign import ccall safe "herd_wakeup_floor"
   c_wakeupFloor :: CInt -> CInt -> Ptr Double -> IO CInt
 
@@ -59,26 +59,18 @@ data LatencyOptions = LatencyOptions
   , latTls        :: Bool  -- ^ also measure tcp with TLS on ("herd-tls" rows)
   }
 
--- | Bandwidth settings.
-data BandwidthOptions = BandwidthOptions
-  { bwTransports :: [TransportKind]
-  , bwMessageMiB :: Int
-  , bwTotalMiB   :: Int
-  , bwJson       :: Bool
-  , bwTls        :: Bool  -- ^ also measure tcp with TLS on ("herd-tls" rows)
-  }
-
--- How the master waits for the answer.
+-- | How the master waits for the answer.
 data Wait = Direct | IoManager
   deriving Eq
 
+-- | The C floor's number for a transport.
 cTransport :: TransportKind -> CInt
 cTransport t = case t of
   TcpTransport -> 0
   UnixTransport -> 1
   ShmTransport -> 2
 
--- One worker, unpinned like the C floor's child, on the given transport,
+-- | One worker, unpinned like the C floor's child, on the given transport,
 -- with a 1 MB nursery: the message loop then stays in cache (the default
 -- 32 MB nursery, sized for allocation-heavy tasks, measured about 0.3 us
 -- slower per round trip on shared memory).
@@ -94,13 +86,13 @@ withOneWorker tls transport body = do
     l <- openLink cfg conn (\why -> hPutStrLn stderr ("the link broke: " ++ why))
     body (RawLink conn (lhSender l)) `finally` stopWriting l
 
--- A worker's link read and written by the benchmark alone.
+-- | A worker's link read and written by the benchmark alone.
 data RawLink = RawLink
   { rawConn   :: Connection
   , rawSender :: Sender
   }
 
--- Read frames until the Pong with this number; anything else is an error.
+-- | Read frames until the Pong with this number; anything else is an error.
 awaitPong :: Wait -> Connection -> Word64 -> IO ()
 awaitPong wait conn n = do
   frame <- case wait of
@@ -218,47 +210,3 @@ runLatency o = do
                                 | (t, "herd-iomanager", v) <- rows ])
     , ("wakeups", JArray [ JObject [ ("mechanism", JString name), ("median_us", JNumber (medianOf v)) ]
                          | (name, v) <- [("eventfd", eventfdWake), ("futex", futexWake)] ]) ]
-
--- | Measure and print the bandwidth table (and JSON line).
-runBandwidth :: BandwidthOptions -> IO ()
-runBandwidth o = do
-  hSetBuffering stdout LineBuffering
-  let msgBytes = bwMessageMiB o * 1024 * 1024
-      count = max 1 (bwTotalMiB o `div` bwMessageMiB o)
-      total = count * msgBytes
-      mib secs = fromIntegral total / (1024 * 1024) / secs
-  rows <- fmap concat $ forM (bwTransports o) $ \t -> do
-    hPutStrLn stderr ("  " ++ transportName t ++ ": C floor")
-    -- the floor's sockets get the send buffer herd's ask for
-    let sndbuf = if t == UnixTransport then unixSendBuffer else 0
-    c <- c_streamFloor (cTransport t) (fromIntegral total) (fromIntegral msgBytes) (fromIntegral sndbuf)
-    when (c <= 0) $ throwIO (ErrorCall ("the C floor failed on " ++ transportName t))
-    hPutStrLn stderr ("  " ++ transportName t ++ ": herd")
-    let stream tls = withOneWorker tls t $ \l -> do
-          let payload = B.replicate msgBytes 1
-              send i = let (enc, tl) = toWorkerParts (Ping (fromIntegral i) payload)
-                       in sendMessageTail (rawSender l) Urgent enc tl
-              window = 4
-          -- warm up
-          send (0 :: Int) >> awaitPong Direct (rawConn l) 0
-          t0 <- monotonicSeconds
-          forM_ [1 .. min window count] send
-          forM_ [1 .. count] $ \i -> do
-            awaitPong Direct (rawConn l) (fromIntegral i)
-            when (i + window <= count) $ send (i + window)
-          t1 <- monotonicSeconds
-          pure (t1 - t0)
-    h <- stream False
-    tls <- if bwTls o && t == TcpTransport
-      then hPutStrLn stderr "  tcp: herd with TLS" >> (\s -> [(t, "herd-tls", s)]) <$> stream True
-      else pure []
-    pure ([ (t, "c", realToFrac c), (t, "herd", h) ] ++ tls)
-  let floorOf t = head ([ s | (t', "c", s) <- rows, t' == t ] ++ [0])
-  putStrLn ("a stream of " ++ show count ++ " messages of " ++ show (bwMessageMiB o) ++ " MiB, master to one worker")
-  putStr $ renderTable ["transport", "impl", "seconds", "MiB/s", "x C floor"]
-    [ [transportName t, impl, fixed 3 s, fixed 0 (mib s), fixed 2 (mib s / mib (floorOf t))] | (t, impl, s) <- rows ]
-  when (bwJson o) $ putStrLn $ renderJson $ JObject
-    [ ("bench", JString "bandwidth")
-    , ("rows", JArray [ JObject [ ("transport", JString (transportName t)), ("impl", JString impl)
-                                , ("mib_per_s", JNumber (mib s)) ]
-                      | (t, impl, s) <- rows ]) ]
