@@ -39,20 +39,27 @@ run o = do
       replicateM_ warmRuns echo
       (secs, (packets, total)) <- medianTimed 7 (packetDelta cluster echo)
       when (total /= optItems o * max 0 (w - 1)) $ hPutStrLn stderr "echo: wrong output"
-      hPutStrLn stderr ("  " ++ show w ++ " words, chunking " ++ chunkingName on ++ ": " ++ fixed 3 secs ++ " s")
-      pure (w, on, secs, packets)
-  let byWords = [ (w, [ r | r@(w', _, _, _) <- concat rows, w' == w ]) | w <- optWords o ]
-      secsOf on rs = head ([ s | (_, on', s, _) <- rs, on' == on ] ++ [0])
+      -- the master's allocation in one more run, per item
+      (alloc, _) <- allocatedDuring echo
+      let perItem = fmap (\b -> fromIntegral b / fromIntegral (max 1 (optItems o))) alloc :: Maybe Double
+      hPutStrLn stderr ("  " ++ show w ++ " words, chunking " ++ chunkingName on ++ ": " ++ fixed 3 secs ++ " s, "
+                        ++ maybe "-" (fixed 0) perItem ++ " bytes allocated per item")
+      pure (w, on, secs, packets, perItem)
+  let byWords = [ (w, [ r | r@(w', _, _, _, _) <- concat rows, w' == w ]) | w <- optWords o ]
+      secsOf on rs = head ([ s | (_, on', s, _, _) <- rs, on' == on ] ++ [0])
+      allocOf on rs = head ([ maybe "-" (fixed 0) a | (_, on', _, _, a) <- rs, on' == on ] ++ ["-"])
   putStrLn ("echo of " ++ show (optItems o) ++ " items through a stream process (Eden's figure 5)")
-  putStr $ renderTable ["words/item", "normal (s)", "dyn. chunking (s)", "off/on"]
-    [ [show w, fixed 3 (secsOf False rs), fixed 3 (secsOf True rs), fixed 1 (secsOf False rs / secsOf True rs)]
+  putStr $ renderTable ["words/item", "normal (s)", "dyn. chunking (s)", "off/on", "B/item off", "B/item on"]
+    [ [show w, fixed 3 (secsOf False rs), fixed 3 (secsOf True rs), fixed 1 (secsOf False rs / secsOf True rs)
+      , allocOf False rs, allocOf True rs]
     | (w, rs) <- byWords ]
   writePlot (optPlot o) $ logLogSvg ("echo of " ++ show (optItems o) ++ " items through a stream process")
       "words per item" "seconds (median)"
-      [ Series ("chunking " ++ chunkingName on) colour False [ (fromIntegral w, s) | (w, on', s, _) <- concat rows, on' == on ]
+      [ Series ("chunking " ++ chunkingName on) colour False [ (fromIntegral w, s) | (w, on', s, _, _) <- concat rows, on' == on ]
       | (on, colour) <- [(True, "#1f77b4"), (False, "#d62728")] ]
   when (optJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "echo")
     , ("rows", JArray [ JObject [ ("words", JNumber (fromIntegral w)), ("chunking", JString (chunkingName on))
-                                , ("seconds", JNumber s), ("packets", JNumber (fromIntegral p)) ]
-                      | (w, on, s, p) <- concat rows ]) ]
+                                , ("seconds", JNumber s), ("packets", JNumber (fromIntegral p))
+                                , ("alloc_bytes_per_item", maybe JNull JNumber a) ]
+                      | (w, on, s, p, a) <- concat rows ]) ]
