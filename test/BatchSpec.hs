@@ -12,6 +12,9 @@ import qualified Data.ByteString as B
 import Data.IORef
 import Data.List (isInfixOf, sortOn)
 import Data.Proxy (Proxy (..))
+import Data.Store (Store (..))
+import Data.Store.Internal (Size (..))
+import Data.Word (Word32)
 import qualified Data.Map.Strict as M
 import Herd.Base (Encoder (..), Range (..), encoderBytes)
 import Herd.Wire.Batch
@@ -33,30 +36,52 @@ runsOf table budgets lo hi = go lo (cycle budgets)
 bodyOf :: Encoder -> IO B.ByteString
 bodyOf enc = B.drop runHeaderBytes <$> encoderBytes enc
 
+-- A type whose Store instance claims a constant width its encoding does
+-- not keep.
+newtype Liar = Liar Word32
+  deriving Show
+
+instance Store Liar where
+  size = ConstSize 8
+  poke (Liar x) = poke x
+  peek = Liar <$> peek
+
+-- Build a table of these arguments, cut it into runs by the budgets, and
+-- decode every run: each argument comes back once, in order.
+everyArgumentOnce :: (Store a, Eq a, Show a) => [a] -> [Positive Int] -> Property
+everyArgumentOnce xs budgets = ioProperty $ do
+  Right table <- buildArgTable xs
+  let n = argCount table
+      cuts = runsOf table (map ((* 4) . getPositive) budgets ++ [1000]) 0 n
+  got <- newIORef M.empty
+  results <- mapM (\(lo, hi) -> do
+    body <- bodyOf (argsEncoder table lo hi)
+    decodeRun (\i x -> modifyIORef' got (M.insertWith (++) i [x])) [Range lo hi] body) cuts
+  seen <- readIORef got
+  pure $ classify (length cuts > 1) "several runs"
+       $ n === length xs .&&. all (either (const False) (const True)) results
+         .&&. seen === M.fromList (zip [0 ..] (map pure xs))
+
 spec :: Spec
 spec = describe "Herd.Wire.Batch" $ do
   it "gives back every argument once, in order, however the runs are cut" $
-    property $ \(xs :: [String]) (budgets :: [Positive Int]) -> ioProperty $ do
-      Right table <- buildArgTable xs
-      let n = argCount table
-          cuts = runsOf table (map ((* 4) . getPositive) budgets ++ [1000]) 0 n
-      got <- newIORef M.empty
-      results <- mapM (\(lo, hi) -> do
-        body <- bodyOf (argsEncoder table lo hi)
-        decodeRun (\i x -> modifyIORef' got (M.insertWith (++) i [x])) [Range lo hi] body) cuts
-      seen <- readIORef got
-      pure $ classify (length cuts > 1) "several runs"
-           $ n === length xs .&&. all (either (const False) (const True)) results
-             .&&. seen === M.fromList (zip [0 ..] (map pure xs))
+    property $ \(xs :: [String]) budgets -> everyArgumentOnce xs budgets
+
+  it "gives back every argument of a constant width once, in order, with no table of ends" $
+    property $ \(xs :: [Int]) budgets -> everyArgumentOnce xs budgets
+
+  it "refuses an argument whose encoding is not the width its type claims" $ do
+    Left (i, why) <- buildArgTable [Liar 1, Liar 2]
+    (i, "says every value takes 8" `isInfixOf` why) `shouldBe` (0, True)
 
   it "fills a run to its budget, and never leaves an argument out" $
     property $ \(xs :: [[Int]]) (Positive budget) -> not (null xs) ==> ioProperty $ do
       Right table <- buildArgTable xs
       let k = argsFitting table 0 (length xs) budget
-      size <- B.length <$> bodyOf (argsEncoder table 0 k)
+      size' <- B.length <$> bodyOf (argsEncoder table 0 k)
       more <- if k < length xs then Just . B.length <$> bodyOf (argsEncoder table 0 (k + 1)) else pure Nothing
-      pure $ counterexample (show (k, size, more))
-           $ k >= 1 .&&. (k == 1 || size + runHeaderBytes <= budget)
+      pure $ counterexample (show (k, size', more))
+           $ k >= 1 .&&. (k == 1 || size' + runHeaderBytes <= budget)
              .&&. maybe True (\m -> m + runHeaderBytes > budget) more
 
   it "names the first argument that throws, or a list that breaks off" $ do

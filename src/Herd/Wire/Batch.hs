@@ -58,10 +58,17 @@ import System.IO.Unsafe (unsafeDupablePerformIO)
 
 -- | A job's arguments, encoded once: all their bytes in one buffer
 -- outside the GHC heap ("Herd.Big"), and where each ends. A run of
--- arguments leaves as one copy of a slice.
+-- arguments leaves as one copy of a slice. Arguments of a type whose
+-- encodings all have one width keep no table of ends: argument @i@ ends
+-- at @(i + 1)@ times the width. That table was a third of the fresh
+-- memory of a farm of tiny tasks (8 bytes per task), and on a VM the
+-- first touch of fresh memory is dear.
 data ArgTable = ArgTable
   { tableBytes :: !(ForeignPtr Word8)
-  , tableEnds  :: !(ForeignPtr Int)   -- ^ entry i+1: where argument i ends; entry 0 is 0
+  , tableEnds  :: !(Maybe (ForeignPtr Int))
+    -- ^ entry i+1: where argument i ends; entry 0 is 0 (none for a
+    -- constant width)
+  , tableWidth :: !Int   -- ^ the constant width, if there is no table of ends
   , tableCount :: !Int
   }
 
@@ -72,44 +79,60 @@ argCount = tableCount
 -- | Evaluate and encode every argument, in one pass over the list (the
 -- list can be collected as it goes). 'Left' names the first argument (or
 -- list cell) that threw, with what it threw.
-buildArgTable :: Store a => [a] -> IO (Either (Int, String) ArgTable)
+buildArgTable :: forall a. Store a => [a] -> IO (Either (Int, String) ArgTable)
 buildArgTable xs0 = do
   progress <- newCell
   bytes0 <- newBig 65536
-  ends0 <- newBig 65536 `onException` freeBig bytes0
-  pokeElemOff (castPtr (bigPtr ends0)) 0 (0 :: Int)
+  let width = case (size :: Size a) of
+        ConstSize n -> Just n
+        VarSize _ -> Nothing
+  ends0 <- case width of
+    Just _ -> pure Nothing
+    Nothing -> Just <$> newBig 65536 `onException` freeBig bytes0
+  mapM_ (\e -> pokeElemOff (castPtr (bigPtr e)) 0 (0 :: Int)) ends0
   -- the buffers as they are now, to free them if an argument throws
   current <- newIORef (bytes0, ends0)
-  let go !bytes !ends !fill !i xs = do
+  let go !bytes ends !fill !i xs = do
         setCell progress i
         case xs of
           [] -> do
-            ArgTable <$> freezeBig bytes <*> (castForeignPtr <$> freezeBig ends) <*> pure i
+            frozenEnds <- traverse (fmap castForeignPtr . freezeBig) ends
+            frozen <- freezeBig bytes
+            pure (ArgTable frozen frozenEnds (maybe 0 id width) i)
           x : rest -> do
-            let !size = getSize x
-            bytes' <- if fill + size <= bigCapacity bytes then pure bytes else do
-              b <- growBig bytes (max (fill + size) (2 * bigCapacity bytes))
+            let !size' = getSize x
+            bytes' <- if fill + size' <= bigCapacity bytes then pure bytes else do
+              b <- growBig bytes (max (fill + size') (2 * bigCapacity bytes))
               writeIORef current (b, ends)
               pure b
-            ends' <- if 8 * (i + 2) <= bigCapacity ends then pure ends else do
-              e <- growBig ends (16 * (i + 2))
-              writeIORef current (bytes', e)
-              pure e
+            ends' <- case ends of
+              Just e | 8 * (i + 2) > bigCapacity e -> do
+                e' <- growBig e (16 * (i + 2))
+                writeIORef current (bytes', Just e')
+                pure (Just e')
+              _ -> pure ends
             end <- pokeAt (bigPtr bytes') fill x
-            pokeElemOff (castPtr (bigPtr ends')) (i + 1) end
+            case (ends', width) of
+              (Just e, _) -> pokeElemOff (castPtr (bigPtr e)) (i + 1) end
+              (Nothing, Just w) | end /= fill + w ->
+                -- without a table of ends, every argument must be as wide as its type says
+                throwIO (ErrorCall ("its encoding took " ++ show (end - fill) ++ " bytes, but its type's Store instance says every value takes " ++ show w))
+              _ -> pure ()
             go bytes' ends' end (i + 1) rest
   built <- tryAt progress (go bytes0 ends0 0 0 xs0)
   case built of
     Right table -> pure (Right table)
     Left (i, e) -> do
       (b, e') <- readIORef current
-      freeBig b >> freeBig e'
+      freeBig b >> mapM_ freeBig e'
       pure (Left (i, displayException e))
 {-# INLINABLE buildArgTable #-}
 
 -- Where argument i starts (and i - 1 ends).
 endOf :: ArgTable -> Int -> Int
-endOf t i = unsafeDupablePerformIO (withForeignPtr (tableEnds t) (\p -> peekElemOff p i))
+endOf t i = case tableEnds t of
+  Nothing -> i * tableWidth t
+  Just ends -> unsafeDupablePerformIO (withForeignPtr ends (\p -> peekElemOff p i))
 {-# INLINE endOf #-}
 
 -- | How many of the arguments from @lo@ (below @hi@) fit in a message of
