@@ -50,7 +50,7 @@ data PlanSettings = PlanSettings
 defaultPlanSettings :: PlanSettings
 defaultPlanSettings = PlanSettings 0.1 Nothing 1000
 
--- What the plan knows of one worker.
+-- | What the plan knows of one worker.
 data WorkerPlan = WorkerPlan
   { wpHeld     :: ![(Double, StateId)]  -- ^ to evolve, not asked yet, longest first
   , wpQueued   :: ![StateId]            -- ^ asked, not answered, oldest first (the first may be running)
@@ -70,7 +70,7 @@ data Plan = Plan
   , plSettings :: !PlanSettings
   } deriving (Eq, Show)
 
--- A state asked back from one worker for another.
+-- | A state asked back from one worker for another.
 data Move = Move
   { moveFrom   :: !WorkerId
   , moveTo     :: !WorkerId
@@ -124,17 +124,21 @@ planIdleWorkers p = [ w | (w, wp) <- M.toList (plWorkers p), null (wpHeld wp), n
 planIsMoving :: StateId -> Plan -> Bool
 planIsMoving s p = M.member s (plMoving p)
 
+-- | A worker's states that have not started: held, or queued behind the
+-- one that may be running, less those being asked back.
 unstarted :: WorkerPlan -> Int
 unstarted wp = length (wpHeld wp) + max 0 (length (wpQueued wp) - 1) - wpLeaving wp
 
+-- | Costliest first; ties by state, so the order is total.
 longestFirst :: [(Double, StateId)] -> [(Double, StateId)]
 longestFirst = sortBy (\(c1, s1) (c2, s2) -> compare c2 c1 <> compare s1 s2)
 
+-- | Change one worker's entry, if the plan has it ('putWorker').
 adjust :: WorkerId -> (WorkerPlan -> WorkerPlan) -> Plan -> Plan
 adjust w f p = maybe p (\wp -> putWorker w (f wp) p) (M.lookup w (plWorkers p))
 
--- Every change to a worker goes through here, so that the index of
--- victims by unstarted count stays true.
+-- | Put a worker's entry. Every change to a worker goes through here, so
+-- that the index of victims by unstarted count stays true.
 putWorker :: WorkerId -> WorkerPlan -> Plan -> Plan
 putWorker w wp p = p { plWorkers = M.insert w wp (plWorkers p), plVictims = victims }
   where
@@ -149,20 +153,25 @@ putWorker w wp p = p { plWorkers = M.insert w wp (plWorkers p), plVictims = vict
       Nothing -> enter (plVictims p)
     enter vs = if n >= 1 then S.insert (n, w) vs else vs
 
+-- | Drop a worker's entry, and its place in the index of victims.
 removeWorker :: WorkerId -> Plan -> Plan
 removeWorker w p =
   p { plWorkers = M.delete w (plWorkers p)
     , plVictims = maybe id (\old -> S.delete (unstarted old, w)) (M.lookup w (plWorkers p)) (plVictims p) }
 
+-- | The worker with the fewest states held and queued (the lowest id on a
+-- tie); the plan must have a worker.
 leastLoaded :: Plan -> WorkerId
 leastLoaded p = snd (minimum [ (length (wpHeld wp) + length (wpQueued wp), w) | (w, wp) <- M.toList (plWorkers p) ])
 
+-- | The mean cost of the evolutions answered so far in this call, else the
+-- settings' guess, if any.
 meanCost :: Plan -> Maybe Double
 meanCost p
   | plCostN p > 0 = Just (plCostSum p / fromIntegral (plCostN p))
   | otherwise = settingsMeanCost (plSettings p)
 
--- How many states to keep queued at a worker: the one running, and enough
+-- | How many states to keep queued at a worker: the one running, and enough
 -- behind it to cover the lead time.
 queueTarget :: Plan -> Int
 queueTarget p = min (max 2 (settingsMaxQueue s)) (1 + max 1 behind)

@@ -19,7 +19,7 @@ import Network.Socket
 foreign import ccall unsafe "herd_set_liveness"
   c_setLiveness :: CInt -> CInt -> CInt -> CInt -> CUInt -> IO CInt
 
--- Declare the connection dead after this many seconds (at least 1) in
+-- | Declare the connection dead after this many seconds (at least 1) in
 -- which the peer's kernel answered nothing: no data, no acknowledgement, no
 -- answer to a keepalive probe. Probes go out every third of that time.
 tcpLiveness :: Double -> Socket -> IO Int
