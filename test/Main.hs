@@ -29,6 +29,7 @@ import qualified WireSpec
 import qualified BatchSpec
 import qualified MessageSpec
 import qualified TransportSpec
+import qualified FlowSpec
 import qualified LargeMessageSpec
 import qualified ConformanceSpec
 
@@ -53,6 +54,7 @@ main = do
       PacketSpec.spec
       PacketRunSpec.spec
       TransportSpec.spec
+      FlowSpec.spec
       LargeMessageSpec.spec
       ConformanceSpec.spec
       EvolveScheduleSpec.spec

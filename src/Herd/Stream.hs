@@ -15,9 +15,10 @@
 -- * the input is not forced in full first: each element is evaluated and
 --   sent when the flow allows, so an infinite input with a finite demand
 --   works;
--- * flow is bounded: at most 'configStreamWindow' elements are in flight in
---   each direction, so a fast producer or a slow consumer cannot grow
---   memory without bound (credit-based flow control), and the feeder waits
+-- * flow is bounded: at most 'configStreamWindow' elements, holding at
+--   most 'streamWindowBytes' (plus one element), are in flight in each
+--   direction, so a fast producer or a slow consumer cannot grow memory
+--   without bound (credit-based flow control, "Herd.Stream.Flow"), and the feeder waits
 --   while the worker's link holds more than 8 MiB it could not send yet,
 --   so a window of large elements cannot get the worker dropped as one
 --   that stopped reading;
@@ -36,7 +37,7 @@ module Herd.Stream
 import Control.Concurrent (ThreadId, forkIO, killThread)
 import Control.Concurrent.STM
 import Control.Exception
-import Control.Monad (when)
+import Control.Monad (unless, when)
 import qualified Data.ByteString as B
 import Data.IORef
 import Data.Word (Word64)
@@ -45,6 +46,7 @@ import Herd.Config (Config (..))
 import Herd.Error (HerdError (..))
 import Herd.Master
 import Herd.Process
+import Herd.Stream.Flow
 import Herd.Wire.Staging (newStaging, withStaged)
 import Herd.Task (refName)
 import System.IO.Unsafe (unsafeInterleaveIO)
@@ -76,32 +78,37 @@ start cluster ptr xs = do
       name = refName ref
       stage = processInStager ptr
       decodeOut = processOutDecoder ptr
-      grantEvery = max 1 (window `div` 4)  -- credit back each quarter window
-  ends <- StreamEnds <$> newTQueueIO <*> newTVarIO window
+  ends <- StreamEnds <$> newTQueueIO <*> newTVarIO 0
   input <- openStream cluster ref ends
+  flow <- newFlow window streamWindowBytes
   let sid = streamId input
-      credit = endsCredit ends
-      -- take all the credit granted so far at once, so the STM cost is per
-      -- grant, not per element
-      takeCredit = do
-        granted <- atomically $ swapTVar credit 0
-        if granted > 0 then pure granted else do
-          -- nothing else to send until the worker takes more: flush
-          flushStream input
-          atomically $ do
-            c <- readTVar credit
-            when (c <= 0) retry
-            writeTVar credit 0
-            pure c
-      feed _ _ [] = endStreamInput cluster sid
-      feed staging free (y : ys) = do
-        free' <- if free > 0 then pure free else takeCredit
+      acks = endsCredit ends
+      -- take every acknowledgement so far at once, so the STM cost is per
+      -- acknowledgement, not per element
+      waitOpen = do
+        open <- flowOpen flow
+        unless open $ do
+          acked <- atomically $ swapTVar acks 0
+          a <- if acked > 0 then pure acked else do
+            -- nothing else to send until the worker takes more: flush
+            flushStream input
+            atomically $ do
+              c <- readTVar acks
+              when (c <= 0) retry
+              writeTVar acks 0
+              pure c
+          flowAcked flow a
+          waitOpen
+      feed _ [] = endStreamInput cluster sid
+      feed staging (y : ys) = do
+        waitOpen
         n <- stage staging y
         withStaged staging $ \p -> feedStream input p n
-        feed staging (free' - 1) ys
+        flowSent flow n
+        feed staging ys
       feeder = do
         staging <- newStaging
-        outcome <- try (feed staging (0 :: Int) xs)
+        outcome <- try (feed staging xs)
         case outcome of
           Right () -> pure ()
           Left (e :: SomeException)
@@ -113,7 +120,7 @@ start cluster ptr xs = do
                   (StreamBroken ("evaluating an input element threw: " ++ displayException e))
                 closeStream cluster sid
   tid <- forkIO feeder
-  consumed <- newIORef (0 :: Int)
+  consumed <- newIORef (0 :: Int, 0 :: Int)
   let next = do
         event <- atomically (readTQueue (endsOutput ends))
         case event of
@@ -121,9 +128,10 @@ start cluster ptr xs = do
           StreamBroken why -> throwIO (StreamFailed name why)
           StreamElements runs -> do
             let k = sum (map fst runs)
-            total <- atomicModifyIORef' consumed (\c -> (c + k, c + k))
-            when (total >= grantEvery) $ do
-              writeIORef consumed 0
+                b = sum (map (B.length . snd) runs)
+            (total, bytes) <- atomicModifyIORef' consumed (\(c, cb) -> ((c + k, cb + b), (c + k, cb + b)))
+            when (grantDue window streamWindowBytes total bytes) $ do
+              writeIORef consumed (0, 0)
               consumedStream cluster sid total
             rest <- unsafeInterleaveIO next
             pure (foldr (decodeOrThrow name decodeOut) rest runs)

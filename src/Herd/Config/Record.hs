@@ -89,7 +89,9 @@ data Config = Config
     -- ^ seconds the oldest buffered message may wait before its packet leaves
   , configStreamWindow     :: Int
     -- ^ stream elements in flight per direction of a stream process before
-    -- the sender waits for the receiver (credit-based flow control)
+    -- the sender waits for the receiver (credit-based flow control); the
+    -- sender also waits once those in flight hold 4 MiB
+    -- ("Herd.Stream.Flow")
   , configMasterLoop       :: MasterLoop
     -- ^ the loop that drives the evolve API ("Herd.Evolve")
   , configWorkerNice       :: Int
@@ -191,7 +193,7 @@ defaultConfig = Config
   , configChunking         = policyChunking defaultPacketPolicy
   , configPacketBytes      = policyCapacity defaultPacketPolicy
   , configPacketTimeout    = policyTimeout defaultPacketPolicy
-  , configStreamWindow     = 4096
+  , configStreamWindow     = 16384
   , configMasterLoop       = EpollLoop
   , configWorkerNice       = 0
   , configTransport        = Nothing

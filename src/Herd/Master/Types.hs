@@ -69,7 +69,7 @@ data JobSpec = JobSpec
 -- | A stream process's caller side, as the master sees it.
 data StreamEnds = StreamEnds
   { endsOutput  :: !(TQueue StreamEvent)  -- ^ to the caller's output list
-  , endsCredit  :: !(TVar Int)            -- ^ input elements the caller may still send
+  , endsCredit  :: !(TVar Int)            -- ^ input elements the worker took, not yet counted by the feeder
   }
 
 -- | What the caller of a stream process receives.

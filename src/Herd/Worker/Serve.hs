@@ -19,7 +19,7 @@ import Control.Concurrent (ThreadId, forkIO, killThread)
 import Control.Concurrent.MVar
 import Control.Concurrent.STM
 import Control.Exception
-import Control.Monad (forM_, when)
+import Control.Monad (forM_, unless, when)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M
@@ -36,6 +36,7 @@ import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, newScratch, resultsEncoder
 import Herd.Transport
 import Herd.Wire
 import Herd.Wire.Tags (tagStreamOut)
+import Herd.Stream.Flow (flowAcked, flowOpen, flowSent, grantDue, newFlow, streamWindowBytes)
 import Herd.Wire.Staging (newStaging, withStaged)
 import Herd.Worker.Step
 import System.Exit
@@ -46,7 +47,7 @@ type RunnerCache = IORef (M.Map TaskRef (Either String Runner))
 -- A stream process running here.
 data Slot = Slot
   { slotInput  :: !(TQueue (Maybe [(Int, B.ByteString)]))  -- ^ runs of input elements; 'Nothing' ends it
-  , slotCredit :: !(TVar Int)                        -- ^ output elements it may still send
+  , slotCredit :: !(TVar Int)                        -- ^ output elements the master took, not yet counted by the process
   , slotThread :: !(MVar ThreadId)
   }
 
@@ -134,7 +135,7 @@ handleMessage sv pending msg = case msg of
     case runner of
       Left why -> send Urgent (StreamAborted sid (T.pack why))
       Right pr -> do
-        slot <- Slot <$> newTQueueIO <*> newTVarIO (svWindow sv) <*> newEmptyMVar
+        slot <- Slot <$> newTQueueIO <*> newTVarIO 0 <*> newEmptyMVar
         modifyIORef' (svSlots sv) (M.insert sid slot)
         modifyIORef' (svBusy sv) (+ 1)
         tid <- forkIO (runStream sv sid pr slot)
@@ -202,11 +203,9 @@ pushOne sv pending sid = do
 -- lazily a run at a time, with credit returned as it is consumed.
 runStream :: Serving -> Word64 -> ProcessRunner -> Slot -> IO ()
 runStream sv sid pr slot = do
-  taken <- newIORef (0 :: Int)
-  -- credit goes back each quarter window: with half, a feeder that
-  -- outpaces the process waited for it about half the time
-  let grantEvery = max 1 (svWindow sv `div` 4)
-      waiting act = do
+  taken <- newIORef (0 :: Int, 0 :: Int)
+  flow <- newFlow (svWindow sv) streamWindowBytes
+  let waiting act = do
         -- Eden's rule: when no stream thread can go on, send what is buffered
         n <- atomicModifyIORef' (svBusy sv) (\k -> (k - 1, k - 1))
         when (n == 0) $ flushIdle (svSender sv)
@@ -219,28 +218,33 @@ runStream sv sid pr slot = do
         case chunk of
           Nothing -> pure []
           Just xs -> do
-            k <- atomicModifyIORef' taken (\t -> let t' = t + sum (map fst xs) in (t', t'))
-            when (k >= grantEvery) $ do
-              writeIORef taken 0
+            let add (t, b) = (t + sum (map fst xs), b + sum (map (B.length . snd) xs))
+            (k, bytes) <- atomicModifyIORef' taken (\tb -> let tb' = add tb in (tb', tb'))
+            when (grantDue (svWindow sv) streamWindowBytes k bytes) $ do
+              writeIORef taken (0, 0)
               sendMessage (svSender sv) Urgent (encodeFromWorker (StreamTaken sid (fromIntegral k)))
             rest <- unsafeInterleaveIO nextChunk
             pure (xs ++ rest)
-      -- output credit is taken from the shared counter a grant at a time
-      emit staging free n = do
-        left <- readIORef free
-        left' <- if left > 0 then pure left else do
-          granted <- atomically $ swapTVar (slotCredit slot) 0
-          if granted > 0 then pure granted else waiting $ atomically $ do
+      -- the master's acknowledgements are taken from the shared counter
+      -- all at once, when the window is full
+      waitOpen = do
+        open <- flowOpen flow
+        unless open $ do
+          acked <- atomically $ swapTVar (slotCredit slot) 0
+          a <- if acked > 0 then pure acked else waiting $ atomically $ do
             c <- readTVar (slotCredit slot)
             when (c <= 0) retry
             writeTVar (slotCredit slot) 0
             pure c
+          flowAcked flow a
+          waitOpen
+      emit staging n = do
+        waitOpen
         withStaged staging $ \p -> appendToRun (svSender sv) tagStreamOut sid p n
-        writeIORef free $! left' - 1
+        flowSent flow n
   inputs <- unsafeInterleaveIO nextChunk
   staging <- newStaging
-  free <- newIORef (0 :: Int)
-  outcome <- tryUser (prRun pr inputs staging (emit staging free))
+  outcome <- tryUser (prRun pr inputs staging (emit staging))
   modifyIORef' (svSlots sv) (M.delete sid)
   atomicModifyIORef' (svBusy sv) (\k -> (k - 1, ()))
   sendMessage (svSender sv) Urgent $ encodeFromWorker $ case outcome of
