@@ -18,7 +18,6 @@ module Bench.Bandwidth
 import Control.Exception (throwIO, ErrorCall (..))
 import Control.Monad (forM, forM_, when)
 import qualified Data.ByteString as B
-import Data.List (sort)
 import Foreign.C.Types (CDouble (..), CInt (..), CLong (..))
 import Herd
 import Herd.Clock (monotonicSeconds)
@@ -28,6 +27,7 @@ import Herd.Report
 import Herd.Transport.Socket (unixSendBuffer)
 import Herd.Wire (ToWorker (..), toWorkerParts)
 import System.IO
+import Bench.Common (median)
 import Bench.Latency (RawLink (..), Wait (..), awaitPong, cTransport, withOneWorker)
 
 foreign import ccall safe "herd_stream_floor"
@@ -98,7 +98,3 @@ streamPass msgBytes count l = do
     when (i + window <= count) $ send (i + window)
   t1 <- monotonicSeconds
   pure (t1 - t0)
-
--- The middle value (the lower of the two middle ones for an even count).
-median :: [Double] -> Double
-median xs = sort xs !! ((length xs - 1) `div` 2)

@@ -6,6 +6,7 @@ module Bench.Common
   , withChunking
   , timed
   , medianTimed
+  , median
   , warmRuns
   , warmUp
   , allocatedDuring
@@ -54,8 +55,13 @@ timed act = do
 medianTimed :: Int -> IO a -> IO (Double, a)
 medianTimed k act = do
   runs <- mapM (const (timed act)) [1 .. max 1 k]
-  let secs = sort (map fst runs)
-  pure (secs !! (length secs `div` 2), snd (last runs))
+  pure (median (map fst runs), snd (last runs))
+
+-- | The middle value (the upper of the two middle ones for an even
+-- count); 0 for none.
+median :: [Double] -> Double
+median [] = 0
+median xs = sort xs !! (length xs `div` 2)
 
 -- | Full-size runs before measuring. On this machine a page of memory
 -- costs 12-15 us the first time a process touches it (measured with a C

@@ -31,6 +31,7 @@ module Herd.Base
     -- * Message bodies
   , Encoder (..)
   , encodeBytes
+  , encodeWithTail
   , encoderBytes
     -- * Hex
   , hexEncode
@@ -162,6 +163,14 @@ data Encoder = Encoder !Int (Ptr Word8 -> IO ())
 encodeBytes :: B.ByteString -> Encoder
 encodeBytes bs = Encoder (B.length bs) $ \dst ->
   BU.unsafeUseAsCStringLen bs $ \(src, n) -> BI.memcpy dst (src `plusPtr` 0) n
+
+-- | An encoder of these bytes followed by a tail's: a message whose value
+-- ends it, written whole (the packet layer sends a large tail apart).
+encodeWithTail :: Encoder -> B.ByteString -> Encoder
+encodeWithTail enc tl | B.null tl = enc
+encodeWithTail (Encoder n write) tl = Encoder (n + B.length tl) $ \p -> do
+  write p
+  BU.unsafeUseAsCStringLen tl $ \(src, len) -> BI.memcpy (p `plusPtr` n) (src `plusPtr` 0) len
 
 -- | The bytes an encoder writes.
 encoderBytes :: Encoder -> IO B.ByteString

@@ -1,7 +1,7 @@
 {-# LANGUAGE BangPatterns #-}
--- | herd's protocol: the messages between master and worker, with their
--- encodings, and (re-exported) the handshake before them
--- ("Herd.Wire.Handshake").
+-- | herd's protocol: the encodings of the messages between master and
+-- worker, and (re-exported) the messages themselves ("Herd.Wire.Messages")
+-- and the handshake before them ("Herd.Wire.Handshake").
 --
 -- Every message is an envelope decoded by "Herd.Wire.Codec" (lengths and
 -- counts checked against the bytes present), its first byte a tag from
@@ -36,90 +36,20 @@ module Herd.Wire
 import Control.Monad (replicateM)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Builder as BB
-import Data.Text (Text)
 import qualified Data.Text as T
-import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
-import Data.Word (Word32, Word64, Word8)
-import Foreign.Ptr (castPtr, plusPtr)
+import Data.Word (Word64, Word8)
+import Foreign.Ptr (plusPtr)
 import Foreign.Storable (pokeByteOff)
-import Herd.Packet.Policy (Urgency (..), runHeadBytes)
+import Herd.Packet.Policy (runHeadBytes)
 import GHC.Fingerprint (Fingerprint (..))
-import Herd.Base (Encoder (..), TaskRef (..), encodeBytes)
+import Herd.Base (Encoder (..), TaskRef (..), encodeBytes, encodeWithTail)
 import Herd.Bytes (pokeBE, word32At, word64At)
 import Herd.Wire.Codec
 import Herd.Wire.Evolved (decodeEvolved, evolvedEncoder)
 import Herd.Wire.Handshake
+import Herd.Wire.Messages
 import Herd.Wire.Tags
-
--- | Messages from master to worker. After the handshake every frame is a
--- packet ("Herd.Packet") of these.
-data ToWorker
-  = RunBatch
-      { runBatchId :: !Word64
-      , runRef     :: !TaskRef
-      , runCount   :: !Word32   -- ^ the number of arguments that follow
-      }
-    -- ^ Start a batch; its arguments follow in 'Args' messages, in order.
-  | Args !Word32 !B.ByteString
-    -- ^ the next arguments of the batch, this many, their @store@
-    -- encodings back to back ("Herd.Wire.Batch")
-  | Shutdown                    -- ^ stop serving and exit
-  | StreamOpen !Word64 !TaskRef -- ^ instantiate a stream process under this number
-  | StreamIn !Word64 !Word32 !B.ByteString
-    -- ^ the next input elements, this many, their @store@ encodings back
-    -- to back (a run message of the packet layer: 'Herd.Packet.appendToRun')
-  | StreamEnd !Word64           -- ^ the input list ended
-  | StreamCredit !Word64 !Word32    -- ^ the caller consumed this many more output elements
-  | StreamClose !Word64         -- ^ the caller wants no more output: stop the process
-  | StatesReset
-    -- ^ drop every evolve state held and queued ("Herd.Evolve"), wait for
-    -- the one being evolved, and answer 'StatesCleared'
-  | StateAdd !Word64 !B.ByteString  -- ^ hold this state under this id
-  | EvolveWith !TaskRef         -- ^ the evolve function for the 'EvolveState' messages that follow
-  | EvolveState !Word64 !B.ByteString
-    -- ^ evolve this held state with this input, after those asked before
-  | StateRelease !Word64
-    -- ^ give this state back if its evolution has not started ('StateReleased'),
-    -- else say so ('StateKept')
-  | StateReplay !Word64 !B.ByteString ![(TaskRef, B.ByteString, Word32)]
-    -- ^ recompute a state lost with its worker: from this state, apply each
-    -- function to its input and keep the child at the given position; hold
-    -- the result under this id and answer 'StateReplayed'
-  | Ping !Word64 !B.ByteString  -- ^ answer 'Pong' with the same number at once; the bytes are padding (latency and bandwidth probes)
-  deriving (Eq, Show)
-
--- | Messages from worker to master.
-data FromWorker
-  = Results !Word32 !B.ByteString
-    -- ^ the next results of the batch in progress, this many, in batch
-    -- order, their @store@ encodings back to back
-  | BatchDone
-      { doneBatchId :: !Word64
-      , doneBusyNs  :: !Word64  -- ^ time spent computing the batch
-      }
-    -- ^ Every task of the batch gave a result.
-  | TaskThrew !Word64 !Word32 !Text
-    -- ^ The task at this position of the batch threw (results before it
-    -- were sent; none after it will be).
-  | BatchRejected !Word64 !Text  -- ^ the function cannot run here; no result was sent
-  | StreamOut !Word64 !Word32 !B.ByteString
-    -- ^ the next output elements, this many, their encodings back to back
-  | StreamDone !Word64           -- ^ the output list ended
-  | StreamAborted !Word64 !Text   -- ^ the process threw, or could not start
-  | StreamTaken !Word64 !Word32  -- ^ the process consumed this many more input elements
-  | StateEvolved !Word64 !Word64 ![(Word64, B.ByteString)]
-    -- ^ a state was evolved in this many nanoseconds; its children's new
-    -- ids and their encoded outputs (the children stay here)
-  | EvolveThrew !Word64 !Text     -- ^ the evolve function threw on this state
-  | EvolveRejected !Text          -- ^ the evolve function cannot run here
-  | StateReleased !Word64 !B.ByteString  -- ^ a released state, no longer held here
-  | StateKept !Word64             -- ^ a state asked back whose evolution had started
-  | StateMissing !Word64          -- ^ a state the master named is not held here
-  | StatesCleared                 -- ^ answers 'StatesReset': nothing is held or running now
-  | StateReplayed !Word64         -- ^ a state asked for by 'StateReplay' is held now
-  | Pong !Word64                  -- ^ answers 'Ping'
-  deriving (Eq, Show)
 
 putFingerprint :: Fingerprint -> BB.Builder
 putFingerprint (Fingerprint a b) = putWord64 a <> putWord64 b
@@ -140,32 +70,9 @@ getRef = do
 getRest :: Get B.ByteString
 getRest = remaining >>= getBytes
 
--- | How soon a message to a worker must leave: control messages and the
--- last word of a stream at once, data may wait for company.
-toWorkerUrgency :: ToWorker -> Urgency
-toWorkerUrgency msg = case msg of
-  RunBatch {} -> Bulk
-  Args _ _ -> Bulk
-  StreamOpen _ _ -> Bulk
-  StreamIn {} -> Bulk
-  StateAdd _ _ -> Bulk
-  EvolveWith _ -> Bulk
-  EvolveState _ _ -> Bulk
-  _ -> Urgent
-
--- | How soon a message to the master must leave.
-fromWorkerUrgency :: FromWorker -> Urgency
-fromWorkerUrgency msg = case msg of
-  Results _ _ -> Bulk
-  BatchDone _ _ -> Bulk
-  StreamOut {} -> Bulk
-  _ -> Urgent
-
 -- | The encoder of a message to a worker.
 encodeToWorker :: ToWorker -> Encoder
-encodeToWorker msg = case toWorkerParts msg of
-  (enc, tl) | B.null tl -> enc
-            | otherwise -> taggedTail enc tl
+encodeToWorker msg = uncurry encodeWithTail (toWorkerParts msg)
 
 -- | One message to a worker as a head and a tail: its encoding is the
 -- head's bytes, then the tail's. The tail is the value that ends the
@@ -173,32 +80,25 @@ encodeToWorker msg = case toWorkerParts msg of
 -- send a large one without copying it ('Herd.Packet.sendMessageTail');
 -- it is empty for every other message.
 toWorkerParts :: ToWorker -> (Encoder, B.ByteString)
-toWorkerParts (Ping n pad) = (taggedHead tagPing n, pad)
-toWorkerParts (EvolveState sid v) = (taggedHead tagEvolveState sid, v)
-toWorkerParts (StateAdd sid v) = (taggedHead tagStateAdd sid, v)
-toWorkerParts (StateRelease sid) = (taggedHead tagStateRelease sid, B.empty)
-toWorkerParts msg = (encodeToWorkerBuilt msg, B.empty)
-
-encodeToWorkerBuilt :: ToWorker -> Encoder
-encodeToWorkerBuilt msg = encodeBytes $ buildStrict $ case msg of
-    Args k v -> putWord8 tagArgs <> putWord32 k <> BB.byteString v
-    StreamIn sid k v -> putWord8 tagStreamIn <> putWord64 sid <> putWord32 k <> BB.byteString v
-    RunBatch bid ref count -> putWord8 tagRunBatch <> putWord64 bid <> putRef ref <> putWord32 count
-    Shutdown -> putWord8 tagShutdown
-    StreamOpen sid ref -> putWord8 tagStreamOpen <> putWord64 sid <> putRef ref
-    StreamEnd sid -> putWord8 tagStreamEnd <> putWord64 sid
-    StreamCredit sid n -> putWord8 tagStreamCredit <> putWord64 sid <> putWord32 n
-    StreamClose sid -> putWord8 tagStreamClose <> putWord64 sid
-    StatesReset -> putWord8 tagStatesReset
-    EvolveWith ref -> putWord8 tagEvolveWith <> putRef ref
-    StateReplay sid root path -> putWord8 tagStateReplay <> putWord64 sid <> putSizedBytes root
-      <> putWord32 (fromIntegral (length path))
-      <> foldMap (\(ref, input, k) -> putRef ref <> putSizedBytes input <> putWord32 k) path
-    -- sent as a head and a tail ('toWorkerParts'); the same bytes
-    Ping n pad -> putWord8 tagPing <> putWord64 n <> BB.byteString pad
-    EvolveState sid v -> putWord8 tagEvolveState <> putWord64 sid <> BB.byteString v
-    StateAdd sid v -> putWord8 tagStateAdd <> putWord64 sid <> BB.byteString v
-    StateRelease sid -> putWord8 tagStateRelease <> putWord64 sid
+toWorkerParts msg = case msg of
+  Ping n pad -> (taggedHead tagPing n, pad)
+  EvolveState sid v -> (taggedHead tagEvolveState sid, v)
+  StateAdd sid v -> (taggedHead tagStateAdd sid, v)
+  StateRelease sid -> (taggedHead tagStateRelease sid, B.empty)
+  Args k v -> built (putWord8 tagArgs <> putWord32 k <> BB.byteString v)
+  StreamIn sid k v -> built (putWord8 tagStreamIn <> putWord64 sid <> putWord32 k <> BB.byteString v)
+  RunBatch bid ref count -> built (putWord8 tagRunBatch <> putWord64 bid <> putRef ref <> putWord32 count)
+  Shutdown -> built (putWord8 tagShutdown)
+  StreamOpen sid ref -> built (putWord8 tagStreamOpen <> putWord64 sid <> putRef ref)
+  StreamEnd sid -> built (putWord8 tagStreamEnd <> putWord64 sid)
+  StreamCredit sid n -> built (putWord8 tagStreamCredit <> putWord64 sid <> putWord32 n)
+  StreamClose sid -> built (putWord8 tagStreamClose <> putWord64 sid)
+  StatesReset -> built (putWord8 tagStatesReset)
+  EvolveWith ref -> built (putWord8 tagEvolveWith <> putRef ref)
+  StateReplay sid root path -> built (putWord8 tagStateReplay <> putWord64 sid <> putSizedBytes root
+    <> putWord32 (fromIntegral (length path))
+    <> foldMap (\(ref, input, k) -> putRef ref <> putSizedBytes input <> putWord32 k) path)
+  where built b = (encodeBytes (buildStrict b), B.empty)
 
 -- | Decode one message to a worker (a value inside is a slice of the input).
 decodeToWorker :: B.ByteString -> Either String ToWorker
@@ -306,9 +206,3 @@ taggedStream tag sid (Encoder n write) = Encoder (n + 9) $ \p -> do
 -- The head of a message whose tail is its value: the tag and the number.
 taggedHead :: Word8 -> Word64 -> Encoder
 taggedHead tag sid = Encoder 9 $ \p -> pokeByteOff p 0 tag >> pokeBE 8 p 1 sid
-
--- A head and its tail as one encoder.
-taggedTail :: Encoder -> B.ByteString -> Encoder
-taggedTail (Encoder n write) tl = Encoder (n + B.length tl) $ \p -> do
-  write p
-  BU.unsafeUseAsCStringLen tl $ \(src, len) -> BI.memcpy (p `plusPtr` n) (castPtr src) len

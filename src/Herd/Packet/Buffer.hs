@@ -24,25 +24,23 @@ module Herd.Packet.Buffer
   , tailKeptBytes
   ) where
 
-import Herd.Trace (traceHerd)
 import Control.Concurrent (forkIO, threadDelay)
 import Control.Concurrent.MVar
 import Control.Exception (mask, onException)
 import Control.Monad (void, when)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
-import qualified Data.ByteString.Unsafe as BU
 import Data.IORef
-import qualified Data.Map.Strict as M
-import Data.Primitive.PrimArray (MutablePrimArray, newPrimArray, readPrimArray, writePrimArray)
+import Data.Primitive.PrimArray (MutablePrimArray, readPrimArray, writePrimArray)
 import GHC.Exts (RealWorld)
 import Data.Word (Word32, Word64, Word8)
 import Foreign.ForeignPtr (ForeignPtr, withForeignPtr, mallocForeignPtrBytes)
-import Foreign.Ptr (Ptr, castPtr, plusPtr)
+import Foreign.Ptr (Ptr, plusPtr)
 import Herd.Clock (monotonicSeconds)
 import Herd.Packet.Policy
+import Herd.Packet.Counters
 import Herd.Packet.Stats
-import Herd.Base (Encoder (..))
+import Herd.Base (Encoder (..), encodeWithTail)
 import Herd.Bytes (pokeBE)
 
 -- | One peer's send buffer. Safe to use from several threads.
@@ -59,9 +57,9 @@ data Sender = Sender
     -- reused, so a stream of large messages allocates (and first-touches)
     -- no memory per message
   , sArmed    :: !(IORef Bool)                -- ^ a timer thread is watching the buffer
-  , sStats    :: !(MutablePrimArray RealWorld Int)
-    -- ^ what was sent, as unboxed counters ('senderStats' reads them):
-    -- counting a packet allocates nothing
+  , sStats    :: !Counters
+    -- ^ what was sent ('senderStats' reads it): counting a packet
+    -- allocates nothing
   , sPolicy   :: !PacketPolicy
   , sOut      :: [B.ByteString] -> IO ()
     -- ^ hands one framed packet to the transport, as parts to send in
@@ -81,9 +79,9 @@ newSender :: PacketPolicy -> ([B.ByteString] -> IO ()) -> IO Sender
 newSender policy out = do
   buf <- newBuffer policy
   noLarge <- mallocForeignPtrBytes 0
-  Sender <$> newMVar () <*> newIORef buf <*> newIORef emptyFill <*> newIORef NoRun <*> newCounter
+  Sender <$> newMVar () <*> newIORef buf <*> newIORef emptyFill <*> newIORef NoRun <*> newCounter 1
          <*> newIORef (noLarge, 0) <*> newIORef False
-         <*> newCounters statSlots <*> pure policy <*> pure out
+         <*> newCounters <*> pure policy <*> pure out
 
 newBuffer :: PacketPolicy -> IO (ForeignPtr Word8)
 newBuffer policy = mallocForeignPtrBytes (headerBytes + policyCapacity policy)
@@ -99,21 +97,7 @@ senderPolicy = sPolicy
 
 -- | What was sent so far (the received fields stay zero here).
 senderStats :: Sender -> IO PeerStats
-senderStats s = do
-  let at = readPrimArray (sStats s)
-  [packets, msgs, bytes, maxMsgs, values, maxValues] <- mapM at [0 .. 5]
-  byReason <- mapM (\r -> (,) r <$> at (reasonSlot r)) allFlushReasons
-  pure noPeerStats
-    { packetsSent = packets, messagesSent = msgs, bytesSent = bytes, maxSentPerPacket = maxMsgs
-    , valuesSent = values, maxValuesSentPerPacket = maxValues
-    , flushesBy = M.fromList [ (r, n) | (r, n) <- byReason, n > 0 ] }
-
--- Where a flush reason's count is, after the six totals.
-reasonSlot :: FlushReason -> Int
-reasonSlot r = 6 + fromEnum r
-
-statSlots :: Int
-statSlots = 6 + length allFlushReasons
+senderStats = countersStats . sStats
 
 -- | Where the buffer's last message is a run that values may join: its tag,
 -- its key, and the offset of its length in the buffer.
@@ -179,7 +163,7 @@ timerLoop s = do
 -- of its own, not copied.
 addOne :: Sender -> Double -> Urgency -> Int -> Encoder -> B.ByteString -> IO (Maybe Int)
 addOne s now urgency k enc0 tl = do
-  let enc@(Encoder size write) = withTail enc0 tl
+  let enc@(Encoder size write) = encodeWithTail enc0 tl
   fill <- readIORef (sFill s)
   if joinsQuietly (sPolicy s) now urgency size fill
     then do
@@ -194,13 +178,6 @@ addOne s now urgency k enc0 tl = do
       bumpValues s k
       pure (Just at)
     else addPlanned s now urgency k enc0 tl enc fill
-
--- An encoder for the message: the encoder's bytes, then the tail's.
-withTail :: Encoder -> B.ByteString -> Encoder
-withTail enc tl | B.null tl = enc
-withTail (Encoder n write) tl = Encoder (n + B.length tl) $ \p -> do
-  write p
-  BU.unsafeUseAsCStringLen tl $ \(src, len) -> BI.memcpy (p `plusPtr` n) (castPtr src) len
 
 addPlanned :: Sender -> Double -> Urgency -> Int -> Encoder -> B.ByteString -> Encoder -> Fill -> IO (Maybe Int)
 addPlanned s now urgency k headEnc tl enc@(Encoder size write) fill = do
@@ -248,8 +225,9 @@ sendAlone s why k (Encoder headSize write) tl = do
   sOut s (if B.null tl then [frame] else [frame, tl])
 
 -- | The smallest tail sent as a part of its own rather than copied behind
--- its message's head: below this, the system call per part costs more
--- than the copy it saves.
+-- its message's head: a packet's size, so a tail that could share a
+-- packet is copied as before. (Chosen, not swept: only 1 MiB tails were
+-- measured.)
 tailKeptBytes :: Int
 tailKeptBytes = 64 * 1024
 
@@ -278,24 +256,7 @@ flush s why = do
     sOut s [BI.fromForeignPtr buf 0 (4 + packetBytes)]
 
 record :: Sender -> FlushReason -> Int -> Int -> Int -> IO ()
-record s why msgs values bytes = do
-  let st = sStats s
-      add, top :: Int -> Int -> IO ()
-      add i k = readPrimArray st i >>= writePrimArray st i . (+ k)
-      top i k = readPrimArray st i >>= writePrimArray st i . max k
-  add 0 1 >> add 1 msgs >> add 2 bytes >> top 3 msgs >> add 4 values >> top 5 values
-  add (reasonSlot why) 1
-  traceHerd ("herd packet out: " ++ flushReasonName why ++ ", " ++ show msgs ++ " messages, "
-             ++ show values ++ " values, " ++ show bytes ++ " bytes")
-
-newCounter :: IO (MutablePrimArray RealWorld Int)
-newCounter = newCounters 1
-
-newCounters :: Int -> IO (MutablePrimArray RealWorld Int)
-newCounters n = do
-  c <- newPrimArray n
-  mapM_ (\i -> writePrimArray c i 0) [0 .. n - 1]
-  pure c
+record s = countPacket (sStats s)
 
 -- | Count values added to the buffer (for statistics).
 bumpValues :: Sender -> Int -> IO ()

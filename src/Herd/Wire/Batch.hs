@@ -40,7 +40,8 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Unsafe as BU
 import Data.Functor.Identity (Identity (..))
 import Data.IORef
-import Data.Proxy (Proxy)
+import Data.Maybe (fromMaybe)
+import Data.Proxy (Proxy (..))
 import Data.Store (Store)
 import Data.Store.Core (Peek (..), PeekException (..), PeekResult (..), unsafeMakePeekState)
 import Data.Store.Internal (Size (..), getSize, peek, size)
@@ -65,12 +66,13 @@ import System.IO.Unsafe (unsafeDupablePerformIO)
 -- first touch of fresh memory is dear.
 data ArgTable = ArgTable
   { tableBytes :: !(ForeignPtr Word8)
-  , tableEnds  :: !(Maybe (ForeignPtr Int))
-    -- ^ entry i+1: where argument i ends; entry 0 is 0 (none for a
-    -- constant width)
-  , tableWidth :: !Int   -- ^ the constant width, if there is no table of ends
+  , tableEnds  :: !Ends
   , tableCount :: !Int
   }
+
+-- Where each argument ends: in a table (entry i+1: where argument i
+-- ends; entry 0 is 0), or every one width further.
+data Ends = EndsAt !(ForeignPtr Int) | EveryWidth !Int
 
 -- | The number of arguments.
 argCount :: ArgTable -> Int
@@ -83,9 +85,7 @@ buildArgTable :: forall a. Store a => [a] -> IO (Either (Int, String) ArgTable)
 buildArgTable xs0 = do
   progress <- newCell
   bytes0 <- newBig 65536
-  let width = case (size :: Size a) of
-        ConstSize n -> Just n
-        VarSize _ -> Nothing
+  let width = constantWidth (Proxy :: Proxy a)
   ends0 <- case width of
     Just _ -> pure Nothing
     Nothing -> Just <$> newBig 65536 `onException` freeBig bytes0
@@ -96,9 +96,11 @@ buildArgTable xs0 = do
         setCell progress i
         case xs of
           [] -> do
-            frozenEnds <- traverse (fmap castForeignPtr . freezeBig) ends
+            frozenEnds <- case ends of
+              Just e -> EndsAt . castForeignPtr <$> freezeBig e
+              Nothing -> pure (EveryWidth (fromMaybe 0 width))
             frozen <- freezeBig bytes
-            pure (ArgTable frozen frozenEnds (maybe 0 id width) i)
+            pure (ArgTable frozen frozenEnds i)
           x : rest -> do
             let !size' = getSize x
             bytes' <- if fill + size' <= bigCapacity bytes then pure bytes else do
@@ -131,8 +133,8 @@ buildArgTable xs0 = do
 -- Where argument i starts (and i - 1 ends).
 endOf :: ArgTable -> Int -> Int
 endOf t i = case tableEnds t of
-  Nothing -> i * tableWidth t
-  Just ends -> unsafeDupablePerformIO (withForeignPtr ends (\p -> peekElemOff p i))
+  EveryWidth w -> i * w
+  EndsAt ends -> unsafeDupablePerformIO (withForeignPtr ends (\p -> peekElemOff p i))
 {-# INLINE endOf #-}
 
 -- | How many of the arguments from @lo@ (below @hi@) fit in a message of
