@@ -8,13 +8,18 @@
 module LargeMessageSpec (spec) where
 
 import Control.Concurrent.Async (concurrently, withAsync)
-import Control.Exception (bracket, try)
+import Control.Exception (bracket, evaluate, try)
 import Control.Monad (forM, forM_)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import Data.IORef
+import Data.List (foldl')
+import qualified Data.Map.Strict as M
+import ClusterSpec (withTestClusterConfig)
+import Herd
+import Herd.Examples.Eden (echoProcess, wordsItem)
+import TestTasks (byteSumEvolver, byteSumTask)
 import Network.Socket (Family (..), SocketType (..), defaultProtocol, socketPair)
-import Herd.Config (defaultConfig)
 import Herd.Master.Link (LinkHandle (..), openLink, stopWriting)
 import Herd.Packet
 import Herd.Packet.Policy (PacketPolicy (..), Urgency (..))
@@ -82,6 +87,29 @@ spec = describe "large messages" $ do
       stopWriting l
       got `shouldBe` [ Just (Right [Right (Ping (fromIntegral i) (payload i))]) | i <- [1 .. count] ]
 
+  it "read the next large frame into the buffer of one given back, and never into one still held" $
+    withSocketPair $ \(a, b) -> do
+      let frames@[first, held, given, larger, reusing] =
+            [bytesOf i n | (i, n) <- zip [1 ..] [1024 * 1024, 1024 * 1024, 600 * 1024, 2 * 1024 * 1024, 500 * 1024]]
+          bufferOf bs = let (fp, _, _) = BI.toForeignPtr bs in fp
+          recv = recvFrame (4 * 1024 * 1024) b >>= maybe (fail "the connection ended") pure
+      (_, (f, h, g, gWhole, l, r)) <- concurrently (mapM_ (sendFrameStrict a) frames) $ do
+        f <- recv
+        h <- recv
+        -- giving back a frame handed out before the last one does nothing
+        recycleFrame b f
+        g <- recv
+        gWhole <- pure $! g == given   -- before its buffer is given back
+        recycleFrame b g
+        -- too large for the buffer given back: a fresh one
+        l <- recv
+        -- fits: read into the buffer given back
+        r <- recv
+        pure (f, h, g, gWhole, l, r)
+      (f == first, h == held, gWhole, l == larger, r == reusing) `shouldBe` (True, True, True, True, True)
+      [bufferOf g == bufferOf x | x <- [f, h, l, r]] `shouldBe` [False, False, False, True]
+      [bufferOf h == bufferOf x | x <- [f, g, l, r]] `shouldBe` [False, False, False, False]
+
   it "arrive whole when read straight into a buffer of their size, and over the cap are refused" $
     withSocketPair $ \(a, b) -> do
       let frames = [bytesOf i n | (i, n) <- zip [1 ..] [3 * 1024 * 1024, 10, 700 * 1024, 257 * 1024, 5]]
@@ -92,3 +120,21 @@ spec = describe "large messages" $ do
       case r of
         Left (FrameTooLarge n cap) -> (n, cap) `shouldBe` (600 * 1024, 500 * 1024)
         other -> expectationFailure ("expected FrameTooLarge, got " ++ show (fmap (fmap B.length) other))
+
+  it "keep large stream elements, farm arguments and evolve states whole through a worker that reuses packet buffers" $
+    withTestClusterConfig 1 (\c -> c { configTransport = Just UnixTransport }) $ \_ cluster -> do
+      -- each larger than a read (256 KiB): each arrives as a large frame,
+      -- and the next may be read into its buffer once the worker is done
+      -- with it; stream input and states are kept past their packet
+      let item i = wordsItem 40000 i
+          check (n, ok) (y, i) = let ok' = ok && y == item i in ok' `seq` (n + 1, ok')
+      (count, same) <- withStream cluster echoProcess (map item [1 .. 120]) $ \ys ->
+        evaluate (foldl' check (0 :: Int, True) (zip ys [1 ..]))
+      (count, same) `shouldBe` (120, True)
+      let arg i = bytesOf i (300 * 1024)
+          sumOf = B.foldl' (\k w -> k + fromIntegral w) (0 :: Int)
+      sums <- farm cluster byteSumTask (map arg [1 .. 40])
+      sums `shouldBe` map (sumOf . arg) [1 .. 40]
+      ids <- resetStates cluster byteSumEvolver (map arg [1 .. 30])
+      out <- evolveMany cluster byteSumEvolver (M.fromList [ (sid, 7) | sid <- ids ])
+      [ map snd <$> M.lookup sid out | sid <- ids ] `shouldBe` [ Just [sumOf (arg i) + 7] | i <- [1 .. 30] ]

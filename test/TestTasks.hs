@@ -7,6 +7,8 @@ module TestTasks
   , exitAt13Task
   , sleepySquareTask
   , bigResultTask
+  , byteSumTask
+  , byteSumEvolver
   , spinTask
   , unitTask
   , runningSumProcess
@@ -77,6 +79,23 @@ bigResult i = unsafePerformIO (threadDelay 20000 >> pure (BC.replicate 3000000 (
 
 bigResultTask :: StaticPtr (Task Int B.ByteString)
 bigResultTask = static (named "bigResult" (task bigResult))
+
+-- The sum of a string's bytes.
+byteSum :: B.ByteString -> Int
+byteSum = B.foldl' (\k w -> k + fromIntegral w) 0
+
+-- | 'byteSum' as a task: large arguments, small results.
+byteSumTask :: StaticPtr (Task B.ByteString Int)
+byteSumTask = static (named "byteSum" (task byteSum))
+
+-- An evolve step whose states are strings: the state stays as it is and
+-- reports its byte sum plus the input.
+byteSumStep :: B.ByteString -> Int -> [(B.ByteString, Int)]
+byteSumStep s k = [(s, byteSum s + k)]
+
+-- | 'byteSumStep' as an evolve function: large states held by workers.
+byteSumEvolver :: StaticPtr (Evolver B.ByteString Int Int)
+byteSumEvolver = static (evolver byteSumStep)
 
 sleepySquareTask :: StaticPtr (Task (Int, Int) Int)
 sleepySquareTask = static (named "sleepySquare" (task sleepySquare))

@@ -40,6 +40,7 @@ module Herd.Transport
   , sendFrame
   , sendFrameStrict
   , recvFrame
+  , recycleFrame
   , hasBufferedFrame
     -- * Waiting
   , awaitReadable
@@ -102,7 +103,7 @@ recvFrame cap conn = do
           pending <- readIORef (connPending conn)
           large <- readIORef (connLarge conn)
           case large of
-            Just (Large _ len have) -> throwIO (TruncatedFrame (4 + len) (4 + have))
+            Just (Large _ _ len have) -> throwIO (TruncatedFrame (4 + len) (4 + have))
             Nothing | B.null pending -> pure Nothing
                     | otherwise -> throwIO (TruncatedFrame (expectedLength pending) (B.length pending))
         _ -> recvFrame cap conn
@@ -171,13 +172,14 @@ recvInto :: Maybe Int -> Connection -> (Ptr Word8 -> Int -> IO Int) -> IO (Int, 
 recvInto cap conn receive = do
   large <- readIORef (connLarge conn)
   case large of
-    Just (Large buf len have) -> do
+    Just (Large buf capacity len have) -> do
       got <- withForeignPtr buf $ \dst -> receive (dst `plusPtr` have) (len - have)
       when (got > 0) $
         if have + got < len
-          then writeIORef (connLarge conn) (Just (Large buf len (have + got)))
+          then writeIORef (connLarge conn) (Just (Large buf capacity len (have + got)))
           else do
             writeIORef (connLarge conn) Nothing
+            modifyIORef' (connSpare conn) (\sp -> sp { spareIssued = Just (buf, capacity) })
             writeIORef (connComplete conn) (Just (BI.fromForeignPtr buf 0 len))
       pure (got, len - have)
     Nothing -> withForeignPtr (connBuffer conn) $ \p -> do
@@ -192,14 +194,38 @@ recvInto cap conn receive = do
             writeIORef (connPending conn) (if B.null pending then chunk else pending <> chunk)
       pure (got, readChunk)
 
--- A large frame begins: a buffer of its body's size, holding the bytes of
--- it already read; the rest is read straight there.
+-- A large frame begins: a buffer for its body (the one given back by
+-- 'recycleFrame' if it is large enough, else a fresh one of the body's
+-- size), holding the bytes of it already read; the rest is read straight
+-- there.
 startLarge :: Connection -> Int -> Ptr Word8 -> Int -> IO ()
 startLarge conn len src have = do
-  buf <- BI.mallocByteString len
+  sp <- readIORef (connSpare conn)
+  (buf, capacity) <- case spareFree sp of
+    Just (fp, c) | c >= len -> (fp, c) <$ writeIORef (connSpare conn) sp { spareFree = Nothing }
+    _ -> (\fp -> (fp, len)) <$> BI.mallocByteString len
   withForeignPtr buf $ \dst -> BI.memcpy dst src have
   writeIORef (connPending conn) B.empty
-  writeIORef (connLarge conn) (Just (Large buf len have))
+  writeIORef (connLarge conn) (Just (Large buf capacity len have))
+
+-- | Give back a frame this connection's 'recvFrame' returned, promising
+-- that nothing refers to its bytes any longer (no slice of it is kept, and
+-- nothing decoded from it still points into it): the next large frame may
+-- be read into the same memory. That memory is then still in the cache,
+-- where a fresh buffer per frame is cold: on a Unix socket the receiver's
+-- copy out of the kernel was the bottleneck of a stream of large
+-- messages. Only the last large frame handed out is taken back, and only
+-- if its buffer is at most 'spareLimit'; giving back anything else does
+-- nothing.
+recycleFrame :: Connection -> B.ByteString -> IO ()
+recycleFrame conn frame = do
+  sp <- readIORef (connSpare conn)
+  let (fp, _, _) = BI.toForeignPtr frame
+  case spareIssued sp of
+    Just (issued, capacity)
+      | issued == fp && capacity <= spareLimit ->
+          writeIORef (connSpare conn) (Spare Nothing (Just (issued, capacity)))
+    _ -> pure ()
 
 -- | Take one whole frame of at most the given size from what has been read
 -- already, if there is one (a frame over the cap throws 'FrameTooLarge').

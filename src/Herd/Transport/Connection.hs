@@ -6,7 +6,9 @@ module Herd.Transport.Connection
   ( Endpoint (..)
   , Connection (..)
   , Large (..)
+  , Spare (..)
   , readChunk
+  , spareLimit
   , connKind
   , newConnection
   , TransportError (..)
@@ -68,10 +70,30 @@ data Connection = Connection
     -- ^ a large frame being read straight into a buffer of its size
   , connComplete :: !(IORef (Maybe B.ByteString))
     -- ^ a large frame read whole, to be taken before the pending bytes
+  , connSpare    :: !(IORef Spare)
+    -- ^ the buffer of the last large frame handed out, and one given back
   }
 
--- | A large frame in progress: its body's buffer, length, and bytes so far.
-data Large = Large !(ForeignPtr Word8) !Int !Int
+-- | A large frame in progress: its body's buffer, the buffer's capacity,
+-- the body's length, and bytes so far.
+data Large = Large !(ForeignPtr Word8) !Int !Int !Int
+
+-- | Large-frame buffers a connection remembers, each with its capacity:
+-- the one it handed out last (the only one a receiver may give back) and
+-- one given back, which the next large frame that fits is read into. A
+-- buffer the receiver keeps in cache this way, instead of a fresh one per
+-- frame, is what lets a stream of large messages near the kernel's copy
+-- speed (see 'Herd.Transport.recycleFrame').
+data Spare = Spare
+  { spareIssued :: !(Maybe (ForeignPtr Word8, Int))
+  , spareFree   :: !(Maybe (ForeignPtr Word8, Int))
+  }
+
+-- | The largest buffer a connection keeps for reuse: 16 MiB. A larger
+-- frame's buffer is left to the garbage collector when given back, so an
+-- idle connection never holds more than this.
+spareLimit :: Int
+spareLimit = 16 * 1024 * 1024
 
 -- | The transport a connection runs over.
 connKind :: Connection -> TransportKind
@@ -87,7 +109,7 @@ readChunk = 256 * 1024
 newConnection :: Endpoint -> String -> IO Connection
 newConnection ep peer =
   Connection ep <$> newIORef B.empty <*> newMVar () <*> pure peer <*> mallocForeignPtrBytes readChunk
-                <*> newIORef Nothing <*> newIORef Nothing
+                <*> newIORef Nothing <*> newIORef Nothing <*> newIORef (Spare Nothing Nothing)
 
 -- | Why a frame could not be received or sent.
 data TransportError

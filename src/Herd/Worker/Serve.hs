@@ -84,8 +84,11 @@ serve conn wid maxFrame policy window = do
             Left why -> failWith 4 ("bad packet from master: " ++ why)
             Right msgs -> do
               pending <- newIORef M.empty
-              go <- processAll sv pending msgs
+              (go, kept) <- processAll sv pending msgs
               pushPending sv pending
+              -- nothing refers to a packet whose messages were all
+              -- handled here and now: its buffer may take the next one
+              unless kept $ recycleFrame conn packet
               when go $ do
                 ready <- hasBufferedFrame conn
                 busy <- readIORef (svBusy sv)
@@ -98,12 +101,34 @@ serve conn wid maxFrame policy window = do
 -- Input runs of each stream gathered from one packet, newest first.
 type Pending = IORef (M.Map Word64 [(Int, B.ByteString)])
 
-processAll :: Serving -> Pending -> [B.ByteString] -> IO Bool
-processAll _ _ [] = pure True
-processAll sv pending (m : ms) = case decodeToWorker m of
-  Left why -> failWith 4 ("bad message from master: " ++ why)
-  Right Shutdown -> pure False
-  Right msg -> handleMessage sv pending msg >> processAll sv pending ms
+-- Handle a packet's messages in order: whether to go on (no 'Shutdown'),
+-- and whether a message may have kept a slice of the packet ('keepsBytes').
+processAll :: Serving -> Pending -> [B.ByteString] -> IO (Bool, Bool)
+processAll sv pending = go False
+  where
+    go kept [] = pure (True, kept)
+    go kept (m : ms) = case decodeToWorker m of
+      Left why -> failWith 4 ("bad message from master: " ++ why)
+      Right Shutdown -> pure (False, kept)
+      Right msg -> handleMessage sv pending msg >> go (kept || keepsBytes msg) ms
+
+-- Whether handling a message may leave something referring to its bytes
+-- after the handler returns. Stream input waits in its stream's queue, and
+-- the evolve holder keeps states encoded; everything else is decoded into
+-- values of its own (task references copy their text, and a run of
+-- arguments is read through a pointer that lives only while it runs). A
+-- message type added later keeps its bytes until it is listed here.
+keepsBytes :: ToWorker -> Bool
+keepsBytes msg = case msg of
+  Ping {} -> False
+  RunBatch {} -> False
+  Args {} -> False
+  Shutdown -> False
+  StreamOpen {} -> False
+  StreamEnd {} -> False
+  StreamCredit {} -> False
+  StreamClose {} -> False
+  _ -> True
 
 handleMessage :: Serving -> Pending -> ToWorker -> IO ()
 handleMessage sv pending msg = case msg of
