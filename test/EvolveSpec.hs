@@ -14,6 +14,8 @@ import ClusterSpec (eventually, withTestClusterConfig)
 import System.Posix.Signals (sigKILL, signalProcess)
 import System.Timeout (timeout)
 import Test.Hspec
+import GHC.Stats (allocated_bytes, getRTSStats, getRTSStatsEnabled)
+import System.Mem (performMinorGC)
 import TestTasks
 
 spec :: Spec
@@ -50,6 +52,30 @@ spec = describe "the evolve API" $ forM_ [minBound .. maxBound] $ \transport -> 
         sort (map snd (concat (M.elems out3))) `shouldBe` sort values
         out4 <- evolveMany cluster countEvolver (M.fromList [ (c, 1) | c <- concatMap (map fst) (M.elems out3) ])
         sort (map snd (concat (M.elems out4))) `shouldBe` sort (map (* 10) values)
+
+    it "allocates at most 24 KB on the master per evolved state, with a thousand states queued at each worker" $
+      withLoop loop 2 $ \cluster -> do
+        enabled <- getRTSStatsEnabled
+        unless enabled $ expectationFailure "the test binary must run with +RTS -T"
+        -- steps of microseconds: after the first call the plan keeps as
+        -- many states queued at each worker as it may (1000), so a cost
+        -- per answer that grows with the queue shows
+        ids <- resetStates cluster countEvolver [1 .. 4096]
+        out1 <- evolveMany cluster countEvolver (M.fromList [ (i, 1) | i <- ids ])
+        let inputs = M.fromList [ (c, 1) | c <- concatMap (map fst) (M.elems out1) ]
+        _ <- evaluate (M.size inputs)
+        performMinorGC
+        before <- allocated_bytes <$> getRTSStats
+        out2 <- evolveMany cluster countEvolver inputs
+        _ <- evaluate (sum (map (sum . map snd) (M.elems out2)))
+        performMinorGC
+        after <- allocated_bytes <$> getRTSStats
+        -- each state's one child keeps its value and reports ten times it
+        (sort (map snd (concat (M.elems out2))) == [ v * 10 | v <- [1 .. 4096] ]) `shouldBe` True
+        -- 14.7-16.1 KB when measured, on every transport and loop; with
+        -- each worker's queue a list (copied on every answer), 80-86 KB
+        let perState = fromIntegral (after - before) / 4096 :: Double
+        perState `shouldSatisfy` (<= 24 * 1024)
 
     it "answers many calls in a row, with a farm between them" $
       withLoop loop 2 $ \cluster -> do

@@ -20,6 +20,8 @@ module Herd.Evolve.Plan
   , planWorkers
   , planRunning
   , unstarted
+  , dequeue
+  , isQueued
   , longestFirst
   , adjust
   , putWorker
@@ -32,6 +34,8 @@ module Herd.Evolve.Plan
 import qualified Data.ByteString as B
 import Data.List (sortBy)
 import qualified Data.Map.Strict as M
+import Data.Sequence (Seq, ViewL (..), viewl)
+import qualified Data.Sequence as Seq
 import qualified Data.Set as S
 import Herd.Base (WorkerId)
 import Herd.Evolve.Registry (StateId)
@@ -53,7 +57,10 @@ defaultPlanSettings = PlanSettings 0.1 Nothing 1000
 -- | What the plan knows of one worker.
 data WorkerPlan = WorkerPlan
   { wpHeld     :: ![(Double, StateId)]  -- ^ to evolve, not asked yet, longest first
-  , wpQueued   :: ![StateId]            -- ^ asked, not answered, oldest first (the first may be running)
+  , wpQueued   :: !(Seq StateId)
+    -- ^ asked, not answered, oldest first (the first may be running); a
+    -- sequence, not a list: a cheap step's queue holds up to
+    -- 'settingsMaxQueue' states, and a list copied it on every answer
   , wpIncoming :: !Int                  -- ^ states being moved to it
   , wpLeaving  :: !Int                  -- ^ its states being asked back
   } deriving (Eq, Show)
@@ -118,7 +125,7 @@ planUnstarted = M.map unstarted . plWorkers
 
 -- | Workers with nothing held, nothing asked and nothing coming.
 planIdleWorkers :: Plan -> [WorkerId]
-planIdleWorkers p = [ w | (w, wp) <- M.toList (plWorkers p), null (wpHeld wp), null (wpQueued wp), wpIncoming wp == 0 ]
+planIdleWorkers p = [ w | (w, wp) <- M.toList (plWorkers p), null (wpHeld wp), Seq.null (wpQueued wp), wpIncoming wp == 0 ]
 
 -- | Whether this state has been asked back and the answer is still due.
 planIsMoving :: StateId -> Plan -> Bool
@@ -127,7 +134,20 @@ planIsMoving s p = M.member s (plMoving p)
 -- | A worker's states that have not started: held, or queued behind the
 -- one that may be running, less those being asked back.
 unstarted :: WorkerPlan -> Int
-unstarted wp = length (wpHeld wp) + max 0 (length (wpQueued wp) - 1) - wpLeaving wp
+unstarted wp = length (wpHeld wp) + max 0 (Seq.length (wpQueued wp) - 1) - wpLeaving wp
+
+-- | A queue without this state: the first one, at once, in the common
+-- case (a worker answers its states in order); else searched for.
+dequeue :: StateId -> Seq StateId -> Seq StateId
+dequeue s q = case viewl q of
+  x :< rest | x == s -> rest
+  _ -> Seq.filter (/= s) q
+
+-- | Whether a state is in a queue, looking at its first one first.
+isQueued :: StateId -> Seq StateId -> Bool
+isQueued s q = case viewl q of
+  x :< _ | x == s -> True
+  _ -> s `elem` q
 
 -- | Costliest first; ties by state, so the order is total.
 longestFirst :: [(Double, StateId)] -> [(Double, StateId)]
@@ -162,7 +182,7 @@ removeWorker w p =
 -- | The worker with the fewest states held and queued (the lowest id on a
 -- tie); the plan must have a worker.
 leastLoaded :: Plan -> WorkerId
-leastLoaded p = snd (minimum [ (length (wpHeld wp) + length (wpQueued wp), w) | (w, wp) <- M.toList (plWorkers p) ])
+leastLoaded p = snd (minimum [ (length (wpHeld wp) + Seq.length (wpQueued wp), w) | (w, wp) <- M.toList (plWorkers p) ])
 
 -- | The mean cost of the evolutions answered so far in this call, else the
 -- settings' guess, if any.
@@ -189,5 +209,5 @@ planWorkers = M.keys . plWorkers
 -- first of those asked of it (a worker evolves them in order).
 planRunning :: WorkerId -> Plan -> Maybe StateId
 planRunning w p = case M.lookup w (plWorkers p) of
-  Just wp | s : _ <- wpQueued wp -> Just s
+  Just wp | s :< _ <- viewl (wpQueued wp) -> Just s
   _ -> Nothing

@@ -52,7 +52,9 @@ module Herd.Evolve.Schedule
   ) where
 
 import Data.List (foldl')
+import Data.Foldable (toList)
 import qualified Data.Map.Strict as M
+import qualified Data.Sequence as Seq
 import qualified Data.Set as S
 import qualified Data.Vector as V
 import Herd.Base (WorkerId)
@@ -102,13 +104,13 @@ startPlan settings holdings0 = (planAfter, releases ++ asks ++ stealCmds)
     -- each, thousands of times, and was most of a start's cost)
     target = queueTarget shell
     workerPlans =
-      [ (w, WorkerPlan kept asked (M.findWithDefault 0 w coming) 0)
+      [ (w, WorkerPlan kept (Seq.fromList asked) (M.findWithDefault 0 w coming) 0)
       | (w, ss) <- M.toAscList held0
       , let mine = maybe ss (\gone -> filter (\(_, s) -> not (S.member s gone)) ss) (M.lookup w leaving)
             (taken, kept) = splitAt target mine
             asked = map snd taken ]
-    asks = [ Ask w (wpQueued wp) | (w, wp) <- workerPlans, not (null (wpQueued wp)) ]
-    isIdle wp = null (wpHeld wp) && null (wpQueued wp) && wpIncoming wp == 0
+    asks = [ Ask w (toList (wpQueued wp)) | (w, wp) <- workerPlans, not (Seq.null (wpQueued wp)) ]
+    isIdle wp = null (wpHeld wp) && Seq.null (wpQueued wp) && wpIncoming wp == 0
     shell = Plan
       { plWorkers = M.empty
       , plLeft = sum (map length (M.elems holdings))
@@ -126,7 +128,7 @@ startPlan settings holdings0 = (planAfter, releases ++ asks ++ stealCmds)
       , plVictims = S.fromList [ (n, w) | (w, wp) <- workerPlans, let n = unstarted wp, n >= 1 ] }
     -- then workers left short with nothing coming take states from the
     -- busiest, as they would at any later step
-    thieves = [ w | (w, wp) <- workerPlans, null (wpHeld wp), length (wpQueued wp) < target, wpIncoming wp == 0 ]
+    thieves = [ w | (w, wp) <- workerPlans, null (wpHeld wp), Seq.length (wpQueued wp) < target, wpIncoming wp == 0 ]
     (planAfter, stealCmds) = settle thieves planFilled
 
 -- | Take one event. 'Left' names a broken promise of the worker (a state it
@@ -135,11 +137,11 @@ stepPlan :: PlanEvent -> Plan -> Either String (Plan, [Command])
 stepPlan ev p = case ev of
   Evolved w s secs -> do
     wp <- worker w
-    if s `notElem` wpQueued wp
+    if not (isQueued s (wpQueued wp))
       then Left ("it reported evolving " ++ show s ++ ", which it was not asked to evolve")
       -- the worker's entry is changed once, by its refill: a put here and
       -- another there rebuilt its paths in the plan's map and index twice
-      else pure $ settleWorker w wp { wpQueued = filter (/= s) (wpQueued wp) }
+      else pure $ settleWorker w wp { wpQueued = dequeue s (wpQueued wp) }
         p { plLeft = plLeft p - 1
           , plCostSum = plCostSum p + secs
           , plCostN = plCostN p + 1 }
@@ -147,7 +149,7 @@ stepPlan ev p = case ev of
     Just mv | moveFrom mv == w -> do
       wp <- worker w
       let wp' = if moveQueued mv
-                  then wp { wpQueued = filter (/= s) (wpQueued wp), wpLeaving = wpLeaving wp - 1 }
+                  then wp { wpQueued = dequeue s (wpQueued wp), wpLeaving = wpLeaving wp - 1 }
                   else wp
           p1 = putWorker w wp' p { plMoving = M.delete s (plMoving p) }
           to = moveTo mv
@@ -172,7 +174,7 @@ stepPlan ev p = case ev of
     Just wp -> do
       let leaving = [ (s, mv) | (s, mv) <- M.toList (plMoving p), moveFrom mv == w ]
           -- states being taken from the lost worker are lost with it
-          lost = map snd (wpHeld wp) ++ wpQueued wp ++ [ s | (s, mv) <- leaving, not (moveQueued mv) ]
+          lost = map snd (wpHeld wp) ++ toList (wpQueued wp) ++ [ s | (s, mv) <- leaving, not (moveQueued mv) ]
           p1 = foldl' (\q (_, mv) -> adjust (moveTo mv) (\x -> x { wpIncoming = wpIncoming x - 1 }) q)
                  (removeWorker w p)
                    { plLeft = plLeft p - length lost
@@ -184,7 +186,7 @@ stepPlan ev p = case ev of
   WorkerCame w
     | M.member w (plWorkers p) -> Right (p, [])
     -- it starts idle, and takes states from the busiest as any idle worker
-    | otherwise -> pure (settleIdle (putWorker w (WorkerPlan [] [] 0 0) p { plIdle = S.insert w (plIdle p) }, []))
+    | otherwise -> pure (settleIdle (putWorker w (WorkerPlan [] Seq.empty 0 0) p { plIdle = S.insert w (plIdle p) }, []))
   Adopted w ss -> case M.lookup w (plWorkers p) of
     Nothing -> Left ("worker " ++ show w ++ " is not part of this call")
     Just _ ->
@@ -222,15 +224,15 @@ settle ws p0 = fmap (concat . reverse) (foldl' one (p0, []) ws)
 settleWorker :: WorkerId -> WorkerPlan -> Plan -> (Plan, [Command])
 settleWorker w wp p =
   let !target = queueTarget p
-      !room = target - length (wpQueued wp)
+      !room = target - Seq.length (wpQueued wp)
       (asked, kept) = splitAt (max 0 room) (wpHeld wp)
       !askedIds = map snd asked
-      !wp' = wp { wpHeld = kept, wpQueued = if null askedIds then wpQueued wp else wpQueued wp ++ askedIds }
+      !wp' = wp { wpHeld = kept, wpQueued = if null askedIds then wpQueued wp else wpQueued wp <> Seq.fromList askedIds }
       !p' = putWorker w wp' p
-      (!p'', stealCmds) = if null kept && length (wpQueued wp') < target && wpIncoming wp' == 0
+      (!p'', stealCmds) = if null kept && Seq.length (wpQueued wp') < target && wpIncoming wp' == 0
                             then steal w p'
                             else (p', [])
-      !idle = maybe False (\x -> null (wpHeld x) && null (wpQueued x) && wpIncoming x == 0)
+      !idle = maybe False (\x -> null (wpHeld x) && Seq.null (wpQueued x) && wpIncoming x == 0)
                     (M.lookup w (plWorkers p''))
       -- inserting a worker already there would copy its path anyway
       idleSet = plIdle p''
@@ -252,7 +254,7 @@ steal thief p = case victimOf of
         count = if thiefIdle then max 1 (n `div` 2) else (n - own) `div` 2
         fromHeld = take count (wpHeld vp)
         fromQueue = take (count - length fromHeld)
-                      [ s | s <- reverse (drop 1 (wpQueued vp)), not (M.member s (plMoving p)) ]
+                      [ s | s <- toList (Seq.reverse (Seq.drop 1 (wpQueued vp))), not (M.member s (plMoving p)) ]
         moves = [ (s, Move victim thief c False) | (c, s) <- fromHeld ]
              ++ [ (s, Move victim thief fallback True) | s <- fromQueue ]
         p' = p { plMoving = foldl' (\m (s, mv) -> M.insert s mv m) (plMoving p) moves }
@@ -261,7 +263,7 @@ steal thief p = case victimOf of
             $ adjust thief (\t -> t { wpIncoming = wpIncoming t + length moves }) p'
     in (p'', [ Release victim s | (s, _) <- moves ])
   where
-    thiefIdle = maybe True (null . wpQueued) (M.lookup thief (plWorkers p))
+    thiefIdle = maybe True (Seq.null . wpQueued) (M.lookup thief (plWorkers p))
     own = maybe 0 unstarted (M.lookup thief (plWorkers p))
     -- the worker with the most unstarted states, other than the thief
     victimOf = case S.lookupMax (plVictims p) of
