@@ -12,6 +12,7 @@ import qualified Data.Set as S
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Base (TaskRef (..))
 import Herd.Evolve.Schedule
+import Herd.Evolve.Plan (heldFromList, heldInsert, heldSize, heldTake, heldToList, longestFirst)
 import Herd.Evolve.Checkpoint
 import Herd.Evolve.Registry (lineageDepth, keepOrigins)
 import Herd.Master.Session (Machine (..))
@@ -38,6 +39,17 @@ data World = World
   , wGone     :: S.Set WorkerId
   , wBad      :: [String]          -- broken promises seen
   }
+
+-- Held states (distinct ids, costs with ties), one more not among them,
+-- and a count to take (sometimes out of range).
+genHeld :: Gen ([(Double, StateId)], (Double, StateId), Int)
+genHeld = do
+  n <- chooseInt (0, 40)
+  ids <- shuffle [1 .. n + 1]
+  costs <- vectorOf (n + 1) (elements [0.5, 1, 2, 3, 10, 0.001])
+  let pairs = zip costs (map (StateId . fromIntegral) ids)
+  k <- chooseInt (-2, n + 3)
+  pure (take n pairs, last pairs, k)
 
 -- A population: per worker, its states with estimated costs (0: unknown).
 genHoldings :: Gen (M.Map WorkerId [(StateId, Double)])
@@ -182,6 +194,14 @@ allStates = sort . concatMap (map fst) . M.elems
 spec :: Spec
 spec = describe "the evolve scheduler (pure, against a model of the workers)" $ do
   checkpointSpec
+  it "keeps a worker's held states as a list sorted costliest first would (insert, take, size)" $ property $
+    forAll genHeld $ \(xs, (c, s), n) ->
+      let held = heldFromList xs
+          (taken, rest) = heldTake n held
+      in heldToList held === longestFirst xs
+         .&&. heldSize held === length xs
+         .&&. heldToList (heldInsert c s held) === longestFirst ((c, s) : xs)
+         .&&. (taken, heldToList rest) === splitAt (max 0 n) (longestFirst xs)
   it "evolves every state exactly once and finishes" $ property $
     forAll genHoldings $ \holdings -> forAll (runWorld holdings False) $ \o ->
       let w = outWorld o in

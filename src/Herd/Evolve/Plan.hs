@@ -8,6 +8,13 @@ module Herd.Evolve.Plan
   ( PlanSettings (..)
   , defaultPlanSettings
   , WorkerPlan (..)
+  , Held
+  , heldFromList
+  , heldToList
+  , heldSize
+  , heldNull
+  , heldInsert
+  , heldTake
   , Plan (..)
   , Move (..)
   , PlanEvent (..)
@@ -34,6 +41,7 @@ module Herd.Evolve.Plan
 import qualified Data.ByteString as B
 import Data.List (sortBy)
 import qualified Data.Map.Strict as M
+import Data.Ord (Down (..))
 import Data.Sequence (Seq, ViewL (..), viewl)
 import qualified Data.Sequence as Seq
 import qualified Data.Set as S
@@ -56,7 +64,7 @@ defaultPlanSettings = PlanSettings 0.1 Nothing 1000
 
 -- | What the plan knows of one worker.
 data WorkerPlan = WorkerPlan
-  { wpHeld     :: ![(Double, StateId)]  -- ^ to evolve, not asked yet, longest first
+  { wpHeld     :: !Held                 -- ^ to evolve, not asked yet, longest first
   , wpQueued   :: !(Seq StateId)
     -- ^ asked, not answered, oldest first (the first may be running); a
     -- sequence, not a list: a cheap step's queue holds up to
@@ -64,6 +72,45 @@ data WorkerPlan = WorkerPlan
   , wpIncoming :: !Int                  -- ^ states being moved to it
   , wpLeaving  :: !Int                  -- ^ its states being asked back
   } deriving (Eq, Show)
+
+-- | A worker's states to evolve that it has not been asked for yet, with
+-- their estimated costs, costliest first (ties by state). A set, not a
+-- sorted list: a state moved to a worker is inserted in its place, and
+-- its size is known at once; re-sorting a list of thousands for each
+-- moved state made a call that moved thousands quadratic.
+newtype Held = Held (S.Set (Down Double, StateId))
+  deriving (Eq, Show)
+
+-- | The held states of these (cost, state) pairs.
+heldFromList :: [(Double, StateId)] -> Held
+heldFromList xs = Held (S.fromList [ (Down c, s) | (c, s) <- xs ])
+
+-- | Costliest first.
+heldToList :: Held -> [(Double, StateId)]
+heldToList (Held set) = [ (c, s) | (Down c, s) <- S.toAscList set ]
+
+-- | How many states are held.
+heldSize :: Held -> Int
+heldSize (Held set) = S.size set
+
+-- | Whether none is.
+heldNull :: Held -> Bool
+heldNull (Held set) = S.null set
+
+-- | Hold one more state.
+heldInsert :: Double -> StateId -> Held -> Held
+heldInsert c s (Held set) = Held (S.insert (Down c, s) set)
+
+-- | The costliest @n@ states, and the rest.
+heldTake :: Int -> Held -> ([(Double, StateId)], Held)
+heldTake n (Held set)
+  | n <= 0 = ([], Held set)
+  | n == 1 = case S.minView set of   -- the common case: one state refills a queue
+      Just ((Down c, s), rest) -> ([(c, s)], Held rest)
+      Nothing -> ([], Held set)
+  | otherwise =
+      let (front, rest) = S.splitAt n set
+      in ([ (c, s) | (Down c, s) <- S.toAscList front ], Held rest)
 
 -- | The scheduler's state during one call.
 data Plan = Plan
@@ -125,7 +172,7 @@ planUnstarted = M.map unstarted . plWorkers
 
 -- | Workers with nothing held, nothing asked and nothing coming.
 planIdleWorkers :: Plan -> [WorkerId]
-planIdleWorkers p = [ w | (w, wp) <- M.toList (plWorkers p), null (wpHeld wp), Seq.null (wpQueued wp), wpIncoming wp == 0 ]
+planIdleWorkers p = [ w | (w, wp) <- M.toList (plWorkers p), heldNull (wpHeld wp), Seq.null (wpQueued wp), wpIncoming wp == 0 ]
 
 -- | Whether this state has been asked back and the answer is still due.
 planIsMoving :: StateId -> Plan -> Bool
@@ -134,7 +181,7 @@ planIsMoving s p = M.member s (plMoving p)
 -- | A worker's states that have not started: held, or queued behind the
 -- one that may be running, less those being asked back.
 unstarted :: WorkerPlan -> Int
-unstarted wp = length (wpHeld wp) + max 0 (Seq.length (wpQueued wp) - 1) - wpLeaving wp
+unstarted wp = heldSize (wpHeld wp) + max 0 (Seq.length (wpQueued wp) - 1) - wpLeaving wp
 
 -- | A queue without this state: the first one, at once, in the common
 -- case (a worker answers its states in order); else searched for.
@@ -182,7 +229,7 @@ removeWorker w p =
 -- | The worker with the fewest states held and queued (the lowest id on a
 -- tie); the plan must have a worker.
 leastLoaded :: Plan -> WorkerId
-leastLoaded p = snd (minimum [ (length (wpHeld wp) + Seq.length (wpQueued wp), w) | (w, wp) <- M.toList (plWorkers p) ])
+leastLoaded p = snd (minimum [ (heldSize (wpHeld wp) + Seq.length (wpQueued wp), w) | (w, wp) <- M.toList (plWorkers p) ])
 
 -- | The mean cost of the evolutions answered so far in this call, else the
 -- settings' guess, if any.

@@ -104,13 +104,13 @@ startPlan settings holdings0 = (planAfter, releases ++ asks ++ stealCmds)
     -- each, thousands of times, and was most of a start's cost)
     target = queueTarget shell
     workerPlans =
-      [ (w, WorkerPlan kept (Seq.fromList asked) (M.findWithDefault 0 w coming) 0)
+      [ (w, WorkerPlan (heldFromList kept) (Seq.fromList asked) (M.findWithDefault 0 w coming) 0)
       | (w, ss) <- M.toAscList held0
       , let mine = maybe ss (\gone -> filter (\(_, s) -> not (S.member s gone)) ss) (M.lookup w leaving)
             (taken, kept) = splitAt target mine
             asked = map snd taken ]
     asks = [ Ask w (toList (wpQueued wp)) | (w, wp) <- workerPlans, not (Seq.null (wpQueued wp)) ]
-    isIdle wp = null (wpHeld wp) && Seq.null (wpQueued wp) && wpIncoming wp == 0
+    isIdle wp = heldNull (wpHeld wp) && Seq.null (wpQueued wp) && wpIncoming wp == 0
     shell = Plan
       { plWorkers = M.empty
       , plLeft = sum (map length (M.elems holdings))
@@ -128,7 +128,7 @@ startPlan settings holdings0 = (planAfter, releases ++ asks ++ stealCmds)
       , plVictims = S.fromList [ (n, w) | (w, wp) <- workerPlans, let n = unstarted wp, n >= 1 ] }
     -- then workers left short with nothing coming take states from the
     -- busiest, as they would at any later step
-    thieves = [ w | (w, wp) <- workerPlans, null (wpHeld wp), Seq.length (wpQueued wp) < target, wpIncoming wp == 0 ]
+    thieves = [ w | (w, wp) <- workerPlans, heldNull (wpHeld wp), Seq.length (wpQueued wp) < target, wpIncoming wp == 0 ]
     (planAfter, stealCmds) = settle thieves planFilled
 
 -- | Take one event. 'Left' names a broken promise of the worker (a state it
@@ -155,7 +155,7 @@ stepPlan ev p = case ev of
           to = moveTo mv
           -- the thief may have been lost meanwhile: then the least loaded live worker takes it
           target = if M.member to (plWorkers p1) then to else leastLoaded p1
-          p2 = adjust target (\t -> t { wpHeld = longestFirst ((moveCost mv, s) : wpHeld t)
+          p2 = adjust target (\t -> t { wpHeld = heldInsert (moveCost mv) s (wpHeld t)
                                       , wpIncoming = if target == to then wpIncoming t - 1 else wpIncoming t }) p1
           (p3, cmds) = settleIdle (settle [target, w] p2)
       pure (p3, Place target s bytes : cmds)
@@ -164,7 +164,7 @@ stepPlan ev p = case ev of
     Just mv | moveFrom mv == w ->
       -- it stays where it is and is answered from there
       let back v | moveQueued mv = v { wpLeaving = wpLeaving v - 1 }
-                 | otherwise = v { wpHeld = longestFirst ((moveCost mv, s) : wpHeld v) }
+                 | otherwise = v { wpHeld = heldInsert (moveCost mv) s (wpHeld v) }
           p1 = adjust (moveTo mv) (\t -> t { wpIncoming = wpIncoming t - 1 })
              $ adjust w back p { plMoving = M.delete s (plMoving p) }
       in pure (settleIdle (settle [moveTo mv, w] p1))
@@ -174,7 +174,7 @@ stepPlan ev p = case ev of
     Just wp -> do
       let leaving = [ (s, mv) | (s, mv) <- M.toList (plMoving p), moveFrom mv == w ]
           -- states being taken from the lost worker are lost with it
-          lost = map snd (wpHeld wp) ++ toList (wpQueued wp) ++ [ s | (s, mv) <- leaving, not (moveQueued mv) ]
+          lost = map snd (heldToList (wpHeld wp)) ++ toList (wpQueued wp) ++ [ s | (s, mv) <- leaving, not (moveQueued mv) ]
           p1 = foldl' (\q (_, mv) -> adjust (moveTo mv) (\x -> x { wpIncoming = wpIncoming x - 1 }) q)
                  (removeWorker w p)
                    { plLeft = plLeft p - length lost
@@ -186,11 +186,11 @@ stepPlan ev p = case ev of
   WorkerCame w
     | M.member w (plWorkers p) -> Right (p, [])
     -- it starts idle, and takes states from the busiest as any idle worker
-    | otherwise -> pure (settleIdle (putWorker w (WorkerPlan [] Seq.empty 0 0) p { plIdle = S.insert w (plIdle p) }, []))
+    | otherwise -> pure (settleIdle (putWorker w (WorkerPlan (heldFromList []) Seq.empty 0 0) p { plIdle = S.insert w (plIdle p) }, []))
   Adopted w ss -> case M.lookup w (plWorkers p) of
     Nothing -> Left ("worker " ++ show w ++ " is not part of this call")
     Just _ ->
-      let p1 = adjust w (\x -> x { wpHeld = longestFirst ([ (c, s) | (s, c) <- ss ] ++ wpHeld x) })
+      let p1 = adjust w (\x -> x { wpHeld = foldl' (\h (s, c) -> heldInsert c s h) (wpHeld x) ss })
                  p { plLeft = plLeft p + length ss }
       in pure (settleIdle (settle [w] p1))
   where
@@ -225,14 +225,14 @@ settleWorker :: WorkerId -> WorkerPlan -> Plan -> (Plan, [Command])
 settleWorker w wp p =
   let !target = queueTarget p
       !room = target - Seq.length (wpQueued wp)
-      (asked, kept) = splitAt (max 0 room) (wpHeld wp)
+      (asked, kept) = heldTake room (wpHeld wp)
       !askedIds = map snd asked
       !wp' = wp { wpHeld = kept, wpQueued = if null askedIds then wpQueued wp else wpQueued wp <> Seq.fromList askedIds }
       !p' = putWorker w wp' p
-      (!p'', stealCmds) = if null kept && Seq.length (wpQueued wp') < target && wpIncoming wp' == 0
+      (!p'', stealCmds) = if heldNull kept && Seq.length (wpQueued wp') < target && wpIncoming wp' == 0
                             then steal w p'
                             else (p', [])
-      !idle = maybe False (\x -> null (wpHeld x) && Seq.null (wpQueued x) && wpIncoming x == 0)
+      !idle = maybe False (\x -> heldNull (wpHeld x) && Seq.null (wpQueued x) && wpIncoming x == 0)
                     (M.lookup w (plWorkers p''))
       -- inserting a worker already there would copy its path anyway
       idleSet = plIdle p''
@@ -252,13 +252,13 @@ steal thief p = case victimOf of
   Just (n, victim) ->
     let vp = plWorkers p M.! victim
         count = if thiefIdle then max 1 (n `div` 2) else (n - own) `div` 2
-        fromHeld = take count (wpHeld vp)
+        (fromHeld, heldLeft) = heldTake count (wpHeld vp)
         fromQueue = take (count - length fromHeld)
                       [ s | s <- toList (Seq.reverse (Seq.drop 1 (wpQueued vp))), not (M.member s (plMoving p)) ]
         moves = [ (s, Move victim thief c False) | (c, s) <- fromHeld ]
              ++ [ (s, Move victim thief fallback True) | s <- fromQueue ]
         p' = p { plMoving = foldl' (\m (s, mv) -> M.insert s mv m) (plMoving p) moves }
-        p'' = adjust victim (\v -> v { wpHeld = drop (length fromHeld) (wpHeld v)
+        p'' = adjust victim (\v -> v { wpHeld = heldLeft
                                      , wpLeaving = wpLeaving v + length fromQueue })
             $ adjust thief (\t -> t { wpIncoming = wpIncoming t + length moves }) p'
     in (p'', [ Release victim s | (s, _) <- moves ])
