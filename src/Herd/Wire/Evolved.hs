@@ -57,7 +57,9 @@ decodeEvolved :: B.ByteString -> Maybe (Word64, Word64, [(Word64, B.ByteString)]
 decodeEvolved bs
   | len < 21 = Nothing
   | count > (len - 21) `div` 12 = Nothing
-  | otherwise = (\kids -> (word64At bs 1, word64At bs 9, kids)) <$> children count 21
+  | otherwise = case children count 21 of
+      Just kids -> let !sid = word64At bs 1; !busy = word64At bs 9 in Just (sid, busy, kids)
+      Nothing -> Nothing
   where
     len = B.length bs
     count = word32At bs 17
@@ -69,4 +71,6 @@ decodeEvolved bs
           let n = word32At bs (at + 8)
               from = at + 12
           in if n > len - from then Nothing
-             else ((word64At bs at, BU.unsafeTake n (BU.unsafeDrop from bs)) :) <$> children (k - 1) (from + n)
+             else case children (k - 1) (from + n) of
+               Just rest -> let !c = word64At bs at; !o = BU.unsafeTake n (BU.unsafeDrop from bs) in Just ((c, o) : rest)
+               Nothing -> Nothing
