@@ -53,7 +53,7 @@ spec = describe "the evolve API" $ forM_ [minBound .. maxBound] $ \transport -> 
         out4 <- evolveMany cluster countEvolver (M.fromList [ (c, 1) | c <- concatMap (map fst) (M.elems out3) ])
         sort (map snd (concat (M.elems out4))) `shouldBe` sort (map (* 10) values)
 
-    it "allocates at most 24 KB on the master per evolved state, with a thousand states queued at each worker" $
+    it "allocates at most 40 KB on the master per evolved state, with a thousand states queued at each worker" $
       withLoop loop 2 $ \cluster -> do
         enabled <- getRTSStatsEnabled
         unless enabled $ expectationFailure "the test binary must run with +RTS -T"
@@ -72,10 +72,13 @@ spec = describe "the evolve API" $ forM_ [minBound .. maxBound] $ \transport -> 
         after <- allocated_bytes <$> getRTSStats
         -- each state's one child keeps its value and reports ten times it
         (sort (map snd (concat (M.elems out2))) == [ v * 10 | v <- [1 .. 4096] ]) `shouldBe` True
-        -- 14.7-16.1 KB when measured, on every transport and loop; with
-        -- each worker's queue a list (copied on every answer), 80-86 KB
+        -- 14.7-16.1 KB when measured alone, on every transport and loop;
+        -- inside the whole suite an experimental build once gave 25 KB (the
+        -- count is the whole process's), hence the margin. With each
+        -- worker's queue a list (copied on every answer), 80-86 KB; with a
+        -- queue rebuilt on every answer, 110 KB
         let perState = fromIntegral (after - before) / 4096 :: Double
-        perState `shouldSatisfy` (<= 24 * 1024)
+        perState `shouldSatisfy` (<= 40 * 1024)
 
     it "answers many calls in a row, with a farm between them" $
       withLoop loop 2 $ \cluster -> do
