@@ -69,6 +69,7 @@ import Data.IORef
 import Data.Word (Word8)
 import Foreign.C.Types (CInt (..))
 import Foreign.ForeignPtr (withForeignPtr)
+import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
 import Foreign.Ptr (Ptr, castPtr, plusPtr)
 import System.Posix.Types (Fd (..))
 import Herd.Base (TransportKind (..), transportName, parseTransportKind)
@@ -179,7 +180,7 @@ recvInto cap conn receive = do
           then writeIORef (connLarge conn) (Just (Large buf capacity len (have + got)))
           else do
             writeIORef (connLarge conn) Nothing
-            modifyIORef' (connSpare conn) (\sp -> sp { spareIssued = Just (buf, capacity) })
+            modifyIORef' (connSpare conn) (\sp -> sp { spareIssued = Just (unsafeForeignPtrToPtr buf, capacity) })
             writeIORef (connComplete conn) (Just (BI.fromForeignPtr buf 0 len))
       pure (got, len - have)
     Nothing -> withForeignPtr (connBuffer conn) $ \p -> do
@@ -216,15 +217,17 @@ startLarge conn len src have = do
 -- copy out of the kernel was the bottleneck of a stream of large
 -- messages. Only the last large frame handed out is taken back, and only
 -- if its buffer is at most 'spareLimit'; giving back anything else does
--- nothing.
+-- nothing. A large frame is the whole of its buffer, from offset 0; a
+-- frame cut from the pending bytes starts after its length prefix, so it
+-- is never taken for one.
 recycleFrame :: Connection -> B.ByteString -> IO ()
 recycleFrame conn frame = do
   sp <- readIORef (connSpare conn)
-  let (fp, _, _) = BI.toForeignPtr frame
+  let (fp, off, _) = BI.toForeignPtr frame
   case spareIssued sp of
     Just (issued, capacity)
-      | issued == fp && capacity <= spareLimit ->
-          writeIORef (connSpare conn) (Spare Nothing (Just (issued, capacity)))
+      | off == 0 && issued == unsafeForeignPtrToPtr fp && capacity <= spareLimit ->
+          writeIORef (connSpare conn) (Spare Nothing (Just (fp, capacity)))
     _ -> pure ()
 
 -- | Take one whole frame of at most the given size from what has been read

@@ -71,7 +71,7 @@ data Connection = Connection
   , connComplete :: !(IORef (Maybe B.ByteString))
     -- ^ a large frame read whole, to be taken before the pending bytes
   , connSpare    :: !(IORef Spare)
-    -- ^ the buffer of the last large frame handed out, and one given back
+    -- ^ where the last large frame handed out lives, and a buffer given back
   }
 
 -- | A large frame in progress: its body's buffer, the buffer's capacity,
@@ -79,13 +79,15 @@ data Connection = Connection
 data Large = Large !(ForeignPtr Word8) !Int !Int !Int
 
 -- | Large-frame buffers a connection remembers, each with its capacity:
--- the one it handed out last (the only one a receiver may give back) and
--- one given back, which the next large frame that fits is read into. A
--- buffer the receiver keeps in cache this way, instead of a fresh one per
--- frame, is what lets a stream of large messages near the kernel's copy
--- speed (see 'Herd.Transport.recycleFrame').
+-- the address of the one it handed out last (the only one a receiver may
+-- give back; an address, so that a connection whose receiver never gives
+-- one back, like the master's, keeps no frame alive) and one given back,
+-- which the next large frame that fits is read into. A buffer the
+-- receiver keeps in cache this way, instead of a fresh one per frame, is
+-- what lets a stream of large messages near the kernel's copy speed (see
+-- 'Herd.Transport.recycleFrame').
 data Spare = Spare
-  { spareIssued :: !(Maybe (ForeignPtr Word8, Int))
+  { spareIssued :: !(Maybe (Ptr Word8, Int))
   , spareFree   :: !(Maybe (ForeignPtr Word8, Int))
   }
 
