@@ -36,7 +36,9 @@ import System.Process
 import System.Timeout (timeout)
 import Test.Hspec
 import GHC.Stats (allocated_bytes, getRTSStats, getRTSStatsEnabled)
-import System.Mem (performMinorGC)
+import System.Mem (performMajorGC, performMinorGC)
+import System.Mem.Weak (deRefWeak, mkWeakPtr)
+import Data.Maybe (isNothing)
 import TestTasks
 import Herd.Examples.Eden (echoProcess, wordsItem)
 
@@ -209,6 +211,24 @@ transportSpec transport loop = describe ("over " ++ transportName transport ++ "
       forM_ stats $ \(_, s) -> do
         maxValuesReceivedPerPacket s `shouldSatisfy` (<= 64 + 4)
         maxValuesSentPerPacket s `shouldSatisfy` (<= 64 + 4)
+
+  it "lets go of the stream output its body has consumed" $
+    withOverConfig 1 id $ \_ cluster -> do
+      gone <- withStream cluster runningSumProcess [1000000000 ..] $ \ys -> case ys of
+        [] -> pure False
+        (y : rest) -> do
+          first <- evaluate y >>= \v -> mkWeakPtr v Nothing
+          _ <- evaluate (foldl' (+) 0 (take 5000 rest))
+          -- two collections: after one alone the element was still
+          -- reachable in about one run of ten (transiently, from the
+          -- other capability), never after two
+          performMajorGC
+          performMajorGC
+          isNothing <$> deRefWeak first
+      -- the first element is garbage once the body has moved past it: a
+      -- stream that held its whole output while the body ran would use
+      -- memory without bound on an infinite one
+      gone `shouldBe` True
 
   it "gathers many stream elements per packet (and message) with chunking on, one per packet with it off" $ do
     ratios <- forM [True, False] $ \on ->

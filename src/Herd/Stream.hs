@@ -56,10 +56,16 @@ import System.IO.Unsafe (unsafeInterleaveIO)
 -- stopped and the rest of its input is no longer read; use this when the
 -- body may not consume the whole output (an infinite stream, say).
 withStream :: Cluster -> StaticPtr (Process a b) -> [a] -> ([b] -> IO r) -> IO r
-withStream cluster ptr xs body =
-  bracket (start cluster ptr xs) stop (\(_, _, out) -> body out)
+withStream cluster ptr xs body = mask $ \restore -> do
+  (sid, feeder, out) <- start cluster ptr xs
+  -- not 'bracket': its release would hold the triple, and with it the
+  -- head of the output list, for as long as the body runs, so every
+  -- element the body had consumed would stay live
+  r <- restore (body out) `onException` stop sid feeder
+  stop sid feeder
+  pure r
   where
-    stop (sid, feeder, _) = do
+    stop sid feeder = do
       killThread feeder
       closeStream cluster sid
 
