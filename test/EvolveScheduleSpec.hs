@@ -319,6 +319,27 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
         moved `shouldBe` 0
         end `shouldBe` 6
 
+  it "fills a worker's queue again only once it is down to half, in one ask" $ do
+    -- one worker, twenty 1 s states, 4 s of lead: a queue of five (the
+    -- running state and four behind it), filled again at two. Asking for
+    -- one state per answer cost a message, and a system call on each
+    -- side, per state
+    let holdings = M.fromList [ (1 :: WorkerId, [ (StateId k, 1) | k <- [1 .. 20] ]) ]
+        settings = defaultPlanSettings { settingsLead = 4, settingsMeanCost = Just 1 }
+        (plan0, cmds0) = startPlan settings holdings
+        asksIn cmds = [ ss | Ask _ ss <- cmds ]
+        answer (plan, queue, sizes) _ = case queue of
+          [] -> error "an answer with nothing asked"
+          st : rest -> case stepPlan (Evolved 1 st 1) plan of
+            Left why -> error why
+            Right (plan', cmds) -> (plan', rest ++ concat (asksIn cmds), sizes ++ [ length ss | ss <- asksIn cmds ])
+        firstAsks = asksIn cmds0
+        (end, left, sizes) = foldl' answer (plan0, concat firstAsks, []) [1 .. 20 :: Int]
+    map length firstAsks `shouldBe` [5]
+    sizes `shouldBe` [3, 3, 3, 3, 3]
+    left `shouldBe` []
+    planDone end `shouldBe` True
+
 -- Run a plan to its end with workers that take each state's cost in time
 -- and messages that arrive at once, as "Herd.Evolve.Holder" answers: the
 -- time the last state is done, the states evolved, in order, and how many

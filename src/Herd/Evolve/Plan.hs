@@ -36,6 +36,7 @@ module Herd.Evolve.Plan
   , leastLoaded
   , meanCost
   , queueTarget
+  , refillDue
   ) where
 
 import qualified Data.ByteString as B
@@ -247,6 +248,15 @@ queueTarget p = min (max 2 (settingsMaxQueue s)) (1 + max 1 behind)
     behind = case meanCost p of
       Just m | m > 0 -> ceiling (settingsLead s / m)
       _ -> 1
+
+-- | Whether a worker's queue of this many states is short enough to fill
+-- again (to 'queueTarget'): at half the target or less. Filling it after
+-- every answer sent one ask per answer, a system call on each side for
+-- each state; filling it at half sends the asks in groups of about half
+-- the target, while the half left still covers the round trip to the
+-- master (a target of 2, with nothing measured yet, fills at 1, as before).
+refillDue :: Plan -> Int -> Bool
+refillDue p queued = queued <= queueTarget p `div` 2
 
 -- | The workers taking part in the call.
 planWorkers :: Plan -> [WorkerId]

@@ -224,7 +224,8 @@ settle ws p0 = fmap (concat . reverse) (foldl' one (p0, []) ws)
 settleWorker :: WorkerId -> WorkerPlan -> Plan -> (Plan, [Command])
 settleWorker w wp p =
   let !target = queueTarget p
-      !room = target - Seq.length (wpQueued wp)
+      !queued = Seq.length (wpQueued wp)
+      !room = if refillDue p queued then target - queued else 0
       (asked, kept) = heldTake room (wpHeld wp)
       !askedIds = map snd asked
       !wp' = wp { wpHeld = kept, wpQueued = if null askedIds then wpQueued wp else wpQueued wp <> Seq.fromList askedIds }
