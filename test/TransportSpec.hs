@@ -3,7 +3,8 @@
 -- frames arrive whole and in order whatever their sizes (also those larger
 -- than a ring, written while the reader reads), the end of the peer is
 -- seen, and a ring whose published index does not add up is refused.
--- Also: closing any connection lets a cancel through.
+-- Also: closing any connection lets a cancel through, and a connection's
+-- read buffer starts small.
 module TransportSpec (spec) where
 
 import Control.Concurrent (threadDelay)
@@ -12,7 +13,9 @@ import Control.Exception (bracket, try)
 import Control.Monad (forM, forM_, forever)
 import System.Timeout (timeout)
 import qualified Data.ByteString as B
+import Data.IORef (readIORef)
 import Herd.Transport
+import Herd.Transport.Connection (Connection (..), firstReadChunk, readChunk)
 import Herd.Transport.Shm (ringBytes, shmLoopback)
 import Test.Hspec
 import Test.QuickCheck
@@ -37,6 +40,22 @@ spec = do
     threadDelay 50000
     stopped <- timeout 3000000 (cancel closer)
     stopped `shouldBe` Just ()
+ describe "a connection's read buffer" $
+  it "starts small, and grows to the full read size once a read fills it" $
+    withLoopback $ \(m, w, _) -> do
+      let bufferSize = snd <$> readIORef (connBuffer w)
+          cap = 1024 * 1024
+      bufferSize `shouldReturn` firstReadChunk
+      -- small frames one at a time: no read fills the buffer
+      forM_ [1 .. 20] $ \i -> do
+        sendFrameStrict m (frameOf i 100)
+        recvFrame cap w `shouldReturn` Just (frameOf i 100)
+      bufferSize `shouldReturn` firstReadChunk
+      -- a burst larger than the buffer, all waiting at once
+      forM_ [1 .. 40] $ \i -> sendFrameStrict m (frameOf i 1000)
+      got <- forM [1 .. 40] $ \_ -> recvFrame cap w
+      got `shouldBe` [ Just (frameOf i 1000) | i <- [1 .. 40] ]
+      bufferSize `shouldReturn` readChunk
  describe "the shared-memory transport" $ do
   modifyMaxSuccess (const 30) $ it "carries frames of any size whole and in order, while the reader reads" $
     -- mostly small frames, some larger than the ring (1 MiB)

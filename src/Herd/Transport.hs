@@ -68,7 +68,7 @@ import qualified Data.ByteString.Unsafe as BU
 import Data.IORef
 import Data.Word (Word8)
 import Foreign.C.Types (CInt (..))
-import Foreign.ForeignPtr (withForeignPtr)
+import Foreign.ForeignPtr (mallocForeignPtrBytes, withForeignPtr)
 import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
 import Foreign.Ptr (Ptr, castPtr, plusPtr)
 import System.Posix.Types (Fd (..))
@@ -183,17 +183,24 @@ recvInto cap conn receive = do
             modifyIORef' (connSpare conn) (\sp -> sp { spareIssued = Just (unsafeForeignPtrToPtr buf, capacity) })
             writeIORef (connComplete conn) (Just (BI.fromForeignPtr buf 0 len))
       pure (got, len - have)
-    Nothing -> withForeignPtr (connBuffer conn) $ \p -> do
-      got <- receive p readChunk
-      when (got > 0) $ do
-        pending <- readIORef (connPending conn)
-        len <- if B.null pending && got >= 4 then fromIntegral <$> peekPtrBE 4 p 0 else pure 0
-        if len > readChunk && got - 4 < len && maybe False (len <=) cap
-          then startLarge conn len (p `plusPtr` 4) (got - 4)
-          else do
-            chunk <- B.packCStringLen (castPtr p, got)
-            writeIORef (connPending conn) (if B.null pending then chunk else pending <> chunk)
-      pure (got, readChunk)
+    Nothing -> do
+      (buffer, size) <- readIORef (connBuffer conn)
+      got <- withForeignPtr buffer $ \p -> do
+        got <- receive p size
+        when (got > 0) $ do
+          pending <- readIORef (connPending conn)
+          len <- if B.null pending && got >= 4 then fromIntegral <$> peekPtrBE 4 p 0 else pure 0
+          if len > size && got - 4 < len && maybe False (len <=) cap
+            then startLarge conn len (p `plusPtr` 4) (got - 4)
+            else do
+              chunk <- B.packCStringLen (castPtr p, got)
+              writeIORef (connPending conn) (if B.null pending then chunk else pending <> chunk)
+        pure got
+      -- the transport had a whole buffer's worth: a busy link reads in
+      -- larger chunks from now on
+      when (got == size && size < readChunk) $
+        mallocForeignPtrBytes readChunk >>= \big -> writeIORef (connBuffer conn) (big, readChunk)
+      pure (got, size)
 
 -- A large frame begins: a buffer for its body (the one given back by
 -- 'recycleFrame' if it is large enough, else a fresh one of the body's

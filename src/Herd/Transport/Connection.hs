@@ -8,6 +8,7 @@ module Herd.Transport.Connection
   , Large (..)
   , Spare (..)
   , readChunk
+  , firstReadChunk
   , spareLimit
   , connKind
   , newConnection
@@ -65,7 +66,9 @@ data Connection = Connection
   , connPending  :: !(IORef B.ByteString)  -- ^ bytes read past the last frame
   , connSendLock :: !(MVar ())
   , connPeer     :: !String                -- ^ the peer's address, for log lines
-  , connBuffer   :: !(ForeignPtr Word8)    -- ^ where bytes land before they are copied out
+  , connBuffer   :: !(IORef (ForeignPtr Word8, Int))
+    -- ^ where bytes land before they are copied out, and its size
+    -- ('firstReadChunk', then 'readChunk' once a read filled it)
   , connLarge    :: !(IORef (Maybe Large))
     -- ^ a large frame being read straight into a buffer of its size
   , connComplete :: !(IORef (Maybe B.ByteString))
@@ -101,16 +104,26 @@ spareLimit = 16 * 1024 * 1024
 connKind :: Connection -> TransportKind
 connKind = epKind . connEndpoint
 
--- | Bytes one read asks for. Reads land in the connection's own buffer and
--- only the bytes that came are copied out, so a small message costs a small
--- allocation, not a fresh buffer of this size.
+-- | Bytes one read asks for on a busy connection. Reads land in the
+-- connection's own buffer and only the bytes that came are copied out, so
+-- a small message costs a small allocation, not a fresh buffer of this
+-- size.
 readChunk :: Int
 readChunk = 256 * 1024
 
+-- | Bytes one read asks for until a read fills them: 16 KiB. A connection
+-- starts with a buffer this size and moves to 'readChunk' the first time
+-- the transport had that much waiting. A master of 2048 simulated workers
+-- held 512 MB of read buffers, 256 KiB per link, almost all of it never
+-- written, and the garbage collector walked it at every major collection.
+firstReadChunk :: Int
+firstReadChunk = 16 * 1024
+
 -- | A connection over an endpoint, with the peer's name for log lines.
 newConnection :: Endpoint -> String -> IO Connection
-newConnection ep peer =
-  Connection ep <$> newIORef B.empty <*> newMVar () <*> pure peer <*> mallocForeignPtrBytes readChunk
+newConnection ep peer = do
+  buf <- mallocForeignPtrBytes firstReadChunk
+  Connection ep <$> newIORef B.empty <*> newMVar () <*> pure peer <*> newIORef (buf, firstReadChunk)
                 <*> newIORef Nothing <*> newIORef Nothing <*> newIORef (Spare Nothing Nothing)
 
 -- | Why a frame could not be received or sent.
