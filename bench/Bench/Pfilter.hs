@@ -17,7 +17,9 @@
 -- Efficiency is ideal over measured; busy is the mean share of a worker's
 -- time spent in steps, waiting the rest. Each row also says who spent the
 -- CPU: the master process, and the worker processes (or simulated hosts)
--- together, from @/proc@.
+-- together, from @/proc@; and where the wall time went: inside the evolve
+-- calls, or in the filter's own work between them (resampling, building
+-- the next inputs), when every worker waits.
 module Bench.Pfilter
   ( Options (..)
   , run
@@ -62,6 +64,7 @@ data Row = Row
   , rowMoved   :: Int
   , rowMasterCpu :: Double
   , rowHostsCpu  :: Double
+  , rowInCalls   :: Double   -- ^ seconds inside evolve calls (the rest is the filter's own work)
   }
 
 
@@ -110,9 +113,11 @@ run o = do
       let opts = defaultEvolveOptions { evolveWorkerLimit = Just w }
       ids <- resetStatesWith opts cluster particleStep (initialParticles setup)
       stats <- newIORef []
+      inCalls <- newIORef 0
       let evolveAll inputs = do
-            (out, s) <- evolveManyWith opts cluster particleStep inputs
+            (t, (out, s)) <- timed (evolveManyWith opts cluster particleStep inputs)
             modifyIORef' stats (s :)
+            modifyIORef' inCalls (+ t)
             pure out
       master0 <- getCPUTime
       hosts0 <- sum <$> mapM processCpuSeconds pids
@@ -120,20 +125,21 @@ run o = do
       master1 <- getCPUTime
       hosts1 <- sum <$> mapM processCpuSeconds pids
       calls <- readIORef stats
+      callSecs <- readIORef inCalls
       let evolved = sum (runEvolved result)
           busyTotal = sum (concatMap (M.elems . esBusy) calls)
           ideal = if optSimulate o then fromIntegral evolved * optCost o / fromIntegral w
                   else busyTotal / fromIntegral w
           row = Row loop w secs ideal (busyTotal / (fromIntegral w * secs)) (sum (map esMoved calls))
-                    (fromIntegral (master1 - master0) / 1e12) (hosts1 - hosts0)
+                    (fromIntegral (master1 - master0) / 1e12) (hosts1 - hosts0) callSecs
       hPutStrLn stderr ("  " ++ masterLoopName loop ++ ", " ++ show w ++ " workers: " ++ fixed 3 secs ++ " s (ideal "
                         ++ fixed 3 ideal ++ " s, efficiency " ++ fixed 2 (ideal / secs) ++ ")")
       pure row
   putStr $ renderTable ["master", "workers", "sim hosts", "seconds", "ideal", "efficiency", "busy", "waiting", "moved"
-                       , "master cpu s", "hosts cpu s"]
+                       , "master cpu s", "hosts cpu s", "in calls s", "between s"]
     [ [ masterLoopName (rowLoop r), show (rowWorkers r), show hosts, fixed 3 (rowSeconds r), fixed 3 (rowIdeal r)
       , fixed 3 (rowIdeal r / rowSeconds r), fixed 3 (rowBusy r), fixed 3 (1 - rowBusy r), show (rowMoved r)
-      , fixed 2 (rowMasterCpu r), fixed 2 (rowHostsCpu r) ]
+      , fixed 2 (rowMasterCpu r), fixed 2 (rowHostsCpu r), fixed 3 (rowInCalls r), fixed 3 (rowSeconds r - rowInCalls r) ]
     | r <- rows ]
   let colours = [(ThreadedLoop, "#d62728"), (EpollLoop, "#1f77b4")]
       series = [ Series (masterLoopName l) c False [ (fromIntegral (rowWorkers r), rowSeconds r) | r <- rows, rowLoop r == l ]
@@ -154,5 +160,6 @@ run o = do
                                 , ("busy", JNumber (rowBusy r)), ("waiting", JNumber (1 - rowBusy r))
                                 , ("moved", JInt (fromIntegral (rowMoved r)))
                                 , ("sim_hosts", JInt (fromIntegral hosts))
-                                , ("master_cpu_s", JNumber (rowMasterCpu r)), ("hosts_cpu_s", JNumber (rowHostsCpu r)) ]
+                                , ("master_cpu_s", JNumber (rowMasterCpu r)), ("hosts_cpu_s", JNumber (rowHostsCpu r))
+                                , ("calls_s", JNumber (rowInCalls r)), ("between_calls_s", JNumber (rowSeconds r - rowInCalls r)) ]
                       | r <- rows ]) ]
