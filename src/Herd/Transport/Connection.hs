@@ -115,7 +115,8 @@ readChunk = 256 * 1024
 -- starts with a buffer this size and moves to 'readChunk' the first time
 -- the transport had that much waiting. A master of 2048 simulated workers
 -- held 512 MB of read buffers, 256 KiB per link, almost all of it never
--- written, and the garbage collector walked it at every major collection.
+-- written (its major collections took 0.23 s in a run, against 0.10 s
+-- with buffers that start small).
 firstReadChunk :: Int
 firstReadChunk = 16 * 1024
 
