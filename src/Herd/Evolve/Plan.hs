@@ -250,13 +250,14 @@ queueTarget p = min (max 2 (settingsMaxQueue s)) (1 + max 1 behind)
       _ -> 1
 
 -- | Whether a worker's queue of this many states is short enough to fill
--- again (to 'queueTarget'): at half the target or less. Filling it after
+-- again, given the target ('queueTarget', which the caller has at hand):
+-- at half the target or less. Filling it after
 -- every answer sent one ask per answer, a system call on each side for
 -- each state; filling it at half sends the asks in groups of about half
 -- the target, while the half left still covers the round trip to the
 -- master (a target of 2, with nothing measured yet, fills at 1, as before).
-refillDue :: Plan -> Int -> Bool
-refillDue p queued = queued <= queueTarget p `div` 2
+refillDue :: Int -> Int -> Bool
+refillDue target queued = queued <= target `div` 2
 
 -- | The workers taking part in the call.
 planWorkers :: Plan -> [WorkerId]

@@ -225,7 +225,7 @@ settleWorker :: WorkerId -> WorkerPlan -> Plan -> (Plan, [Command])
 settleWorker w wp p =
   let !target = queueTarget p
       !queued = Seq.length (wpQueued wp)
-      !room = if refillDue p queued then target - queued else 0
+      !room = if refillDue target queued then target - queued else 0
       (asked, kept) = heldTake room (wpHeld wp)
       !askedIds = map snd asked
       !wp' = wp { wpHeld = kept, wpQueued = if null askedIds then wpQueued wp else wpQueued wp <> Seq.fromList askedIds }
