@@ -1,14 +1,17 @@
 {-# LANGUAGE ScopedTypeVariables #-}
 -- | Simulated hosts and the pieces they stand on: the timer wheel's
 -- promises, the evolve holder's pure machine, a master's epoll reader that
--- stops when cancelled even in the middle of a link, and simulated workers
+-- stops when cancelled even in the middle of a link and whose start-up
+-- reads do not grow with the square of the links, and simulated workers
 -- that join a normal cluster beside real ones and give exactly the
 -- one-core results.
 module SimulateSpec (spec) where
 
 import Control.Concurrent (threadDelay)
-import Control.Concurrent.Async (async, cancel)
-import Control.Exception (bracket, displayException, evaluate)
+import Control.Concurrent.Async (async, cancel, concurrently, withAsync)
+import Control.Exception (bracket, displayException, evaluate, finally)
+import Control.Monad (forM, unless)
+import Data.IORef
 import Data.Bits (shiftR)
 import Data.List (foldl', nub, sort)
 import qualified Data.ByteString.Char8 as BC
@@ -23,7 +26,9 @@ import Herd.Examples.ParticleFilter
 import Herd.Master.EpollReader (newEpollReader)
 import Herd.Master.Reader (Reader (..))
 import Herd.Simulate.Wheel
-import Herd.Transport (sendFrameStrict)
+import Herd.Transport (closeConnection, sendFrameStrict)
+import Herd.Transport.Tcp (acceptTcp, connectTcp, listenPort, listenTcp)
+import Network.Socket (close)
 import Herd.Wire (FromWorker (..), ToWorker (..))
 import ClusterSpec (withTestClusterConfig)
 import ConformanceSpec (withPair)
@@ -95,6 +100,27 @@ spec = describe "simulated hosts" $ do
       -- cancel waits for the thread to end: it must, within a few seconds
       ended <- timeout 3000000 (cancel running)
       ended `shouldBe` Just ()
+
+  it "the epoll reader reads a link once when it is added, not every link" $
+    -- bytes may wait in a new link's buffer, unseen by epoll: the reader
+    -- must look at that link; looking at all of them made a start of
+    -- thousands of workers quadratic
+    bracket (listenTcp "127.0.0.1" 0) close $ \l -> do
+      port <- listenPort l
+      opened <- newIORef []
+      bracket (newEpollReader (1024 * 1024) (pure ())) snd $ \(reader, _) ->
+        withAsync (readerRun reader) $ \_ -> flip finally (readIORef opened >>= mapM_ closeConnection) $ do
+          let links = 40
+          waited <- forM [1 .. links] $ \k -> do
+            (a, b) <- concurrently (connectTcp "127.0.0.1" port) (acceptTcp l)
+            modifyIORef' opened ([a, b] ++)
+            before <- readerVisits reader
+            readerAdd reader k b (\_ -> pure (Right ())) (\_ -> pure ())
+            -- one add at a time, each seen by the reader before the next
+            timeout 5000000 (untilM ((> before) <$> readerVisits reader))
+          waited `shouldBe` replicate links (Just ())
+          visits <- readerVisits reader
+          visits `shouldSatisfy` (<= 2 * links)
 
   it "joins a cluster beside real workers and gives the one-core results" $ do
     let tweak c = c { configSimulatedWorkers = 3, configSimulatedHosts = 2 }
@@ -205,3 +231,9 @@ isReleaseAnswer a = case a of
 -- A function reference for the machine, which never looks inside it.
 someRef :: TaskRef
 someRef = TaskRef (Fingerprint 1 2) "step" (Fingerprint 3 4) (Fingerprint 5 6)
+
+-- Poll until the condition holds.
+untilM :: IO Bool -> IO ()
+untilM cond = do
+  ok <- cond
+  unless ok (threadDelay 1000 >> untilM cond)

@@ -61,9 +61,20 @@ newEpollReader cap afterRound = do
   rc <- epollAdd ep wake wakeTag False
   when (rc /= 0) $ ioError (userError ("epoll_ctl failed (errno " ++ show rc ++ ")"))
   links <- newIORef (M.empty :: M.Map Int Polled)
+  -- the edge-triggered links among them: the only ones armed before a
+  -- blocking wait (a pass over every link before each wait cost O(links)
+  -- a round at thousands of workers, for nothing on TCP)
+  edged <- newIORef (M.empty :: M.Map Int Polled)
+  -- links added since the reader last looked: read once each, since bytes
+  -- may wait in their buffers already (a read of every link per added
+  -- one made a start of 2048 workers cost 744 000 receives)
+  fresh <- newIORef ([] :: [Int])
   again <- newIORef ([] :: [Int])   -- links left with frames at the last visit
+  visits <- newIORef (0 :: Int)
   let add wid conn onPacket onLost = do
-        atomicModifyIORef' links (\m -> (M.insert wid (Polled conn onPacket onLost) m, ()))
+        let polled = Polled conn onPacket onLost
+        atomicModifyIORef' links (\m -> (M.insert wid polled m, ()))
+        when (connEdgeTriggered conn) $ atomicModifyIORef' edged (\m -> (M.insert wid polled m, ()))
         -- a shared ring signals only a reader that said it waits
         _ <- trySync (armConnection conn)
         fds <- connWaitFds conn
@@ -71,9 +82,11 @@ newEpollReader cap afterRound = do
           r <- epollAdd ep fd wid (connEdgeTriggered conn)
           when (r /= 0) $ onLost ("epoll_ctl failed (errno " ++ show r ++ ")")
         -- bytes that came before it was watched (edge-triggered links say nothing of them)
+        atomicModifyIORef' fresh (\ts -> (wid : ts, ()))
         c_signal wake
       remove wid conn = do
         atomicModifyIORef' links (\m -> (M.delete wid m, ()))
+        atomicModifyIORef' edged (\m -> (M.delete wid m, ()))
         fds <- trySync (connWaitFds conn)
         either (const (pure ())) (mapM_ (epollDel ep)) fds
       lookupLink tag = fmap (\l -> (tag, l)) . M.lookup tag <$> readIORef links
@@ -101,6 +114,7 @@ newEpollReader cap afterRound = do
                   -1 -> pure (Right False)
                   _ -> drain l k (short && not (connEdgeTriggered (polConn l)))
       readLink tag l = do
+        modifyIORef' visits (+ 1)
         r <- trySync (drain l 0 False)
         case r of
           Left (e :: SomeException) -> lose tag l (displayException e)
@@ -112,11 +126,13 @@ newEpollReader cap afterRound = do
       readReported tag l = do
         when (connEdgeTriggered (polConn l)) $ void (trySync (armConnection (polConn l)))
         readLink tag l
-      readAll = readIORef links >>= mapM_ (uncurry readLink) . M.toList
+      readFresh = do
+        tags <- atomicModifyIORef' fresh (\ts -> ([], ts))
+        forM_ (reverse tags) $ \tag -> lookupLink tag >>= mapM_ (uncurry readLink)
       -- arm the edge-triggered links before blocking; read any that has bytes
       armAll = do
-        ls <- M.toList <$> readIORef links
-        fmap or $ mapM (\(tag, l) -> if not (connEdgeTriggered (polConn l)) then pure False else do
+        ls <- M.toList <$> readIORef edged
+        fmap or $ mapM (\(tag, l) -> do
           r <- trySync (armConnection (polConn l))
           case r of
             Left (e :: SomeException) -> False <$ lose tag l (displayException e)
@@ -133,11 +149,13 @@ newEpollReader cap afterRound = do
         when (n < 0) $ ioError (userError ("epoll_wait failed (errno " ++ show (negate n) ++ ")"))
         ready <- peekArray n tags
         forM_ ready $ \tag ->
-          if fromIntegral tag == wakeTag then c_drain wake >> readAll
+          if fromIntegral tag == wakeTag then c_drain wake >> readFresh
           else lookupLink (fromIntegral tag) >>= mapM_ (uncurry readReported)
         forM_ revisit $ \tag -> lookupLink tag >>= mapM_ (uncurry readLink)
         afterRound
       release = do
         _ <- c_close wake
         epollClose ep
-  pure (Reader { readerLoop = EpollLoop, readerAdd = add, readerRemove = remove, readerRun = run }, release)
+  pure ( Reader { readerLoop = EpollLoop, readerAdd = add, readerRemove = remove, readerRun = run
+                , readerVisits = readIORef visits }
+       , release )

@@ -36,4 +36,8 @@ data Reader = Reader
     -- ^ stop reading a link, before it is closed
   , readerRun    :: IO ()
     -- ^ the reader's own thread, if it has one; runs until killed
+  , readerVisits :: IO Int
+    -- ^ how many times so far the reader looked at a link for bytes: it
+    -- should grow with the traffic, not with the number of links (for
+    -- tests and diagnosis)
   }

@@ -82,7 +82,7 @@ newShell :: Config -> IO Shell
 newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty M.empty M.empty S.empty M.empty)
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
                          <*> newIORef noCounters <*> newIORef noLossHooks
-  where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ())
+  where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ()) (pure 0)
 
 -- | Give the shell its reader.
 setReader :: Shell -> Reader -> IO ()

@@ -24,6 +24,7 @@ import Herd.Transport (awaitReadable, recvFrame)
 newThreadedReader :: Int -> IO () -> IO Reader
 newThreadedReader cap afterRound = do
   threads <- newIORef (M.empty :: M.Map WorkerId (TVar Bool, ThreadId))
+  visits <- newIORef (0 :: Int)
   let add wid conn onPacket onLost = do
         stop <- newTVarIO False
         tid <- forkIO (perLink conn stop onPacket onLost)
@@ -45,6 +46,7 @@ newThreadedReader cap afterRound = do
       readLoop conn stop onPacket = do
         stopped <- awaitReadable conn (readTVar stop >>= check)
         if stopped then pure Nothing else do
+          atomicModifyIORef' visits (\n -> (n + 1, ()))
           frame <- recvFrame cap conn
           case frame of
             Nothing -> pure (Just "connection closed")
@@ -57,4 +59,5 @@ newThreadedReader cap afterRound = do
         forever (threadDelay 1000000000) `finally` do
           ts <- readIORef threads
           mapM_ (killThread . snd) (M.elems ts)
-  pure Reader { readerLoop = ThreadedLoop, readerAdd = add, readerRemove = remove, readerRun = run }
+  pure Reader { readerLoop = ThreadedLoop, readerAdd = add, readerRemove = remove, readerRun = run
+                , readerVisits = readIORef visits }
