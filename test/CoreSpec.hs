@@ -264,9 +264,9 @@ act w a = case a of
       Just (x, m) -> f x m
     setStream sid m = w { wStreams = M.insert sid m (wStreams w) }
     resetMachine = Machine
-      { machineMessage = \x msg pending -> case msg of { StatesCleared -> (M.delete x pending, []); _ -> (pending, []) }
-      , machineLost = \x _ pending -> (M.delete x pending, [])
-      , machineJoined = \_ st -> (st, []), machineStarved = \st -> (st, [])
+      { machineMessage = \_ x msg pending -> case msg of { StatesCleared -> (M.delete x pending, []); _ -> (pending, []) }
+      , machineLost = \_ x _ pending -> (M.delete x pending, [])
+      , machineJoined = \_ _ st -> (st, []), machineStarved = \st -> (st, [])
       , machineDone = M.null, machineView = const Nothing }
 
 -- Let everything in flight run to its end: workers handle and answer all
@@ -385,8 +385,8 @@ spec = describe "Herd.Master.Core" $ do
   it "forgets a session whose caller gave up, so the next one starts; a cancel of another number does nothing" $ do
     answers <- newIORef (0 :: Int)
     let start ws = Right (machine, (), [ SendTo x StatesReset | x <- ws ])
-        machine = Machine { machineMessage = \_ _ st -> (st, []), machineLost = \_ _ st -> (st, [])
-                          , machineJoined = \_ st -> (st, []), machineStarved = \st -> (st, [])
+        machine = Machine { machineMessage = \_ _ _ st -> (st, []), machineLost = \_ _ _ st -> (st, [])
+                          , machineJoined = \_ _ st -> (st, []), machineStarved = \st -> (st, [])
                           , machineDone = const False, machineView = const Nothing }
         req = SessionRequest Nothing start (\_ -> modifyIORef answers (+ 1))
         answered out = mapM_ (\cmd -> case cmd of { SessionEnded a -> a; _ -> pure () }) out

@@ -5,6 +5,7 @@
 -- interleave across workers at random.
 module EvolveScheduleSpec (spec) where
 
+import Control.Monad (foldM)
 import qualified Data.ByteString as B
 import Data.List (foldl', sort)
 import qualified Data.Map.Strict as M
@@ -119,19 +120,19 @@ act a world = case a of
                   evolvedNow = case ev of
                     Evolved _ s _ -> M.insertWith (+) s 1 (wEvolved world')
                     _ -> wEvolved world'
-              in applyStep (stepPlan ev (wPlan world')) world' { wReleased = released, wEvolved = evolvedNow }
+              in applyStep (stepPlan 0 ev (wPlan world')) world' { wReleased = released, wEvolved = evolvedNow }
   Come -> let w = 1 + maximum (0 : M.keys (wWorkers world) ++ S.toList (wGone world))
               world' = world { wWorkers = M.insert w (ModelWorker S.empty [] Nothing [] []) (wWorkers world) }
-          in applyStep (stepPlan (WorkerCame w) (wPlan world')) world'
+          in applyStep (stepPlan 0 (WorkerCame w) (wPlan world')) world'
   Kill w -> let world' = world { wWorkers = M.delete w (wWorkers world), wGone = S.insert w (wGone world) }
-                world'' = applyStep (stepPlan (WorkerGone w) (wPlan world')) world'
+                world'' = applyStep (stepPlan 0 (WorkerGone w) (wPlan world')) world'
                 -- the driver recomputes lost states on a live worker, which adopts them
                 lostNow = S.toList (S.difference (wLost world'') (wLost world))
                 heir = fst (M.findMin (wWorkers world''))
                 withHeir = world'' { wWorkers = M.adjust (\mw -> mw { mwStore = S.union (S.fromList lostNow) (mwStore mw) })
                                                          heir (wWorkers world'') }
             in if null lostNow then world''
-               else applyStep (stepPlan (Adopted heir [ (s, 1) | s <- lostNow ]) (wPlan withHeir)) withHeir
+               else applyStep (stepPlan 0 (Adopted heir [ (s, 1) | s <- lostNow ]) (wPlan withHeir)) withHeir
   where
     setW w mw = world { wWorkers = M.insert w mw (wWorkers world) }
     receive cmd mw = case cmd of
@@ -156,7 +157,7 @@ instance Show Outcome where
 runWorld :: M.Map WorkerId [(StateId, Double)] -> Bool -> Gen Outcome
 runWorld holdings mayKill = go (0 :: Int) world0 [] []
   where
-    (plan0, cmds0) = startPlan defaultPlanSettings holdings
+    (plan0, cmds0) = startPlan 0 defaultPlanSettings holdings
     workers0 = M.map (\ss -> ModelWorker (S.fromList (map fst ss)) [] Nothing [] []) holdings
     world0 = applyStep (Right (plan0, cmds0))
                (World plan0 workers0 M.empty M.empty M.empty S.empty S.empty [])
@@ -241,7 +242,7 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
     -- nine 1 s states and one 10 s state; the slow one's worker also holds two short ones
     let holdings = M.fromList [ (1, [ (StateId k, 1) | k <- [1 .. 7] ])
                               , (2, [(StateId 8, 10), (StateId 9, 1), (StateId 10, 1)]) ]
-        (plan, cmds) = startPlan defaultPlanSettings holdings
+        (plan, cmds) = startPlan 0 defaultPlanSettings holdings
     planLeft plan `shouldBe` 10
     -- run to the end in time: every state evolved once, the last done at 10 s
     -- (the optimum: the slow state alone on one worker, the nine others on
@@ -310,7 +311,7 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
     -- twice and shorten nothing)
     let holdings = M.fromList [ (w, [ (StateId (fromIntegral w * 100 + k), 1) | k <- [1 .. 6] ]) | w <- [1 .. 4 :: Int] ]
         settings = defaultPlanSettings { settingsLead = 3, settingsMeanCost = Just 1 }
-        (plan, cmds) = startPlan settings holdings
+        (plan, cmds) = startPlan 0 settings holdings
         costs = M.fromList [ (s, 1) | ss <- M.elems holdings, (s, _) <- ss ]
     case timedRun (M.map (map fst) holdings) costs plan cmds of
       Left why -> expectationFailure why
@@ -319,6 +320,27 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
         moved `shouldBe` 0
         end `shouldBe` 6
 
+  it "takes no state the victim would start before a move could deliver it, judged by the round trips measured" $ do
+    -- two workers with three 1 s states each, all asked at once; worker 2
+    -- answers its states while worker 1 answers none. Worker 2 may take
+    -- the last of worker 1's two unstarted states, which worker 1 would
+    -- start about 1.5 s from now: worth it if a move takes less than that
+    -- (one and a half round trips), pointless if it takes more
+    let holdings = M.fromList [ (w, [ (StateId (fromIntegral w * 10 + k), 1) | k <- [1 .. 3] ]) | w <- [1, 2 :: WorkerId] ]
+        settings rtt = defaultPlanSettings { settingsLead = 3, settingsMeanCost = Just 1, settingsRoundTrip = rtt }
+        answerAll rtt = foldM (\(p, cmds) s -> fmap (<> cmds) <$> stepPlan 1 (Evolved 2 s 1) p)
+                              (fst (startPlan 0 (settings rtt) holdings), []) (map StateId [21, 22, 23])
+        releases = fmap (\(_, cmds) -> [ (w, s) | Release w s <- cmds ]) . answerAll
+    releases Nothing `shouldBe` Right [(1, StateId 13)]
+    releases (Just 0.5) `shouldBe` Right [(1, StateId 13)]
+    releases (Just 2) `shouldBe` Right []
+    -- the round trip is measured: the state asked back at 1 s comes at 5 s
+    let measured = do
+          (p, _) <- answerAll Nothing
+          (p', _) <- stepPlan 5 (Released 1 (StateId 13) B.empty) p
+          pure (moveRoundTrip p')
+    measured `shouldBe` Right (Just 4)
+
   it "fills a worker's queue again only once it is down to half, in one ask" $ do
     -- one worker, twenty 1 s states, 4 s of lead: a queue of five (the
     -- running state and four behind it), filled again at two. Asking for
@@ -326,11 +348,11 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
     -- side, per state
     let holdings = M.fromList [ (1 :: WorkerId, [ (StateId k, 1) | k <- [1 .. 20] ]) ]
         settings = defaultPlanSettings { settingsLead = 4, settingsMeanCost = Just 1 }
-        (plan0, cmds0) = startPlan settings holdings
+        (plan0, cmds0) = startPlan 0 settings holdings
         asksIn cmds = [ ss | Ask _ ss <- cmds ]
         answer (plan, queue, sizes) _ = case queue of
           [] -> error "an answer with nothing asked"
-          st : rest -> case stepPlan (Evolved 1 st 1) plan of
+          st : rest -> case stepPlan 0 (Evolved 1 st 1) plan of
             Left why -> error why
             Right (plan', cmds) -> (plan', rest ++ concat (asksIn cmds), sizes ++ [ length ss | ss <- asksIn cmds ])
         firstAsks = asksIn cmds0
@@ -367,7 +389,7 @@ timedRun holdings costs plan0 cmds0 =
                         _ -> (held, asked, running))
     go n t plan ws queued done given
       | n > 10000 = Left "the plan did not finish"
-      | (ev : rest) <- queued = case stepPlan ev plan of
+      | (ev : rest) <- queued = case stepPlan t ev plan of
           Left why -> Left why
           Right (plan', cmds) -> let (ws', more) = commands cmds ws [] in go (n + 1) t plan' ws' (rest ++ more) done (more ++ given)
       | planDone plan = Right (t, reverse done, length [ () | Released {} <- given ])
@@ -390,9 +412,9 @@ checkpointSpec =
                             , regOrigin = chainOf 5 1 <> chainOf 5 2, regDepth = 5 }
         deep = deepStates 4 reg
         (machine, cp0, outs) = checkpointStart [1, 2] deep
-        (cp1, o1) = machineMessage machine 2 (StateReleased 105 (B.pack [9])) cp0   -- not its worker
-        (cp2, o2) = machineMessage machine 1 (StateReleased 105 (B.pack [7])) cp1
-        (cp3, _) = machineLost machine 2 "gone" cp2
+        (cp1, o1) = machineMessage machine 0 2 (StateReleased 105 (B.pack [9])) cp0   -- not its worker
+        (cp2, o2) = machineMessage machine 0 1 (StateReleased 105 (B.pack [7])) cp1
+        (cp3, _) = machineLost machine 0 2 "gone" cp2
         reg' = applyCheckpoint cp3 reg
     length outs `shouldBe` 2
     (length o1, length o2) `shouldBe` (0, 1)

@@ -141,7 +141,7 @@ resetStatesWith opts cluster fn states = do
     placed <- session cluster (evolveWorkerLimit opts) $ \ws -> case filter (`elem` ws) live of
       [] -> Left NoWorkers
       here -> let placement = zip3 ids encoded (cycle here)
-              in Right ( Machine (\_ _ p -> (p, [])) (\_ _ p -> (p, [])) (\_ p -> (p, [])) (\p -> (p, [])) (const True) (const Nothing), placement
+              in Right ( Machine (\_ _ _ p -> (p, [])) (\_ _ _ p -> (p, [])) (\_ _ p -> (p, [])) (\p -> (p, [])) (const True) (const Nothing), placement
                        , [ SendTo w (StateAdd k bytes) | (StateId k, bytes, w) <- placement ]
                          ++ [ SendTo w (EvolveWith (evolverRef fn)) | w <- here ] )
     let placement = endState placed
@@ -152,12 +152,12 @@ resetStatesWith opts cluster fn states = do
     pure (reg, ids)
   where
     resetMachine = Machine
-      { machineMessage = \wid msg (ws, pending) -> case msg of
+      { machineMessage = \_ wid msg (ws, pending) -> case msg of
           StatesCleared -> ((ws, M.delete wid pending), [])
           _ -> ((ws, pending), [])   -- answers from a call that ended early
-      , machineLost = \wid _ (ws, pending) -> ((ws, M.delete wid pending), [])
+      , machineLost = \_ wid _ (ws, pending) -> ((ws, M.delete wid pending), [])
       , machineDone = M.null . snd
-      , machineJoined = \_ st -> (st, [])
+      , machineJoined = \_ _ st -> (st, [])
       , machineStarved = \st -> (st, [])
       , machineView = const Nothing
       }
@@ -223,8 +223,9 @@ evolveManyWith opts cluster fn inputs = do
                   -- states whose worker went away since the last call are recomputed first
                   stranded = [ sid | (sid, w) <- M.toList (regWhere reg), not (M.member w present) ]
                   holdings = holdingsOf workers (regWhere reg) (M.keys inputs) estimate
-                  settings = defaultPlanSettings { settingsLead = evolveLead opts, settingsMeanCost = mean }
-                  (plan, cmds) = startPlan settings holdings
+                  settings = defaultPlanSettings { settingsLead = evolveLead opts, settingsMeanCost = mean
+                                                 , settingsRoundTrip = regRoundTrip reg }
+                  (plan, cmds) = startPlan started settings holdings
                   call0 = Call plan ref encodedInputs M.empty (regWhere reg) (regCost reg) (regOrigin reg) M.empty
                                M.empty 0 0 0 (maybe 0 id mean) [] "" M.empty (configMaxTaskDeaths (clusterConfig cluster))
                   opening = [ SendTo w (EvolveWith ref) | w <- workers, needsTelling ref reg w ]
@@ -245,6 +246,7 @@ evolveManyWith opts cluster fn inputs = do
                        reg { regWhere = callWhere call, regCost = callCost call
                            , regMeanCost = if evolvedN > 0 then Just (busyTotal / fromIntegral evolvedN)
                                            else regMeanCost reg
+                           , regRoundTrip = moveRoundTrip (callPlan call)
                            , regDepth = regDepth reg + (if evolvedN > 0 then 1 else 0)
                            , regTold = toldAfter ref (planWorkers (callPlan call)) reg }
               stats = EvolveStats (finished - started) (length (planWorkers (callPlan call))) evolvedN

@@ -63,28 +63,28 @@ data Call = Call
 -- | The session of one call: the plan, fed by the workers' answers.
 callMachine :: String -> Machine Call
 callMachine name = Machine
-  { machineMessage = \wid msg call -> case msg of
-      StateEvolved parent busyNs children -> evolved wid (StateId parent) (fromIntegral busyNs / 1e9) children call
+  { machineMessage = \now wid msg call -> case msg of
+      StateEvolved parent busyNs children -> evolved now wid (StateId parent) (fromIntegral busyNs / 1e9) children call
       StateReleased sid bytes ->
         -- the master has seen its bytes: a lineage can start here now
         let !origins = M.insert (StateId sid) (Seen bytes) (callOrigin call)
-        in planStep wid (Released wid (StateId sid) bytes) call { callOrigin = origins }
-      StateKept sid -> planStep wid (Kept wid (StateId sid)) call
+        in planStep now wid (Released wid (StateId sid) bytes) call { callOrigin = origins }
+      StateKept sid -> planStep now wid (Kept wid (StateId sid)) call
       StateMissing sid
         -- asked back after it had been evolved: it simply stays
-        | planIsMoving (StateId sid) (callPlan call) -> planStep wid (Kept wid (StateId sid)) call
+        | planIsMoving (StateId sid) (callPlan call) -> planStep now wid (Kept wid (StateId sid)) call
         | otherwise -> (call, [DropPeer wid ("it does not hold " ++ show (StateId sid) ++ ", which it was given")])
       StateReplayed sid -> case M.lookup (StateId sid) (callReplaying call) of
         Just (w, toEvolve, cost) | w == wid ->
           let call' = call { callReplaying = M.delete (StateId sid) (callReplaying call)
                            , callWhere = M.insert (StateId sid) wid (callWhere call)
                            , callRecovered = callRecovered call + 1 }
-          in if toEvolve then planStep wid (Adopted wid [(StateId sid, cost)]) call' else (call', [])
+          in if toEvolve then planStep now wid (Adopted wid [(StateId sid, cost)]) call' else (call', [])
         _ -> (call, [DropPeer wid ("it recomputed " ++ show (StateId sid) ++ ", which it was not asked to")])
       EvolveThrew sid why -> (call, [Fail (EvolveFailed name (show (StateId sid)) (T.unpack why))])
       EvolveRejected why -> (call, [Fail (RemoteFunctionError name (T.unpack why))])
       _ -> (call, [])
-  , machineLost = \wid why call0 ->
+  , machineLost = \now wid why call0 ->
       -- the first state asked of a worker is the one it was evolving: a
       -- step that kills its worker is named after the limit of deaths,
       -- like a step that throws
@@ -96,8 +96,8 @@ callMachine name = Machine
           (call, [Fail (EvolveFailed name (show s) ("it was being evolved on " ++ show (deaths s)
                                                      ++ " workers that were lost (the last: worker " ++ show wid
                                                      ++ ", " ++ why ++ "); it is not tried again"))])
-        _ -> lostWorker wid why call
-  , machineJoined = \wid call -> case stepPlan (WorkerCame wid) (callPlan call) of
+        _ -> lostWorker now wid why call
+  , machineJoined = \now wid call -> case stepPlan now (WorkerCame wid) (callPlan call) of
       Left _ -> (call, [])
       Right (plan, cmds) ->
         let (call1, outs) = commandsToOuts call { callPlan = plan } cmds
@@ -117,7 +117,7 @@ callMachine name = Machine
   }
   where
     isLose c = case c of { Lose _ -> True; _ -> False }
-    lostWorker wid why call = case stepPlan (WorkerGone wid) (callPlan call) of
+    lostWorker now wid why call = case stepPlan now (WorkerGone wid) (callPlan call) of
       Left _ -> (call, [])
       Right (plan, cmds) ->
         -- besides the states the plan still had there, the lost worker held
@@ -129,15 +129,15 @@ callMachine name = Machine
             (call1, outs) = commandsToOuts call { callPlan = plan } [ c | c <- cmds, not (isLose c) ]
             (call2, recover) = recoverStates ("worker " ++ show wid ++ " was lost: " ++ why) lost call1
         in (call2, outs ++ recover)
-    planStep wid ev call = case stepPlan ev (callPlan call) of
+    planStep now wid ev call = case stepPlan now ev (callPlan call) of
       Left why -> (call, [DropPeer wid why])
       Right (plan, cmds) ->
         let moved = length [ () | Place {} <- cmds ]
         in commandsToOuts call { callPlan = plan, callMoved = callMoved call + moved } cmds
-    evolved wid parent secs children call
+    evolved now wid parent secs children call
       | bad : _ <- [ c | (c, _) <- children, not (ownId wid c) || M.member (StateId c) (callWhere call) ] =
           (call, [DropPeer wid ("it named a child " ++ show (StateId bad) ++ " with an id that is not its own or not new")])
-      | otherwise = case stepPlan (Evolved wid parent secs) (callPlan call) of
+      | otherwise = case stepPlan now (Evolved wid parent secs) (callPlan call) of
           Left why -> (call, [DropPeer wid why])
           Right (plan, cmds) ->
             let kids = [ (StateId c, o) | (c, o) <- children ]

@@ -44,7 +44,7 @@ checkpointStart live states =
      , [ SendTo w (StateRelease k) | (StateId k, w) <- here ] )
   where
     machine = Machine
-      { machineMessage = \w msg cp -> case msg of
+      { machineMessage = \_ w msg cp -> case msg of
           StateReleased k bytes
             | M.lookup (StateId k) (cpPending cp) == Just w ->
                 ( cp { cpPending = M.delete (StateId k) (cpPending cp)
@@ -54,8 +54,8 @@ checkpointStart live states =
           StateMissing k -> (forget (StateId k) cp, [])
           _ -> (cp, [])
         -- its states stay as they were: the next call recovers them
-      , machineLost = \w _ cp -> (cp { cpPending = M.filter (/= w) (cpPending cp) }, [])
-      , machineJoined = \_ cp -> (cp, [])
+      , machineLost = \_ w _ cp -> (cp { cpPending = M.filter (/= w) (cpPending cp) }, [])
+      , machineJoined = \_ _ cp -> (cp, [])
       , machineStarved = \cp -> (cp { cpPending = M.empty }, [])
       , machineDone = M.null . cpPending
       , machineView = const Nothing }

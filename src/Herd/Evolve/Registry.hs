@@ -46,6 +46,8 @@ data Registry = Registry
   { regWhere    :: !(M.Map StateId WorkerId)
   , regCost     :: !(M.Map StateId Double)  -- ^ measured time of the step that made it
   , regMeanCost :: !(Maybe Double)          -- ^ mean step time of the last call
+  , regRoundTrip :: !(Maybe Double)
+    -- ^ how long asking a state back took, as last measured (seconds)
   , regNextId   :: !Word64                  -- ^ next id for an uploaded state
   , regOrigin   :: M.Map StateId Origin
     -- ^ for live states and the ancestors they need (and, until the next
@@ -65,7 +67,7 @@ data Registry = Registry
 
 -- | No states.
 emptyRegistry :: Registry
-emptyRegistry = Registry M.empty M.empty Nothing 1 M.empty 0 0 Nothing
+emptyRegistry = Registry M.empty M.empty Nothing Nothing 1 M.empty 0 0 Nothing
 
 -- | How a state came to be, so that it can be made again if its worker is
 -- lost: the master saw its bytes (uploaded, or moved through the master),

@@ -12,7 +12,9 @@
 -- its parent cost"), so from the second call on the long states start
 -- first and end up alone. It takes only what shortens the step: half the
 -- difference between the victim's unstarted states and its own (an idle
--- worker takes half, down to the last one).
+-- worker takes half, down to the last one), and nothing the victim would
+-- start before the move could deliver it, judged by the round trips of
+-- the moves so far ('moveShortens').
 --
 -- Moved states travel through the master: the holder gives a state back
 -- ('Release', answered by 'Herd.Wire.StateReleased' or, if it had started,
@@ -23,7 +25,8 @@
 -- 'startPlan' is asked to evolve exactly once unless its worker is lost;
 -- a state is never in two workers' lists; a released state is placed
 -- exactly once; no worker is left with nothing to do while another holds
--- two or more unstarted states.
+-- two or more unstarted states, as long as moves are quick (a round trip
+-- shorter than the step time; a slower one makes such a move pointless).
 module Herd.Evolve.Schedule
   ( -- * Identities
     StateId (..)
@@ -42,6 +45,7 @@ module Herd.Evolve.Schedule
   , planUnstarted
   , planIsMoving
   , planIdleWorkers
+  , moveRoundTrip
     -- * Between calls
   , Registry (..)
   , emptyRegistry
@@ -76,12 +80,13 @@ holdingsOf workers whereAt toEvolve estimate = M.fromDistinctAscList (zip ws (V.
     grouped = V.accum (flip (:)) (V.replicate (length ws) [])
                 [ (i, (sid, estimate sid)) | sid <- toEvolve, Just w <- [M.lookup sid whereAt], Just i <- [M.lookup w index] ]
 
--- | Start a call: each worker with the states it holds that are to be
+-- | Start a call at this time (seconds of the master's clock; moves are
+-- timed by it): each worker with the states it holds that are to be
 -- evolved, each with its estimated cost (seconds; unknown costs should be
 -- given as the mean). Every live worker should be listed, even with no
 -- states, so that it can take some.
-startPlan :: PlanSettings -> M.Map WorkerId [(StateId, Double)] -> (Plan, [Command])
-startPlan settings holdings0 = (planAfter, releases ++ asks ++ stealCmds)
+startPlan :: Double -> PlanSettings -> M.Map WorkerId [(StateId, Double)] -> (Plan, [Command])
+startPlan now settings holdings0 = (planAfter, releases ++ asks ++ stealCmds)
   where
     -- a state whose cost is unknown (0 or less) counts as the mean of the
     -- known ones, or as 1 when none is known: then only counts matter
@@ -119,29 +124,31 @@ startPlan settings holdings0 = (planAfter, releases ++ asks ++ stealCmds)
       , plVictims = S.empty
       , plCostSum = 0
       , plCostN = 0
+      , plRoundTrip = Nothing
       , plSettings = settings
       }
     planFilled = shell
       { plWorkers = M.fromDistinctAscList workerPlans
-      , plMoving = M.fromList [ (s, Move from to c False) | (s, from, to, c) <- moves ]
+      , plMoving = M.fromList [ (s, Move from to c False now) | (s, from, to, c) <- moves ]
       , plIdle = S.fromDistinctAscList [ w | (w, wp) <- workerPlans, isIdle wp ]
       , plVictims = S.fromList [ (n, w) | (w, wp) <- workerPlans, let n = unstarted wp, n >= 1 ] }
     -- then workers left short with nothing coming take states from the
     -- busiest, as they would at any later step
     thieves = [ w | (w, wp) <- workerPlans, heldNull (wpHeld wp), Seq.length (wpQueued wp) < target, wpIncoming wp == 0 ]
-    (planAfter, stealCmds) = settle thieves planFilled
+    (planAfter, stealCmds) = settle now thieves planFilled
 
--- | Take one event. 'Left' names a broken promise of the worker (a state it
--- was not asked for), which the driver treats as a bad peer.
-stepPlan :: PlanEvent -> Plan -> Either String (Plan, [Command])
-stepPlan ev p = case ev of
+-- | Take one event, at this time (the clock of 'startPlan'). 'Left' names a
+-- broken promise of the worker (a state it was not asked for), which the
+-- driver treats as a bad peer.
+stepPlan :: Double -> PlanEvent -> Plan -> Either String (Plan, [Command])
+stepPlan now ev p = case ev of
   Evolved w s secs -> do
     wp <- worker w
     if not (isQueued s (wpQueued wp))
       then Left ("it reported evolving " ++ show s ++ ", which it was not asked to evolve")
       -- the worker's entry is changed once, by its refill: a put here and
       -- another there rebuilt its paths in the plan's map and index twice
-      else pure $ settleWorker w wp { wpQueued = dequeue s (wpQueued wp) }
+      else pure $ settleWorker now w wp { wpQueued = dequeue s (wpQueued wp) }
         p { plLeft = plLeft p - 1
           , plCostSum = plCostSum p + secs
           , plCostN = plCostN p + 1 }
@@ -151,13 +158,13 @@ stepPlan ev p = case ev of
       let wp' = if moveQueued mv
                   then wp { wpQueued = dequeue s (wpQueued wp), wpLeaving = wpLeaving wp - 1 }
                   else wp
-          p1 = putWorker w wp' p { plMoving = M.delete s (plMoving p) }
+          p1 = noteRoundTrip (moveAsked mv) now (putWorker w wp' p { plMoving = M.delete s (plMoving p) })
           to = moveTo mv
           -- the thief may have been lost meanwhile: then the least loaded live worker takes it
           target = if M.member to (plWorkers p1) then to else leastLoaded p1
           p2 = adjust target (\t -> t { wpHeld = heldInsert (moveCost mv) s (wpHeld t)
                                       , wpIncoming = if target == to then wpIncoming t - 1 else wpIncoming t }) p1
-          (p3, cmds) = settleIdle (settle [target, w] p2)
+          (p3, cmds) = settleIdle now (settle now [target, w] p2)
       pure (p3, Place target s bytes : cmds)
     _ -> Left ("it gave back " ++ show s ++ ", which was not asked back from it")
   Kept w s -> case M.lookup s (plMoving p) of
@@ -166,8 +173,8 @@ stepPlan ev p = case ev of
       let back v | moveQueued mv = v { wpLeaving = wpLeaving v - 1 }
                  | otherwise = v { wpHeld = heldInsert (moveCost mv) s (wpHeld v) }
           p1 = adjust (moveTo mv) (\t -> t { wpIncoming = wpIncoming t - 1 })
-             $ adjust w back p { plMoving = M.delete s (plMoving p) }
-      in pure (settleIdle (settle [moveTo mv, w] p1))
+             $ adjust w back (noteRoundTrip (moveAsked mv) now p { plMoving = M.delete s (plMoving p) })
+      in pure (settleIdle now (settle now [moveTo mv, w] p1))
     _ -> Left ("it kept " ++ show s ++ ", which was not asked back from it")
   WorkerGone w -> case M.lookup w (plWorkers p) of
     Nothing -> Right (p, [])
@@ -181,39 +188,39 @@ stepPlan ev p = case ev of
                    , plIdle = S.delete w (plIdle p)
                    , plMoving = M.filter ((/= w) . moveFrom) (plMoving p) } leaving
           -- moves towards the lost worker are re-targeted when they are answered
-          (p2, cmds) = settle (M.keys (plWorkers p1)) p1
+          (p2, cmds) = settle now (M.keys (plWorkers p1)) p1
       pure (p2, [ Lose lost | not (null lost) ] ++ cmds)
   WorkerCame w
     | M.member w (plWorkers p) -> Right (p, [])
     -- it starts idle, and takes states from the busiest as any idle worker
-    | otherwise -> pure (settleIdle (putWorker w (WorkerPlan (heldFromList []) Seq.empty 0 0) p { plIdle = S.insert w (plIdle p) }, []))
+    | otherwise -> pure (settleIdle now (putWorker w (WorkerPlan (heldFromList []) Seq.empty 0 0) p { plIdle = S.insert w (plIdle p) }, []))
   Adopted w ss -> case M.lookup w (plWorkers p) of
     Nothing -> Left ("worker " ++ show w ++ " is not part of this call")
     Just _ ->
       let p1 = adjust w (\x -> x { wpHeld = foldl' (\h (s, c) -> heldInsert c s h) (wpHeld x) ss })
                  p { plLeft = plLeft p + length ss }
-      in pure (settleIdle (settle [w] p1))
+      in pure (settleIdle now (settle now [w] p1))
   where
     worker w = maybe (Left ("worker " ++ show w ++ " is not part of this call")) Right (M.lookup w (plWorkers p))
 
 -- Let idle workers take states while any worker has some to spare.
-settleIdle :: (Plan, [Command]) -> (Plan, [Command])
-settleIdle (p0, cmds0) = go (S.toList (plIdle p0)) p0 [cmds0]
+settleIdle :: Double -> (Plan, [Command]) -> (Plan, [Command])
+settleIdle now (p0, cmds0) = go (S.toList (plIdle p0)) p0 [cmds0]
   where
     go [] p groups = (p, concat (reverse groups))
     go (w : ws) p groups
       | S.null (plVictims p) = (p, concat (reverse groups))
-      | otherwise = let (p', cmds') = settle [w] p in go ws p' (cmds' : groups)
+      | otherwise = let (p', cmds') = settle now [w] p in go ws p' (cmds' : groups)
 
 -- Give these workers work: fill their queues from what they hold, and let
 -- those with nothing left take states from the most loaded worker.
-settle :: [WorkerId] -> Plan -> (Plan, [Command])
-settle ws p0 = fmap (concat . reverse) (foldl' one (p0, []) ws)
+settle :: Double -> [WorkerId] -> Plan -> (Plan, [Command])
+settle now ws p0 = fmap (concat . reverse) (foldl' one (p0, []) ws)
   where
     -- commands gathered newest group first, flattened once at the end
     one (!p, groups) w = case M.lookup w (plWorkers p) of
       Nothing -> (p, groups)
-      Just wp -> case settleWorker w wp p of
+      Just wp -> case settleWorker now w wp p of
         (p', []) -> (p', groups)
         (p', group) -> (p', group : groups)
 
@@ -221,8 +228,8 @@ settle ws p0 = fmap (concat . reverse) (foldl' one (p0, []) ws)
 -- plan's map may not hold yet): its queue filled, its entry put once.
 -- Strict throughout: a start runs this once per worker, and the lazy
 -- version left a dozen thunks per worker for the next step to force.
-settleWorker :: WorkerId -> WorkerPlan -> Plan -> (Plan, [Command])
-settleWorker w wp p =
+settleWorker :: Double -> WorkerId -> WorkerPlan -> Plan -> (Plan, [Command])
+settleWorker now w wp p =
   let !target = queueTarget p
       !queued = Seq.length (wpQueued wp)
       !room = if refillDue target queued then target - queued else 0
@@ -231,7 +238,7 @@ settleWorker w wp p =
       !wp' = wp { wpHeld = kept, wpQueued = if null askedIds then wpQueued wp else wpQueued wp <> Seq.fromList askedIds }
       !p' = putWorker w wp' p
       (!p'', stealCmds) = if heldNull kept && Seq.length (wpQueued wp') < target && wpIncoming wp' == 0
-                            then steal w p'
+                            then steal now w p'
                             else (p', [])
       !idle = maybe False (\x -> heldNull (wpHeld x) && Seq.null (wpQueued x) && wpIncoming x == 0)
                     (M.lookup w (plWorkers p''))
@@ -246,18 +253,20 @@ settleWorker w wp p =
 -- states and its own, so a move never leaves the thief with more to do
 -- than the victim (moves between workers with about the same work are
 -- what made states cross the network again and again). An idle thief
--- takes half, and the last one too.
-steal :: WorkerId -> Plan -> (Plan, [Command])
-steal thief p = case victimOf of
+-- takes half, and the last one too. Either takes nothing when the move
+-- would arrive after the victim would have started the states anyway.
+steal :: Double -> WorkerId -> Plan -> (Plan, [Command])
+steal now thief p = case victimOf of
   Nothing -> (p, [])
-  Just (n, victim) ->
+  Just (n, victim) | not (moveShortens p n (takeOf n)) -> (p, [])
+                   | otherwise ->
     let vp = plWorkers p M.! victim
-        count = if thiefIdle then max 1 (n `div` 2) else (n - own) `div` 2
+        count = takeOf n
         (fromHeld, heldLeft) = heldTake count (wpHeld vp)
         fromQueue = take (count - length fromHeld)
                       [ s | s <- toList (Seq.reverse (Seq.drop 1 (wpQueued vp))), not (M.member s (plMoving p)) ]
-        moves = [ (s, Move victim thief c False) | (c, s) <- fromHeld ]
-             ++ [ (s, Move victim thief fallback True) | s <- fromQueue ]
+        moves = [ (s, Move victim thief c False now) | (c, s) <- fromHeld ]
+             ++ [ (s, Move victim thief fallback True now) | s <- fromQueue ]
         p' = p { plMoving = foldl' (\m (s, mv) -> M.insert s mv m) (plMoving p) moves }
         p'' = adjust victim (\v -> v { wpHeld = heldLeft
                                      , wpLeaving = wpLeaving v + length fromQueue })
@@ -265,6 +274,7 @@ steal thief p = case victimOf of
     in (p'', [ Release victim s | (s, _) <- moves ])
   where
     thiefIdle = maybe True (Seq.null . wpQueued) (M.lookup thief (plWorkers p))
+    takeOf n = if thiefIdle then max 1 (n `div` 2) else (n - own) `div` 2
     own = maybe 0 unstarted (M.lookup thief (plWorkers p))
     -- the worker with the most unstarted states, other than the thief
     victimOf = case S.lookupMax (plVictims p) of

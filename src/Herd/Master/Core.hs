@@ -228,7 +228,7 @@ startSession now req core
 
 -- Hand a worker's evolve message to the session, if it is one of its workers.
 sessionMessage :: Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
-sessionMessage now w msg core = case coreSession core >>= hostMessage w msg of
+sessionMessage now w msg core = case coreSession core >>= hostMessage now w msg of
   Just (hosted, outs) -> settle now hosted outs core
   Nothing -> (core, [])   -- a late answer of a call that ended
 
@@ -237,7 +237,7 @@ sessionMessage now w msg core = case coreSession core >>= hostMessage w msg of
 -- its states).
 sessionJoined :: Double -> WorkerId -> Core -> (Core, [Command])
 sessionJoined now w core = case coreSession core of
-  Just h | maybe True (hostLive h <) (coreSessionLimit core), Just (hosted, outs) <- hostJoined w h -> settle now hosted outs core
+  Just h | maybe True (hostLive h <) (coreSessionLimit core), Just (hosted, outs) <- hostJoined now w h -> settle now hosted outs core
   _ -> (core, [])
 
 -- No worker of the session is live and none is being restarted: states
@@ -247,14 +247,14 @@ sessionStarved now core = case coreSession core of
   Just h | hostLive h == 0 ->
     -- a live worker outside the session (beyond its limit before) takes
     -- up its states; else one being restarted will; else none will
-    case [ x | w <- M.keys (coreLinks core), Just x <- [hostJoined w h] ] of
+    case [ x | w <- M.keys (coreLinks core), Just x <- [hostJoined now w h] ] of
       (hosted, outs) : _ -> settle now hosted outs core
       [] | S.awaitedWorkers (coreSched core) == 0 -> let (hosted, outs) = hostStarved h in settle now hosted outs core
          | otherwise -> (core, [])
   _ -> (core, [])
 
 sessionLost :: Double -> WorkerId -> String -> Core -> (Core, [Command])
-sessionLost now w why core = case coreSession core >>= hostLost w why of
+sessionLost now w why core = case coreSession core >>= hostLost now w why of
   Just (hosted, outs) -> settle now hosted outs core
   Nothing -> (core, [])
 

@@ -39,10 +39,12 @@ import Herd.Base (WorkerId)
 import Herd.Wire (FromWorker (..), ToWorker)
 
 -- | A session's logic: pure functions of its state.
+-- Each event comes with the time it is taken at (seconds of the master's
+-- monotonic clock).
 data Machine st = Machine
-  { machineMessage :: WorkerId -> FromWorker -> st -> (st, [Out])
-  , machineLost    :: WorkerId -> String -> st -> (st, [Out])
-  , machineJoined  :: WorkerId -> st -> (st, [Out])
+  { machineMessage :: Double -> WorkerId -> FromWorker -> st -> (st, [Out])
+  , machineLost    :: Double -> WorkerId -> String -> st -> (st, [Out])
+  , machineJoined  :: Double -> WorkerId -> st -> (st, [Out])
     -- ^ a worker joined the cluster during the session and is now one of its
   , machineStarved :: st -> (st, [Out])
     -- ^ none of its workers is live and none is being restarted
@@ -115,19 +117,19 @@ refuseRequest err (SessionRequest _ _ answer) = answer (Left err)
 
 -- | A message from a worker; 'Nothing' if it is not one of the session's
 -- live workers (a late answer of a call that ended).
-hostMessage :: WorkerId -> FromWorker -> Hosted -> Maybe (Hosted, [Out])
-hostMessage w msg (Hosted machine st ws lost err answer)
+hostMessage :: Double -> WorkerId -> FromWorker -> Hosted -> Maybe (Hosted, [Out])
+hostMessage now w msg (Hosted machine st ws lost err answer)
   | S.member w ws, not (M.member w lost) =
-      let (st', outs) = machineMessage machine w msg st
+      let (st', outs) = machineMessage machine now w msg st
       in Just (Hosted machine st' ws lost err answer, outs)
   | otherwise = Nothing
 
 -- | A worker that joined the cluster becomes one of the session's
 -- ('Nothing' if it is one already).
-hostJoined :: WorkerId -> Hosted -> Maybe (Hosted, [Out])
-hostJoined w (Hosted machine st ws lost err answer)
+hostJoined :: Double -> WorkerId -> Hosted -> Maybe (Hosted, [Out])
+hostJoined now w (Hosted machine st ws lost err answer)
   | S.member w ws = Nothing
-  | otherwise = let (st', outs) = machineJoined machine w st
+  | otherwise = let (st', outs) = machineJoined machine now w st
                 in Just (Hosted machine st' (S.insert w ws) lost err answer, outs)
 
 -- | How many of the session's workers are live.
@@ -140,10 +142,10 @@ hostStarved (Hosted machine st ws lost err answer) =
   let (st', outs) = machineStarved machine st in (Hosted machine st' ws lost err answer, outs)
 
 -- | One of the session's workers was lost (each is told once).
-hostLost :: WorkerId -> String -> Hosted -> Maybe (Hosted, [Out])
-hostLost w why (Hosted machine st ws lost err answer)
+hostLost :: Double -> WorkerId -> String -> Hosted -> Maybe (Hosted, [Out])
+hostLost now w why (Hosted machine st ws lost err answer)
   | S.member w ws, not (M.member w lost) =
-      let (st', outs) = machineLost machine w why st
+      let (st', outs) = machineLost machine now w why st
       in Just (Hosted machine st' ws (M.insert w why lost) err answer, outs)
   | otherwise = Nothing
 
