@@ -203,14 +203,23 @@ stepPlan now ev p = case ev of
   where
     worker w = maybe (Left ("worker " ++ show w ++ " is not part of this call")) Right (M.lookup w (plWorkers p))
 
--- Let idle workers take states while any worker has some to spare.
+-- Let idle workers take states while any worker has some to spare. Every
+-- idle worker faces the same choice (the busiest victim, half of its
+-- unstarted states, the same judgement of the move), so once one truly
+-- idle worker takes nothing, none will: the walk stops there. Walking on
+-- cost a step per idle worker on every state given back, which at 2048
+-- workers with moves refused as too slow was a sixth of the master's time.
 settleIdle :: Double -> (Plan, [Command]) -> (Plan, [Command])
 settleIdle now (p0, cmds0) = go (S.toList (plIdle p0)) p0 [cmds0]
   where
     go [] p groups = (p, concat (reverse groups))
     go (w : ws) p groups
       | S.null (plVictims p) = (p, concat (reverse groups))
-      | otherwise = let (p', cmds') = settle now [w] p in go ws p' (cmds' : groups)
+      | otherwise = case settle now [w] p of
+          (p', []) | idleIn p w -> (p', concat (reverse groups))
+          (p', cmds') -> go ws p' (cmds' : groups)
+    idleIn p w = maybe False (\wp -> heldNull (wpHeld wp) && Seq.null (wpQueued wp) && wpIncoming wp == 0)
+                         (M.lookup w (plWorkers p))
 
 -- Give these workers work: fill their queues from what they hold, and let
 -- those with nothing left take states from the most loaded worker.
