@@ -15,11 +15,37 @@ import System.Posix.Signals (sigKILL, signalProcess)
 import System.Timeout (timeout)
 import Test.Hspec
 import GHC.Stats (allocated_bytes, getRTSStats, getRTSStatsEnabled)
-import System.Mem (performMinorGC)
+import System.Mem (performMajorGC, performMinorGC)
+import System.Mem.Weak (deRefWeak)
+import Data.Maybe (isJust)
+import Herd.Master.Cluster (clusterRegistry)
 import TestTasks
 
 spec :: Spec
-spec = describe "the evolve API" $ forM_ [minBound .. maxBound] $ \transport -> forM_ [ThreadedLoop, EpollLoop] $ \loop ->
+spec = do
+  statsSpec
+  loopsSpec
+
+-- The stats of a call used to be a thunk over the call's whole state and
+-- its cluster: a caller that kept them kept a closed cluster's links,
+-- buffers and threads (seen as a 2048-worker bench run slowed by the
+-- cluster before it).
+statsSpec :: Spec
+statsSpec = describe "an evolve call's stats" $
+  it "keep nothing of the call's cluster alive once it is closed" $ do
+    (weak, stats) <- withTestClusterConfig 2 id $ \_ cluster -> do
+      weak <- mkWeakMVar (clusterRegistry cluster) (pure ())
+      ids <- resetStates cluster countEvolver [1, 2, 3]
+      (_, stats) <- evolveManyWith defaultEvolveOptions cluster countEvolver (M.fromList (zip ids (repeat 1)))
+      pure (weak, stats)
+    performMajorGC
+    performMajorGC
+    alive <- deRefWeak weak
+    isJust alive `shouldBe` False
+    esEvolved stats `shouldBe` 3
+
+loopsSpec :: Spec
+loopsSpec = describe "the evolve API" $ forM_ [minBound .. maxBound] $ \transport -> forM_ [ThreadedLoop, EpollLoop] $ \loop ->
   describe ("over " ++ transportName transport ++ ", with the " ++ show loop) $ do
     let withLoopConfig l n tweak body =
           withTestClusterConfig n (\c -> tweak c { configMasterLoop = l, configTransport = Just transport })

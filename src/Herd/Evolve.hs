@@ -252,6 +252,10 @@ evolveManyWith opts cluster fn inputs = do
               stats = EvolveStats (finished - started) (length (planWorkers (callPlan call))) evolvedN
                                   (callChildren call) (callMoved call) (callBusy call) (clusterMasterLoop cluster)
                                   (callRecovered call)
+          -- forced now: left unevaluated, the stats kept the call's whole
+          -- state and the cluster (its links' buffers, its threads) alive
+          -- for as long as the caller kept them, even past 'withCluster'
+          _ <- evaluate stats
           reg'' <- checkpointIfDue opts cluster reg'
           pure (reg'', Right (callOutputs call, stats))
   (raw, stats) <- either throwIO pure result
