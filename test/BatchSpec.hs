@@ -19,6 +19,12 @@ import qualified Data.Map.Strict as M
 import Herd.Base (Encoder (..), Range (..), encoderBytes)
 import Herd.Wire.Batch
 import Herd.Wire.Scratch
+import Herd.Wire.InPlace
+import qualified Data.ByteString.Internal as BI
+import Foreign.ForeignPtr (ForeignPtr, mallocForeignPtrBytes, withForeignPtr)
+import Foreign.Ptr (castPtr)
+import Foreign.Storable (peekElemOff, pokeElemOff)
+import Data.Word (Word8)
 import Test.Hspec
 import Test.QuickCheck
 
@@ -63,7 +69,10 @@ everyArgumentOnce xs budgets = ioProperty $ do
          .&&. seen === M.fromList (zip [0 ..] (map pure xs))
 
 spec :: Spec
-spec = describe "Herd.Wire.Batch" $ do
+spec = batchSpec >> inPlaceSpec
+
+batchSpec :: Spec
+batchSpec = describe "Herd.Wire.Batch" $ do
   it "gives back every argument once, in order, however the runs are cut" $
     property $ \(xs :: [String]) budgets -> everyArgumentOnce xs budgets
 
@@ -130,3 +139,77 @@ spec = describe "Herd.Wire.Batch" $ do
     fmap fst (either Just (const Nothing) short) `shouldBe` Just 1
     long <- stageRun (Proxy :: Proxy Int) arena [Range 0 2] (B.replicate 20 0)
     either (("left over" `isInfixOf`) . snd) (const False) long `shouldBe` True
+
+-- Results held until their tasks are final, then written over the
+-- arguments ("Herd.Wire.InPlace"): a result written early would be sent
+-- back as an argument if its batch ran again.
+inPlaceSpec :: Spec
+inPlaceSpec = describe "Herd.Wire.InPlace" $ do
+  it "leaves the table alone until tasks are accepted, then writes exactly theirs" $ do
+    table <- tableOf [0 .. 9]
+    pending <- newPending 8
+    holdRun pending [Range 0 4] (resultsOf [100 .. 103])
+    holdRun pending [Range 4 6, Range 8 10] (resultsOf [104, 105, 108, 109])
+    holdRun pending [Range 6 8] (resultsOf [106, 107])
+    slots table 10 `shouldReturn` [0 .. 9]
+    commitRanges pending table [Range 0 4] `shouldReturn` Right ()
+    slots table 10 `shouldReturn` ([100 .. 103] ++ [4 .. 9])
+    commitRanges pending table [Range 4 10] `shouldReturn` Right ()
+    slots table 10 `shouldReturn` [100 .. 109]
+    pendingPieces pending `shouldReturn` 0
+
+  it "names accepted tasks it holds no results for, and writes nothing for them" $ do
+    table <- tableOf [0 .. 5]
+    pending <- newPending 8
+    holdRun pending [Range 0 2] (resultsOf [100, 101])
+    r <- commitRanges pending table [Range 0 4]
+    either ("0-3" `isInfixOf`) (const False) r `shouldBe` True
+    slots table 6 `shouldReturn` [100, 101, 2, 3, 4, 5]
+
+  it "writes every accepted task's result and no other, however runs were cut, interleaved and repeated" $
+    property $ forAll inPlaceScenario $ \(n, runs, accepted) -> ioProperty $ do
+      table <- tableOf [0 .. n - 1]
+      pending <- newPending 8
+      mapM_ (\(lo, hi) -> holdRun pending [Range lo hi] (resultsOf [ 1000 + i | i <- [lo .. hi - 1] ])) runs
+      answers <- mapM (\(lo, hi) -> commitRanges pending table [Range lo hi]) accepted
+      got <- slots table n
+      let final i = any (\(lo, hi) -> i >= lo && i < hi) accepted
+      pure (conjoin [ answers === map (const (Right ())) accepted
+                    , got === [ if final i then 1000 + i else i | i <- [0 .. n - 1] ] ])
+
+-- Tasks cut into batches, each batch's results arriving as runs cut at
+-- random; besides, copies of other batches, cut another way (some of the
+-- tasks ran twice, on batches that straddle these), held for some of them;
+-- all runs interleaved. Some of the first batches are accepted, whole or
+-- in parts, in any order.
+inPlaceScenario :: Gen (Int, [(Int, Int)], [(Int, Int)])
+inPlaceScenario = do
+  n <- choose (1, 200)
+  let batchesOf = do
+        cuts <- sublistOf [1 .. n - 1]
+        pure (zip (0 : cuts) (cuts ++ [n]))
+      runsOf (lo, hi) = do
+        inner <- sublistOf [lo + 1 .. hi - 1]
+        pure (zip (lo : inner) (inner ++ [hi]))
+  batches <- batchesOf
+  copies <- batchesOf >>= sublistOf
+  runs <- concat <$> mapM runsOf (batches ++ copies)
+  interleaved <- shuffle runs
+  -- a batch's tasks may be accepted in parts (a part done elsewhere first)
+  accepted <- sublistOf batches >>= fmap concat . mapM runsOf >>= shuffle
+  pure (n, interleaved, accepted)
+
+-- A table of 8-byte slots holding these numbers.
+tableOf :: [Int] -> IO (ForeignPtr Word8)
+tableOf xs = do
+  fp <- mallocForeignPtrBytes (8 * max 1 (length xs))
+  withForeignPtr fp $ \p -> mapM_ (\(i, x) -> pokeElemOff (castPtr p) i x) (zip [0 ..] xs)
+  pure fp
+
+-- The first n slots of a table.
+slots :: ForeignPtr Word8 -> Int -> IO [Int]
+slots fp n = withForeignPtr fp $ \p -> mapM (peekElemOff (castPtr p)) [0 .. n - 1]
+
+-- Results as a run carries them: 8 bytes each, as the table holds them.
+resultsOf :: [Int] -> B.ByteString
+resultsOf xs = BI.unsafeCreate (8 * length xs) $ \p -> mapM_ (\(i, x) -> pokeElemOff (castPtr p) i x) (zip [0 ..] xs)

@@ -31,6 +31,8 @@ module Herd.Wire.Batch
   , newArena
   , stageRun
   , arenaValues
+  , argsArena
+  , arenaBytesOf
     -- * Message layout
   , runHeaderBytes
   ) where
@@ -194,6 +196,17 @@ data Arena = Arena
   { arenaBytes :: !(ForeignPtr Word8)
   , arenaWidth :: !Int
   }
+
+-- | The arguments' own table as an arena of their width, if they all have
+-- one ("Herd.Wire.InPlace" writes final results over their arguments).
+argsArena :: ArgTable -> Maybe Arena
+argsArena t = case tableEnds t of
+  EveryWidth w | w > 0 -> Just (Arena (tableBytes t) w)
+  _ -> Nothing
+
+-- | An arena's bytes and the width of each value.
+arenaBytesOf :: Arena -> (ForeignPtr Word8, Int)
+arenaBytesOf a = (arenaBytes a, arenaWidth a)
 
 -- | An arena for this many values of this width (outside the GHC heap).
 newArena :: Int -> Int -> IO Arena
