@@ -226,7 +226,9 @@ startLarge conn len src have = do
 -- if its buffer is at most 'spareLimit'; giving back anything else does
 -- nothing. A large frame is the whole of its buffer, from offset 0; a
 -- frame cut from the pending bytes starts after its length prefix, so it
--- is never taken for one.
+-- is never taken for one. (The master's farm keeps slices of result
+-- packets until their tasks are accepted, "Herd.Wire.InPlace": the master
+-- must not give those back.)
 recycleFrame :: Connection -> B.ByteString -> IO ()
 recycleFrame conn frame = do
   sp <- readIORef (connSpare conn)

@@ -12,6 +12,10 @@
 -- and copied over their tasks' arguments only once the scheduler accepts
 -- their tasks ('commitRanges').
 --
+-- The slices keep their packets alive and rely on their bytes staying put:
+-- the master never gives a packet's buffer back for reuse (only a worker
+-- does, 'Herd.Transport.recycleFrame', for packets it handled at once).
+--
 -- Promises: an accepted task's slot holds a result staged for it; a slot
 -- is written only when its task is accepted; a task accepted without a
 -- held result is reported, never left holding its argument as a result.
