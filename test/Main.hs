@@ -6,6 +6,7 @@ module Main (main) where
 import qualified ClusterSpec
 import qualified CodecSpec
 import qualified ConfigSpec
+import qualified HeapReserveSpec
 import qualified EvolveSpec
 import qualified SimulateSpec
 import qualified RecoverySpec
@@ -60,6 +61,7 @@ main = do
       EvolveScheduleSpec.spec
       BalanceSpec.spec
       ClusterSpec.spec
+      HeapReserveSpec.spec
       EvolveSpec.spec
       SimulateSpec.spec
       RecoverySpec.spec

@@ -14,6 +14,7 @@ module Bench.Common
   , chunkingName
   , reportEden
   , processCpuSeconds
+  , ownMinorFaults
   ) where
 
 import Control.Monad (when)
@@ -140,11 +141,28 @@ reportEden bench size rows json plot = do
 -- from @/proc/PID/stat@; 0 once it is gone.
 processCpuSeconds :: Int -> IO Double
 processCpuSeconds pid = do
-  text <- E.try (readFile ("/proc/" ++ show pid ++ "/stat" ) >>= \t -> length t `seq` pure t)
+  fields <- statFields (show pid)
   ticks <- getSysVar ClockTick
+  -- utime and stime are the 12th and 13th fields after the command name
+  pure $ case drop 11 fields of
+    u : st : _ | [(a, "")] <- reads u, [(b, "")] <- reads st -> fromIntegral (a + b :: Integer) / fromIntegral ticks
+    _ -> 0
+
+-- | The minor page faults this process has taken so far (first touches of
+-- memory, mostly), from @/proc/self/stat@; 0 where that cannot be read.
+ownMinorFaults :: IO Int
+ownMinorFaults = do
+  fields <- statFields "self"
+  -- minflt is the 8th field after the command name
+  pure $ case drop 7 fields of
+    f : _ | [(n, "")] <- reads f -> n
+    _ -> 0
+
+-- The fields of @/proc/PID/stat@ after the command name's closing
+-- parenthesis (none if the file cannot be read).
+statFields :: String -> IO [String]
+statFields pid = do
+  text <- E.try (readFile ("/proc/" ++ pid ++ "/stat") >>= \t -> length t `seq` pure t)
   pure $ case text of
-    Left (_ :: E.IOException) -> 0
-    -- the fields after the command name's closing parenthesis: utime and stime are the 12th and 13th
-    Right t -> case drop 11 (words (reverse (takeWhile (/= ')') (reverse t)))) of
-      u : st : _ | [(a, "")] <- reads u, [(b, "")] <- reads st -> fromIntegral (a + b :: Integer) / fromIntegral ticks
-      _ -> 0
+    Left (_ :: E.IOException) -> []
+    Right t -> words (reverse (takeWhile (/= ')') (reverse t)))

@@ -19,7 +19,9 @@
 -- CPU: the master process, and the worker processes (or simulated hosts)
 -- together, from @/proc@; and where the wall time went: inside the evolve
 -- calls, or in the filter's own work between them (resampling, building
--- the next inputs), when every worker waits.
+-- the next inputs), when every worker waits; and the master's minor page
+-- faults during the run (first touches of memory, dear on a virtual
+-- machine: see "Herd.Master.HeapReserve").
 module Bench.Pfilter
   ( Options (..)
   , run
@@ -29,7 +31,10 @@ import Control.Exception (evaluate)
 import Control.Monad (forM, forM_, when)
 import Data.IORef
 import qualified Data.Map.Strict as M
-import Bench.Common (processCpuSeconds, timed)
+import Bench.Apart (answerApart, apartAnswerPath, runApart)
+import Bench.Common (ownMinorFaults, processCpuSeconds, timed)
+import Data.List (intercalate)
+import Text.Printf (printf)
 import Bench.Plot
 import Herd
 import Herd.Config (defaultWorkerRtsOptions)
@@ -66,7 +71,8 @@ data Row = Row
   , rowMasterCpu :: Double
   , rowHostsCpu  :: Double
   , rowInCalls   :: Double   -- ^ seconds inside evolve calls (the rest is the filter's own work)
-  }
+  , rowFaults    :: Int      -- ^ the master's minor page faults during the run
+  } deriving (Show, Read)
 
 
 -- | Run the benchmark: table, plot file, and JSON line.
@@ -102,11 +108,36 @@ run o = do
         , configTransport = optTransport o }
   when (hosts > 0 && not (optSimulate o)) $
     die "pfilter: --sim-hosts above 0 needs --simulate (a simulated host plays workers whose time is simulated)"
-  checkPlotWritable "pfilter" (optPlot o)
+  answer <- apartAnswerPath
+  case (answer, optLoops o) of
+    (Just path, _) -> measure o cfg setup hosts >>= answerApart path
+    (Nothing, _ : _ : _) -> do
+      -- more than one loop: each in a master process of its own ("Bench.Apart")
+      checkPlotWritable "pfilter" (optPlot o)
+      rows <- concat <$> mapM (\loop -> runApart (childArgs o hosts loop)) (optLoops o)
+      report o hosts rows
+    (Nothing, _) -> do
+      checkPlotWritable "pfilter" (optPlot o)
+      measure o cfg setup hosts >>= report o hosts
+
+-- The arguments that measure one master loop in a process of its own.
+childArgs :: Options -> Int -> MasterLoop -> [String]
+childArgs o hosts loop =
+  [ "bench", "pfilter", "--workers", intercalate "," (map show (optWorkers o)), "--states", show (optStates o)
+  , "--steps", show (optSteps o), "--cost", printf "%.9f" (optCost o), "--sim-hosts", show hosts
+  , "--master", masterLoopName loop ]
+  ++ [ "--simulate" | optSimulate o ]
+  ++ maybe [] (\t -> ["--transport", transportName t]) (optTransport o)
+  ++ maybe [] (\d -> ["--dashboard", d]) (optDashboard o)
+
+-- Run the filter at each worker count with each master loop of the options.
+measure :: Options -> Config -> FilterSetup -> Int -> IO [Row]
+measure o cfg setup hosts = do
+  let most = maximum (optWorkers o)
   hPutStrLn stderr ("pfilter: starting " ++ show most ++ " workers"
                     ++ (if hosts > 0 then " in " ++ show hosts ++ " simulated hosts" else ""))
   -- one cluster per master loop: the loop drives every API of its cluster
-  rows <- fmap concat $ forM (optLoops o) $ \loop -> withCluster cfg { configMasterLoop = loop } $ \cluster -> do
+  fmap concat $ forM (optLoops o) $ \loop -> withCluster cfg { configMasterLoop = loop } $ \cluster -> do
     have <- clusterWorkerCount cluster
     when (have < most) $ hPutStrLn stderr ("pfilter: only " ++ show have ++ " workers connected")
     pids <- nubOrd . map infoPid <$> clusterWorkerInfo cluster
@@ -126,7 +157,9 @@ run o = do
             pure out
       master0 <- getCPUTime
       hosts0 <- sum <$> mapM processCpuSeconds pids
+      faults0 <- ownMinorFaults
       (secs, result) <- timed (runFilter setup evolveAll ids)
+      faults1 <- ownMinorFaults
       master1 <- getCPUTime
       hosts1 <- sum <$> mapM processCpuSeconds pids
       calls <- readIORef stats
@@ -136,15 +169,20 @@ run o = do
           ideal = if optSimulate o then fromIntegral evolved * optCost o / fromIntegral w
                   else busyTotal / fromIntegral w
           row = Row loop w secs ideal (busyTotal / (fromIntegral w * secs)) (sum (map esMoved calls))
-                    (fromIntegral (master1 - master0) / 1e12) (hosts1 - hosts0) callSecs
+                    (fromIntegral (master1 - master0) / 1e12) (hosts1 - hosts0) callSecs (faults1 - faults0)
       hPutStrLn stderr ("  " ++ masterLoopName loop ++ ", " ++ show w ++ " workers: " ++ fixed 3 secs ++ " s (ideal "
                         ++ fixed 3 ideal ++ " s, efficiency " ++ fixed 2 (ideal / secs) ++ ")")
       pure row
+
+-- Print the table, write the plot, and end with the JSON line.
+report :: Options -> Int -> [Row] -> IO ()
+report o hosts rows = do
   putStr $ renderTable ["master", "workers", "sim hosts", "seconds", "ideal", "efficiency", "busy", "waiting", "moved"
-                       , "master cpu s", "hosts cpu s", "in calls s", "between s"]
+                       , "master cpu s", "hosts cpu s", "in calls s", "between s", "master faults"]
     [ [ masterLoopName (rowLoop r), show (rowWorkers r), show hosts, fixed 3 (rowSeconds r), fixed 3 (rowIdeal r)
       , fixed 3 (rowIdeal r / rowSeconds r), fixed 3 (rowBusy r), fixed 3 (1 - rowBusy r), show (rowMoved r)
-      , fixed 2 (rowMasterCpu r), fixed 2 (rowHostsCpu r), fixed 3 (rowInCalls r), fixed 3 (rowSeconds r - rowInCalls r) ]
+      , fixed 2 (rowMasterCpu r), fixed 2 (rowHostsCpu r), fixed 3 (rowInCalls r), fixed 3 (rowSeconds r - rowInCalls r)
+      , show (rowFaults r) ]
     | r <- rows ]
   let colours = [(ThreadedLoop, "#d62728"), (EpollLoop, "#1f77b4")]
       series = [ Series (masterLoopName l) c False [ (fromIntegral (rowWorkers r), rowSeconds r) | r <- rows, rowLoop r == l ]
@@ -166,5 +204,6 @@ run o = do
                                 , ("moved", JInt (fromIntegral (rowMoved r)))
                                 , ("sim_hosts", JInt (fromIntegral hosts))
                                 , ("master_cpu_s", JNumber (rowMasterCpu r)), ("hosts_cpu_s", JNumber (rowHostsCpu r))
-                                , ("calls_s", JNumber (rowInCalls r)), ("between_calls_s", JNumber (rowSeconds r - rowInCalls r)) ]
+                                , ("calls_s", JNumber (rowInCalls r)), ("between_calls_s", JNumber (rowSeconds r - rowInCalls r))
+                                , ("master_faults", JInt (fromIntegral (rowFaults r))) ]
                       | r <- rows ]) ]

@@ -112,7 +112,7 @@ data TaskRef = TaskRef
 data MasterLoop
   = ThreadedLoop  -- ^ one thread per worker over GHC's IO manager, sharing the core under a lock
   | EpollLoop     -- ^ one thread over @epoll@ directly (Linux; elsewhere the threaded loop)
-  deriving (Eq, Show, Enum, Bounded)
+  deriving (Eq, Show, Read, Enum, Bounded)
 
 -- | The name used on the command line and in reports: @threaded@ or @epoll@.
 masterLoopName :: MasterLoop -> String

@@ -73,6 +73,7 @@ import Herd.Master.Accept
 import Herd.Master.Events (Event (..), FarmJob (..))
 import Herd.Epoll (epollAvailable)
 import Herd.Master.EpollReader
+import Herd.Master.HeapReserve (heapReserveBytes, reserveHeap)
 import Herd.Master.Launching
 import Herd.Master.Restarts (withRestarts)
 import Herd.Master.Reader
@@ -194,6 +195,8 @@ withMaster config raw body = do
         bracket (startLaunches cfg secret plan slurmTasks localAddr tcpAddr remoteAddr) (mapM_ launchStop . fst) $
           \(launches, local) -> do
             awaitLaunches cfg (M.elems <$> readTVarIO (shellWorkers shell)) launches
+            joined <- M.size <$> readTVarIO (shellWorkers shell)
+            reserveHeap (heapReserveBytes (configMasterHeapReserve cfg) joined)
             withRestarts cfg shell (clClosed cluster) local (body cluster)
   where
     isWildcard h = h `elem` ["0.0.0.0", "::", "*"]

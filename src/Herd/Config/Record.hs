@@ -133,6 +133,13 @@ data Config = Config
   , configRestartWorkers   :: Bool
     -- ^ restart a local worker process that dies (default 'True'), with a
     -- growing pause between restarts; one that keeps dying is left down
+  , configMasterHeapReserve :: Maybe Int
+    -- ^ MiB of heap the master touches once when the cluster has started
+    -- and then lets go, so its collections copy into pages the process
+    -- already has ("Herd.Master.HeapReserve": on a virtual machine a
+    -- page's first touch is dear). 'Nothing' (the default): 256 KiB per
+    -- worker connected at the start, from 64 workers up, at most 256 MiB;
+    -- none below 64. @Just 0@: never
   }
 
 
@@ -203,6 +210,7 @@ defaultConfig = Config
   , configTls              = False
   , configMaxTaskDeaths    = 3
   , configRestartWorkers   = True
+  , configMasterHeapReserve = Nothing
   }
 
 -- | The packet policy a configuration asks for.

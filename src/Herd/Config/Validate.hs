@@ -70,6 +70,8 @@ validateConfig c
       bad "configTls" "simulated hosts do not speak TLS: use it without configSimulatedWorkers"
   | configMaxTaskDeaths c < 1 || configMaxTaskDeaths c > 1000 =
       bad "configMaxTaskDeaths" ("must be from 1 to 1000, got " ++ show (configMaxTaskDeaths c))
+  | Just mib <- configMasterHeapReserve c, mib < 0 || mib > 65536 =
+      bad "configMasterHeapReserve" ("must be from 0 to 65536 MiB, got " ++ show mib)
   | configWorkerNice c < 0 || configWorkerNice c > 19 =
       bad "configWorkerNice" ("must be from 0 to 19, got " ++ show (configWorkerNice c))
   | any (\o -> null o || head o /= '-') (configWorkerRtsOptions c) =

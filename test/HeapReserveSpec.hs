@@ -1,0 +1,46 @@
+-- | The master's heap reserve ("Herd.Master.HeapReserve"): how large it
+-- is for a setting and a worker count, and that a cluster's start really
+-- touches it.
+module HeapReserveSpec (spec) where
+
+import GHC.Stats (RTSStats (..), getRTSStats, getRTSStatsEnabled)
+import Herd
+import Herd.Config (validateConfig)
+import Herd.Master.HeapReserve
+import ClusterSpec (withTestClusterConfig)
+import Test.Hspec
+import Test.QuickCheck
+
+mib :: Int
+mib = 1024 * 1024
+
+spec :: Spec
+spec = describe "the master's heap reserve" $ do
+  it "is the size set, whatever the workers, and none when set to 0" $ do
+    heapReserveBytes (Just 32) 1 `shouldBe` 32 * mib
+    heapReserveBytes (Just 32) 5000 `shouldBe` 32 * mib
+    heapReserveBytes (Just 0) 5000 `shouldBe` 0
+  it "by default: none below 64 workers, 256 KiB a worker from there, at most 256 MiB" $ do
+    heapReserveBytes Nothing 0 `shouldBe` 0
+    heapReserveBytes Nothing (autoReserveFrom - 1) `shouldBe` 0
+    heapReserveBytes Nothing 64 `shouldBe` 16 * mib
+    heapReserveBytes Nothing 512 `shouldBe` 128 * mib
+    heapReserveBytes Nothing 2048 `shouldBe` 256 * mib
+    heapReserveBytes Nothing 100000 `shouldBe` autoReserveMost
+  it "grows with the workers by default, within its bounds" $ property $ \(NonNegative a) (NonNegative b) ->
+    let r = heapReserveBytes Nothing
+    in r (min a b) <= r (max a b) && r a >= 0 && r a <= autoReserveMost
+  it "refuses a negative or absurd setting, naming it" $ do
+    let field c = either (\e -> case e of { ConfigError f _ -> Just f; _ -> Nothing }) (const Nothing) (validateConfig c)
+    field defaultConfig { configMasterHeapReserve = Just (-1) } `shouldBe` Just "configMasterHeapReserve"
+    field defaultConfig { configMasterHeapReserve = Just 100000 } `shouldBe` Just "configMasterHeapReserve"
+    field defaultConfig { configMasterHeapReserve = Just 0 } `shouldBe` Nothing
+  it "is touched when a cluster starts: the process's memory reaches it" $ do
+    enabled <- getRTSStatsEnabled
+    if not enabled then pendingWith "needs +RTS -T" else do
+      before <- getRTSStats
+      -- more than the process ever had, so only the reserve can reach it
+      let reserve = fromIntegral (max_mem_in_use_bytes before) `div` mib + 64
+      withTestClusterConfig 0 (\c -> c { configMasterHeapReserve = Just reserve }) $ \_ _ -> do
+        after <- getRTSStats
+        fromIntegral (max_mem_in_use_bytes after) `shouldSatisfy` (>= reserve * mib)
