@@ -1,4 +1,4 @@
--- | The master's heap reserve ("Herd.Master.HeapReserve"): how large it
+-- | The master's heap reserve ("Herd.HeapReserve"): how large it
 -- is for a setting and a worker count, and that a cluster's start really
 -- touches it.
 module HeapReserveSpec (spec) where
@@ -6,7 +6,7 @@ module HeapReserveSpec (spec) where
 import GHC.Stats (RTSStats (..), getRTSStats, getRTSStatsEnabled)
 import Herd
 import Herd.Config (validateConfig)
-import Herd.Master.HeapReserve
+import Herd.HeapReserve
 import ClusterSpec (withTestClusterConfig)
 import Test.Hspec
 import Test.QuickCheck

@@ -15,6 +15,7 @@ module Bench.Common
   , reportEden
   , processCpuSeconds
   , ownMinorFaults
+  , processMinorFaults
   ) where
 
 import Control.Monad (when)
@@ -151,8 +152,16 @@ processCpuSeconds pid = do
 -- | The minor page faults this process has taken so far (first touches of
 -- memory, mostly), from @/proc/self/stat@; 0 where that cannot be read.
 ownMinorFaults :: IO Int
-ownMinorFaults = do
-  fields <- statFields "self"
+ownMinorFaults = minorFaultsOf "self"
+
+-- | The minor page faults a process of this machine has taken so far; 0
+-- once it is gone.
+processMinorFaults :: Int -> IO Int
+processMinorFaults = minorFaultsOf . show
+
+minorFaultsOf :: String -> IO Int
+minorFaultsOf pid = do
+  fields <- statFields pid
   -- minflt is the 8th field after the command name
   pure $ case drop 7 fields of
     f : _ | [(n, "")] <- reads f -> n

@@ -19,9 +19,10 @@
 -- CPU: the master process, and the worker processes (or simulated hosts)
 -- together, from @/proc@; and where the wall time went: inside the evolve
 -- calls, or in the filter's own work between them (resampling, building
--- the next inputs), when every worker waits; and the master's minor page
--- faults during the run (first touches of memory, dear on a virtual
--- machine: see "Herd.Master.HeapReserve").
+-- the next inputs), when every worker waits; and the minor page faults
+-- of the master, and of the workers (or hosts) together, during the run
+-- (first touches of memory, dear on a virtual machine: see
+-- "Herd.HeapReserve").
 module Bench.Pfilter
   ( Options (..)
   , run
@@ -32,7 +33,7 @@ import Control.Monad (forM, forM_, when)
 import Data.IORef
 import qualified Data.Map.Strict as M
 import Bench.Apart (answerApart, apartAnswerPath, runApart)
-import Bench.Common (ownMinorFaults, processCpuSeconds, timed)
+import Bench.Common (ownMinorFaults, processCpuSeconds, processMinorFaults, timed)
 import Data.List (intercalate)
 import Text.Printf (printf)
 import Bench.Plot
@@ -72,6 +73,7 @@ data Row = Row
   , rowHostsCpu  :: Double
   , rowInCalls   :: Double   -- ^ seconds inside evolve calls (the rest is the filter's own work)
   , rowFaults    :: Int      -- ^ the master's minor page faults during the run
+  , rowHostsFaults :: Int    -- ^ the worker processes' (or simulated hosts') together
   } deriving (Show, Read)
 
 
@@ -158,8 +160,10 @@ measure o cfg setup hosts = do
       master0 <- getCPUTime
       hosts0 <- sum <$> mapM processCpuSeconds pids
       faults0 <- ownMinorFaults
+      hostFaults0 <- sum <$> mapM processMinorFaults pids
       (secs, result) <- timed (runFilter setup evolveAll ids)
       faults1 <- ownMinorFaults
+      hostFaults1 <- sum <$> mapM processMinorFaults pids
       master1 <- getCPUTime
       hosts1 <- sum <$> mapM processCpuSeconds pids
       calls <- readIORef stats
@@ -169,7 +173,7 @@ measure o cfg setup hosts = do
           ideal = if optSimulate o then fromIntegral evolved * optCost o / fromIntegral w
                   else busyTotal / fromIntegral w
           row = Row loop w secs ideal (busyTotal / (fromIntegral w * secs)) (sum (map esMoved calls))
-                    (fromIntegral (master1 - master0) / 1e12) (hosts1 - hosts0) callSecs (faults1 - faults0)
+                    (fromIntegral (master1 - master0) / 1e12) (hosts1 - hosts0) callSecs (faults1 - faults0) (hostFaults1 - hostFaults0)
       hPutStrLn stderr ("  " ++ masterLoopName loop ++ ", " ++ show w ++ " workers: " ++ fixed 3 secs ++ " s (ideal "
                         ++ fixed 3 ideal ++ " s, efficiency " ++ fixed 2 (ideal / secs) ++ ")")
       pure row
@@ -178,11 +182,11 @@ measure o cfg setup hosts = do
 report :: Options -> Int -> [Row] -> IO ()
 report o hosts rows = do
   putStr $ renderTable ["master", "workers", "sim hosts", "seconds", "ideal", "efficiency", "busy", "waiting", "moved"
-                       , "master cpu s", "hosts cpu s", "in calls s", "between s", "master faults"]
+                       , "master cpu s", "hosts cpu s", "in calls s", "between s", "master faults", "hosts faults"]
     [ [ masterLoopName (rowLoop r), show (rowWorkers r), show hosts, fixed 3 (rowSeconds r), fixed 3 (rowIdeal r)
       , fixed 3 (rowIdeal r / rowSeconds r), fixed 3 (rowBusy r), fixed 3 (1 - rowBusy r), show (rowMoved r)
       , fixed 2 (rowMasterCpu r), fixed 2 (rowHostsCpu r), fixed 3 (rowInCalls r), fixed 3 (rowSeconds r - rowInCalls r)
-      , show (rowFaults r) ]
+      , show (rowFaults r), show (rowHostsFaults r) ]
     | r <- rows ]
   let colours = [(ThreadedLoop, "#d62728"), (EpollLoop, "#1f77b4")]
       series = [ Series (masterLoopName l) c False [ (fromIntegral (rowWorkers r), rowSeconds r) | r <- rows, rowLoop r == l ]
@@ -205,5 +209,6 @@ report o hosts rows = do
                                 , ("sim_hosts", JInt (fromIntegral hosts))
                                 , ("master_cpu_s", JNumber (rowMasterCpu r)), ("hosts_cpu_s", JNumber (rowHostsCpu r))
                                 , ("calls_s", JNumber (rowInCalls r)), ("between_calls_s", JNumber (rowSeconds r - rowInCalls r))
-                                , ("master_faults", JInt (fromIntegral (rowFaults r))) ]
+                                , ("master_faults", JInt (fromIntegral (rowFaults r)))
+                                , ("hosts_faults", JInt (fromIntegral (rowHostsFaults r))) ]
                       | r <- rows ]) ]

@@ -73,7 +73,7 @@ import Herd.Master.Accept
 import Herd.Master.Events (Event (..), FarmJob (..))
 import Herd.Epoll (epollAvailable)
 import Herd.Master.EpollReader
-import Herd.Master.HeapReserve (heapReserveBytes, reserveHeap)
+import Herd.HeapReserve (heapReserveBytes, reserveHeap)
 import Herd.Master.Launching
 import Herd.Master.Restarts (withRestarts)
 import Herd.Master.Reader

@@ -136,7 +136,7 @@ data Config = Config
   , configMasterHeapReserve :: Maybe Int
     -- ^ MiB of heap the master touches once when the cluster has started
     -- and then lets go, so its collections copy into pages the process
-    -- already has ("Herd.Master.HeapReserve": on a virtual machine a
+    -- already has ("Herd.HeapReserve": on a virtual machine a
     -- page's first touch is dear). 'Nothing' (the default): 256 KiB per
     -- worker connected at the start, from 64 workers up, at most 256 MiB;
     -- none below 64. @Just 0@: never
