@@ -3,6 +3,7 @@
 -- touches it.
 module HeapReserveSpec (spec) where
 
+import GHC.RTS.Flags (getGCFlags, minOldGenSize)
 import GHC.Stats (RTSStats (..), getRTSStats, getRTSStatsEnabled)
 import Herd
 import Herd.Config (validateConfig)
@@ -20,16 +21,18 @@ spec = describe "the master's heap reserve" $ do
     heapReserveBytes (Just 32) 1 `shouldBe` 32 * mib
     heapReserveBytes (Just 32) 5000 `shouldBe` 32 * mib
     heapReserveBytes (Just 0) 5000 `shouldBe` 0
-  it "by default: none below 64 workers, 256 KiB a worker from there, at most 256 MiB" $ do
-    heapReserveBytes Nothing 0 `shouldBe` 0
-    heapReserveBytes Nothing (autoReserveFrom - 1) `shouldBe` 0
-    heapReserveBytes Nothing 64 `shouldBe` 16 * mib
+  it "by default: 256 KiB a worker, from 128 MiB to 256 MiB" $ do
+    heapReserveBytes Nothing 0 `shouldBe` 128 * mib
+    heapReserveBytes Nothing 2 `shouldBe` autoReserveLeast
     heapReserveBytes Nothing 512 `shouldBe` 128 * mib
+    heapReserveBytes Nothing 768 `shouldBe` 192 * mib
     heapReserveBytes Nothing 2048 `shouldBe` 256 * mib
     heapReserveBytes Nothing 100000 `shouldBe` autoReserveMost
   it "grows with the workers by default, within its bounds" $ property $ \(NonNegative a) (NonNegative b) ->
     let r = heapReserveBytes Nothing
-    in r (min a b) <= r (max a b) && r a >= 0 && r a <= autoReserveMost
+    in r (min a b) <= r (max a b) && r a >= autoReserveLeast && r a <= autoReserveMost
+  it "keeps the old generation at a quarter of the reserve" $
+    oldGenerationFloor (128 * mib) `shouldBe` 32 * mib
   it "refuses a negative or absurd setting, naming it" $ do
     let field c = either (\e -> case e of { ConfigError f _ -> Just f; _ -> Nothing }) (const Nothing) (validateConfig c)
     field defaultConfig { configMasterHeapReserve = Just (-1) } `shouldBe` Just "configMasterHeapReserve"
@@ -44,3 +47,6 @@ spec = describe "the master's heap reserve" $ do
       withTestClusterConfig 0 (\c -> c { configMasterHeapReserve = Just reserve }) $ \_ _ -> do
         after <- getRTSStats
         fromIntegral (max_mem_in_use_bytes after) `shouldSatisfy` (>= reserve * mib)
+        -- and the runtime's minimum old generation (+RTS -O) was raised to a quarter of it
+        flags <- getGCFlags
+        fromIntegral (minOldGenSize flags) * 4096 `shouldSatisfy` (>= oldGenerationFloor (reserve * mib))
