@@ -135,11 +135,14 @@ data Config = Config
     -- growing pause between restarts; one that keeps dying is left down
   , configMasterHeapReserve :: Maybe Int
     -- ^ MiB of heap the master touches once when the cluster has started
-    -- and then lets go, so its collections copy into pages the process
-    -- already has ("Herd.HeapReserve": on a virtual machine a
-    -- page's first touch is dear). 'Nothing' (the default): 256 KiB per
-    -- worker connected at the start, from 64 workers up, at most 256 MiB;
-    -- none below 64. @Just 0@: never
+    -- (on transparent huge pages where the kernel allows) and then lets
+    -- go, with the runtime's minimum old generation (@+RTS -O@) raised to
+    -- a quarter of it, so its collections copy into pages the process
+    -- already has ("Herd.HeapReserve": on a virtual machine a page's first
+    -- touch is dear). Once per process: a later cluster asking no more
+    -- touches nothing. 'Nothing' (the default): 256 KiB per worker
+    -- connected at the start, at least 128 MiB and at most 256 MiB.
+    -- @Just 0@: none
   }
 
 
