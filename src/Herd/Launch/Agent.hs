@@ -12,6 +12,7 @@ module Herd.Launch.Agent
   ) where
 
 import Herd.Log (logToStderr)
+import Control.Exception (IOException, catch)
 import Control.Monad (forM_, when)
 import Data.Char (isDigit)
 import Herd.Auth (Secret)
@@ -51,4 +52,12 @@ runAgent address count group secret = do
   codes <- mapM (waitForProcess . localHandle) workers
   forM_ [ c | c@(ExitFailure _) <- codes ] $ \c ->
     logToStderr ("herd agent: a worker ended with " ++ show c)
+  -- a worker's standard input is its lifeline (it exits with code 70 when
+  -- that pipe closes). Closed here, after every worker ended, the handles
+  -- stay reachable until then; unreachable, a collection in the agent may
+  -- close them through their finalizers and end the workers. The ssh test's
+  -- partial run began losing its worker that way when the master's start
+  -- took longer (its heap reserve); what set off the agent's collection
+  -- then was not traced
+  mapM_ (\w -> hClose (localStdin w) `catch` \(_ :: IOException) -> pure ()) workers
   exitSuccess
