@@ -29,6 +29,7 @@ module Herd.HeapReserve
   , autoReservePerWorker
   , autoReserveMost
   , oldGenerationFloor
+  , warmNursery
   ) where
 
 import Control.Exception (evaluate)
@@ -87,8 +88,7 @@ reserveHeap bytes = do
   done <- atomicModifyIORef' reservedSoFar (\r -> (max r bytes, r))
   when (bytes > done) $ do
       _ <- c_raiseMinOldGen (fromIntegral (oldGenerationFloor bytes))
-      nursery <- (* 4096) . fromIntegral . minAllocAreaSize <$> getGCFlags
-      _ <- evaluate (length (countdown (nursery `div` 24)))   -- at least 24 bytes a cell
+      warmNursery
       -- one pinned block: filling it touches every page once. (Pieces of
       -- a megabyte held until the last was filled were worse: 6,400
       -- faults in a 512-worker run against 10 with one block.)
@@ -134,6 +134,14 @@ madvHugePage = 14
 
 foreign import ccall unsafe "madvise"
   c_madvise :: Ptr Word8 -> CSize -> CInt -> IO CInt
+
+-- | Allocate a nursery's worth of short-lived data, so that every page of
+-- the allocation area has been touched once.
+warmNursery :: IO ()
+warmNursery = do
+  nursery <- (* 4096) . fromIntegral . minAllocAreaSize <$> getGCFlags
+  _ <- evaluate (length (countdown (nursery `div` 24)))   -- at least 24 bytes a cell
+  pure ()
 
 -- A list of this many cells, made as it is consumed (each a cons cell
 -- and its number: garbage at once, but allocated in the nursery).
