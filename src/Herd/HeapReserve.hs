@@ -2,7 +2,8 @@
 -- up, and then lets go, so that the collections that follow copy into
 -- pages the process already has. The master takes one when its cluster
 -- has started ('Herd.Config.configMasterHeapReserve'); a simulated host
--- ("Herd.Simulate.Host") when its workers have joined.
+-- ("Herd.Simulate.Host") when its workers have joined. A worker only warms
+-- its nursery ('warmNursery'), before it joins.
 --
 -- Why: on a virtual machine a page's first touch is dear (11-14 us here:
 -- touching 256 MiB took 0.7-0.9 s), and a master's collections keep
