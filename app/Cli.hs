@@ -212,6 +212,8 @@ pfilterOptions = Pfilter.Options
                           <> help "how the workers are linked (default: shm)"))
   <*> switch (long "json" <> help "end with one line of JSON")
   <*> dashboardOption
+  <*> optional (strOption (long "answer-to" <> metavar "FILE" <> internal
+                          <> help "measure only and write the rows here (used when the bench starts itself per loop)"))
 
 skewOptions :: Parser Skew.Options
 skewOptions = Skew.Options

@@ -4,42 +4,35 @@
 -- of @herd bench pfilter@ took 1,500-8,300 page faults that the first did
 -- not, whichever loop came first, and lost up to a tenth of its
 -- efficiency to them. So such a bench starts itself once per setting
--- ('runApart'), and the process started answers through a file
--- ('apartAnswerPath', 'answerApart').
+-- ('runApart'), naming a file in its arguments (a hidden option of the
+-- bench), and the process started answers through it ('answerApart').
 --
 -- Promises: a run that fails, or answers nothing readable, ends the bench
 -- with an error naming the run; the answer file is removed afterwards.
 module Bench.Apart
   ( runApart
-  , apartAnswerPath
   , answerApart
   ) where
 
 import Control.Exception (IOException, bracket, try)
 import Data.Char (isSpace)
 import System.Directory (getTemporaryDirectory, removeFile)
-import System.Environment (getEnvironment, getExecutablePath, lookupEnv)
+import System.Environment (getExecutablePath)
 import System.Exit (ExitCode (..), die)
 import System.IO (hClose, openTempFile)
-import System.Process (CreateProcess (..), proc, waitForProcess, withCreateProcess)
+import System.Process (proc, waitForProcess, withCreateProcess)
 
--- The environment variable that tells a process started by 'runApart'
--- where to answer.
-apartVar :: String
-apartVar = "HERD_BENCH_ANSWER"
-
--- | Run this program again with these arguments (its output and errors
--- go where this process's go), and read what it answered. RTS options
--- reach it only through @GHCRTS@.
-runApart :: Read r => [String] -> IO r
-runApart args = do
+-- | Run this program again with the arguments made for a fresh answer
+-- file (its output and errors go where this process's go), and read what
+-- it answered there. RTS options reach it only through @GHCRTS@.
+runApart :: Read r => (FilePath -> [String]) -> IO r
+runApart argsFor = do
   exe <- getExecutablePath
   dir <- getTemporaryDirectory
   bracket (openTempFile dir "herd-bench-answer.txt") (\(path, _) -> try (removeFile path) >>= ignore) $ \(path, h) -> do
     hClose h
-    env <- getEnvironment
-    let child = (proc exe args) { env = Just ((apartVar, path) : filter ((/= apartVar) . fst) env) }
-    code <- withCreateProcess child (\_ _ _ ph -> waitForProcess ph)
+    let args = argsFor path
+    code <- withCreateProcess (proc exe args) (\_ _ _ ph -> waitForProcess ph)
     case code of
       ExitSuccess -> pure ()
       ExitFailure n -> die ("the run of `" ++ unwords args ++ "` failed (exit code " ++ show n ++ ")")
@@ -50,10 +43,6 @@ runApart args = do
   where
     ignore :: Either IOException () -> IO ()
     ignore _ = pure ()
-
--- | Where to answer, when this process was started by 'runApart'.
-apartAnswerPath :: IO (Maybe FilePath)
-apartAnswerPath = lookupEnv apartVar
 
 -- | Answer the process that started this one.
 answerApart :: Show r => FilePath -> r -> IO ()

@@ -13,9 +13,8 @@ module Bench.Common
   , packetDelta
   , chunkingName
   , reportEden
-  , processCpuSeconds
-  , ownMinorFaults
-  , processMinorFaults
+  , processUsage
+  , ownUsage
   ) where
 
 import Control.Monad (when)
@@ -139,33 +138,29 @@ reportEden bench size rows json plot = do
                       | (p, c, on, s) <- rows ]) ]
 
 -- | The CPU seconds (user and system) a process of this machine has used,
--- from @/proc/PID/stat@; 0 once it is gone.
-processCpuSeconds :: Int -> IO Double
-processCpuSeconds pid = do
-  fields <- statFields (show pid)
-  ticks <- getSysVar ClockTick
-  -- utime and stime are the 12th and 13th fields after the command name
-  pure $ case drop 11 fields of
-    u : st : _ | [(a, "")] <- reads u, [(b, "")] <- reads st -> fromIntegral (a + b :: Integer) / fromIntegral ticks
-    _ -> 0
+-- and the minor page faults it has taken (first touches of memory,
+-- mostly), from one read of @/proc/PID/stat@; zeros once it is gone.
+processUsage :: Int -> IO (Double, Int)
+processUsage = usageOf . show
 
--- | The minor page faults this process has taken so far (first touches of
--- memory, mostly), from @/proc/self/stat@; 0 where that cannot be read.
-ownMinorFaults :: IO Int
-ownMinorFaults = minorFaultsOf "self"
+-- | This process's 'processUsage' (from @/proc/self/stat@).
+ownUsage :: IO (Double, Int)
+ownUsage = usageOf "self"
 
--- | The minor page faults a process of this machine has taken so far; 0
--- once it is gone.
-processMinorFaults :: Int -> IO Int
-processMinorFaults = minorFaultsOf . show
-
-minorFaultsOf :: String -> IO Int
-minorFaultsOf pid = do
+usageOf :: String -> IO (Double, Int)
+usageOf pid = do
   fields <- statFields pid
-  -- minflt is the 8th field after the command name
-  pure $ case drop 7 fields of
-    f : _ | [(n, "")] <- reads f -> n
-    _ -> 0
+  ticks <- getSysVar ClockTick
+  -- after the command name: minflt is the 8th field, utime and stime the 12th and 13th
+  let number :: String -> Maybe Integer
+      number f = case reads f of { [(n, "")] -> Just n; _ -> Nothing }
+      cpu = case drop 11 fields of
+        u : st : _ | Just a <- number u, Just b <- number st -> fromIntegral (a + b) / fromIntegral ticks
+        _ -> 0
+      faults = case drop 7 fields of
+        f : _ | Just n <- number f -> fromIntegral n
+        _ -> 0
+  pure (cpu, faults)
 
 -- The fields of @/proc/PID/stat@ after the command name's closing
 -- parenthesis (none if the file cannot be read).

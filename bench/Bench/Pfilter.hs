@@ -32,8 +32,8 @@ import Control.Exception (evaluate)
 import Control.Monad (forM, forM_, when)
 import Data.IORef
 import qualified Data.Map.Strict as M
-import Bench.Apart (answerApart, apartAnswerPath, runApart)
-import Bench.Common (ownMinorFaults, processCpuSeconds, processMinorFaults, timed)
+import Bench.Apart (answerApart, runApart)
+import Bench.Common (ownUsage, processUsage, timed)
 import Data.List (intercalate)
 import Text.Printf (printf)
 import Bench.Plot
@@ -60,6 +60,9 @@ data Options = Options
   , optTransport :: Maybe TransportKind
   , optJson     :: Bool
   , optDashboard :: Maybe String  -- ^ serve the live dashboard at this HOST:PORT
+  , optAnswerTo :: Maybe FilePath
+    -- ^ measure only, and write the rows to this file for the process that
+    -- started this one ("Bench.Apart"); a hidden option
   }
 
 data Row = Row
@@ -110,8 +113,7 @@ run o = do
         , configTransport = optTransport o }
   when (hosts > 0 && not (optSimulate o)) $
     die "pfilter: --sim-hosts above 0 needs --simulate (a simulated host plays workers whose time is simulated)"
-  answer <- apartAnswerPath
-  case (answer, optLoops o) of
+  case (optAnswerTo o, optLoops o) of
     (Just path, _) -> measure o cfg setup hosts >>= answerApart path
     (Nothing, _ : _ : _) -> do
       -- more than one loop: each in a master process of its own ("Bench.Apart")
@@ -122,15 +124,20 @@ run o = do
       checkPlotWritable "pfilter" (optPlot o)
       measure o cfg setup hosts >>= report o hosts
 
--- The arguments that measure one master loop in a process of its own.
-childArgs :: Options -> Int -> MasterLoop -> [String]
-childArgs o hosts loop =
-  [ "bench", "pfilter", "--workers", intercalate "," (map show (optWorkers o)), "--states", show (optStates o)
+-- The arguments that measure one master loop in a process of its own and
+-- write its rows to the given file.
+childArgs :: Options -> Int -> MasterLoop -> FilePath -> [String]
+childArgs o hosts loop answerFile =
+  [ "bench", "pfilter", "--answer-to", answerFile, "--workers", intercalate "," (map show (optWorkers o)), "--states", show (optStates o)
   , "--steps", show (optSteps o), "--cost", printf "%.9f" (optCost o), "--sim-hosts", show hosts
   , "--master", masterLoopName loop ]
   ++ [ "--simulate" | optSimulate o ]
   ++ maybe [] (\t -> ["--transport", transportName t]) (optTransport o)
   ++ maybe [] (\d -> ["--dashboard", d]) (optDashboard o)
+
+-- CPU seconds and page faults of several processes together.
+sumUsage :: [(Double, Int)] -> (Double, Int)
+sumUsage us = (sum (map fst us), sum (map snd us))
 
 -- Run the filter at each worker count with each master loop of the options.
 measure :: Options -> Config -> FilterSetup -> Int -> IO [Row]
@@ -158,14 +165,12 @@ measure o cfg setup hosts = do
             modifyIORef' inCalls (+ t)
             pure out
       master0 <- getCPUTime
-      hosts0 <- sum <$> mapM processCpuSeconds pids
-      faults0 <- ownMinorFaults
-      hostFaults0 <- sum <$> mapM processMinorFaults pids
+      (_, faults0) <- ownUsage
+      (hosts0, hostFaults0) <- sumUsage <$> mapM processUsage pids
       (secs, result) <- timed (runFilter setup evolveAll ids)
-      faults1 <- ownMinorFaults
-      hostFaults1 <- sum <$> mapM processMinorFaults pids
+      (_, faults1) <- ownUsage
+      (hosts1, hostFaults1) <- sumUsage <$> mapM processUsage pids
       master1 <- getCPUTime
-      hosts1 <- sum <$> mapM processCpuSeconds pids
       calls <- readIORef stats
       callSecs <- readIORef inCalls
       let evolved = sum (runEvolved result)
