@@ -15,19 +15,16 @@
    shrinking and growing, so a peer cannot make the mapping fault.
 
    Wake-ups cost nothing while the reader is already busy: a reader spins
-   for a short while (adaptively: after a few spins that found nothing it
-   stops spinning until a blocking wait shows data came soon after), then
-   raises a flag in the ring header and blocks in poll() on its eventfd
-   together with the control socket, whose end of file is how the death of
-   the peer shows. A writer signals the eventfd only when it finds the flag
-   raised. A writer that finds the ring full waits on a futex in the
-   header, with a timeout so that a peer's death is noticed. An adaptive
-   spin pauses after four fruitless spins and is tried again on every 16th
-   wait. (A blocking wake-up costs 60-120 us on this VM, far more than the
-   spin: the pause keeps idle links from burning a core for nothing.) The
-   spin is its own call, herd_shm_spin, so that GHC can make it an unsafe
-   call: a safe one gives up the runtime for the duration, and taking it
-   back after a short spin cost more than the spin saved.
+   for a short while (the adaptive spin of herd_spin.h, shared with the
+   socket transports), then raises a flag in the ring header and blocks in
+   poll() on its eventfd together with the control socket, whose end of
+   file is how the death of the peer shows. A writer signals the eventfd
+   only when it finds the flag raised. A writer that finds the ring full
+   waits on a futex in the header, with a timeout so that a peer's death
+   is noticed. The spin is its own call, herd_shm_spin, so that GHC can
+   make it an unsafe call: a safe one gives up the runtime for the
+   duration, and taking it back after a short spin cost more than the spin
+   saved.
 
    Eventfd versus futex for the data wake-up: on this machine a blocking
    futex round trip measured slightly cheaper, but only a descriptor can be
@@ -51,9 +48,9 @@
 #include <time.h>
 #include <unistd.h>
 #include "herd_shm.h"
+#include "herd_spin.h"
 
 #define HEADER_BYTES 4096
-#define SPIN_MISSES_BEFORE_PAUSE 4
 
 struct ring_header {
     _Atomic uint64_t tail;            char pad0[56];
@@ -72,20 +69,13 @@ struct herd_shm {
     uint64_t in_head;    /* bytes consumed from the inbound ring (private) */
     uint64_t out_tail;   /* bytes produced into the outbound ring (private) */
     int my_efd, peer_efd, ctl;
-    long spin_ns;
-    int misses;          /* spins in a row that found nothing */
-    unsigned skipped;    /* waits since spinning was paused */
+    struct herd_spin spin; /* the reader's adaptive spin ("herd_spin.h") */
     int check_peer;      /* a wait ended other than by bytes seen: look at the control socket */
     int peer_closed;     /* the control socket reached its end: no more bytes will come */
     int broken;
 };
 
-static long now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long)t.tv_sec * 1000000000L + t.tv_nsec;
-}
+#define now_ns herd_now_ns
 
 static inline void cpu_relax(void)
 {
@@ -161,7 +151,7 @@ struct herd_shm *herd_shm_open(int memfd, uint64_t capacity, int side, int my_ef
     s->my_efd = my_efd;
     s->peer_efd = peer_efd;
     s->ctl = ctl;
-    s->spin_ns = spin_ns;
+    herd_spin_init(&s->spin, spin_ns);
     return s;
 }
 
@@ -263,17 +253,15 @@ int herd_shm_arm(struct herd_shm *s, int drain)
 
 int herd_shm_spin(struct herd_shm *s)
 {
-    /* paused spinning is tried again every 16th wait, so a link that
-       turns busy gets it back */
-    if (s->spin_ns <= 0 || (s->misses >= SPIN_MISSES_BEFORE_PAUSE && (++s->skipped & 15) != 0)) return 0;
-    long deadline = now_ns() + s->spin_ns;
+    long deadline;
+    if (!herd_spin_begin(&s->spin, &deadline)) return 0;
     int spins = 0;
     for (;;) {
-        if (in_available(s) != 0) { s->misses = 0; return 1; }
+        if (in_available(s) != 0) { herd_spin_found(&s->spin); return 1; }
         if (++spins % 64 == 0 && now_ns() > deadline) break;
         cpu_relax();
     }
-    s->misses++;
+    herd_spin_missed(&s->spin);
     return 0;
 }
 
@@ -289,7 +277,7 @@ int herd_shm_wait_in(struct herd_shm *s)
     if (rc < 0) return -errno;
     if (rc == 0) return 0;
     /* data came soon after the wait began: spinning would have caught it */
-    if (now_ns() - start < s->spin_ns) s->misses = 0;
+    herd_spin_waited(&s->spin, start);
     return 1;
 }
 
@@ -396,37 +384,6 @@ int herd_send_byte(int sock, int byte)
     struct pollfd p = { sock, POLLOUT, 0 };
     if (poll(&p, 1, 5000) <= 0) return ETIMEDOUT;
     return send(sock, &b, 1, MSG_NOSIGNAL) == 1 ? 0 : errno;
-}
-
-int herd_wait_writable(int fd)
-{
-    struct pollfd p = { fd, POLLOUT, 0 };
-    int rc = poll(&p, 1, 1000);
-    return rc < 0 ? -errno : rc == 0 ? 0 : 1;
-}
-
-
-/* Make a connected socket blocking for reads that wait (a receive with
-   MSG_DONTWAIT still returns at once), with a one-second receive timeout so
-   that a waiting read returns now and then and an interruption that came
-   just before it is acted on. Returns 0 or an errno. */
-int herd_socket_blocking(int fd)
-{
-    int flags = fcntl(fd, F_GETFL);
-    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) return errno;
-    struct timeval limit = { 1, 0 };
-    return setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit) == 0 ? 0 : errno;
-}
-
-/* A receive that waits (see herd_socket_blocking): the count, 0 at end of
-   stream, -1 when nothing came yet (timeout or interruption), -errno. One
-   system call per message, as a plain C reader would make. */
-long herd_recv_wait(int fd, uint8_t *buf, size_t n)
-{
-    ssize_t r = recv(fd, buf, n, 0);
-    if (r >= 0) return (long)r;
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return -1;
-    return -errno;
 }
 
 /* For tests: move the outbound ring's published tail as a broken writer

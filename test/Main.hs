@@ -30,6 +30,7 @@ import qualified WireSpec
 import qualified BatchSpec
 import qualified MessageSpec
 import qualified TransportSpec
+import qualified SocketSpec
 import qualified FlowSpec
 import qualified LargeMessageSpec
 import qualified ConformanceSpec
@@ -55,6 +56,7 @@ main = do
       PacketSpec.spec
       PacketRunSpec.spec
       TransportSpec.spec
+      SocketSpec.spec
       FlowSpec.spec
       LargeMessageSpec.spec
       ConformanceSpec.spec

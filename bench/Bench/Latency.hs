@@ -1,14 +1,17 @@
 -- | @herd bench latency@: the cost of one message between the master and
 -- one worker over each transport, next to a floor measured in the same
--- run: the same mechanism driven from C with nothing
--- on top (@bench/cbits/pingpong.c@, built with the benchmark).
+-- run: the same mechanism driven from C with nothing on top
+-- (@bench/cbits/pingpong.c@, built with the benchmark), its readers
+-- waiting as herd's do (the adaptive spin of @cbits/herd_spin.h@, then a
+-- blocking wait). A second C row blocks at once, without the spin: the
+-- kernel's plain wake-up round trip.
 --
 -- herd's round trip is a 'Ping' through the master's packet layer, the
 -- frame layer and the transport, answered by the worker's message loop
--- with a 'Pong'. The master reads the answer the way its loops do: waiting
--- in a blocking call on its own OS thread (sockets: @poll@; shared memory:
--- a spin, then @poll@ on the eventfd). For comparison the table also shows
--- the same round trip with the master waiting through GHC's IO manager.
+-- with a 'Pong'. The master reads the answer the way its loops do: on its
+-- own OS thread, a spin and then a blocking call (sockets: @recv@; shared
+-- memory: @poll@ on the eventfd). For comparison the table also shows the
+-- same round trip with the master waiting through GHC's IO manager.
 module Bench.Latency
   ( LatencyOptions (..)
   , runLatency
@@ -39,8 +42,8 @@ import Herd.Master.Link (LinkHandle (..), openLink, stopWriting)
 import Herd.Packet (Sender, sendMessage, splitPacket)
 import Herd.Packet.Policy (Urgency (..))
 import Herd.Report
-import Herd.Transport (Connection, awaitReadable, recvAvailable, recvFrame, takeBufferedFrame)
-import Herd.Transport.Shm (spinNanos)
+import Herd.Transport (Connection, awaitReadable, recvAvailable, recvFrame, spinNanos, takeBufferedFrame)
+
 import Herd.Wire (FromWorker (..), ToWorker (..), decodeFromWorker, encodeToWorker)
 import System.IO
 import Bench.Plot
@@ -139,9 +142,11 @@ herdRoundTrips wait l rounds = do
     UM.write samples i ((t1 - t0) * 1e6)
   U.freeze samples
 
-cRoundTrips :: TransportKind -> Int -> IO (U.Vector Double)
-cRoundTrips t rounds = allocaArray rounds $ \p -> do
-  rc <- c_pingpong (cTransport t) (fromIntegral rounds) (fromIntegral spinNanos) p
+-- The C floor's round trips, its readers spinning for this long before
+-- they block (0: blocking at once).
+cRoundTrips :: TransportKind -> Int -> Int -> IO (U.Vector Double)
+cRoundTrips t spin rounds = allocaArray rounds $ \p -> do
+  rc <- c_pingpong (cTransport t) (fromIntegral rounds) (fromIntegral spin) p
   when (rc /= 0) $ throwIO (ErrorCall ("the C floor failed on " ++ transportName t))
   U.fromList <$> peekArray rounds p
 
@@ -163,7 +168,9 @@ runLatency o = do
   checkPlotWritable "latency" (latPlot o)
   rows <- fmap concat $ forM (latTransports o) $ \t -> do
     hPutStrLn stderr ("  " ++ transportName t ++ ": C floor")
-    c <- cRoundTrips t (latRounds o)
+    c <- cRoundTrips t spinNanos (latRounds o)
+    hPutStrLn stderr ("  " ++ transportName t ++ ": C, blocking at once")
+    cBlocking <- cRoundTrips t 0 (latRounds o)
     hPutStrLn stderr ("  " ++ transportName t ++ ": herd")
     (h, viaManager) <- withOneWorker False t $ \l -> do
       h <- runInUnboundThread (herdRoundTrips Direct l (latRounds o))
@@ -175,17 +182,20 @@ runLatency o = do
         v <- withOneWorker True t $ \l -> runInUnboundThread (herdRoundTrips Direct l (latRounds o))
         pure [(t, "herd-tls", v)]
       else pure []
-    pure ([ (t, "c", c), (t, "herd", h), (t, "herd-iomanager", viaManager) ] ++ tls)
+    pure ([ (t, "c", c), (t, "c-blocking", cBlocking), (t, "herd", h), (t, "herd-iomanager", viaManager) ] ++ tls)
   [eventfdWake, futexWake] <- forM [0, 1] $ \m -> wakeups m (min 5000 (latRounds o))
   let medianOf v = percentile 0.5 v
       floorOf t = head ([ medianOf v | (t', "c", v) <- rows, t' == t ] ++ [0])
       path t impl = case (impl, t) of
-        ("c", ShmTransport) -> "spin, then poll on eventfd"
-        ("c", _) -> "blocking read"
+        ("c", ShmTransport) -> spin ++ "poll on eventfd"
+        ("c", _) -> spin ++ "blocking read"
+        ("c-blocking", ShmTransport) -> "poll on eventfd, no spin"
+        ("c-blocking", _) -> "blocking read, no spin"
         ("herd-iomanager", _) -> "GHC IO manager (epoll, thread wake-up)"
         ("herd-tls", _) -> "TLS, relayed by two threads over a socket pair"
-        (_, ShmTransport) -> "spin " ++ show (spinNanos `div` 1000) ++ " us, then poll on eventfd"
-        _ -> "blocking recv on its own OS thread"
+        (_, ShmTransport) -> spin ++ "poll on eventfd"
+        _ -> spin ++ "blocking recv on its own OS thread"
+      spin = "spin " ++ show (spinNanos `div` 1000) ++ " us, then "
   putStrLn ("round trip of one small message, master and one worker, " ++ show (latRounds o) ++ " rounds")
   putStr $ renderTable ["transport", "impl", "master waits by", "median us", "p99 us", "x C floor"]
     [ [transportName t, impl, path t impl, fixed 2 (medianOf v), fixed 2 (percentile 0.99 v)
@@ -204,7 +214,7 @@ runLatency o = do
     [ ("bench", JString "latency")
     , ("rows", JArray [ JObject [ ("transport", JString (transportName t)), ("impl", JString impl)
                                 , ("median_us", JNumber (medianOf v)), ("p99_us", JNumber (percentile 0.99 v)) ]
-                      | (t, impl, v) <- rows, impl `elem` ["herd", "c", "herd-tls"] ])
+                      | (t, impl, v) <- rows, impl `elem` ["herd", "c", "c-blocking", "herd-tls"] ])
     , ("iomanager_rows", JArray [ JObject [ ("transport", JString (transportName t))
                                           , ("median_us", JNumber (medianOf v)), ("p99_us", JNumber (percentile 0.99 v)) ]
                                 | (t, "herd-iomanager", v) <- rows ])

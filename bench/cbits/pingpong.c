@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "herd_shm.h"
+#include "herd_sock.h"
 
 #define MSG_BYTES 16
 
@@ -54,6 +55,21 @@ static int write_full(int fd, const char *buf, size_t n)
         ssize_t r = write(fd, buf + put, n - put);
         if (r <= 0) { if (r < 0 && errno == EINTR) continue; return -1; }
         put += (size_t)r;
+    }
+    return 0;
+}
+
+/* read_full with herd's socket wait: the adaptive spin of herd_spin.h,
+   then a blocking read. */
+static int spin_read_full(int fd, char *buf, size_t n, struct herd_spin *s)
+{
+    size_t got = 0;
+    while (got < n) {
+        long r = herd_recv_spin(fd, (uint8_t *)buf + got, n - got, s);
+        if (r == -1) r = herd_recv_wait(fd, (uint8_t *)buf + got, n - got, s);
+        if (r == -1) continue;
+        if (r <= 0) return -1;
+        got += (size_t)r;
     }
     return 0;
 }
@@ -128,7 +144,9 @@ static int ring_pair(uint64_t capacity, long spin_ns, struct herd_shm **parent, 
     return *parent != NULL && *child != NULL ? 0 : -1;
 }
 
-/* Round trips of a 16-byte message. kind: 0 tcp, 1 unix, 2 shm. Fills
+/* Round trips of a 16-byte message. kind: 0 tcp, 1 unix, 2 shm. Each
+   reader waits as herd's do: it spins for up to spin_ns (adaptively,
+   herd_spin.h), then blocks; spin_ns 0 gives plain blocking waits. Fills
    samples (microseconds) and returns 0, or -1. */
 int herd_pingpong(int kind, int rounds, long spin_ns, double *samples)
 {
@@ -168,15 +186,19 @@ int herd_pingpong(int kind, int rounds, long spin_ns, double *samples)
     if (pid == 0) {
         close(a);
         char m[MSG_BYTES];
+        struct herd_spin spin;
+        herd_spin_init(&spin, spin_ns);
         for (int i = 0; i < rounds; i++)
-            if (read_full(b, m, sizeof m) != 0 || write_full(b, m, sizeof m) != 0) _exit(1);
+            if (spin_read_full(b, m, sizeof m, &spin) != 0 || write_full(b, m, sizeof m) != 0) _exit(1);
         _exit(0);
     }
     close(b);
+    struct herd_spin spin;
+    herd_spin_init(&spin, spin_ns);
     int failed = 0;
     for (int i = 0; i < rounds && !failed; i++) {
         double t = now_us();
-        failed = write_full(a, buf, sizeof buf) != 0 || read_full(a, buf, sizeof buf) != 0;
+        failed = write_full(a, buf, sizeof buf) != 0 || spin_read_full(a, buf, sizeof buf, &spin) != 0;
         samples[i] = now_us() - t;
     }
     close(a);

@@ -43,6 +43,7 @@ module Herd.Transport
   , recycleFrame
   , hasBufferedFrame
     -- * Waiting
+  , spinNanos
   , awaitReadable
   , connWaitFds
   , connEdgeTriggered

@@ -85,12 +85,6 @@ foreign import ccall safe "herd_send_byte"
 ringBytes :: Int
 ringBytes = 1024 * 1024
 
--- | How long a reader spins on its ring before it blocks (adaptive: after
--- four spins that found nothing it stops spinning, and tries again on every
--- 16th wait or when a blocking wait shows bytes came soon after it began).
-spinNanos :: Int
-spinNanos = 20000
-
 readyByte :: CInt
 readyByte = 0x52  -- 'R'
 

@@ -1,8 +1,11 @@
 {-# LANGUAGE InterruptibleFFI #-}
--- | Stream sockets (TCP and Unix-domain) as transport endpoints. Reads
--- that wait are one blocking @recv@ on the caller's OS thread (the socket
--- is switched to blocking reads with a one-second timeout); every other
--- read and write passes @MSG_DONTWAIT@. Waits are interruptible.
+-- | Stream sockets (TCP and Unix-domain) as transport endpoints. A read
+-- that waits first spins for a short while, receiving without waiting
+-- (the adaptive spin shared with the shared-memory rings,
+-- @cbits/herd_spin.h@, for at most 'spinNanos'), then makes one blocking
+-- @recv@ on the caller's OS thread (the socket is switched to blocking
+-- reads with a one-second timeout); every other read and write passes
+-- @MSG_DONTWAIT@. Blocking waits are interruptible.
 module Herd.Transport.Socket
   ( socketEndpoint
   , socketConnection
@@ -16,6 +19,7 @@ import Data.Bits ((.|.))
 import Data.Word (Word8)
 import Foreign.C.Error (Errno (..), eAGAIN, eWOULDBLOCK, eINTR, getErrno, errnoToIOError)
 import Foreign.C.Types (CInt (..), CLong (..), CSize (..))
+import Foreign.ForeignPtr (mallocForeignPtrBytes, withForeignPtr)
 import Foreign.Ptr (Ptr)
 import Herd.Transport
 import Network.Socket
@@ -25,36 +29,51 @@ foreign import ccall unsafe "recv"
   c_recv :: CInt -> Ptr Word8 -> CSize -> CInt -> IO CSsize
 foreign import ccall unsafe "send"
   c_send :: CInt -> Ptr Word8 -> CSize -> CInt -> IO CSsize
+-- unsafe: it spins for at most 'spinNanos'; giving up the runtime and
+-- taking it back would cost more than the spin saves
+foreign import ccall unsafe "herd_recv_spin"
+  c_recvSpin :: CInt -> Ptr Word8 -> CSize -> Ptr Spin -> IO CLong
 foreign import ccall interruptible "herd_recv_wait"
-  c_recvWait :: CInt -> Ptr Word8 -> CSize -> IO CLong
+  c_recvWait :: CInt -> Ptr Word8 -> CSize -> Ptr Spin -> IO CLong
+foreign import ccall unsafe "herd_spin_bytes"
+  c_spinBytes :: CSize
+foreign import ccall unsafe "herd_spin_setup"
+  c_spinSetup :: Ptr Spin -> CLong -> IO ()
 foreign import ccall unsafe "herd_socket_blocking"
   c_socketBlocking :: CInt -> IO CInt
 foreign import ccall interruptible "herd_wait_writable"
   c_waitWritable :: CInt -> IO CInt
 
+-- A reader's spin state (@struct herd_spin@).
+data Spin
+
 -- | The endpoint of a connected stream socket. The liveness action is the
 -- transport's own (TCP sets keepalive probes; a Unix socket needs none).
-socketEndpoint :: TransportKind -> (Double -> Socket -> IO Int) -> Socket -> Endpoint
-socketEndpoint kind liveness sock = Endpoint
-  { epKind = kind
-  , epRecv = \p n -> withFdSocket sock $ \fd -> do
-      rc <- c_recv fd p (fromIntegral n) dontWait
-      if rc >= 0 then pure (fromIntegral rc) else retryable "recv" (pure (-1))
-  , epSend = \p n -> withFdSocket sock $ \fd -> do
-      rc <- c_send fd p (fromIntegral n) (dontWait .|. noSignal)
-      if rc >= 0 then pure (fromIntegral rc) else retryable "send" (pure 0)
-  , epRecvWait = \p n -> withFdSocket sock $ \fd -> do
-      rc <- c_recvWait fd p (fromIntegral n)
-      if rc >= -1 then pure (fromIntegral rc)
-        else throwIO (errnoToIOError "recv" (Errno (fromIntegral (negate rc))) Nothing Nothing)
-  , epWaitOut = withFdSocket sock $ \fd -> () <$ (waitResult "poll" =<< c_waitWritable fd)
-  , epArm = \_ -> pure False
-  , epFds = withFdSocket sock (\fd -> pure [fd])
-  , epEdge = False
-  , epClose = close sock
-  , epLiveness = \secs -> liveness secs sock
-  , epSocket = Just sock
-  }
+socketEndpoint :: TransportKind -> (Double -> Socket -> IO Int) -> Socket -> IO Endpoint
+socketEndpoint kind liveness sock = do
+  spin <- mallocForeignPtrBytes (fromIntegral c_spinBytes)
+  withForeignPtr spin $ \sp -> c_spinSetup sp (fromIntegral spinNanos)
+  pure Endpoint
+    { epKind = kind
+    , epRecv = \p n -> withFdSocket sock $ \fd -> do
+        rc <- c_recv fd p (fromIntegral n) dontWait
+        if rc >= 0 then pure (fromIntegral rc) else retryable "recv" (pure (-1))
+    , epSend = \p n -> withFdSocket sock $ \fd -> do
+        rc <- c_send fd p (fromIntegral n) (dontWait .|. noSignal)
+        if rc >= 0 then pure (fromIntegral rc) else retryable "send" (pure 0)
+    , epRecvWait = \p n -> withFdSocket sock $ \fd -> withForeignPtr spin $ \sp -> do
+        spun <- c_recvSpin fd p (fromIntegral n) sp
+        rc <- if spun /= -1 then pure spun else c_recvWait fd p (fromIntegral n) sp
+        if rc >= -1 then pure (fromIntegral rc)
+          else throwIO (errnoToIOError "recv" (Errno (fromIntegral (negate rc))) Nothing Nothing)
+    , epWaitOut = withFdSocket sock $ \fd -> () <$ (waitResult "poll" =<< c_waitWritable fd)
+    , epArm = \_ -> pure False
+    , epFds = withFdSocket sock (\fd -> pure [fd])
+    , epEdge = False
+    , epClose = close sock
+    , epLiveness = \secs -> liveness secs sock
+    , epSocket = Just sock
+    }
   where
     dontWait = 0x40     -- MSG_DONTWAIT
     noSignal = 0x4000   -- MSG_NOSIGNAL
@@ -82,7 +101,8 @@ socketConnection kind liveness sock peer = do
     _ -> pure ()
   rc <- withFdSocket sock c_socketBlocking
   when (rc /= 0) $ throwIO (errnoToIOError "setting up the socket" (Errno rc) Nothing Nothing)
-  newConnection (socketEndpoint kind liveness sock) peer
+  ep <- socketEndpoint kind liveness sock
+  newConnection ep peer
 
 -- | The send buffer asked for on a Unix-domain socket; the kernel caps the
 -- request at its @wmem_max@. In a sweep on a 2-core VM a stream of 1 MiB
