@@ -209,6 +209,7 @@ runLatency o = do
       "microseconds" (map transportName (latTransports o))
       [ Series name colour False [ (g, medianOf v) | (g, t) <- zip [0 ..] (latTransports o), (t', impl', v) <- rows, t' == t, impl' == impl ]
       | (impl, name, colour) <- [ ("herd", "herd", "#1f77b4"), ("c", "C floor", "#555")
+                                , ("c-blocking", "C, blocking at once", "#aaa")
                                 , ("herd-iomanager", "herd via the IO manager", "#ff7f0e") ] ]
   when (latJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "latency")

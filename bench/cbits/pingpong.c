@@ -207,6 +207,11 @@ int herd_pingpong(int kind, int rounds, long spin_ns, double *samples)
     return failed ? -1 : 0;
 }
 
+/* How long the streaming floor's reader spins before it blocks: herd's
+   spinNanos (Herd.Transport), so that the floor waits as herd's worker
+   does. */
+#define STREAM_SPIN_NS 20000
+
 /* Seconds to stream total bytes to the child in messages of msg bytes,
    the child answering one byte at the end; -1 on failure. sndbuf, when
    positive, is the send buffer asked for on both ends of a socket: the
@@ -221,7 +226,7 @@ double herd_stream_floor(int kind, long total, long msg, int sndbuf)
     if (kind == 2) {
         struct herd_shm *mine, *theirs;
         int ctl_mine, ctl_theirs;
-        if (ring_pair(1024 * 1024, 20000, &mine, &theirs, &ctl_mine, &ctl_theirs) != 0) { free(buf); return -1; }
+        if (ring_pair(1024 * 1024, STREAM_SPIN_NS, &mine, &theirs, &ctl_mine, &ctl_theirs) != 0) { free(buf); return -1; }
         pid_t pid = fork();
         if (pid == 0) {
             close(ctl_mine);
@@ -251,8 +256,10 @@ double herd_stream_floor(int kind, long total, long msg, int sndbuf)
         pid_t pid = fork();
         if (pid == 0) {
             close(a);
+            struct herd_spin spin;
+            herd_spin_init(&spin, STREAM_SPIN_NS);
             for (long got = 0; got < total; got += msg)
-                if (read_full(b, buf, (size_t)msg) != 0) _exit(1);
+                if (spin_read_full(b, buf, (size_t)msg, &spin) != 0) _exit(1);
             char done = 1;
             _exit(write_full(b, &done, 1) == 0 ? 0 : 1);
         }
