@@ -8,7 +8,7 @@
 module LargeMessageSpec (spec) where
 
 import Control.Concurrent.Async (concurrently, withAsync)
-import Control.Exception (bracket, evaluate, try)
+import Control.Exception (evaluate, try)
 import Control.Monad (forM, forM_)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
@@ -19,13 +19,12 @@ import ClusterSpec (withTestClusterConfig)
 import Herd
 import Herd.Examples.Eden (echoProcess, wordsItem)
 import TestTasks (byteSumEvolver, byteSumTask)
-import Network.Socket (Family (..), SocketType (..), defaultProtocol, socketPair)
 import Herd.Master.Link (LinkHandle (..), openLink, stopWriting)
 import Herd.Packet
 import Herd.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.Transport
-import Herd.Transport.Socket (socketConnection)
 import Herd.Wire (ToWorker (..), decodeToWorker, toWorkerParts)
+import SocketSpec (withSocketPair)
 import Test.Hspec
 
 -- Bytes that differ with the seed and the position.
@@ -35,15 +34,6 @@ bytesOf seed n = fst (B.unfoldrN n (\k -> Just (fromIntegral (seed * 131 + k * 7
 -- A frame as a sender hands it out, read back into its messages.
 messagesOf :: B.ByteString -> Either String [B.ByteString]
 messagesOf frame = splitPacket 16 (B.drop 4 frame)
-
--- A connected pair of Unix-domain socket connections, set up as herd's own.
-withSocketPair :: ((Connection, Connection) -> IO a) -> IO a
-withSocketPair = bracket open (\(a, b) -> closeConnection a >> closeConnection b)
-  where
-    open = do
-      (x, y) <- socketPair AF_UNIX Stream defaultProtocol
-      (,) <$> socketConnection UnixTransport none x "a" <*> socketConnection UnixTransport none y "b"
-    none _ _ = pure 0
 
 spec :: Spec
 spec = describe "large messages" $ do

@@ -4,7 +4,7 @@
 -- spins before a wait, pauses on an idle link, and comes back when bytes
 -- come quickly. The spin is timed with a long spin (100 ms), so that
 -- "it spun" and "it did not" are far apart on a loaded machine.
-module SocketSpec (spec) where
+module SocketSpec (spec, withSocketPair) where
 
 import Control.Concurrent (threadDelay)
 import Control.Concurrent.Async (concurrently, withAsync)
@@ -34,7 +34,7 @@ foreign import ccall safe "herd_recv_spin" c_recvSpin :: CInt -> Ptr Word8 -> CS
 foreign import ccall safe "herd_recv_wait" c_recvWait :: CInt -> Ptr Word8 -> CSize -> Ptr Spin -> IO CLong
 foreign import ccall unsafe "herd_socket_blocking" c_socketBlocking :: CInt -> IO CInt
 
--- A connected pair of Unix stream sockets as herd connections.
+-- | A connected pair of Unix-domain socket connections, set up as herd's own.
 withSocketPair :: ((Connection, Connection) -> IO a) -> IO a
 withSocketPair = bracket open (\(a, b) -> closeConnection a >> closeConnection b)
   where
