@@ -9,6 +9,7 @@
 module Herd.Transport.Socket
   ( socketEndpoint
   , socketConnection
+  , socketConnectionSpinning
   , acceptConnection
   , unixSendBuffer
   ) where
@@ -49,10 +50,12 @@ data Spin
 
 -- | The endpoint of a connected stream socket. The liveness action is the
 -- transport's own (TCP sets keepalive probes; a Unix socket needs none).
-socketEndpoint :: TransportKind -> (Double -> Socket -> IO Int) -> Socket -> IO Endpoint
-socketEndpoint kind liveness sock = do
+-- A reader waiting on it spins for up to the given nanoseconds first (0:
+-- it blocks at once).
+socketEndpoint :: Int -> TransportKind -> (Double -> Socket -> IO Int) -> Socket -> IO Endpoint
+socketEndpoint spinFor kind liveness sock = do
   spin <- mallocForeignPtrBytes (fromIntegral c_spinBytes)
-  withForeignPtr spin $ \sp -> c_spinSetup sp (fromIntegral spinNanos)
+  withForeignPtr spin $ \sp -> c_spinSetup sp (fromIntegral spinFor)
   pure Endpoint
     { epKind = kind
     , epRecv = \p n -> withFdSocket sock $ \fd -> do
@@ -90,9 +93,17 @@ waitResult what rc
   | Errno (negate rc) == eINTR = pure 0
   | otherwise = throwIO (errnoToIOError what (Errno (negate rc)) Nothing Nothing)
 
--- | A connection over a connected socket.
+-- | A connection over a connected socket; its waiting reads spin for up
+-- to 'spinNanos' before they block.
 socketConnection :: TransportKind -> (Double -> Socket -> IO Int) -> Socket -> String -> IO Connection
-socketConnection kind liveness sock peer = do
+socketConnection = socketConnectionSpinning spinNanos
+
+-- | 'socketConnection' whose waiting reads spin for up to the given
+-- nanoseconds before they block (0: they block at once). A socket fed by
+-- a thread of the same process wants 0: the spin is an unsafe call, which
+-- holds the runtime that thread needs to send.
+socketConnectionSpinning :: Int -> TransportKind -> (Double -> Socket -> IO Int) -> Socket -> String -> IO Connection
+socketConnectionSpinning spinFor kind liveness sock peer = do
   withFdSocket sock setCloseOnExecIfNeeded
   -- reads that wait block in the kernel (one system call per message);
   -- every other operation passes MSG_DONTWAIT
@@ -101,7 +112,7 @@ socketConnection kind liveness sock peer = do
     _ -> pure ()
   rc <- withFdSocket sock c_socketBlocking
   when (rc /= 0) $ throwIO (errnoToIOError "setting up the socket" (Errno rc) Nothing Nothing)
-  ep <- socketEndpoint kind liveness sock
+  ep <- socketEndpoint spinFor kind liveness sock
   newConnection ep peer
 
 -- | The send buffer asked for on a Unix-domain socket; the kernel caps the

@@ -36,7 +36,7 @@ import Data.Hourglass (Date (..), DateTime (..), Month (..), TimeOfDay (..))
 import Data.IORef
 import Data.X509
 import Herd.Transport
-import Herd.Transport.Socket (socketConnection)
+import Herd.Transport.Socket (socketConnectionSpinning)
 import Herd.Transport.Tcp (tcpLiveness)
 import Network.Socket
 import qualified Network.Socket.ByteString as NSB
@@ -135,4 +135,6 @@ proxied ctx tcp name = do
     quietly (bye ctx)
     quietly (close tcp)
     quietly (close theirs)
-  socketConnection TcpTransport (\secs _ -> tcpLiveness secs tcp) mine name
+  -- the bytes come from a thread of this runtime: a reader that spun
+  -- would hold the runtime that thread needs (see 'socketConnectionSpinning')
+  socketConnectionSpinning 0 TcpTransport (\secs _ -> tcpLiveness secs tcp) mine name
