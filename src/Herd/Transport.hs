@@ -12,11 +12,13 @@
 -- never interleave (INV-SEND).
 --
 -- A transport is an 'Endpoint': a non-blocking byte pipe with a way to
--- wait. 'recvFrame' waits in a blocking foreign call on the caller's own
--- OS thread (a @recv@ on sockets; a spin, then @poll@, on shared rings): a
--- wake-up then costs a return from the kernel, not an IO manager round
--- (re-arming the descriptor, waking its thread, handing over to this one),
--- which measured most of the cost of a small message. The calls are
+-- wait. 'recvFrame' spins for up to 'spinNanos' (adaptively), then waits
+-- in a blocking foreign call on the caller's own OS thread (a @recv@ on
+-- sockets, @poll@ on shared rings): bytes that come during the spin cost
+-- no wake-up at all, and a wake-up costs a return from the kernel, not an
+-- IO manager round (re-arming the descriptor, waking its thread, handing
+-- over to this one), which measured most of the cost of a small message.
+-- The blocking calls are
 -- interruptible, so 'System.Timeout.timeout' and
 -- 'Control.Concurrent.killThread' still work on a waiting thread. Loops
 -- over many connections read without waiting ('recvAvailable') after an
