@@ -144,7 +144,7 @@ latencyOptions = Latency.LatencyOptions
   <$> option transportListArg (long "transport" <> metavar "LIST" <> value [minBound .. maxBound]
                           <> showDefaultWith (const "tcp,unix,shm") <> help "transports to measure: tcp, unix, shm")
   <*> option (positiveInt "a round count" 10000000) (long "rounds" <> metavar "N" <> value 20000 <> showDefault
-                          <> help "round trips per transport and implementation")
+                          <> help "round trips per transport and implementation (the C floor that blocks at once: at most 20000; through the IO manager: at most 5000)")
   <*> switch (long "json" <> help "end with one line of JSON")
   <*> plotOption "median round trip per transport: herd, the C floor, the IO manager path (bars, log scale)"
   <*> switch (long "tls" <> help "also measure tcp with TLS on (rows herd-tls)")
