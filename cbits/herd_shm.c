@@ -75,8 +75,6 @@ struct herd_shm {
     int broken;
 };
 
-#define now_ns herd_now_ns
-
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -258,7 +256,7 @@ int herd_shm_spin(struct herd_shm *s)
     int spins = 0;
     for (;;) {
         if (in_available(s) != 0) { herd_spin_found(&s->spin); return 1; }
-        if (++spins % 64 == 0 && now_ns() > deadline) break;
+        if (++spins % 64 == 0 && herd_now_ns() > deadline) break;
         cpu_relax();
     }
     herd_spin_missed(&s->spin);
@@ -269,7 +267,7 @@ int herd_shm_wait_in(struct herd_shm *s)
 {
     if (herd_shm_arm(s, 1)) return 1;
     struct pollfd p[2] = { { s->my_efd, POLLIN, 0 }, { s->ctl, POLLIN, 0 } };
-    long start = now_ns();
+    long start = herd_now_ns();
     /* bounded, so that an interruption that landed just before the poll
        is acted on within a second */
     int rc = poll(p, 2, 1000);

@@ -2,9 +2,10 @@
    transport (shared rings, Unix and TCP sockets) and in the C floor of
    herd's latency benchmark.
 
-   A blocking wake-up across CPUs costs 20-120 us on the 2-core VM herd is
-   measured on; a reader that is still spinning when the bytes come pays
-   none of it (a Unix-socket round trip in C: 28.8 us blocking, 8.5 us with
+   A round trip of two blocking wake-ups across CPUs cost 15-21 us on the
+   2-core VM herd is measured on (herd bench latency, 2026-11-24; 60-120
+   us on earlier days); a reader that is still spinning when the bytes
+   come pays none of it (a Unix-socket round trip in C: 28.8 us blocking, 8.5 us with
    a 20 us spin at both ends; TCP: 31.2 and 12.6). Spinning costs a core,
    so it adapts: after four spins in a row that found nothing a reader
    stops spinning, tries again on every 16th wait, and starts again at

@@ -106,7 +106,8 @@ spareLimit = 16 * 1024 * 1024
 -- nothing it stops spinning, and tries again on every 16th wait or when a
 -- blocking wait shows bytes came soon after it began). A spin caught the
 -- answer of a round trip at both ends with 20 us on the 2-core VM herd is
--- measured on, where a blocking wake-up across CPUs costs 20-120 us.
+-- measured on, where a round trip of two blocking wake-ups across CPUs
+-- cost 15-21 us that day (60-120 us on earlier days).
 spinNanos :: Int
 spinNanos = 20000
 
