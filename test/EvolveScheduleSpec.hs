@@ -341,6 +341,25 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
           pure (moveRoundTrip p')
     measured `shouldBe` Right (Just 4)
 
+  it "takes nothing from a worker that has probably started its states since it last answered" $ do
+    -- two workers with four 1 s states each, all asked at 0. Worker 2
+    -- answers two of them while worker 1's answers are not read: on paper
+    -- worker 1 still has three unstarted states against worker 2's one, so
+    -- worker 2 would take one. Read at 0.5 s that is right; read at 2 s,
+    -- worker 1 has been working for two step times and has probably
+    -- started two of the three, and the move would shorten nothing (a
+    -- master that falls behind reads answers late: at 2048 simulated
+    -- workers a third of the moves were of this kind)
+    let holdings = M.fromList [ (w, [ (StateId (fromIntegral w * 10 + k), 1) | k <- [1 .. 4] ]) | w <- [1, 2 :: WorkerId] ]
+        settings = defaultPlanSettings { settingsLead = 3, settingsMeanCost = Just 1 }
+        (plan0, cmds0) = startPlan 0 settings holdings
+        answerTwoAt t = foldM (\(p, cmds) s -> fmap (<> cmds) <$> stepPlan t (Evolved 2 s 1) p)
+                              (plan0, []) (map StateId [21, 22])
+        releases t = fmap (\(_, cmds) -> [ (w, s) | Release w s <- cmds ]) (answerTwoAt t)
+    [ length ss | Ask _ ss <- cmds0 ] `shouldBe` [4, 4]
+    releases 0.5 `shouldBe` Right [(1, StateId 14)]
+    releases 2 `shouldBe` Right []
+
   it "fills a worker's queue again only once it is down to half, in one ask" $ do
     -- one worker, twenty 1 s states, 4 s of lead: a queue of five (the
     -- running state and four behind it), filled again at two. Asking for

@@ -21,6 +21,7 @@ module Herd.Evolve.Plan
   , planWorkers
   , planRunning
   , unstarted
+  , likelyUnstarted
   , dequeue
   , isQueued
   , adjust
@@ -70,6 +71,9 @@ data WorkerPlan = WorkerPlan
     -- 'settingsMaxQueue' states, and a list copied it on every answer
   , wpIncoming :: !Int                  -- ^ states being moved to it
   , wpLeaving  :: !Int                  -- ^ its states being asked back
+  , wpHeard    :: !Double
+    -- ^ when it last answered, or was last given work while it had none
+    -- (the master's clock): its running state started then at the latest
   } deriving (Eq, Show)
 
 -- | The scheduler's state during one call.
@@ -146,6 +150,20 @@ planIsMoving s p = M.member s (plMoving p)
 -- one that may be running, less those being asked back.
 unstarted :: WorkerPlan -> Int
 unstarted wp = heldSize (wpHeld wp) + max 0 (Seq.length (wpQueued wp) - 1) - wpLeaving wp
+
+-- | A worker's unstarted states less those it has probably started since
+-- the master last heard from it: one per mean step time gone by, at most
+-- all of its queue behind the running one. A master that falls behind
+-- reads answers late, and a worker whose answers wait unread looked
+-- further behind than it was: thieves took states from it that it was
+-- already running (at 2048 simulated workers, a third of the moves).
+likelyUnstarted :: Double -> Plan -> WorkerPlan -> Int
+likelyUnstarted now p wp = unstarted wp - min queuedBehind started
+  where
+    queuedBehind = max 0 (Seq.length (wpQueued wp) - 1 - wpLeaving wp)
+    started = case meanCost p of
+      Just c | c > 0 && now > wpHeard wp -> floor ((now - wpHeard wp) / c)
+      _ -> 0
 
 -- | A queue without this state: the first one, at once, in the common
 -- case (a worker answers its states in order); else searched for.

@@ -109,7 +109,7 @@ startPlan now settings holdings0 = (planAfter, releases ++ asks ++ stealCmds)
     -- each, thousands of times, and was most of a start's cost)
     target = queueTarget shell
     workerPlans =
-      [ (w, WorkerPlan (heldFromList kept) (Seq.fromList asked) (M.findWithDefault 0 w coming) 0)
+      [ (w, WorkerPlan (heldFromList kept) (Seq.fromList asked) (M.findWithDefault 0 w coming) 0 now)
       | (w, ss) <- M.toAscList held0
       , let mine = maybe ss (\gone -> filter (\(_, s) -> not (S.member s gone)) ss) (M.lookup w leaving)
             (taken, kept) = splitAt target mine
@@ -148,7 +148,7 @@ stepPlan now ev p = case ev of
       then Left ("it reported evolving " ++ show s ++ ", which it was not asked to evolve")
       -- the worker's entry is changed once, by its refill: a put here and
       -- another there rebuilt its paths in the plan's map and index twice
-      else pure $ settleWorker now w wp { wpQueued = dequeue s (wpQueued wp) }
+      else pure $ settleWorker now w wp { wpQueued = dequeue s (wpQueued wp), wpHeard = now }
         p { plLeft = plLeft p - 1
           , plCostSum = plCostSum p + secs
           , plCostN = plCostN p + 1 }
@@ -193,7 +193,7 @@ stepPlan now ev p = case ev of
   WorkerCame w
     | M.member w (plWorkers p) -> Right (p, [])
     -- it starts idle, and takes states from the busiest as any idle worker
-    | otherwise -> pure (settleIdle now (putWorker w (WorkerPlan (heldFromList []) Seq.empty 0 0) p { plIdle = S.insert w (plIdle p) }, []))
+    | otherwise -> pure (settleIdle now (putWorker w (WorkerPlan (heldFromList []) Seq.empty 0 0 now) p { plIdle = S.insert w (plIdle p) }, []))
   Adopted w ss -> case M.lookup w (plWorkers p) of
     Nothing -> Left ("worker " ++ show w ++ " is not part of this call")
     Just _ ->
@@ -244,7 +244,10 @@ settleWorker now w wp p =
       !room = if refillDue target queued then target - queued else 0
       (asked, kept) = heldTake room (wpHeld wp)
       !askedIds = map snd asked
-      !wp' = wp { wpHeld = kept, wpQueued = if null askedIds then wpQueued wp else wpQueued wp <> Seq.fromList askedIds }
+      -- work given to a worker that had none starts now
+      !heard = if Seq.null (wpQueued wp) && not (null askedIds) then now else wpHeard wp
+      !wp' = wp { wpHeld = kept, wpQueued = if null askedIds then wpQueued wp else wpQueued wp <> Seq.fromList askedIds
+                , wpHeard = heard }
       !p' = putWorker w wp' p
       (!p'', stealCmds) = if heldNull kept && Seq.length (wpQueued wp') < target && wpIncoming wp' == 0
                             then steal now w p'
@@ -261,9 +264,13 @@ settleWorker now w wp p =
 -- step: it takes half the difference between the victim's unstarted
 -- states and its own, so a move never leaves the thief with more to do
 -- than the victim (moves between workers with about the same work are
--- what made states cross the network again and again). An idle thief
--- takes half, and the last one too. Either takes nothing when the move
--- would arrive after the victim would have started the states anyway.
+-- what made states cross the network again and again). The victim's count
+-- is what it has probably not started by now ('likelyUnstarted'), not
+-- what its last answer said: its later answers may be waiting unread.
+-- An idle thief takes half of what the victim last said, and the last one
+-- too (it has nothing else to do, and a state already started is simply
+-- kept). Either takes nothing when the move would arrive after the victim
+-- would have started the states anyway.
 steal :: Double -> WorkerId -> Plan -> (Plan, [Command])
 steal now thief p = case victimOf of
   Nothing -> (p, [])
@@ -290,6 +297,8 @@ steal now thief p = case victimOf of
       Just (n, w) | w /= thief -> pick n w
       Just top -> S.lookupLT top (plVictims p) >>= uncurry pick
       Nothing -> Nothing
-    pick n w | thiefIdle || n - own >= 2 = Just (n, w)
+    pick n w | thiefIdle = Just (n, w)
+             | n' - own >= 2 = Just (n', w)
              | otherwise = Nothing
+      where n' = maybe n (likelyUnstarted now p) (M.lookup w (plWorkers p))
     fallback = maybe 0 id (meanCost p)
