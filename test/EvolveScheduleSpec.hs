@@ -349,7 +349,7 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
     -- worker 1 has been working for two step times and has probably
     -- started two of the three, and the move would shorten nothing (a
     -- master that falls behind reads answers late: at 2048 simulated
-    -- workers a third of the moves were of this kind)
+    -- workers, 1,199 asks back in a first call that started balanced)
     let holdings = M.fromList [ (w, [ (StateId (fromIntegral w * 10 + k), 1) | k <- [1 .. 4] ]) | w <- [1, 2 :: WorkerId] ]
         settings = defaultPlanSettings { settingsLead = 3, settingsMeanCost = Just 1 }
         (plan0, cmds0) = startPlan 0 settings holdings

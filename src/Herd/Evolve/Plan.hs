@@ -20,6 +20,7 @@ module Herd.Evolve.Plan
   , planIsMoving
   , planWorkers
   , planRunning
+  , isIdle
   , unstarted
   , likelyUnstarted
   , dequeue
@@ -140,7 +141,11 @@ planUnstarted = M.map unstarted . plWorkers
 
 -- | Workers with nothing held, nothing asked and nothing coming.
 planIdleWorkers :: Plan -> [WorkerId]
-planIdleWorkers p = [ w | (w, wp) <- M.toList (plWorkers p), heldNull (wpHeld wp), Seq.null (wpQueued wp), wpIncoming wp == 0 ]
+planIdleWorkers p = [ w | (w, wp) <- M.toList (plWorkers p), isIdle wp ]
+
+-- | Whether a worker holds nothing, was asked nothing and has nothing coming.
+isIdle :: WorkerPlan -> Bool
+isIdle wp = heldNull (wpHeld wp) && Seq.null (wpQueued wp) && wpIncoming wp == 0
 
 -- | Whether this state has been asked back and the answer is still due.
 planIsMoving :: StateId -> Plan -> Bool
@@ -156,7 +161,8 @@ unstarted wp = heldSize (wpHeld wp) + max 0 (Seq.length (wpQueued wp) - 1) - wpL
 -- all of its queue behind the running one. A master that falls behind
 -- reads answers late, and a worker whose answers wait unread looked
 -- further behind than it was: thieves took states from it that it was
--- already running (at 2048 simulated workers, a third of the moves).
+-- already running (at 2048 simulated workers, 1,199 asks back in a first
+-- call that started with four states at every worker).
 likelyUnstarted :: Double -> Plan -> WorkerPlan -> Int
 likelyUnstarted now p wp = unstarted wp - min queuedBehind started
   where
