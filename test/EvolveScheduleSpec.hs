@@ -16,6 +16,7 @@ import Herd.Evolve.Schedule
 import Herd.Evolve.Plan (heldFromList, heldInsert, heldSize, heldTake, heldToList, longestFirst)
 import Herd.Evolve.Checkpoint
 import Herd.Evolve.Registry (lineageDepth, keepOrigins)
+import qualified Herd.Evolve.StateMap as SM
 import Herd.Master.Session (Machine (..))
 import Herd.Wire (FromWorker (..))
 import Test.Hspec
@@ -266,15 +267,15 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
           ref = TaskRef (Fingerprint 1 2) "step" (Fingerprint 3 4) (Fingerprint 5 6)
           origin k c | k == 1 || c < 0.3 = Seen (B.pack [fromIntegral k])
                      | otherwise = ChildOf (sid (1 + floor (c * fromIntegral (k - 1)) `min` (k - 1))) ref B.empty k
-          origins = M.fromList [ (sid k, origin k c) | (k, c) <- zip [1 ..] coins ]
+          origins = SM.fromList [ (sid k, origin k c) | (k, c) <- zip [1 ..] coins ]
           live = map sid liveIx
           pruned = pruneOrigins live origins
-          ancestors s = case M.lookup s origins of
+          ancestors s = case SM.lookup s origins of
             Just (ChildOf p _ _ _) -> s : ancestors p
             Just (Seen _) -> [s]
             Nothing -> []
       in [ lineage pruned s | s <- live ] === [ lineage origins s | s <- live ]
-         .&&. M.keysSet pruned === S.fromList (concatMap ancestors live)
+         .&&. S.fromList (SM.keys pruned) === S.fromList (concatMap ancestors live)
 
   it "prunes origins only once they have doubled, and never loses a live lineage" $ property $
     forAll (choose (1, 60 :: Int)) $ \n ->
@@ -285,23 +286,23 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
           ref = TaskRef (Fingerprint 1 2) "step" (Fingerprint 3 4) (Fingerprint 5 6)
           origin k c | k == 1 || c < 0.3 = Seen (B.pack [fromIntegral k])
                      | otherwise = ChildOf (sid (1 + floor (c * fromIntegral (k - 1)) `min` (k - 1))) ref B.empty k
-          origins = M.fromList [ (sid k, origin k c) | (k, c) <- zip [1 ..] coins ]
-          live = M.fromList [ (sid k, 1) | k <- liveIx ]
+          origins = SM.fromList [ (sid k, origin k c) | (k, c) <- zip [1 ..] coins ]
+          live = SM.fromList [ (sid k, 1) | k <- liveIx ]
           reg = keepOrigins live origins emptyRegistry { regPruned = before }
-          due = M.size origins > 2 * max (M.size live) before
-      in [ lineage (regOrigin reg) s | s <- M.keys live ] === [ lineage origins s | s <- M.keys live ]
-         .&&. (if due then regOrigin reg === pruneOrigins (M.keys live) origins .&&. regPruned reg === M.size (regOrigin reg)
+          due = SM.size origins > 2 * max (SM.size live) before
+      in [ lineage (regOrigin reg) s | s <- SM.keys live ] === [ lineage origins s | s <- SM.keys live ]
+         .&&. (if due then regOrigin reg === pruneOrigins (SM.keys live) origins .&&. regPruned reg === SM.size (regOrigin reg)
                else regOrigin reg === origins .&&. regPruned reg === before)
 
   it "groups the states to evolve by their holder, every worker listed, absent holders left out" $ property $
     forAll (sublistOf [1 .. 12 :: WorkerId]) $ \workers ->
     forAll (listOf ((,) <$> choose (1, 400 :: Int) <*> choose (1, 16 :: WorkerId))) $ \placed ->
     forAll (sublistOf [1 .. 400 :: Int]) $ \chosen ->
-      let whereAt = M.fromList [ (StateId (fromIntegral k), w) | (k, w) <- placed ]
+      let whereAt = SM.fromList [ (StateId (fromIntegral k), w) | (k, w) <- placed ]
           toEvolve = map (StateId . fromIntegral) chosen
           cost (StateId k) = fromIntegral k / 100
           grouped = holdingsOf workers whereAt toEvolve cost
-          expected = M.fromList [ (w, sort [ (s, cost s) | s <- toEvolve, M.lookup s whereAt == Just w ]) | w <- workers ]
+          expected = M.fromList [ (w, sort [ (s, cost s) | s <- toEvolve, SM.lookup s whereAt == Just w ]) | w <- workers ]
       in M.map sort grouped === expected
 
   it "moves nothing when every worker has the same work" $ do
@@ -424,11 +425,11 @@ timedRun holdings costs plan0 cmds0 =
 checkpointSpec :: Spec
 checkpointSpec =
   it "checkpoints: takes a state's bytes only from its own worker, hands them back, and leaves a lost worker's states deep" $ do
-    let chainOf k s = M.fromList ((StateId (s * 100), Seen (B.pack [fromIntegral s]))
+    let chainOf k s = ((StateId (s * 100), Seen (B.pack [fromIntegral s]))
                                    : [ (StateId (s * 100 + j), ChildOf (StateId (s * 100 + j - 1)) ref B.empty 0) | j <- [1 .. k] ])
         ref = TaskRef (Fingerprint 1 2) "step" (Fingerprint 3 4) (Fingerprint 5 6)
-        reg = emptyRegistry { regWhere = M.fromList [ (StateId 105, 1), (StateId 205, 2) ]
-                            , regOrigin = chainOf 5 1 <> chainOf 5 2, regDepth = 5 }
+        reg = emptyRegistry { regWhere = SM.fromList [ (StateId 105, 1), (StateId 205, 2) ]
+                            , regOrigin = SM.fromList (chainOf 5 1 ++ chainOf 5 2), regDepth = 5 }
         deep = deepStates 4 reg
         (machine, cp0, outs) = checkpointStart [1, 2] deep
         (cp1, o1) = machineMessage machine 0 2 (StateReleased 105 (B.pack [9])) cp0   -- not its worker

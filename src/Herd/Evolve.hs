@@ -59,6 +59,7 @@ import Herd.Evolve.Call
 import Herd.Evolve.Checkpoint (applyCheckpoint, checkpointStart, deepStates)
 import Herd.Evolve.Schedule
 import Herd.Evolve.Registry (keepOrigins, needsTelling, toldAfter)
+import qualified Herd.Evolve.StateMap as SM
 import qualified Data.Set as S
 import Herd.Master
 import Herd.Master.Session
@@ -107,7 +108,7 @@ data EvolveStats = EvolveStats
 
 -- | The number of states the cluster holds now.
 populationSize :: Cluster -> IO Int
-populationSize c = M.size . regWhere <$> readMVar (clusterRegistry c)
+populationSize c = SM.size . regWhere <$> readMVar (clusterRegistry c)
 
 -- | 'resetStatesWith' with the default options.
 resetStates :: Cluster -> StaticPtr (Evolver s i o) -> [s] -> IO [StateId]
@@ -145,8 +146,8 @@ resetStatesWith opts cluster fn states = do
                        , [ SendTo w (StateAdd k bytes) | (StateId k, bytes, w) <- placement ]
                          ++ [ SendTo w (EvolveWith (evolverRef fn)) | w <- here ] )
     let placement = endState placed
-        reg = emptyRegistry { regWhere = M.fromList [ (i, w) | (i, _, w) <- placement ]
-                            , regOrigin = M.fromList [ (i, Seen bytes) | (i, bytes, _) <- placement ]
+        reg = emptyRegistry { regWhere = SM.fromList [ (i, w) | (i, _, w) <- placement ]
+                            , regOrigin = SM.fromList [ (i, Seen bytes) | (i, bytes, _) <- placement ]
                             , regNextId = fromIntegral (length encoded) + 1
                             , regTold = Just (evolverRef fn, S.fromList [ w | (_, _, w) <- placement ]) }
     pure (reg, ids)
@@ -205,29 +206,29 @@ evolveManyWith :: forall s i o. EvolveOptions -> Cluster -> StaticPtr (Evolver s
 evolveManyWith opts cluster fn inputs = do
   let ref = evolverRef fn
   markHerd ("herd evolve " ++ refName ref ++ ": " ++ show (M.size inputs) ++ " states")
-  encodedInputs <- fmap M.fromList $ forM (zip [0 :: Int ..] (M.toList inputs)) $ \(k, (sid, x)) -> do
+  encodedInputs <- fmap SM.fromList $ forM (zip [0 :: Int ..] (M.toList inputs)) $ \(k, (sid, x)) -> do
     r <- tryUser (evaluate (evolverInputEncoder fn x) >>= encoderBytes)
     either (throwIO . ArgumentError k (refName ref)) (\b -> pure (sid, b)) r
   checkLoop opts cluster
   result <- modifyMVar (clusterRegistry cluster) $ \reg -> do
-    let unknown = [ sid | sid <- M.keys inputs, not (M.member sid (regWhere reg)) ]
+    let unknown = [ sid | sid <- M.keys inputs, not (SM.member sid (regWhere reg)) ]
     unless (null unknown) $ throwIO (UnknownStates (map show unknown))
     started <- monotonicSeconds
     let mean = regMeanCost reg
-        estimate sid = M.findWithDefault (M.findWithDefault (maybe 0 id mean) sid (regCost reg)) sid
+        estimate sid = M.findWithDefault (SM.findWithDefault (maybe 0 id mean) sid (regCost reg)) sid
                                          (evolveCostHints opts)
         begin workers
           | null workers = Left NoWorkers
           | otherwise =
               let present = M.fromList [ (w, ()) | w <- workers ]
                   -- states whose worker went away since the last call are recomputed first
-                  stranded = [ sid | (sid, w) <- M.toList (regWhere reg), not (M.member w present) ]
+                  stranded = [ sid | (sid, w) <- SM.toList (regWhere reg), not (M.member w present) ]
                   holdings = holdingsOf workers (regWhere reg) (M.keys inputs) estimate
                   settings = defaultPlanSettings { settingsLead = evolveLead opts, settingsMeanCost = mean
                                                  , settingsRoundTrip = regRoundTrip reg }
                   (plan, cmds) = startPlan started settings holdings
-                  call0 = Call plan ref encodedInputs M.empty (regWhere reg) (regCost reg) (regOrigin reg) M.empty
-                               M.empty 0 0 0 (maybe 0 id mean) [] "" M.empty (configMaxTaskDeaths (clusterConfig cluster))
+                  call0 = Call plan ref encodedInputs SM.empty (regWhere reg) (regCost reg) (regOrigin reg) SM.empty
+                               M.empty 0 0 0 (maybe 0 id mean) [] "" SM.empty (configMaxTaskDeaths (clusterConfig cluster))
                   opening = [ SendTo w (EvolveWith ref) | w <- workers, needsTelling ref reg w ]
                   (call1, outs) = commandsToOuts call0 cmds
                   (call2, recover) = recoverStates "their worker is no longer connected" stranded call1
@@ -240,7 +241,7 @@ evolveManyWith opts cluster fn inputs = do
         pure (emptyRegistry { regNextId = regNextId reg }, Left e)
       Right end -> do
           let call = endState end
-              evolvedN = M.size (callOutputs call)
+              evolvedN = SM.size (callOutputs call)
               busyTotal = sum (M.elems (callBusy call))
               reg' = keepOrigins (callWhere call) (callOrigin call)
                        reg { regWhere = callWhere call, regCost = callCost call
@@ -257,7 +258,7 @@ evolveManyWith opts cluster fn inputs = do
           -- for as long as the caller kept them, even past 'withCluster'
           _ <- evaluate stats
           reg'' <- checkpointIfDue opts cluster reg'
-          pure (reg'', Right (callOutputs call, stats))
+          pure (reg'', Right (SM.toMap (callOutputs call), stats))
   (raw, stats) <- either throwIO pure result
   decoded <- forM raw $ \children -> forM children $ \(child, bytes) -> do
     out <- tryUser (evolverOutputDecoder fn bytes)

@@ -19,6 +19,8 @@ import qualified Data.ByteString as B
 import Data.Bits (shiftR)
 import Data.List (foldl')
 import qualified Data.Map.Strict as M
+import Herd.Evolve.StateMap (StateMap)
+import qualified Herd.Evolve.StateMap as SM
 import qualified Data.Set as S
 import qualified Data.Text as T
 import Herd.Base (TaskRef)
@@ -33,16 +35,16 @@ import Herd.Wire (FromWorker (..), ToWorker (..))
 data Call = Call
   { callPlan      :: !Plan
   , callRef       :: !TaskRef
-  , callInputs    :: !(M.Map StateId B.ByteString)
-  , callOutputs   :: !(M.Map StateId [(StateId, B.ByteString)])
-  , callWhere     :: !(M.Map StateId WorkerId)
-  , callCost      :: !(M.Map StateId Double)
-  , callOrigin    :: M.Map StateId Origin
+  , callInputs    :: !(StateMap B.ByteString)
+  , callOutputs   :: !(StateMap [(StateId, B.ByteString)])
+  , callWhere     :: !(StateMap WorkerId)
+  , callCost      :: !(StateMap Double)
+  , callOrigin    :: StateMap Origin
     -- ^ lazy: at a call's start it may still be the registry's pruning of
     -- the last call's lineages ('Herd.Evolve.Registry.keepOrigins'), which
     -- the first answer then runs, while the workers compute, instead of
     -- the caller between two calls; every update forces it
-  , callReplaying :: !(M.Map StateId (WorkerId, Bool, Double))
+  , callReplaying :: !(StateMap (WorkerId, Bool, Double))
     -- ^ states being recomputed: where, whether to evolve them in this
     -- call once there, and their estimated cost
   , callBusy      :: !(M.Map WorkerId Double)
@@ -54,7 +56,7 @@ data Call = Call
     -- ^ states lost when no worker of the call was left: recomputed on the
     -- next worker that joins, or named in 'StatesLost' if none comes
   , callOrphanWhy :: !String  -- ^ how they were lost
-  , callDeaths    :: !(M.Map StateId Int)
+  , callDeaths    :: !(StateMap Int)
     -- ^ states that were being evolved on workers that were lost, and how many
   , callMaxDeaths :: !Int
     -- ^ a state whose step was running on this many lost workers fails the call
@@ -67,17 +69,17 @@ callMachine name = Machine
       StateEvolved parent busyNs children -> evolved now wid (StateId parent) (fromIntegral busyNs / 1e9) children call
       StateReleased sid bytes ->
         -- the master has seen its bytes: a lineage can start here now
-        let !origins = M.insert (StateId sid) (Seen bytes) (callOrigin call)
+        let !origins = SM.insert (StateId sid) (Seen bytes) (callOrigin call)
         in planStep now wid (Released wid (StateId sid) bytes) call { callOrigin = origins }
       StateKept sid -> planStep now wid (Kept wid (StateId sid)) call
       StateMissing sid
         -- asked back after it had been evolved: it simply stays
         | planIsMoving (StateId sid) (callPlan call) -> planStep now wid (Kept wid (StateId sid)) call
         | otherwise -> (call, [DropPeer wid ("it does not hold " ++ show (StateId sid) ++ ", which it was given")])
-      StateReplayed sid -> case M.lookup (StateId sid) (callReplaying call) of
+      StateReplayed sid -> case SM.lookup (StateId sid) (callReplaying call) of
         Just (w, toEvolve, cost) | w == wid ->
-          let call' = call { callReplaying = M.delete (StateId sid) (callReplaying call)
-                           , callWhere = M.insert (StateId sid) wid (callWhere call)
+          let call' = call { callReplaying = SM.delete (StateId sid) (callReplaying call)
+                           , callWhere = SM.insert (StateId sid) wid (callWhere call)
                            , callRecovered = callRecovered call + 1 }
           in if toEvolve then planStep now wid (Adopted wid [(StateId sid, cost)]) call' else (call', [])
         _ -> (call, [DropPeer wid ("it recomputed " ++ show (StateId sid) ++ ", which it was not asked to")])
@@ -89,8 +91,8 @@ callMachine name = Machine
       -- step that kills its worker is named after the limit of deaths,
       -- like a step that throws
       let running = planRunning wid (callPlan call0)
-          deaths s = M.findWithDefault 0 s (callDeaths call0) + 1
-          call = maybe call0 (\s -> call0 { callDeaths = M.insert s (deaths s) (callDeaths call0) }) running
+          deaths s = SM.findWithDefault 0 s (callDeaths call0) + 1
+          call = maybe call0 (\s -> call0 { callDeaths = SM.insert s (deaths s) (callDeaths call0) }) running
       in case running of
         Just s | deaths s >= callMaxDeaths call0 ->
           (call, [Fail (EvolveFailed name (show s) ("it was being evolved on " ++ show (deaths s)
@@ -104,13 +106,13 @@ callMachine name = Machine
             (call2, recover) = recoverStates (callOrphanWhy call1) (callOrphans call1) call1 { callOrphans = [] }
         in (call2, SendTo wid (EvolveWith (callRef call)) : outs ++ recover)
   , machineStarved = \call ->
-      if planDone (callPlan call) && M.null (callReplaying call) && null (callOrphans call) then (call, [])
-      else (call, [Fail (StatesLost (map show (S.toList (S.fromList (callOrphans call ++ M.keys (callReplaying call)))))
+      if planDone (callPlan call) && SM.null (callReplaying call) && null (callOrphans call) then (call, [])
+      else (call, [Fail (StatesLost (map show (S.toList (S.fromList (callOrphans call ++ SM.keys (callReplaying call)))))
                                     (callOrphanWhy call ++ "; no worker is left to recompute them"))])
-  , machineDone = \call -> planDone (callPlan call) && M.null (callReplaying call) && null (callOrphans call)
+  , machineDone = \call -> planDone (callPlan call) && SM.null (callReplaying call) && null (callOrphans call)
   , machineView = \call -> Just SessionView
       { viewFunction = name
-      , viewStates = M.toList (M.fromListWith (+) [ (w, 1) | w <- M.elems (callWhere call) ])
+      , viewStates = M.toList (M.fromListWith (+) [ (w, 1) | w <- SM.elems (callWhere call) ])
       , viewLeft = planLeft (callPlan call)
       , viewMoved = callMoved call
       , viewRecovered = callRecovered call }
@@ -123,8 +125,8 @@ callMachine name = Machine
         -- besides the states the plan still had there, the lost worker held
         -- children made in this call, states without an input, and states
         -- being recomputed there: all are recomputed elsewhere
-        let held = [ sid | (sid, w) <- M.toList (callWhere call), w == wid ]
-            replaying = [ sid | (sid, (w, _, _)) <- M.toList (callReplaying call), w == wid ]
+        let held = [ sid | (sid, w) <- SM.toList (callWhere call), w == wid ]
+            replaying = [ sid | (sid, (w, _, _)) <- SM.toList (callReplaying call), w == wid ]
             lost = S.toList (S.fromList (concat [ ss | Lose ss <- cmds ] ++ held ++ replaying))
             (call1, outs) = commandsToOuts call { callPlan = plan } [ c | c <- cmds, not (isLose c) ]
             (call2, recover) = recoverStates ("worker " ++ show wid ++ " was lost: " ++ why) lost call1
@@ -135,20 +137,20 @@ callMachine name = Machine
         let moved = length [ () | Place {} <- cmds ]
         in commandsToOuts call { callPlan = plan, callMoved = callMoved call + moved } cmds
     evolved now wid parent secs children call
-      | bad : _ <- [ c | (c, _) <- children, not (ownId wid c) || M.member (StateId c) (callWhere call) ] =
+      | bad : _ <- [ c | (c, _) <- children, not (ownId wid c) || SM.member (StateId c) (callWhere call) ] =
           (call, [DropPeer wid ("it named a child " ++ show (StateId bad) ++ " with an id that is not its own or not new")])
       | otherwise = case stepPlan now (Evolved wid parent secs) (callPlan call) of
           Left why -> (call, [DropPeer wid why])
           Right (plan, cmds) ->
             let kids = [ (StateId c, o) | (c, o) <- children ]
-                input = M.findWithDefault B.empty parent (callInputs call)
-                !origins = foldl' (\m (k, (c, _)) -> M.insert c (ChildOf parent (callRef call) input k) m)
+                input = SM.findWithDefault B.empty parent (callInputs call)
+                !origins = foldl' (\m (k, (c, _)) -> SM.insert c (ChildOf parent (callRef call) input k) m)
                                   (callOrigin call) (zip [0 ..] kids)
                 call' = call
                   { callPlan = plan
-                  , callOutputs = M.insert parent kids (callOutputs call)
-                  , callWhere = foldl' (\m (c, _) -> M.insert c wid m) (M.delete parent (callWhere call)) kids
-                  , callCost = foldl' (\m (c, _) -> M.insert c secs m) (M.delete parent (callCost call)) kids
+                  , callOutputs = SM.insert parent kids (callOutputs call)
+                  , callWhere = foldl' (\m (c, _) -> SM.insert c wid m) (SM.delete parent (callWhere call)) kids
+                  , callCost = foldl' (\m (c, _) -> SM.insert c secs m) (SM.delete parent (callCost call)) kids
                   , callOrigin = origins
                   , callBusy = M.insertWith (+) wid secs (callBusy call)
                   , callChildren = callChildren call + length kids }
@@ -165,11 +167,11 @@ recoverStates _ [] call = (call, [])
 recoverStates why lost call = case (live, missing) of
   (_, _ : _) -> (call, [Fail (StatesLost (map show missing) (why ++ "; how they were made is unknown"))])
   ([], _) -> (call { callOrphans = callOrphans call ++ lost, callOrphanWhy = why
-                   , callWhere = foldl' (flip M.delete) (callWhere call) lost
-                   , callReplaying = foldl' (flip M.delete) (callReplaying call) lost }, [])
-  _ -> (call { callReplaying = foldl' (\m (s, w) -> M.insert s (w, M.member s pending, estimate s) m)
+                   , callWhere = foldl' (flip SM.delete) (callWhere call) lost
+                   , callReplaying = foldl' (flip SM.delete) (callReplaying call) lost }, [])
+  _ -> (call { callReplaying = foldl' (\m (s, w) -> SM.insert s (w, SM.member s pending, estimate s) m)
                                       (callReplaying call) assigned
-             , callWhere = foldl' (flip M.delete) (callWhere call) lost }
+             , callWhere = foldl' (flip SM.delete) (callWhere call) lost }
        , [ SendTo w (StateReplay k root [ (ref, input, fromIntegral i) | (ref, input, i) <- path ])
          | (s@(StateId k), w) <- assigned, Just (root, path) <- [lineage (callOrigin call) s] ])
   where
@@ -177,19 +179,19 @@ recoverStates why lost call = case (live, missing) of
     missing = [ s | s <- lost, lineage (callOrigin call) s == Nothing ]
     assigned = zip lost (cycle live)
     -- states of this call not evolved yet (their output is still due)
-    pending = M.filterWithKey (\s _ -> not (M.member s (callOutputs call))) (callInputs call)
-    estimate s = M.findWithDefault (callMean call) s (callCost call)
+    pending = SM.filterWithKey (\s _ -> not (SM.member s (callOutputs call))) (callInputs call)
+    estimate s = SM.findWithDefault (callMean call) s (callCost call)
 
 -- | Turn the plan's commands into messages.
 commandsToOuts :: Call -> [Command] -> (Call, [Out])
 commandsToOuts call cmds = (foldl' track call cmds, concatMap out cmds)
   where
     out cmd = case cmd of
-      Ask w sids -> [ SendTo w (EvolveState k (callInputs call M.! sid)) | sid@(StateId k) <- sids ]
+      Ask w sids -> [ SendTo w (EvolveState k (callInputs call SM.! sid)) | sid@(StateId k) <- sids ]
       Release w (StateId k) -> [SendTo w (StateRelease k)]
       Place w (StateId k) bytes -> [SendTo w (StateAdd k bytes)]
       Lose _ -> []
     track c cmd = case cmd of
-      Place w sid _ -> c { callWhere = M.insert sid w (callWhere c) }
+      Place w sid _ -> c { callWhere = SM.insert sid w (callWhere c) }
       _ -> c
 

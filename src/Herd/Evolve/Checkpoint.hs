@@ -21,6 +21,7 @@ import qualified Data.ByteString as B
 import qualified Data.Map.Strict as M
 import Herd.Base (WorkerId)
 import Herd.Evolve.Registry
+import qualified Herd.Evolve.StateMap as SM
 import Herd.Master.Session (Machine (..), Out (..))
 import Herd.Wire (FromWorker (..), ToWorker (..))
 
@@ -34,7 +35,7 @@ data Checkpoint = Checkpoint
 -- least this many steps.
 deepStates :: Int -> Registry -> [(StateId, WorkerId)]
 deepStates bound reg =
-  [ (s, w) | (s, w) <- M.toList (regWhere reg), lineageDepth (regOrigin reg) s >= bound ]
+  [ (s, w) | (s, w) <- SM.toList (regWhere reg), lineageDepth (regOrigin reg) s >= bound ]
 
 -- | Ask for these states, on the workers of the session.
 checkpointStart :: [WorkerId] -> [(StateId, WorkerId)] -> (Machine Checkpoint, Checkpoint, [Out])
@@ -66,7 +67,7 @@ checkpointStart live states =
 -- depth is the longest lineage left.
 applyCheckpoint :: Checkpoint -> Registry -> Registry
 applyCheckpoint cp reg =
-  let origins = M.foldrWithKey (\s bytes -> M.insert s (Seen bytes)) (regOrigin reg) (cpTaken cp)
-      pruned = pruneOrigins (M.keys (regWhere reg)) origins
-  in reg { regOrigin = pruned, regPruned = M.size pruned
-         , regDepth = maximum (0 : map (lineageDepth pruned) (M.keys (regWhere reg))) }
+  let origins = M.foldrWithKey (\s bytes -> SM.insert s (Seen bytes)) (regOrigin reg) (cpTaken cp)
+      pruned = pruneOrigins (SM.keys (regWhere reg)) origins
+  in reg { regOrigin = pruned, regPruned = SM.size pruned
+         , regDepth = maximum (0 : map (lineageDepth pruned) (SM.keys (regWhere reg))) }

@@ -44,7 +44,8 @@ import qualified Data.Sequence as Seq
 import qualified Data.Set as S
 import Herd.Base (WorkerId)
 import Herd.Evolve.HeldStates
-import Herd.Evolve.Registry (StateId)
+import Herd.Evolve.StateMap (StateId, StateMap)
+import qualified Herd.Evolve.StateMap as SM
 
 -- | What the scheduler needs to know besides the states.
 data PlanSettings = PlanSettings
@@ -81,7 +82,7 @@ data WorkerPlan = WorkerPlan
 data Plan = Plan
   { plWorkers  :: !(M.Map WorkerId WorkerPlan)
   , plLeft     :: !Int                                -- ^ evolutions not yet answered
-  , plMoving   :: !(M.Map StateId Move)  -- ^ states asked back, not yet answered
+  , plMoving   :: !(StateMap Move)  -- ^ states asked back, not yet answered
   , plIdle     :: !(S.Set WorkerId)   -- ^ workers with nothing to do and nothing coming
   , plVictims  :: !(S.Set (Int, WorkerId))  -- ^ workers with unstarted states, by how many
   , plCostSum  :: !Double
@@ -127,7 +128,7 @@ data Command
 -- state asked back has been answered for (so no answer of this call can
 -- arrive during the next).
 planDone :: Plan -> Bool
-planDone p = plLeft p == 0 && M.null (plMoving p)
+planDone p = plLeft p == 0 && SM.null (plMoving p)
 
 -- | Evolutions not yet answered.
 planLeft :: Plan -> Int
@@ -149,7 +150,7 @@ isIdle wp = heldNull (wpHeld wp) && Seq.null (wpQueued wp) && wpIncoming wp == 0
 
 -- | Whether this state has been asked back and the answer is still due.
 planIsMoving :: StateId -> Plan -> Bool
-planIsMoving s p = M.member s (plMoving p)
+planIsMoving s p = SM.member s (plMoving p)
 
 -- | A worker's states that have not started: held, or queued behind the
 -- one that may be running, less those being asked back.

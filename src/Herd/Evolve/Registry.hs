@@ -19,37 +19,24 @@ module Herd.Evolve.Registry
 
 import qualified Data.ByteString as B
 import Data.List (foldl')
-import qualified Data.Map.Strict as M
+import Herd.Evolve.StateMap (StateId (..), StateMap, stateIdBits)
+import qualified Herd.Evolve.StateMap as SM
 import qualified Data.IntSet as IS
 import qualified Data.Set as S
 import Data.Word (Word64)
 import Herd.Base (TaskRef, WorkerId)
 
--- | A state held by some worker, as the caller names it.
-newtype StateId = StateId
-  { stateIdWord :: Word64  -- ^ the id as a number (the worker that made it in the high 24 bits)
-  }
-  deriving (Eq, Ord)
-
-instance Show StateId where
-  show (StateId w) = "#" ++ show w
-
--- | Bits of a state id below the worker's number: a worker makes ids
--- @worker << stateIdBits .|. n@, so ids from different workers never clash.
-stateIdBits :: Int
-stateIdBits = 40
-
 -- | Where every state of a cluster's population lives, what its next
 -- evolution is expected to cost, and how to make it again; kept by the
 -- master between calls.
 data Registry = Registry
-  { regWhere    :: !(M.Map StateId WorkerId)
-  , regCost     :: !(M.Map StateId Double)  -- ^ measured time of the step that made it
+  { regWhere    :: !(StateMap WorkerId)
+  , regCost     :: !(StateMap Double)  -- ^ measured time of the step that made it
   , regMeanCost :: !(Maybe Double)          -- ^ mean step time of the last call
   , regRoundTrip :: !(Maybe Double)
     -- ^ how long asking a state back took, as last measured (seconds)
   , regNextId   :: !Word64                  -- ^ next id for an uploaded state
-  , regOrigin   :: M.Map StateId Origin
+  , regOrigin   :: StateMap Origin
     -- ^ for live states and the ancestors they need (and, until the next
     -- pruning, some they no longer need); lazy, so that a pruning due
     -- after a call runs during the next one ('keepOrigins')
@@ -67,7 +54,7 @@ data Registry = Registry
 
 -- | No states.
 emptyRegistry :: Registry
-emptyRegistry = Registry M.empty M.empty Nothing Nothing 1 M.empty 0 0 Nothing
+emptyRegistry = Registry SM.empty SM.empty Nothing Nothing 1 SM.empty 0 0 Nothing
 
 -- | How a state came to be, so that it can be made again if its worker is
 -- lost: the master saw its bytes (uploaded, or moved through the master),
@@ -81,26 +68,26 @@ data Origin
 
 -- | The bytes to start from and the steps to replay to make a state again,
 -- oldest first; 'Nothing' when some ancestor's origin is unknown.
-lineage :: M.Map StateId Origin -> StateId -> Maybe (B.ByteString, [(TaskRef, B.ByteString, Int)])
+lineage :: StateMap Origin -> StateId -> Maybe (B.ByteString, [(TaskRef, B.ByteString, Int)])
 lineage origins = go []
   where
-    go path s = case M.lookup s origins of
+    go path s = case SM.lookup s origins of
       Just (Seen bytes) -> Just (bytes, path)
       Just (ChildOf parent ref input k) -> go ((ref, input, k) : path) parent
       Nothing -> Nothing
 
 -- | The steps a recovery of this state would replay (0 for one whose
 -- bytes the master has seen, or whose origin is unknown).
-lineageDepth :: M.Map StateId Origin -> StateId -> Int
+lineageDepth :: StateMap Origin -> StateId -> Int
 lineageDepth origins = go 0
   where
-    go !n s = case M.lookup s origins of
+    go !n s = case SM.lookup s origins of
       Just (ChildOf parent _ _ _) -> go (n + 1) parent
       _ -> n
 
 -- | Keep only the origins these states need.
-pruneOrigins :: [StateId] -> M.Map StateId Origin -> M.Map StateId Origin
-pruneOrigins live origins = M.filterWithKey (\s _ -> IS.member (key s) needed) origins
+pruneOrigins :: [StateId] -> StateMap Origin -> StateMap Origin
+pruneOrigins live origins = SM.filterWithKey (\s _ -> IS.member (key s) needed) origins
   where
     -- an IntSet of the ids (a Word64 fits an Int's bits): the walk runs
     -- between two calls, on the caller's path, once per live state
@@ -108,7 +95,7 @@ pruneOrigins live origins = M.filterWithKey (\s _ -> IS.member (key s) needed) o
     key (StateId w) = fromIntegral w :: Int
     visit seen s
       | IS.member (key s) seen = seen
-      | otherwise = case M.lookup s origins of
+      | otherwise = case SM.lookup s origins of
           Just (ChildOf parent _ _ _) -> visit (IS.insert (key s) seen) parent
           Just (Seen _) -> IS.insert (key s) seen
           Nothing -> seen
@@ -122,11 +109,11 @@ pruneOrigins live origins = M.filterWithKey (\s _ -> IS.member (key s) needed) o
 -- adds, and at most doubles the memory. The pruning is left unevaluated:
 -- the next call's first answer runs it, in the master's loop, while every
 -- worker has work queued ("Herd.Evolve.Call").
-keepOrigins :: M.Map StateId WorkerId -> M.Map StateId Origin -> Registry -> Registry
+keepOrigins :: StateMap WorkerId -> StateMap Origin -> Registry -> Registry
 keepOrigins live origins reg
-  | M.size origins > 2 * max (M.size live) (regPruned reg) =
-      let pruned = pruneOrigins (M.keys live) origins
-      in reg { regOrigin = pruned, regPruned = M.size pruned }
+  | SM.size origins > 2 * max (SM.size live) (regPruned reg) =
+      let pruned = pruneOrigins (SM.keys live) origins
+      in reg { regOrigin = pruned, regPruned = SM.size pruned }
   | otherwise = reg { regOrigin = origins }
 
 -- | Whether a worker must be told this evolve function before it is asked

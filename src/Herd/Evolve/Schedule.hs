@@ -65,6 +65,7 @@ import Herd.Base (WorkerId)
 import Herd.Evolve.Balance (balance)
 import Herd.Evolve.Plan
 import Herd.Evolve.Registry
+import qualified Herd.Evolve.StateMap as SM
 import Herd.Evolve.Settle
 
 -- | What 'startPlan' takes, in one pass over the states to evolve: every
@@ -72,14 +73,14 @@ import Herd.Evolve.Settle
 -- each with its estimated cost. States held by workers not given are left
 -- out. Grouping through a map insert per state cost about 1.5 KB of
 -- allocation a state; this allocates one small record a state.
-holdingsOf :: [WorkerId] -> M.Map StateId WorkerId -> [StateId] -> (StateId -> Double)
+holdingsOf :: [WorkerId] -> SM.StateMap WorkerId -> [StateId] -> (StateId -> Double)
            -> M.Map WorkerId [(StateId, Double)]
 holdingsOf workers whereAt toEvolve estimate = M.fromDistinctAscList (zip ws (V.toList grouped))
   where
     ws = S.toAscList (S.fromList workers)
     index = M.fromDistinctAscList (zip ws [0 ..])
     grouped = V.accum (flip (:)) (V.replicate (length ws) [])
-                [ (i, (sid, estimate sid)) | sid <- toEvolve, Just w <- [M.lookup sid whereAt], Just i <- [M.lookup w index] ]
+                [ (i, (sid, estimate sid)) | sid <- toEvolve, Just w <- [SM.lookup sid whereAt], Just i <- [M.lookup w index] ]
 
 -- | Start a call at this time (seconds of the master's clock; moves are
 -- timed by it): each worker with the states it holds that are to be
@@ -119,7 +120,7 @@ startPlan now settings holdings0 = (planAfter, releases ++ asks ++ stealCmds)
     shell = Plan
       { plWorkers = M.empty
       , plLeft = sum (map length (M.elems holdings))
-      , plMoving = M.empty
+      , plMoving = SM.empty
       , plIdle = S.empty
       , plVictims = S.empty
       , plCostSum = 0
@@ -129,7 +130,7 @@ startPlan now settings holdings0 = (planAfter, releases ++ asks ++ stealCmds)
       }
     planFilled = shell
       { plWorkers = M.fromDistinctAscList workerPlans
-      , plMoving = M.fromList [ (s, Move from to c False now) | (s, from, to, c) <- moves ]
+      , plMoving = SM.fromList [ (s, Move from to c False now) | (s, from, to, c) <- moves ]
       , plIdle = S.fromDistinctAscList [ w | (w, wp) <- workerPlans, isIdle wp ]
       , plVictims = S.fromList [ (n, w) | (w, wp) <- workerPlans, let n = unstarted wp, n >= 1 ] }
     -- then workers left short with nothing coming take states from the
@@ -152,13 +153,13 @@ stepPlan now ev p = case ev of
         p { plLeft = plLeft p - 1
           , plCostSum = plCostSum p + secs
           , plCostN = plCostN p + 1 }
-  Released w s bytes -> case M.lookup s (plMoving p) of
+  Released w s bytes -> case SM.lookup s (plMoving p) of
     Just mv | moveFrom mv == w -> do
       wp <- worker w
       let wp' = if moveQueued mv
                   then wp { wpQueued = dequeue s (wpQueued wp), wpLeaving = wpLeaving wp - 1 }
                   else wp
-          p1 = noteRoundTrip (moveAsked mv) now (putWorker w wp' p { plMoving = M.delete s (plMoving p) })
+          p1 = noteRoundTrip (moveAsked mv) now (putWorker w wp' p { plMoving = SM.delete s (plMoving p) })
           to = moveTo mv
           -- the thief may have been lost meanwhile: then the least loaded live worker takes it
           target = if M.member to (plWorkers p1) then to else leastLoaded p1
@@ -167,26 +168,26 @@ stepPlan now ev p = case ev of
           (p3, cmds) = settleIdle now (settle now [target, w] p2)
       pure (p3, Place target s bytes : cmds)
     _ -> Left ("it gave back " ++ show s ++ ", which was not asked back from it")
-  Kept w s -> case M.lookup s (plMoving p) of
+  Kept w s -> case SM.lookup s (plMoving p) of
     Just mv | moveFrom mv == w ->
       -- it stays where it is and is answered from there
       let back v | moveQueued mv = v { wpLeaving = wpLeaving v - 1 }
                  | otherwise = v { wpHeld = heldInsert (moveCost mv) s (wpHeld v) }
           p1 = adjust (moveTo mv) (\t -> t { wpIncoming = wpIncoming t - 1 })
-             $ adjust w back (noteRoundTrip (moveAsked mv) now p { plMoving = M.delete s (plMoving p) })
+             $ adjust w back (noteRoundTrip (moveAsked mv) now p { plMoving = SM.delete s (plMoving p) })
       in pure (settleIdle now (settle now [moveTo mv, w] p1))
     _ -> Left ("it kept " ++ show s ++ ", which was not asked back from it")
   WorkerGone w -> case M.lookup w (plWorkers p) of
     Nothing -> Right (p, [])
     Just wp -> do
-      let leaving = [ (s, mv) | (s, mv) <- M.toList (plMoving p), moveFrom mv == w ]
+      let leaving = [ (s, mv) | (s, mv) <- SM.toList (plMoving p), moveFrom mv == w ]
           -- states being taken from the lost worker are lost with it
           lost = map snd (heldToList (wpHeld wp)) ++ toList (wpQueued wp) ++ [ s | (s, mv) <- leaving, not (moveQueued mv) ]
           p1 = foldl' (\q (_, mv) -> adjust (moveTo mv) (\x -> x { wpIncoming = wpIncoming x - 1 }) q)
                  (removeWorker w p)
                    { plLeft = plLeft p - length lost
                    , plIdle = S.delete w (plIdle p)
-                   , plMoving = M.filter ((/= w) . moveFrom) (plMoving p) } leaving
+                   , plMoving = SM.filter ((/= w) . moveFrom) (plMoving p) } leaving
           -- moves towards the lost worker are re-targeted when they are answered
           (p2, cmds) = settle now (M.keys (plWorkers p1)) p1
       pure (p2, [ Lose lost | not (null lost) ] ++ cmds)

@@ -22,6 +22,7 @@ import qualified Data.Sequence as Seq
 import qualified Data.Set as S
 import Herd.Base (WorkerId)
 import Herd.Evolve.Plan
+import qualified Herd.Evolve.StateMap as SM
 
 -- | Let idle workers take states while any worker has some to spare. Every
 -- idle worker faces the same choice (the busiest victim, half of its
@@ -98,10 +99,10 @@ steal now thief p = case victimOf of
         count = takeOf n
         (fromHeld, heldLeft) = heldTake count (wpHeld vp)
         fromQueue = take (count - length fromHeld)
-                      [ s | s <- toList (Seq.reverse (Seq.drop 1 (wpQueued vp))), not (M.member s (plMoving p)) ]
+                      [ s | s <- toList (Seq.reverse (Seq.drop 1 (wpQueued vp))), not (SM.member s (plMoving p)) ]
         moves = [ (s, Move victim thief c False now) | (c, s) <- fromHeld ]
              ++ [ (s, Move victim thief fallback True now) | s <- fromQueue ]
-        p' = p { plMoving = foldl' (\m (s, mv) -> M.insert s mv m) (plMoving p) moves }
+        p' = p { plMoving = foldl' (\m (s, mv) -> SM.insert s mv m) (plMoving p) moves }
         p'' = adjust victim (\v -> v { wpHeld = heldLeft
                                      , wpLeaving = wpLeaving v + length fromQueue })
             $ adjust thief (\t -> t { wpIncoming = wpIncoming t + length moves }) p'
