@@ -196,6 +196,7 @@ allStates = sort . concatMap (map fst) . M.elems
 spec :: Spec
 spec = describe "the evolve scheduler (pure, against a model of the workers)" $ do
   checkpointSpec
+  stateMapSpec
   it "keeps a worker's held states as a list sorted costliest first would (insert, take, size)" $ property $
     forAll genHeld $ \(xs, (c, s), n) ->
       let held = heldFromList xs
@@ -420,6 +421,27 @@ timedRun holdings costs plan0 cmds0 =
                (end, w, st) : _ ->
                  go (n + 1) end plan (M.adjust (\(held, asked, _) -> (held, asked, Nothing)) w ws1)
                     [Evolved w st (costs M.! st)] (st : done) given
+
+-- The maps keyed by state id ("Herd.Evolve.StateMap") against Data.Map:
+-- ids with the top bit set, as workers numbered 2^23 and up make them,
+-- sort last, as Word64's order has them.
+stateMapSpec :: Spec
+stateMapSpec =
+  it "keeps maps by state id in the ids' order, as a Data.Map of them would" $ property $
+    forAll (listOf ((,) <$> genId <*> arbitrary)) $ \pairs ->
+    forAll genId $ \probe ->
+      let sm = SM.fromList pairs :: SM.StateMap Int
+          m = M.fromList pairs
+      in SM.toList sm === M.toList m
+         .&&. SM.keys (SM.delete probe sm) === M.keys (M.delete probe m)
+         .&&. SM.toList (SM.insertWith (+) probe 7 sm) === M.toList (M.insertWith (+) probe 7 m)
+         .&&. SM.lookup probe sm === M.lookup probe m
+         .&&. SM.toMap sm === m .&&. SM.toList (SM.fromMap m) === M.toList m
+         .&&. SM.size sm === M.size m
+         .&&. SM.foldlWithKey' (\acc k _ -> k : acc) [] sm === reverse (M.keys m)
+  where
+    genId = StateId <$> oneof [ choose (0, 2 ^ (41 :: Int)), choose (2 ^ (63 :: Int) - 4, 2 ^ (63 :: Int) + 4)
+                              , choose (maxBound - 8, maxBound), arbitrary ]
 
 -- Checkpoints of a population ("Herd.Evolve.Checkpoint").
 checkpointSpec :: Spec
