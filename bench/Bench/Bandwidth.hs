@@ -24,6 +24,7 @@ import Herd.Clock (monotonicSeconds)
 import Herd.Packet (sendMessageTail)
 import Herd.Packet.Policy (Urgency (..))
 import Herd.Report
+import Herd.Transport (spinNanos)
 import Herd.Transport.Socket (unixSendBuffer)
 import Herd.Wire (ToWorker (..), toWorkerParts)
 import System.IO
@@ -31,7 +32,7 @@ import Bench.Common (median)
 import Bench.Latency (RawLink (..), Wait (..), awaitPong, cTransport, withOneWorker)
 
 foreign import ccall safe "herd_stream_floor"
-  c_streamFloor :: CInt -> CLong -> CLong -> CInt -> IO CDouble
+  c_streamFloor :: CInt -> CLong -> CLong -> CInt -> CLong -> IO CDouble
 
 -- | Bandwidth settings.
 data BandwidthOptions = BandwidthOptions
@@ -59,6 +60,7 @@ runBandwidth o = do
     let sndbuf = if t == UnixTransport then unixSendBuffer else 0
         floorPass = do
           c <- c_streamFloor (cTransport t) (fromIntegral total) (fromIntegral msgBytes) (fromIntegral sndbuf)
+                                 (fromIntegral spinNanos)
           when (c <= 0) $ throwIO (ErrorCall ("the C floor failed on " ++ transportName t))
           realToFrac c <$ note t "c" (realToFrac c)
     pairs <- withOneWorker False t $ \l -> forM [1 .. passes] $ \_ -> do

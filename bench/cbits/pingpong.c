@@ -207,17 +207,14 @@ int herd_pingpong(int kind, int rounds, long spin_ns, double *samples)
     return failed ? -1 : 0;
 }
 
-/* How long the streaming floor's reader spins before it blocks: herd's
-   spinNanos (Herd.Transport), so that the floor waits as herd's worker
-   does. */
-#define STREAM_SPIN_NS 20000
-
 /* Seconds to stream total bytes to the child in messages of msg bytes,
    the child answering one byte at the end; -1 on failure. sndbuf, when
    positive, is the send buffer asked for on both ends of a socket: the
    one herd asks for on that transport, so floor and herd move bytes
-   through the same kernel buffers. */
-double herd_stream_floor(int kind, long total, long msg, int sndbuf)
+   through the same kernel buffers. The reader spins for up to spin_ns
+   before it blocks (the caller passes herd's spinNanos, so the floor
+   waits as herd's worker does). */
+double herd_stream_floor(int kind, long total, long msg, int sndbuf, long spin_ns)
 {
     char *buf = malloc((size_t)msg);
     if (buf == NULL) return -1;
@@ -226,7 +223,7 @@ double herd_stream_floor(int kind, long total, long msg, int sndbuf)
     if (kind == 2) {
         struct herd_shm *mine, *theirs;
         int ctl_mine, ctl_theirs;
-        if (ring_pair(1024 * 1024, STREAM_SPIN_NS, &mine, &theirs, &ctl_mine, &ctl_theirs) != 0) { free(buf); return -1; }
+        if (ring_pair(1024 * 1024, spin_ns, &mine, &theirs, &ctl_mine, &ctl_theirs) != 0) { free(buf); return -1; }
         pid_t pid = fork();
         if (pid == 0) {
             close(ctl_mine);
@@ -257,7 +254,7 @@ double herd_stream_floor(int kind, long total, long msg, int sndbuf)
         if (pid == 0) {
             close(a);
             struct herd_spin spin;
-            herd_spin_init(&spin, STREAM_SPIN_NS);
+            herd_spin_init(&spin, spin_ns);
             for (long got = 0; got < total; got += msg)
                 if (spin_read_full(b, buf, (size_t)msg, &spin) != 0) _exit(1);
             char done = 1;

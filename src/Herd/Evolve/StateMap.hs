@@ -14,9 +14,7 @@ module Herd.Evolve.StateMap
   , stateIdBits
   , StateMap
   , empty
-  , singleton
   , fromList
-  , fromListWith
   , fromMap
   , toMap
   , toList
@@ -80,17 +78,9 @@ topBit = 0x8000000000000000
 empty :: StateMap a
 empty = StateMap IM.empty
 
--- | One state.
-singleton :: StateId -> a -> StateMap a
-singleton s x = StateMap (IM.singleton (key s) x)
-
 -- | From pairs; the last value of a state wins.
 fromList :: [(StateId, a)] -> StateMap a
 fromList xs = StateMap (IM.fromList [ (key s, x) | (s, x) <- xs ])
-
--- | From pairs, combining the values of a state (the new one first).
-fromListWith :: (a -> a -> a) -> [(StateId, a)] -> StateMap a
-fromListWith f xs = StateMap (IM.fromListWith f [ (key s, x) | (s, x) <- xs ])
 
 -- | From the caller's map.
 fromMap :: M.Map StateId a -> StateMap a
