@@ -131,6 +131,7 @@ feed ev w = do
 command :: World -> Command -> IO World
 command w cmd = case cmd of
   Send x _ msg -> pure (toWorker x (Msg msg))
+  SendAll x msgs -> pure (foldl (\w' msg -> deliverTo x (Msg msg) w') w msgs)
   SendBatch x jid bid _ tasks -> pure (toWorker x (Batch (fromIntegral jid) (fromIntegral bid) (rangeIndices tasks)))
   Stage jid tasks bytes -> farmDo jid $ \f ->
     let is = rangeIndices tasks

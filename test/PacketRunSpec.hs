@@ -21,6 +21,7 @@ import Test.QuickCheck
 -- What a feeder does to a sender.
 data Step = Value Word64 [Word8]   -- ^ a value for the run of this key
           | Plain Urgency [Word8]  -- ^ some other message
+          | Plains [[Word8]]       -- ^ other messages under one hold ('sendMessagesHeld')
           | Idle                   -- ^ nothing else ready
   deriving (Eq, Show)
 
@@ -32,6 +33,7 @@ instance Arbitrary Step where
   arbitrary = frequency
     [ (10, Value <$> elements [1, 2] <*> body)
     , (2, Plain <$> elements [Bulk, Urgent] <*> body)
+    , (1, Plains <$> resize 4 (listOf body))
     , (1, pure Idle) ]
     where body = do
             n <- frequency [(8, choose (0, 40)), (1, choose (40, 300))]
@@ -46,7 +48,8 @@ encodeValue :: [Word8] -> B.ByteString
 encodeValue bs = B.pack (fromIntegral (length bs `div` 256) : fromIntegral (length bs `mod` 256) : bs)
 
 offered :: [Step] -> [Item]
-offered steps = concat [ case s of { Value k v -> [GotValue k v]; Plain _ v -> [GotPlain v]; Idle -> [] } | s <- steps ]
+offered steps = concat [ case s of { Value k v -> [GotValue k v]; Plain _ v -> [GotPlain v]; Plains vs -> map GotPlain vs; Idle -> [] }
+                        | s <- steps ]
 
 -- Feed the steps to a sender; the frames it sent (copied as they left).
 drive :: PacketPolicy -> [Step] -> IO [B.ByteString]
@@ -60,6 +63,7 @@ driveCounting policy steps = do
   forM_ steps $ \step -> case step of
     Value k v -> BU.unsafeUseAsCStringLen (encodeValue v) $ \(p, n) -> appendToRun s runTag k (castPtr p) n
     Plain u v -> sendMessage s u (encodeBytes (B.pack (plainTag : v)))
+    Plains vs -> sendMessagesHeld s [ (encodeBytes (B.pack [plainTag]), B.pack v) | v <- vs ]
     Idle -> flushIdle s
   flushIdle s
   frames <- reverse <$> readIORef out
@@ -99,6 +103,14 @@ spec = describe "Herd.Packet runs of values" $ do
       pure $ case mapM readFrame frames of
         Left why -> counterexample why False
         Right packets -> concat (concat packets) === offered steps
+
+  it "sends messages given under one hold together, in order, once the last (urgent) is added" $ do
+    let bodies = [ [fromIntegral k, 7] | k <- [1 .. 5 :: Int] ]
+    out <- newIORef []
+    s <- newSender (PacketPolicy True 4096 60) (\parts -> let c = B.copy (B.concat parts) in c `seq` modifyIORef out (c :))
+    sendMessagesHeld s [ (encodeBytes (B.pack [plainTag]), B.pack v) | v <- bodies ]
+    frames <- readIORef out
+    map readFrame frames `shouldBe` [Right [ [GotPlain v] | v <- bodies ]]
 
   it "packs no more than a packet's capacity, unless one message is larger alone" $
     property $ forAll policies $ \policy steps -> ioProperty $ do

@@ -30,6 +30,7 @@ module Herd.Packet
   , sendMessage
   , sendMessageTail
   , sendMessageHeld
+  , sendMessagesHeld
   , sendValues
   , flushIdle
   , senderRoom
@@ -95,6 +96,22 @@ sendMessageHeld :: Sender -> Urgency -> Encoder -> B.ByteString -> IO ()
 sendMessageHeld s urgency enc tl = mask $ \restore -> do
   takeMVar (sLock s)
   restore (monotonicSeconds >>= \now -> addMessage s now urgency 1 enc tl) `onException` putMVar (sLock s) ()
+  putMVar (sLock s) ()
+
+-- | Add these messages, in order, the last one 'Urgent' and the others
+-- 'Bulk', under one hold of the lock and one reading of the clock; for a
+-- caller that flushes this sender itself soon after, as with
+-- 'sendMessageHeld'. Each message is an encoder's bytes, then a tail's.
+-- (An evolve call's first asks to 2048 workers are 8192 messages: taking
+-- the lock and the clock once per worker, not once per message.)
+sendMessagesHeld :: Sender -> [(Encoder, B.ByteString)] -> IO ()
+sendMessagesHeld _ [] = pure ()
+sendMessagesHeld s msgs = mask $ \restore -> do
+  takeMVar (sLock s)
+  let go _ [] = pure ()
+      go now [(enc, tl)] = addMessage s now Urgent 1 enc tl
+      go now ((enc, tl) : rest) = addMessage s now Bulk 1 enc tl >> go now rest
+  restore (monotonicSeconds >>= \now -> go now msgs) `onException` putMVar (sLock s) ()
   putMVar (sLock s) ()
 
 -- | Add one message that carries this many values (a run of a batch's

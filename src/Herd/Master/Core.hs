@@ -259,13 +259,14 @@ sessionLost now w why core = case coreSession core >>= hostLost now w why of
   Nothing -> (core, [])
 
 -- Carry out a session's outs and end it if it is over. Messages to one
--- worker go out together, the last one urgent; a dropped peer is a lost
+-- worker go out together, in one command, the last one urgent; a dropped peer is a lost
 -- worker for the session too.
 settle :: Double -> Hosted -> [Out] -> Core -> (Core, [Command])
 settle now hosted outs core0 =
   let (hosted1, perWorker, drops) = hostApply (`M.member` coreLinks core0) outs hosted
-      sends = concat [ [ Send w Bulk m | m <- init ms ] ++ [Send w Urgent (last ms)]
-                     | (w, ms) <- perWorker, not (null ms) ]
+      sends = [ sendTo w ms | (w, ms) <- perWorker, not (null ms) ]
+      sendTo w [m] = Send w Urgent m
+      sendTo w ms = SendAll w ms
       (core2, dropOut) = foldl (\(c, acc) (w, why) -> let (c', o) = linkDown now w False ("bad message: " ++ why) c in (c', acc ++ o))
                                (core0 { coreSession = Just hosted1 }, []) drops
   in case coreSession core2 of

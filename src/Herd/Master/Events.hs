@@ -5,6 +5,7 @@ module Herd.Master.Events
   ( FarmJob (..)
   , Event (..)
   , Command (..)
+  , eventKind
   ) where
 
 import qualified Data.ByteString as B
@@ -50,6 +51,9 @@ data Event
 -- | What the driver must do, in order.
 data Command
   = Send !WorkerId !Urgency !ToWorker
+  | SendAll !WorkerId ![ToWorker]
+    -- ^ these messages to one worker, in order, the last one urgent: one
+    -- hold of its sender for them all (an evolve call's first asks)
   | SendBatch !WorkerId !JobId !BatchId !TaskRef ![Range]
     -- ^ send these tasks' arguments (encoded already) as one batch
   | Stage !JobId ![Range] !B.ByteString
@@ -65,3 +69,24 @@ data Command
   | SessionEnded (IO ())                -- ^ answer the session's caller
   | Drop !WorkerId !String              -- ^ close this link; stop reading it
   | Note !String                        -- ^ a line for the log
+
+-- | The event's kind, without its contents (for traces).
+eventKind :: Event -> String
+eventKind ev = case ev of
+  LinkUp _ -> "link up"
+  LinkDown _ _ -> "link down"
+  LinkBroken _ _ -> "link broken"
+  WorkersAwaited _ -> "workers awaited"
+  Tick -> "tick"
+  Received _ _ -> "message"
+  FarmSubmit _ _ -> "farm submitted"
+  FarmCancel _ -> "farm cancelled"
+  FarmBroken _ _ -> "farm broken"
+  BatchNotSent {} -> "batch not sent"
+  OpenStream {} -> "stream opened"
+  EndStreamInput _ -> "stream input ended"
+  ConsumedStream _ _ -> "stream output consumed"
+  CloseStream _ -> "stream closed"
+  SessionStart _ _ -> "session started"
+  SessionCancel _ -> "session cancelled"
+  Stop -> "stop"

@@ -47,6 +47,7 @@ import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
+import GHC.Conc (getAllocationCounter)
 import Herd.Clock (monotonicSeconds)
 import Herd.Config
 import Herd.Error
@@ -185,8 +186,24 @@ runEvents sh t ss (e : es) = runEvents1 sh t ss e es
 runEvents1 :: Shell -> Double -> ShellState -> Event -> [Event] -> IO ShellState
 runEvents1 sh t ss e es = do
   let (core', cmds) = step t e (ssCore ss)
-  (ss', fed) <- foldM (execute sh) (ss { ssCore = core' }, []) cmds
+      run = foldM (execute sh) (ss { ssCore = core' }, []) cmds
+  (ss', fed) <- if tracing then traceSlowStep e run else run
   runEvents sh t ss' (reverse fed ++ es)
+
+-- A step of the core that took a millisecond or more, deciding and
+-- carrying out its commands, is an event in the eventlog with its time
+-- and allocation (an evolve call's start at thousands of workers is one).
+traceSlowStep :: Event -> IO a -> IO a
+traceSlowStep e run = do
+  t0 <- monotonicSeconds
+  a0 <- getAllocationCounter
+  r <- run
+  a1 <- getAllocationCounter
+  t1 <- monotonicSeconds
+  when (t1 - t0 >= 0.001) $
+    traceHerd ("herd master step (" ++ eventKind e ++ "): " ++ show (round ((t1 - t0) * 1e6) :: Int)
+               ++ " us, " ++ show ((a0 - a1) `div` 1024) ++ " KiB allocated")
+  pure r
 
 -- Carry out one command; events it feeds back are collected, newest first.
 execute :: Shell -> (ShellState, [Event]) -> Command -> IO (ShellState, [Event])
@@ -195,6 +212,7 @@ execute sh (ss, fed) cmd = case cmd of
   -- held: the step ends with flushTouched, which sends what is left
   Send w urgency msg -> withLink w $ \l -> send w $
     let (enc, tl) = toWorkerParts msg in sendMessageHeld (lhSender l) urgency enc tl
+  SendAll w msgs -> withLink w $ \l -> send w $ sendMessagesHeld (lhSender l) (map toWorkerParts msgs)
   SendBatch w jid bid ref ranges -> case (M.lookup w (ssLinks ss), M.lookup jid (ssFarms ss)) of
     (Just l, Just (spec, _)) -> send w $ do
       let sender = lhSender l
