@@ -49,7 +49,7 @@ module Herd.Packet
   ) where
 
 import Control.Concurrent.MVar
-import Control.Exception (mask, mask_, onException)
+import Control.Exception (mask_, onException)
 import Control.Monad (when)
 import qualified Data.ByteString as B
 import Data.IORef
@@ -93,10 +93,7 @@ sendMessageTail s urgency enc tl = withLock s $ \now -> addMessage s now urgency
 -- find nothing to send. The message is the encoder's bytes, then the
 -- tail's, as in 'sendMessageTail'.
 sendMessageHeld :: Sender -> Urgency -> Encoder -> B.ByteString -> IO ()
-sendMessageHeld s urgency enc tl = mask $ \restore -> do
-  takeMVar (sLock s)
-  restore (monotonicSeconds >>= \now -> addMessage s now urgency 1 enc tl) `onException` putMVar (sLock s) ()
-  putMVar (sLock s) ()
+sendMessageHeld s urgency enc tl = withLockNoTimer s $ \now -> addMessage s now urgency 1 enc tl
 
 -- | Add these messages, in order, the last one 'Urgent' and the others
 -- 'Bulk', under one hold of the lock and one reading of the clock; for a
@@ -106,13 +103,11 @@ sendMessageHeld s urgency enc tl = mask $ \restore -> do
 -- the lock and the clock once per worker, not once per message.)
 sendMessagesHeld :: Sender -> [(Encoder, B.ByteString)] -> IO ()
 sendMessagesHeld _ [] = pure ()
-sendMessagesHeld s msgs = mask $ \restore -> do
-  takeMVar (sLock s)
-  let go _ [] = pure ()
-      go now [(enc, tl)] = addMessage s now Urgent 1 enc tl
-      go now ((enc, tl) : rest) = addMessage s now Bulk 1 enc tl >> go now rest
-  restore (monotonicSeconds >>= \now -> go now msgs) `onException` putMVar (sLock s) ()
-  putMVar (sLock s) ()
+sendMessagesHeld s msgs = withLockNoTimer s $ \now ->
+  let go [] = pure ()
+      go [(enc, tl)] = addMessage s now Urgent 1 enc tl
+      go ((enc, tl) : rest) = addMessage s now Bulk 1 enc tl >> go rest
+  in go msgs
 
 -- | Add one message that carries this many values (a run of a batch's
 -- arguments or results), counted as such in the statistics.

@@ -259,8 +259,8 @@ sessionLost now w why core = case coreSession core >>= hostLost now w why of
   Nothing -> (core, [])
 
 -- Carry out a session's outs and end it if it is over. Messages to one
--- worker go out together, in one command, the last one urgent; a dropped peer is a lost
--- worker for the session too.
+-- worker go out together, in one command, the last one urgent; a dropped
+-- peer is a lost worker for the session too.
 settle :: Double -> Hosted -> [Out] -> Core -> (Core, [Command])
 settle now hosted outs core0 =
   let (hosted1, perWorker, drops) = hostApply (`M.member` coreLinks core0) outs hosted

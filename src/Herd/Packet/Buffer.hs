@@ -16,6 +16,7 @@ module Herd.Packet.Buffer
   , senderStats
   , headerBytes
   , withLock
+  , withLockNoTimer
   , needsTimer
   , startTimer
   , addOne
@@ -140,7 +141,7 @@ timerLoop s = do
     go (Just deadline) = do
       now <- monotonicSeconds
       when (deadline > now) $ threadDelay (max 50 (ceiling ((deadline - now) * 1e6)))
-      next <- withLockNoTimer $ \t -> do
+      next <- withLockNoTimer s $ \t -> do
         fill <- readIORef (sFill s)
         mapM_ (flush s) (planTick (sPolicy s) t fill)
         fill' <- readIORef (sFill s)
@@ -148,12 +149,17 @@ timerLoop s = do
           Nothing -> writeIORef (sArmed s) False >> pure Nothing
           d -> pure d
       maybe (pure ()) (go . Just) next
-    disarm = withLockNoTimer $ \_ -> writeIORef (sArmed s) False
-    withLockNoTimer act = mask $ \restore -> do
-      takeMVar (sLock s)
-      r <- restore (monotonicSeconds >>= act) `onException` putMVar (sLock s) ()
-      putMVar (sLock s) ()
-      pure r
+    disarm = withLockNoTimer s $ \_ -> writeIORef (sArmed s) False
+
+-- | Run an action on the buffer under its lock, given the time, and start
+-- no timer: for the timer itself, and for callers that flush the sender
+-- soon after. The lock is given back if the action throws.
+withLockNoTimer :: Sender -> (Double -> IO a) -> IO a
+withLockNoTimer s act = mask $ \restore -> do
+  takeMVar (sLock s)
+  r <- restore (monotonicSeconds >>= act) `onException` putMVar (sLock s) ()
+  putMVar (sLock s) ()
+  pure r
 
 -- | Add one message carrying this many values, with the lock held: the
 -- encoder's bytes, then the tail's (a value at the message's end, often

@@ -1,0 +1,150 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | Carrying out the master core's commands ("Herd.Master.Events"), for
+-- the shell ("Herd.Master.Shell"), which calls this with its lock held:
+-- sends into each link's packet sender, a farm's staged and accepted
+-- results, the answers to callers, dropped links; and the flushes at the
+-- end of a step or a reader's round.
+--
+-- Promises: a command that fails (an argument that throws, a result that
+-- does not decode, a send that breaks) comes back as an event for the
+-- core, never lost; a send into a link marks it touched, and
+-- 'flushTouched' sends what every touched link holds.
+module Herd.Master.Execute
+  ( execute
+  , handOver
+  , flushTouched
+  ) where
+
+import Control.Concurrent.MVar
+import Control.Concurrent.STM
+import Control.Exception
+import Control.Monad (forM_, unless, void)
+import Data.IORef
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import Herd.Config
+import Herd.Error
+import Herd.Master.Events
+import Herd.Master.Link
+import Herd.Master.Reader
+import Herd.Master.ShellState
+import Herd.Master.Types
+import Herd.Monitor.Ledger (keptLost)
+import Herd.Trace (traceHerd)
+import Herd.Packet
+import Herd.Packet.Policy (Urgency (..))
+import Herd.Scheduler (Range (..), WorkerId, rangeSize)
+import Herd.Task (TaskRef (..), tryUser)
+import Herd.Transport
+import Herd.Wire
+import Herd.Wire.Batch (ArgTable, argsEncoder, argsFitting)
+
+-- | Carry out one command; events it feeds back are collected, newest first.
+execute :: Shell -> (ShellState, [Event]) -> Command -> IO (ShellState, [Event])
+execute sh (ss, fed) cmd = case cmd of
+  -- INV-ONE-WRITER: the link's sender is used here, under the lock, and nowhere else
+  -- held: the step ends with flushTouched, which sends what is left
+  Send w urgency msg -> withLink w $ \l -> send w $
+    let (enc, tl) = toWorkerParts msg in sendMessageHeld (lhSender l) urgency enc tl
+  SendAll w msgs -> withLink w $ \l -> send w $ sendMessagesHeld (lhSender l) (map toWorkerParts msgs)
+  SendBatch w jid bid ref ranges -> case (M.lookup w (ssLinks ss), M.lookup jid (ssFarms ss)) of
+    (Just l, Just (spec, _)) -> send w $ do
+      let sender = lhSender l
+      traceHerd ("herd batch " ++ show bid ++ " of job " ++ show jid ++ " to worker " ++ show w ++ ": "
+                 ++ show (sum (map rangeSize ranges)) ++ " tasks")
+      sendMessage sender Bulk (encodeToWorker (RunBatch bid ref (fromIntegral (sum (map rangeSize ranges)))))
+      mapM_ (sendArgs sender (specArgs spec)) ranges
+    (Nothing, _) -> pure (ss, fed)   -- the link is being dropped; the core hears of it next
+    (_, Nothing) -> pure (ss, BatchNotSent w bid ClusterClosed : fed)
+  Stage jid tasks bytes -> withFarm jid $ \spec -> do
+    r <- specStage spec tasks bytes
+    pure (ss, either (\(i, why) -> FarmBroken jid (ResultDecodeError i (refName (specRef spec)) why) : fed) (const fed) r)
+  Accept jid ranges -> withFarm jid $ \spec -> do
+    r <- tryUser (specAccept spec ranges)
+    let first = case ranges of { Range lo _ : _ -> lo; [] -> 0 }
+    pure (ss, either (\why -> FarmBroken jid (ResultDecodeError first (refName (specRef spec)) why) : fed) (const fed) r)
+  FailTask jid i err -> withFarm jid $ \spec -> do
+    r <- tryUser (specFail spec i err)
+    pure (ss, either (\why -> FarmBroken jid (ResultDecodeError i (refName (specRef spec)) why) : fed) (const fed) r)
+  JobDone jid result -> case M.lookup jid (ssFarms ss) of
+    Just (_, reply) -> do
+      void (tryPutMVar reply result)
+      pure (ss { ssFarms = M.delete jid (ssFarms ss) }, fed)
+    Nothing -> pure (ss, fed)
+  StreamOpened sid result -> do
+    -- the caller feeds the stream straight into its worker's sender
+    let opened = result >>= \w -> maybe (Left NoWorkers) (\l -> Right (lhSender l, lhBacklog l)) (M.lookup w (ssLinks ss))
+    forM_ (M.lookup sid (ssOpening ss)) $ \reply -> tryPutMVar reply opened
+    let ss1 = ss { ssOpening = M.delete sid (ssOpening ss) }
+    pure (either (const ss1 { ssStreams = M.delete sid (ssStreams ss1) }) (const ss1) result, fed)
+  StreamOutput sid k value -> pure (ss { ssGathered = M.insertWith (++) sid [(k, value)] (ssGathered ss) }, fed)
+  StreamGrant sid n -> do
+    forM_ (M.lookup sid (ssStreams ss)) $ \ends -> atomically $ modifyTVar' (endsCredit ends) (+ n)
+    pure (ss, fed)
+  StreamEnded sid why -> do
+    forM_ (M.lookup sid (ssStreams ss)) $ \ends -> do
+      forM_ (M.lookup sid (ssGathered ss)) $ \elems ->
+        atomically $ writeTQueue (endsOutput ends) (StreamElements (reverse elems))
+      atomically $ writeTQueue (endsOutput ends) (maybe StreamFinished StreamBroken why)
+    pure (ss { ssStreams = M.delete sid (ssStreams ss), ssGathered = M.delete sid (ssGathered ss) }, fed)
+  SessionEnded answer -> answer >> pure (ss, fed)
+  Drop w _ -> case M.lookup w (ssLinks ss) of
+    Nothing -> pure (ss, fed)
+    Just l -> do
+      reader <- readIORef (shReader sh)
+      readerRemove reader w (lhConn l)
+      closeConnection (lhConn l)
+      stopWriting l
+      atomically $ do
+        info <- M.lookup w <$> readTVar (shWorkers sh)
+        modifyTVar' (shWorkers sh) (M.delete w)
+        modifyTVar' (shPeers sh) (M.delete w)
+        -- kept for the dashboard's row of the lost worker
+        mapM_ (\i -> modifyTVar' (shDeparted sh) (trim . M.insert w i)) info
+      pure (ss { ssLinks = M.delete w (ssLinks ss), ssTouched = S.delete w (ssTouched ss) }, fed)
+  Note line -> configLog (shConfig sh) line >> pure (ss, fed)
+  where
+    withLink w act = maybe (pure (ss, fed)) act (M.lookup w (ssLinks ss))
+    withFarm jid act = maybe (pure (ss, fed)) (act . fst) (M.lookup jid (ssFarms ss))
+    send w act = do
+      r <- trySync act
+      case r of
+        -- inserting a worker already there would copy its path of the set
+        Right () | S.member w (ssTouched ss) -> pure (ss, fed)
+                 | otherwise -> pure (ss { ssTouched = S.insert w (ssTouched ss) }, fed)
+        Left ex -> pure (ss, LinkDown w ("send failed: " ++ displayException ex) : fed)
+
+-- Keep the newest 'keptLost' (worker numbers grow with time).
+trim :: M.Map WorkerId a -> M.Map WorkerId a
+trim m = if M.size m > keptLost then M.deleteMin m else m
+
+-- Send the arguments of a range as runs, each as long as the packet
+-- layer has room for (one argument each with chunking off).
+sendArgs :: Sender -> ArgTable -> Range -> IO ()
+sendArgs sender table (Range lo hi) = go lo
+  where
+    go i
+      | i >= hi = pure ()
+      | otherwise = do
+          room <- senderRoom sender
+          let k = argsFitting table i hi room
+          sendValues sender Bulk k (argsEncoder table i (i + k))
+          go (i + k)
+
+-- | Give the callers of stream processes what this step received.
+handOver :: ShellState -> IO ShellState
+handOver ss
+  | M.null (ssGathered ss) = pure ss
+  | otherwise = do
+      forM_ (M.toList (ssGathered ss)) $ \(sid, elems) ->
+        forM_ (M.lookup sid (ssStreams ss)) $ \ends ->
+          atomically $ writeTQueue (endsOutput ends) (StreamElements (reverse elems))
+      pure ss { ssGathered = M.empty }
+
+-- | Send what is buffered for every link touched since the last flush.
+flushTouched :: ShellState -> IO ShellState
+flushTouched ss = do
+  unless (S.null (ssTouched ss)) $
+    forM_ (S.toList (ssTouched ss)) $ \w -> forM_ (M.lookup w (ssLinks ss)) $ \l ->
+      void (trySync (flushIdle (lhSender l)))
+  pure ss { ssTouched = S.empty }
