@@ -43,3 +43,32 @@ spec = describe "Herd.Stream.Flow" $ do
     grantDue 4096 (4 * 1024 * 1024) 3 (1024 * 1024) `shouldBe` True
     grantDue 4096 (4 * 1024 * 1024) 0 0 `shouldBe` False
     grantDue 2 100 1 0 `shouldBe` True
+
+  describe "early sends at a stream's start" $ do
+    it "sends after a sixteenth of a packet, then after twice as much more each time, four times at most" $
+      property $ \(Positive capacity0) sizes0 -> do
+        let capacity = 64 + capacity0 `mod` 200000
+            sizes = map ((`mod` 3000) . getNonNegative) sizes0
+            -- the bytes fed when each early send came
+            run _ [] _ = []
+            run fed (s : rest) e =
+              let (due, e') = earlyAfter capacity s e
+              in if due then (fed + s) : run (fed + s) rest e' else run (fed + s) rest e'
+            points = run 0 sizes (earlyStart capacity)
+            gaps = zipWith (-) points (0 : points)
+            step0 = max 1 (capacity `div` 16)
+        -- at most four early sends, each gap at least the doubled step
+        length points <= 4
+          && and [ g >= step0 * 2 ^ i | (i, g) <- zip [0 :: Int ..] gaps ]
+          -- and one at every step reached: the first as soon as a step's bytes are in
+          && (sum sizes < step0 || not (null points))
+
+    it "sends at 4, 12, 28 and 60 KiB of one-byte elements into 64 KiB packets, then never" $ do
+      let go fed e k acc
+            | k >= (200000 :: Int) = reverse acc
+            | otherwise = let (due, e') = earlyAfter 65536 1 e
+                          in go (fed + 1) e' (k + 1) (if due then fed + 1 : acc else acc)
+      go (0 :: Int) (earlyStart 65536) 0 [] `shouldBe` [4096, 12288, 28672, 61440]
+
+    it "never sends early with chunking off" $
+      fst (earlyAfter 0 1000000 (earlyStart 0)) `shouldBe` False

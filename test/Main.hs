@@ -32,6 +32,7 @@ import qualified MessageSpec
 import qualified TransportSpec
 import qualified SocketSpec
 import qualified FlowSpec
+import qualified StreamBatchSpec
 import qualified LargeMessageSpec
 import qualified ConformanceSpec
 
@@ -58,6 +59,7 @@ main = do
       TransportSpec.spec
       SocketSpec.spec
       FlowSpec.spec
+      StreamBatchSpec.spec
       LargeMessageSpec.spec
       ConformanceSpec.spec
       EvolveScheduleSpec.spec

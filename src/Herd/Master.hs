@@ -46,6 +46,7 @@ module Herd.Master
   , endStreamInput
   , consumedStream
   , flushStream
+  , streamEarlyCapacity
   , closeStream
     -- * Evolve sessions (used by "Herd.Evolve")
   , runSession

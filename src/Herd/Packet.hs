@@ -36,6 +36,7 @@ module Herd.Packet
   , senderRoom
     -- * Runs of values
   , appendToRun
+  , appendValuesToRun
   , runHeadBytes
     -- * Receiving
   , splitPacket
@@ -130,21 +131,29 @@ addMessage s now urgency k enc tl = addOne s now urgency k enc tl >> writeIORef 
 -- (nothing in it can throw); the timer sends the buffer when its oldest
 -- message is due, whatever its last one is.
 appendToRun :: Sender -> Word8 -> Word64 -> Ptr Word8 -> Int -> IO ()
-appendToRun s tag key src size = mask_ $ do
+appendToRun s tag key src size = appendValuesToRun s tag key src size 1
+{-# INLINE appendToRun #-}
+
+-- | 'appendToRun' for several values at once, encoded back to back in
+-- these bytes (this many values): one lock and one copy for them all.
+-- With chunking off they still leave as one message: a caller that wants
+-- one message per value gives one value at a time.
+appendValuesToRun :: Sender -> Word8 -> Word64 -> Ptr Word8 -> Int -> Int -> IO ()
+appendValuesToRun s tag key src size k = mask_ $ do
   takeMVar (sLock s)
   fill <- readIORef (sFill s)
   open <- readIORef (sRun s)
   case open of
-    OpenRun t k at | t == tag, k == key, appendsToRun (sPolicy s) size fill -> do
+    OpenRun t key' at | t == tag, key' == key, appendsToRun (sPolicy s) size fill -> do
       buf <- readIORef (sBuffer s)
       withForeignPtr buf $ \p -> do
         copyBytes (p `plusPtr` (headerBytes + fillBytes fill)) src size
         len <- peekPtrBE 4 p at
         pokeBE 4 p at (len + fromIntegral size)
         count <- peekPtrBE 4 p (at + 4 + 9)
-        pokeBE 4 p (at + 4 + 9) (count + 1)
+        pokeBE 4 p (at + 4 + 9) (count + fromIntegral k)
       writeIORef (sFill s) $! fillAfterAppend size fill
-      bumpValues s 1
+      bumpValues s k
       putMVar (sLock s) ()
     _ -> do
       -- a new run message: the general path (it may flush, so it may
@@ -154,9 +163,9 @@ appendToRun s tag key src size = mask_ $ do
         let first = Encoder (runHeadBytes + size) $ \p -> do
               pokeByteOff p 0 tag
               pokeBE 8 p 1 key
-              pokeBE 4 p 9 1
+              pokeBE 4 p 9 (fromIntegral k)
               copyBytes (p `plusPtr` runHeadBytes) src size
-        placed <- addOne s now Bulk 1 first B.empty
+        placed <- addOne s now Bulk k first B.empty
         writeIORef (sRun s) $! maybe NoRun (OpenRun tag key) placed
       arm <- needsTimer s
       putMVar (sLock s) ()

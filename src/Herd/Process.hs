@@ -28,7 +28,8 @@ import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
 import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
 import Herd.Base (TaskRef)
 import Herd.Closure
-import Herd.Wire.Staging (Staging, stageValue)
+import Herd.Stream.Batch (BatchSink, sendBatched)
+import Herd.Wire.Staging (Staging, stageValueAt)
 import Herd.Wire.Value (decodeValuesOnto)
 
 -- | A function from a stream of @a@ to a stream of @b@ that a worker can
@@ -37,8 +38,9 @@ type Process a b = Closure (ProcessCodecs a b) ProcessRunner
 
 -- | The caller's side of a stream process.
 data ProcessCodecs a b = ProcessCodecs
-  { stageIn   :: Staging -> a -> IO Int
-    -- ^ encode one input element into the staging buffer; its size
+  { stageIn   :: Staging -> Int -> a -> IO Int
+    -- ^ encode one input element into the staging buffer at this offset
+    -- (after elements staged before it); its size
   , decodeOut :: Int -> B.ByteString -> [b] -> Either (Int, String) [b]
     -- ^ a run of this many output elements, put in front of a list
     -- ('Herd.Wire.Value.decodeValuesOnto')
@@ -46,13 +48,12 @@ data ProcessCodecs a b = ProcessCodecs
 
 -- | The type-erased side of a process that a worker runs.
 newtype ProcessRunner = ProcessRunner
-  { prRun :: [(Int, B.ByteString)] -> Staging -> (Int -> IO ()) -> IO ()
+  { prRun :: [(Int, B.ByteString)] -> Staging -> BatchSink -> IO ()
     -- ^ given the runs of encoded input elements (each run a count and
     -- the encodings back to back, decoded as the function reaches it; one
     -- that does not decode throws, naming the element), run the function
-    -- and, for each output element in order, encode it into the staging
-    -- buffer and call the sink with its size. Throws what the function
-    -- throws.
+    -- and hand its output elements, in order, to the sink, encoded in the
+    -- staging buffer ('sendBatched'). Throws what the function throws.
   }
 
 -- | Wrap a list function so it can be shipped as a static pointer.
@@ -63,9 +64,9 @@ process f = Closure
   , closureIn = typeRepFingerprint (typeRep (Proxy :: Proxy a))
   , closureOut = typeRepFingerprint (typeRep (Proxy :: Proxy b))
   , closureTypes = "[" ++ show (typeRep (Proxy :: Proxy a)) ++ "] -> [" ++ show (typeRep (Proxy :: Proxy b)) ++ "]"
-  , closureCodecs = ProcessCodecs stageValue decodeValuesOnto
+  , closureCodecs = ProcessCodecs stageValueAt decodeValuesOnto
   , closureRunner = ProcessRunner $ \runs staging sink ->
-      mapM_ (\y -> stageValue staging y >>= sink) (f (decodeRuns 0 runs))
+      sendBatched stageValueAt staging sink (f (decodeRuns 0 runs))
   }
   where
     -- each run is decoded whole when the function reaches its first element
@@ -75,6 +76,8 @@ process f = Closure
       Right xs -> xs
       Left (j, why) -> throw (ErrorCall ("input element " ++ show (i + j) ++ " does not decode: " ++ why))
 
+{-# INLINE process #-}
+
 -- | Give a process a name for error messages ('named').
 namedProcess :: String -> Process a b -> Process a b
 namedProcess = named
@@ -83,9 +86,9 @@ namedProcess = named
 processRef :: StaticPtr (Process a b) -> TaskRef
 processRef = closureRef
 
--- | The caller's encoder of one input element into a staging buffer
--- (its size).
-processInStager :: StaticPtr (Process a b) -> Staging -> a -> IO Int
+-- | The caller's encoder of one input element into a staging buffer at
+-- an offset (its size).
+processInStager :: StaticPtr (Process a b) -> Staging -> Int -> a -> IO Int
 processInStager ptr = stageIn (closureCodecs (deRefStaticPtr ptr))
 
 -- | The caller's decoder for a run of this many output elements, put in

@@ -46,8 +46,9 @@ import Herd.Config (Config (..))
 import Herd.Error (HerdError (..))
 import Herd.Master
 import Herd.Process
+import Herd.Stream.Batch
 import Herd.Stream.Flow
-import Herd.Wire.Staging (newStaging, withStaged)
+import Herd.Wire.Staging (newStaging)
 import Herd.Task (refName)
 import System.IO.Unsafe (unsafeInterleaveIO)
 
@@ -105,16 +106,20 @@ start cluster ptr xs = do
               pure c
           flowAcked flow a
           waitOpen
-      feed _ [] = endStreamInput cluster sid
-      feed staging (y : ys) = do
-        waitOpen
-        n <- stage staging y
-        withStaged staging $ \p -> feedStream input p n
-        flowSent flow n
-        feed staging ys
+      sink early = BatchSink
+        { sinkWait = waitOpen
+        , sinkOpen = flowOpen flow
+        , sinkCounted = \n -> flowSent flow n >> earlyFlushDue early n
+        , sinkHandOver = \p bytes k now -> do
+            feedStream input p bytes k
+            when now $ flushStream input
+          -- none with chunking off, where each element is a message of its own
+        , sinkBatchBytes = streamEarlyCapacity input `div` 4
+        }
       feeder = do
         staging <- newStaging
-        outcome <- try (feed staging xs)
+        early <- newEarlyFlushes (streamEarlyCapacity input)
+        outcome <- try (sendBatched stage staging (sink early) xs >> endStreamInput cluster sid)
         case outcome of
           Right () -> pure ()
           Left (e :: SomeException)

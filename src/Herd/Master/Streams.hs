@@ -16,6 +16,7 @@ module Herd.Master.Streams
   , endStreamInput
   , consumedStream
   , flushStream
+  , streamEarlyCapacity
   , closeStream
   ) where
 
@@ -31,6 +32,7 @@ import Herd.Master.Events (Event (..))
 import Herd.Master.Shell
 import Herd.Master.Types (StreamEnds)
 import Herd.Packet
+import Herd.Packet.Policy (policyEarlyCapacity)
 import Herd.Task (TaskRef)
 import Herd.Wire.Tags (tagStreamIn)
 
@@ -53,20 +55,27 @@ openStream cluster ref ends = do
     [OpenStream sid ref (configStreamWindow (clConfig cluster))]
   either throwIO (\(sender, backlog) -> pure (StreamInput sid sender backlog)) =<< takeMVar reply
 
--- | Send one input element of a stream, encoded (these bytes): appended to the run of elements
--- buffered for its worker ('appendToRun'), without a step of the core
+-- | Send input elements of a stream, encoded back to back (these bytes,
+-- this many elements): appended to the run of elements buffered for its
+-- worker ('appendValuesToRun'), without a step of the core
 -- (which only routes the stream's other messages). The caller counts the
 -- credit. Waits first while the worker's link has more than
 -- 'streamBacklogLimit' bytes queued that the kernel or ring would not take:
 -- the window counts elements, and a window of large elements would
 -- otherwise pile up past the link's limit, and the worker would be
 -- dropped as one that stopped reading.
-feedStream :: StreamInput -> Ptr Word8 -> Int -> IO ()
-feedStream input p n = do
+feedStream :: StreamInput -> Ptr Word8 -> Int -> Int -> IO ()
+feedStream input p n k = do
   queued <- readTVarIO (streamBacklog input)
   when (queued > streamBacklogLimit) $
     atomically $ readTVar (streamBacklog input) >>= \q -> check (q <= streamBacklogLimit `div` 2)
-  appendToRun (streamSender input) tagStreamIn (streamId input) p n
+  appendValuesToRun (streamSender input) tagStreamIn (streamId input) p n k
+
+-- | The packet capacity behind the stream's early sends
+-- ('Herd.Stream.Flow.EarlyFlushes') and its batches of ready elements:
+-- none with chunking off.
+streamEarlyCapacity :: StreamInput -> Int
+streamEarlyCapacity = policyEarlyCapacity . senderPolicy . streamSender
 
 -- | Bytes a stream's worker link may hold queued before its feeder waits:
 -- 8 MiB, an eighth of the 64 MiB after which a link counts as stopped.

@@ -18,6 +18,7 @@ module Herd.Packet.Policy
   ( -- * Settings
     PacketPolicy (..)
   , defaultPacketPolicy
+  , policyEarlyCapacity
   , messageOverhead
   , runHeadBytes
     -- * Decisions
@@ -58,6 +59,12 @@ data PacketPolicy = PacketPolicy
 -- less than the machine's noise.
 defaultPacketPolicy :: PacketPolicy
 defaultPacketPolicy = PacketPolicy True 65536 0.002
+
+-- | The capacity a stream's early sends are measured against
+-- ("Herd.Stream.Flow"): the packet's, or 0 with chunking off (every
+-- message leaves at once then, so there is nothing to send early).
+policyEarlyCapacity :: PacketPolicy -> Int
+policyEarlyCapacity p = if policyChunking p then policyCapacity p else 0
 
 -- | Bytes a message occupies in a packet besides its body: its length.
 messageOverhead :: Int

@@ -11,10 +11,18 @@
 -- slots, so an acknowledgement of k elements frees exactly their bytes;
 -- nothing is allocated per element.
 --
+-- A sender also sends its packet early at the start of a stream
+-- ('EarlyFlushes'): after a sixteenth of a packet's capacity, then twice as
+-- much more, and so on up to half a packet; after that, packets fill as
+-- usual. Without it a fast feeder filled a whole 64 KiB packet (about
+-- 4000 one-word elements) before its receiver had anything to start on.
+--
 -- Promises: elements in flight never exceed the window; bytes in flight
 -- exceed 'streamWindowBytes' only by the last element sent (one element
 -- larger than the limit still goes, alone); an acknowledgement of more
--- elements than are in flight counts as all of them.
+-- elements than are in flight counts as all of them. A stream's early
+-- sends are at most four, each at least twice the bytes of the one before
+-- (checked in "FlowSpec").
 module Herd.Stream.Flow
   ( Flow
   , newFlow
@@ -24,6 +32,13 @@ module Herd.Stream.Flow
   , flowInFlight
   , streamWindowBytes
   , grantDue
+    -- * Early sends at a stream's start
+  , Early (..)
+  , earlyStart
+  , earlyAfter
+  , EarlyFlushes
+  , newEarlyFlushes
+  , earlyFlushDue
   ) where
 
 import Control.Monad (when)
@@ -107,3 +122,65 @@ flowInFlight f = do
 grantDue :: Int -> Int -> Int -> Int -> Bool
 grantDue window bytesWindow taken takenBytes =
   taken > 0 && (taken >= max 1 (window `div` 4) || takenBytes >= max 1 (bytesWindow `div` 4))
+
+-- | Where a stream's sender is in its early sends: bytes sent so far, the
+-- total at which to send the packet next ('maxBound': no more early
+-- sends), and the bytes since the last early send that triggered it.
+data Early = Early
+  { earlyFed  :: !Int
+  , earlyAt   :: !Int
+  , earlyStep :: !Int
+  } deriving (Eq, Show)
+
+-- | The early sends of a stream whose packets hold this many bytes (none
+-- if it is 0 or less: chunking off sends every element at once anyway).
+earlyStart :: Int -> Early
+earlyStart capacity
+  | capacity <= 0 = Early 0 maxBound 0
+  | otherwise = let step = max 1 (capacity `div` 16) in Early 0 step step
+
+-- | One more element of this many bytes went into the packet: whether to
+-- send the packet now, and the state after. Each early send doubles the
+-- step to the next; once the step would pass half a packet there are no
+-- more (a full packet leaves by itself): four at most.
+earlyAfter :: Int -> Int -> Early -> (Bool, Early)
+earlyAfter capacity size (Early fed at step)
+  | fed' < at = (False, Early fed' at step)
+  | otherwise = (True, Early fed' (if step' > capacity `div` 2 then maxBound else fed' + step') step')
+  where
+    fed' = fed + max 0 size
+    step' = 2 * step
+{-# INLINE earlyAfter #-}
+
+-- | A sender's 'Early' in mutable memory, so that counting an element
+-- allocates nothing.
+data EarlyFlushes = EarlyFlushes
+  { efCells    :: !(MutablePrimArray RealWorld Int)  -- ^ fed, at, step
+  , efCapacity :: !Int
+  }
+
+-- | The early sends of a stream whose packets hold this many bytes.
+newEarlyFlushes :: Int -> IO EarlyFlushes
+newEarlyFlushes capacity = do
+  cells <- newPrimArray 3
+  let Early fed at step = earlyStart capacity
+  writePrimArray cells 0 fed
+  writePrimArray cells 1 at
+  writePrimArray cells 2 step
+  pure (EarlyFlushes cells capacity)
+
+-- | Count an element of this many bytes; whether its sender should send
+-- its packet now ('earlyAfter').
+earlyFlushDue :: EarlyFlushes -> Int -> IO Bool
+earlyFlushDue ef size = do
+  let cells = efCells ef
+  at <- readPrimArray cells 1
+  if at == maxBound then pure False else do
+    fed <- readPrimArray cells 0
+    step <- readPrimArray cells 2
+    let (due, Early fed' at' step') = earlyAfter (efCapacity ef) size (Early fed at step)
+    writePrimArray cells 0 fed'
+    writePrimArray cells 1 at'
+    writePrimArray cells 2 step'
+    pure due
+{-# INLINE earlyFlushDue #-}

@@ -6,12 +6,14 @@
 -- held, and the packet layer's lock is held only for a copy.
 --
 -- Promise: after 'stageValue' the buffer holds exactly that value's
--- encoding at its start; the buffer grows as values need, never shrinks,
+-- encoding at its start, and after 'stageValueAt' at its offset, the
+-- bytes before it kept; the buffer grows as values need, never shrinks,
 -- and is owned by one thread.
 module Herd.Wire.Staging
   ( Staging
   , newStaging
   , stageValue
+  , stageValueAt
   , withStaged
   ) where
 
@@ -22,6 +24,7 @@ import Data.Store (Store)
 import Data.Store.Internal (getSize)
 import Data.Word (Word8)
 import Foreign.ForeignPtr (ForeignPtr, mallocForeignPtrBytes, withForeignPtr)
+import Foreign.Marshal.Utils (copyBytes)
 import Foreign.Ptr (Ptr)
 import Herd.Wire.Run (pokeAt)
 
@@ -40,17 +43,28 @@ newStaging = do
 -- | Evaluate a value as far as its encoding needs and encode it at the
 -- buffer's start; its size in bytes. Throws what the value throws.
 stageValue :: Store a => Staging -> a -> IO Int
-stageValue st x = do
+stageValue st = stageValueAt st 0
+{-# INLINE stageValue #-}
+
+-- | 'stageValue' at this offset, after values staged before it (kept
+-- when the buffer grows), so several values can be staged back to back
+-- and handed on together. If the value throws, the bytes before the
+-- offset are as they were.
+stageValueAt :: Store a => Staging -> Int -> a -> IO Int
+stageValueAt st off x = do
   n <- evaluate (getSize x)
   cap <- readIORef (stCap st)
-  when (n > cap) $ do
-    let cap' = max n (2 * cap)
-    mallocForeignPtrBytes cap' >>= writeIORef (stBuffer st)
+  when (off + n > cap) $ do
+    let cap' = max (off + n) (2 * cap)
+    old <- readIORef (stBuffer st)
+    new <- mallocForeignPtrBytes cap'
+    withForeignPtr old $ \src -> withForeignPtr new $ \dst -> copyBytes dst src off
+    writeIORef (stBuffer st) new
     writeIORef (stCap st) cap'
   buf <- readIORef (stBuffer st)
-  _ <- withForeignPtr buf $ \p -> pokeAt p 0 x
+  _ <- withForeignPtr buf $ \p -> pokeAt p off x
   pure n
-{-# INLINE stageValue #-}
+{-# INLINE stageValueAt #-}
 
 -- | Use the staged bytes (valid during the call only).
 withStaged :: Staging -> (Ptr Word8 -> IO r) -> IO r

@@ -29,15 +29,16 @@ import Herd.Clock (monotonicSeconds)
 import Herd.Closure (cachedLookup)
 import Herd.Evolve.Holder (Holder, holderMessage, newHolder, stopHolder)
 import Herd.Packet
-import Herd.Packet.Policy (PacketPolicy (..), Urgency (..))
+import Herd.Packet.Policy (PacketPolicy (..), Urgency (..), policyEarlyCapacity)
 import Herd.Process (ProcessRunner (..), lookupProcess)
 import Herd.Task (Runner (..), TaskRef (..), lookupRunner, tryUser)
 import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, newScratch, resultsEncoder, resultsFitting, scratchCount)
 import Herd.Transport
 import Herd.Wire
 import Herd.Wire.Tags (tagStreamOut)
-import Herd.Stream.Flow (flowAcked, flowOpen, flowSent, grantDue, newFlow, streamWindowBytes)
-import Herd.Wire.Staging (newStaging, withStaged)
+import Herd.Stream.Flow (earlyFlushDue, flowAcked, flowOpen, flowSent, grantDue, newEarlyFlushes, newFlow, streamWindowBytes)
+import Herd.Stream.Batch (BatchSink (..))
+import Herd.Wire.Staging (newStaging)
 import Herd.Worker.Step
 import System.Exit
 import System.IO.Unsafe (unsafeInterleaveIO)
@@ -230,6 +231,7 @@ runStream :: Serving -> Word64 -> ProcessRunner -> Slot -> IO ()
 runStream sv sid pr slot = do
   taken <- newIORef (0 :: Int, 0 :: Int)
   flow <- newFlow (svWindow sv) streamWindowBytes
+  early <- newEarlyFlushes (policyEarlyCapacity (senderPolicy (svSender sv)))
   let waiting act = do
         -- Eden's rule: when no stream thread can go on, send what is buffered
         n <- atomicModifyIORef' (svBusy sv) (\k -> (k - 1, k - 1))
@@ -263,13 +265,18 @@ runStream sv sid pr slot = do
             pure c
           flowAcked flow a
           waitOpen
-      emit staging n = do
-        waitOpen
-        withStaged staging $ \p -> appendToRun (svSender sv) tagStreamOut sid p n
-        flowSent flow n
+      sink = BatchSink
+        { sinkWait = waitOpen
+        , sinkOpen = flowOpen flow
+        , sinkCounted = \n -> flowSent flow n >> earlyFlushDue early n
+        , sinkHandOver = \p bytes k now -> do
+            appendValuesToRun (svSender sv) tagStreamOut sid p bytes k
+            when now $ flushIdle (svSender sv)
+        , sinkBatchBytes = policyEarlyCapacity (senderPolicy (svSender sv)) `div` 4
+        }
   inputs <- unsafeInterleaveIO nextChunk
   staging <- newStaging
-  outcome <- tryUser (prRun pr inputs staging (emit staging))
+  outcome <- tryUser (prRun pr inputs staging sink)
   modifyIORef' (svSlots sv) (M.delete sid)
   atomicModifyIORef' (svBusy sv) (\k -> (k - 1, ()))
   sendMessage (svSender sv) Urgent $ encodeFromWorker $ case outcome of
