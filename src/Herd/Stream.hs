@@ -2,8 +2,9 @@
 -- | Eden-style stream processes: a list function instantiated on a worker,
 -- fed the caller's list element by element as it is produced, its output
 -- coming back element by element and consumed lazily. Elements travel in
--- runs that grow an element at a time ('Herd.Packet.appendToRun'), so they
--- share packets and message headers without waiting for company.
+-- runs that grow as they are sent ('Herd.Packet.appendValuesToRun'), so
+-- they share packets and message headers without waiting for company;
+-- elements that are evaluated already go in batches ("Herd.Stream.Batch").
 --
 -- > sorter :: StaticPtr (Process Int Int)      -- in a non-Main module
 -- > sorter = static (process sort)
@@ -106,20 +107,10 @@ start cluster ptr xs = do
               pure c
           flowAcked flow a
           waitOpen
-      sink early = BatchSink
-        { sinkWait = waitOpen
-        , sinkOpen = flowOpen flow
-        , sinkCounted = \n -> flowSent flow n >> earlyFlushDue early n
-        , sinkHandOver = \p bytes k now -> do
-            feedStream input p bytes k
-            when now $ flushStream input
-          -- none with chunking off, where each element is a message of its own
-        , sinkBatchBytes = streamEarlyCapacity input `div` 4
-        }
       feeder = do
         staging <- newStaging
-        early <- newEarlyFlushes (streamEarlyCapacity input)
-        outcome <- try (sendBatched stage staging (sink early) xs >> endStreamInput cluster sid)
+        sink <- newStreamSink flow (streamEarlyCapacity input) waitOpen (feedStream input) (flushStream input)
+        outcome <- try (sendBatched stage staging sink xs >> endStreamInput cluster sid)
         case outcome of
           Right () -> pure ()
           Left (e :: SomeException)

@@ -21,13 +21,16 @@
 --   (0: every element alone, as with chunking off).
 module Herd.Stream.Batch
   ( BatchSink (..)
+  , newStreamSink
   , sendBatched
   ) where
 
 import Control.Exception
+import Control.Monad (when)
 import Data.Word (Word8)
 import Foreign.Ptr (Ptr)
 import Herd.Evaluated (isEvaluated)
+import Herd.Stream.Flow
 import Herd.Wire.Staging (Staging, withStaged)
 
 -- | Where a stream's elements go.
@@ -44,6 +47,21 @@ data BatchSink = BatchSink
     -- to send the packet then
   , sinkBatchBytes :: !Int      -- ^ bytes after which a batch is handed over
   }
+
+-- | The sink of one side of a stream: its flow window, its early sends
+-- (for packets of this capacity; 0 with chunking off, which also makes
+-- every element a batch of its own), how to wait for the window, how to
+-- append elements to the peer's run, and how to send the packet.
+newStreamSink :: Flow -> Int -> IO () -> (Ptr Word8 -> Int -> Int -> IO ()) -> IO () -> IO BatchSink
+newStreamSink flow capacity wait append send = do
+  early <- newEarlyFlushes capacity
+  pure BatchSink
+    { sinkWait = wait
+    , sinkOpen = flowOpen flow
+    , sinkCounted = \n -> flowSent flow n >> earlyFlushDue early n
+    , sinkHandOver = \p bytes k now -> append p bytes k >> when now send
+    , sinkBatchBytes = capacity `div` 4
+    }
 
 -- | Encode and hand over every element of the list, in order, with this
 -- encoder (at an offset of the staging buffer; the element's size). Stops

@@ -36,8 +36,8 @@ import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, newScratch, resultsEncoder
 import Herd.Transport
 import Herd.Wire
 import Herd.Wire.Tags (tagStreamOut)
-import Herd.Stream.Flow (earlyFlushDue, flowAcked, flowOpen, flowSent, grantDue, newEarlyFlushes, newFlow, streamWindowBytes)
-import Herd.Stream.Batch (BatchSink (..))
+import Herd.Stream.Flow (flowAcked, flowOpen, grantDue, newFlow, streamWindowBytes)
+import Herd.Stream.Batch (newStreamSink)
 import Herd.Wire.Staging (newStaging)
 import Herd.Worker.Step
 import System.Exit
@@ -225,13 +225,13 @@ pushOne sv pending sid = do
     _ -> pure ()
 
 -- One stream process: its output, element by element as credit allows,
--- each appended to the run buffered for the master; its input, read
+-- appended to the run buffered for the master (ready ones in batches,
+-- "Herd.Stream.Batch"); its input, read
 -- lazily a run at a time, with credit returned as it is consumed.
 runStream :: Serving -> Word64 -> ProcessRunner -> Slot -> IO ()
 runStream sv sid pr slot = do
   taken <- newIORef (0 :: Int, 0 :: Int)
   flow <- newFlow (svWindow sv) streamWindowBytes
-  early <- newEarlyFlushes (policyEarlyCapacity (senderPolicy (svSender sv)))
   let waiting act = do
         -- Eden's rule: when no stream thread can go on, send what is buffered
         n <- atomicModifyIORef' (svBusy sv) (\k -> (k - 1, k - 1))
@@ -265,15 +265,8 @@ runStream sv sid pr slot = do
             pure c
           flowAcked flow a
           waitOpen
-      sink = BatchSink
-        { sinkWait = waitOpen
-        , sinkOpen = flowOpen flow
-        , sinkCounted = \n -> flowSent flow n >> earlyFlushDue early n
-        , sinkHandOver = \p bytes k now -> do
-            appendValuesToRun (svSender sv) tagStreamOut sid p bytes k
-            when now $ flushIdle (svSender sv)
-        , sinkBatchBytes = policyEarlyCapacity (senderPolicy (svSender sv)) `div` 4
-        }
+  sink <- newStreamSink flow (policyEarlyCapacity (senderPolicy (svSender sv))) waitOpen
+            (appendValuesToRun (svSender sv) tagStreamOut sid) (flushIdle (svSender sv))
   inputs <- unsafeInterleaveIO nextChunk
   staging <- newStaging
   outcome <- tryUser (prRun pr inputs staging sink)
