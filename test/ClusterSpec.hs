@@ -103,7 +103,7 @@ transportSpec transport loop = describe ("over " ++ transportName transport ++ "
       let perTask = fromIntegral (after - before) / fromIntegral n :: Double
       perTask `shouldSatisfy` (<= 400)
 
-  it "allocates at most 600 bytes on the master per element of a stream of small items (runs of elements)" $
+  it "allocates at most 360 bytes on the master per element of an evaluated stream of small items (batches of ready elements)" $
     withTestCluster 1 $ \_ cluster -> do
       enabled <- getRTSStatsEnabled
       unless enabled $ expectationFailure "the test binary must run with +RTS -T"
@@ -118,10 +118,12 @@ transportSpec transport loop = describe ("over " ++ transportName transport ++ "
       performMinorGC
       after <- allocated_bytes <$> getRTSStats
       count `shouldBe` n
-      -- 422-424 bytes when measured, on every transport and loop; an
-      -- element per message (chunking off) costs about 4.3 KB
+      -- 325 bytes when measured, on every transport and loop; one element
+      -- at a time (readiness never seen) 396; the stream's sink behind an
+      -- unknown record about 40 more (in the bench); an element per message
+      -- (chunking off) about 4.3 KB
       let perItem = fromIntegral (after - before) / fromIntegral n :: Double
-      perItem `shouldSatisfy` (<= 600)
+      perItem `shouldSatisfy` (<= 360)
 
   it "hands back each result once as it completes" $
     withOver 2 $ \_ cluster -> do
