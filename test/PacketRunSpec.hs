@@ -1,5 +1,5 @@
 {-# LANGUAGE ScopedTypeVariables #-}
--- | Runs of values through a real packet sender ('appendToRun', with
+-- | Runs of values through a real packet sender ('appendValuesToRun', with
 -- 'sendMessage' and idle flushes between): what the frames carry, read
 -- back as a receiver would, is exactly what was offered, in order; runs
 -- never outgrow a packet; with chunking off every value travels alone.
@@ -61,7 +61,7 @@ driveCounting policy steps = do
   out <- newIORef []
   s <- newSender policy (\parts -> let c = B.copy (B.concat parts) in c `seq` modifyIORef out (c :))
   forM_ steps $ \step -> case step of
-    Value k v -> BU.unsafeUseAsCStringLen (encodeValue v) $ \(p, n) -> appendToRun s runTag k (castPtr p) n
+    Value k v -> BU.unsafeUseAsCStringLen (encodeValue v) $ \(p, n) -> appendValuesToRun s runTag k (castPtr p) n 1
     Plain u v -> sendMessage s u (encodeBytes (B.pack (plainTag : v)))
     Plains vs -> sendMessagesHeld s [ (encodeBytes (B.pack [plainTag]), B.pack v) | v <- vs ]
     Idle -> flushIdle s

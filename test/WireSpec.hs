@@ -11,9 +11,9 @@ import qualified Data.Text as T
 import Data.Word (Word32, Word64, Word8)
 import GHC.Fingerprint (Fingerprint (..))
 import Data.IORef
-import Herd.Packet (Encoder, appendToRun, encoderBytes, flushIdle, newSender, splitPacket)
+import Herd.Packet (Encoder, appendValuesToRun, encoderBytes, flushIdle, newSender, splitPacket)
 import Herd.Packet.Policy (PacketPolicy (..))
-import Herd.Wire.Staging (newStaging, stageValue, withStaged)
+import Herd.Wire.Staging (newStaging, stageValueAt, withStaged)
 import Herd.Wire.Tags (tagStreamIn, tagStreamOut)
 import Herd.Evolve.Function (lookupEvolver)
 import Herd.Process (lookupProcess, processRef)
@@ -40,8 +40,8 @@ runMessage tag key xs = do
   sender <- newSender (PacketPolicy True 65536 10) (\parts -> let c = B.copy (B.concat parts) in c `seq` modifyIORef out (c :))
   staging <- newStaging
   forM_ xs $ \x -> do
-    n <- stageValue staging x
-    withStaged staging $ \p -> appendToRun sender tag key p n
+    n <- stageValueAt staging 0 x
+    withStaged staging $ \p -> appendValuesToRun sender tag key p n 1
   flushIdle sender
   frames <- readIORef out
   case frames of

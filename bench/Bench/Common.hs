@@ -78,7 +78,8 @@ warmRuns = 3
 -- | Whole runs before measuring: at least 'warmRuns', and more until
 -- 'warmSeconds' have passed. Short runs kept getting faster for longer
 -- than three runs: one-word echo runs of 10,000 items went from 3-4 ms
--- to 1.3-1.8 ms over their first twenty or so, with few page faults
+-- to 1.3-1.8 ms over their first twenty or so (a temporary build timing
+-- each run), with few page faults
 -- counted in the guest (@perf record -e page-faults@), so presumably
 -- this VM's memory warming up behind the guest (see the README).
 warmRepeat :: IO a -> IO ()

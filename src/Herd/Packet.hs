@@ -12,8 +12,8 @@
 -- oldest message is due ("Herd.Packet.Buffer" holds the buffer itself).
 -- Messages are written straight into the buffer, so adding one costs no
 -- allocation beyond its encoder; a value of a run (a stream's element) is
--- appended to the run message that ends the buffer ('appendToRun'), so a
--- run costs one message header.
+-- appended to the run message that ends the buffer ('appendValuesToRun'),
+-- so a run costs one message header.
 --
 -- Promises: a received packet whose count or lengths claim more than it
 -- holds is rejected with a message saying so, before any of it is used;
@@ -35,7 +35,6 @@ module Herd.Packet
   , flushIdle
   , senderRoom
     -- * Runs of values
-  , appendToRun
   , appendValuesToRun
   , runHeadBytes
     -- * Receiving
@@ -119,25 +118,19 @@ sendValues s urgency k enc = withLock s $ \now -> addMessage s now urgency k enc
 addMessage :: Sender -> Double -> Urgency -> Int -> Encoder -> B.ByteString -> IO ()
 addMessage s now urgency k enc tl = addOne s now urgency k enc tl >> writeIORef (sRun s) NoRun
 
--- | Add one value, already encoded (these bytes), to the run message of
--- this tag and key (a stream's elements, say): appended to that message
--- when it is the last one buffered and the rules allow ('appendsToRun'),
--- so a run of values costs one message header, not one each; otherwise
--- as the first value of a new run message, added like any other (so with
--- chunking off every value is a message of its own, sent at once). The
--- message reads: the tag, the key, the count of values, then their
--- encodings back to back ('runHeadBytes'). The common case is a copy
--- under the lock: no clock, no allocation beyond the fill, no handler
--- (nothing in it can throw); the timer sends the buffer when its oldest
--- message is due, whatever its last one is.
-appendToRun :: Sender -> Word8 -> Word64 -> Ptr Word8 -> Int -> IO ()
-appendToRun s tag key src size = appendValuesToRun s tag key src size 1
-{-# INLINE appendToRun #-}
-
--- | 'appendToRun' for several values at once, encoded back to back in
--- these bytes (this many values): one lock and one copy for them all.
--- With chunking off they still leave as one message: a caller that wants
--- one message per value gives one value at a time.
+-- | Add values, already encoded back to back (these bytes, this many
+-- values), to the run message of this tag and key (a stream's elements,
+-- say): appended to that message when it is the last one buffered and the
+-- rules allow ('appendsToRun'), so a run of values costs one message
+-- header, not one each; otherwise as the first values of a new run
+-- message, added like any other. The message reads: the tag, the key, the
+-- count of values, then their encodings back to back ('runHeadBytes'). The
+-- common case is one copy under the lock for them all: no clock, no
+-- allocation beyond the fill, no handler (nothing in it can throw); the
+-- timer sends the buffer when its oldest message is due, whatever its last
+-- one is. With chunking off the values given together still leave as one
+-- message: a caller that wants one message per value (with chunking off,
+-- every value a packet of its own) gives one value at a time.
 appendValuesToRun :: Sender -> Word8 -> Word64 -> Ptr Word8 -> Int -> Int -> IO ()
 appendValuesToRun s tag key src size k = mask_ $ do
   takeMVar (sLock s)

@@ -70,7 +70,7 @@ policyEarlyCapacity p = if policyChunking p then policyCapacity p else 0
 messageOverhead :: Int
 messageOverhead = 4
 
--- | Bytes a run message ('Herd.Packet.appendToRun') takes before its
+-- | Bytes a run message ('Herd.Packet.appendValuesToRun') takes before its
 -- values: a tag, an 8-byte key and a 4-byte count of the values,
 -- big-endian.
 runHeadBytes :: Int

@@ -30,7 +30,7 @@ data ToWorker
   | StreamOpen !Word64 !TaskRef -- ^ instantiate a stream process under this number
   | StreamIn !Word64 !Word32 !B.ByteString
     -- ^ the next input elements, this many, their @store@ encodings back
-    -- to back (a run message of the packet layer: 'Herd.Packet.appendToRun')
+    -- to back (a run message of the packet layer: 'Herd.Packet.appendValuesToRun')
   | StreamEnd !Word64           -- ^ the input list ended
   | StreamCredit !Word64 !Word32    -- ^ the caller consumed this many more output elements
   | StreamClose !Word64         -- ^ the caller wants no more output: stop the process

@@ -1,18 +1,17 @@
--- | One value at a time, encoded outside any lock: a thread that feeds a
--- stream (the master's feeder, a worker's stream process) encodes each
--- element here, then the packet layer copies the bytes into a peer's
--- buffer ('Herd.Packet.appendToRun'). So a value whose encoding throws (a
+-- | Values encoded outside any lock: a thread that feeds a stream (the
+-- master's feeder, a worker's stream process) encodes each element here,
+-- back to back behind the ones before it in the same batch, then the
+-- packet layer copies the bytes into a peer's buffer
+-- ('Herd.Packet.appendValuesToRun'). So a value whose encoding throws (a
 -- lazy field that was never forced) throws in its own thread with nothing
 -- held, and the packet layer's lock is held only for a copy.
 --
--- Promise: after 'stageValue' the buffer holds exactly that value's
--- encoding at its start, and after 'stageValueAt' at its offset, the
--- bytes before it kept; the buffer grows as values need, never shrinks,
+-- Promise: after 'stageValueAt' the buffer holds exactly that value's
+-- encoding at its offset, the bytes before it kept; the buffer grows as values need, never shrinks,
 -- and is owned by one thread.
 module Herd.Wire.Staging
   ( Staging
   , newStaging
-  , stageValue
   , stageValueAt
   , withStaged
   ) where
@@ -40,16 +39,11 @@ newStaging = do
   buf <- mallocForeignPtrBytes 4096
   Staging <$> newIORef buf <*> newIORef 4096
 
--- | Evaluate a value as far as its encoding needs and encode it at the
--- buffer's start; its size in bytes. Throws what the value throws.
-stageValue :: Store a => Staging -> a -> IO Int
-stageValue st = stageValueAt st 0
-{-# INLINE stageValue #-}
-
--- | 'stageValue' at this offset, after values staged before it (kept
--- when the buffer grows), so several values can be staged back to back
--- and handed on together. If the value throws, the bytes before the
--- offset are as they were.
+-- | Evaluate a value as far as its encoding needs and encode it at this
+-- offset, after values staged before it (kept when the buffer grows), so
+-- several values can be staged back to back and handed on together; its
+-- size in bytes. Throws what the value throws, the bytes before the
+-- offset as they were.
 stageValueAt :: Store a => Staging -> Int -> a -> IO Int
 stageValueAt st off x = do
   n <- evaluate (getSize x)
