@@ -88,6 +88,22 @@ ledgerAgrees ops = go ops (Model 0 False 1 M.empty M.empty) emptyLedger
       .&&. length [ () | (_, a) <- ledgerAccounts l, Just _ <- [accountLeft a] ] <= keptLost
       .&&. ledgerWorkingSeconds (mNow m) l >= 0
 
+-- Workers 1..n join, and those listed are lost in that order: the kept
+-- lost accounts are the 'keptLost' lost ones with the largest numbers
+-- (numbers grow with time), and no connected worker's account is gone.
+keptAfterLosses :: Int -> [Int] -> Property
+keptAfterLosses n lost =
+  let joined = foldl' (\l w -> ledgerJoin 0 w l) emptyLedger [1 .. n]
+      ledger = foldl' (\l (t, w) -> ledgerLose t w "gone" l) joined (zip [1 ..] lost)
+      accounts = ledgerAccounts ledger
+      keptLostIds = [ w | (w, a) <- accounts, Just _ <- [accountLeft a] ]
+      connected = [ w | (w, a) <- accounts, Nothing <- [accountLeft a] ]
+      newest = take keptLost (reverse (M.keys (M.fromList [ (w, ()) | w <- lost ])))
+  in counterexample ("kept lost " ++ show keptLostIds) $
+       keptLostIds === reverse newest
+       .&&. connected === filter (`notElem` lost) [1 .. n]
+       .&&. ledgerLostCount ledger === length lost
+
 -- Undo 'escapeLabel'.
 unescape :: String -> String
 unescape s = case s of
@@ -151,6 +167,11 @@ spec :: Spec
 spec = describe "the dashboard" $ do
   it "keeps busy and waiting right: never negative, adding up to the working time each worker was there" $
     withMaxSuccess 500 $ forAll (listOf arbitrary) ledgerAgrees
+
+  it "keeps the newest lost workers' accounts, as many as keptLost, and every connected one" $
+    withMaxSuccess 50 $ forAll (choose (keptLost, 3 * keptLost)) $ \n ->
+      forAll (shuffle [1 .. n]) $ \order -> forAll (choose (0, n)) $ \k ->
+        keptAfterLosses n (take k order)
 
   it "escapes Prometheus label values so that they read back exactly" $
     property $ \s -> let e = escapeLabel s

@@ -35,6 +35,7 @@ module Herd.Monitor.Ledger
   , keptLost
   ) where
 
+import qualified Data.Set as S
 import qualified Data.Map.Strict as M
 import Herd.Base (WorkerId)
 
@@ -63,12 +64,13 @@ data Ledger = Ledger
   , ledSince    :: !Double  -- ^ when the cluster last started or stopped having work
   , ledWorking  :: !Bool    -- ^ whether the cluster has had work since 'ledSince'
   , ledLost     :: !Int     -- ^ workers lost since the start
+  , ledLostKept :: !(S.Set WorkerId)  -- ^ the lost workers whose accounts are kept
   , ledTasks    :: !Int     -- ^ farm tasks returned since the start
   } deriving (Eq, Show)
 
 -- | No worker yet, and no work.
 emptyLedger :: Ledger
-emptyLedger = Ledger M.empty 0 0 False 0 0
+emptyLedger = Ledger M.empty 0 0 False 0 S.empty 0
 
 -- | Lost workers whose accounts are kept (the newest).
 keptLost :: Int
@@ -109,15 +111,19 @@ ledgerLose now w why l = case M.lookup w (ledAccounts l) of
     -- say) would keep that link's buffers alive as long as the row is kept
     let reason = foldr (:) [] why
         accounts = length reason `seq` M.insert w a { accountLeft = Just (Departure now (activeAt now l) reason) } (ledAccounts l)
-    in l { ledAccounts = pruneLost accounts, ledLost = ledLost l + 1 }
+        (kept, accounts') = pruneLost (S.insert w (ledLostKept l)) accounts
+    in l { ledAccounts = accounts', ledLostKept = kept, ledLost = ledLost l + 1 }
   _ -> l
 
--- Keep the newest 'keptLost' lost accounts (worker numbers grow with time).
-pruneLost :: M.Map WorkerId Account -> M.Map WorkerId Account
-pruneLost m =
-  let lost = [ w | (w, a) <- M.toList m, Just _ <- [accountLeft a] ]
-      extra = length lost - keptLost
-  in if extra <= 0 then m else foldr M.delete m (take extra lost)
+-- Keep the newest 'keptLost' lost accounts (worker numbers grow with
+-- time), dropping the oldest. The lost are kept in a set of their own:
+-- finding them among all accounts on every loss made a cluster of n
+-- workers that lost them all (its end, say) cost n^2 steps, about four
+-- million list cells at 2048 workers.
+pruneLost :: S.Set WorkerId -> M.Map WorkerId Account -> (S.Set WorkerId, M.Map WorkerId Account)
+pruneLost kept accounts = case S.minView kept of
+  Just (oldest, rest) | S.size kept > keptLost -> pruneLost rest (M.delete oldest accounts)
+  _ -> (kept, accounts)
 
 -- | A worker finished a batch of this many tasks, or (with 0 tasks and 0
 -- batches) this many evolve steps, after this many seconds of computing.
