@@ -43,7 +43,9 @@ import Herd.Examples.ParticleFilter
 import Herd.Report
 import Herd.Launch.Topology (physicalCores)
 import Data.Containers.ListUtils (nubOrd)
+import GHC.Stats (allocated_bytes, gc_cpu_ns, getRTSStats, getRTSStatsEnabled)
 import System.CPUTime (getCPUTime)
+import System.Mem (performMinorGC)
 import System.Exit (die)
 import System.IO
 
@@ -77,6 +79,8 @@ data Row = Row
   , rowInCalls   :: Double   -- ^ seconds inside evolve calls (the rest is the filter's own work)
   , rowFaults    :: Int      -- ^ the master's minor page faults during the run
   , rowHostsFaults :: Int    -- ^ the worker processes' (or simulated hosts') together
+  , rowMasterGc    :: Maybe Double  -- ^ the master's collector CPU seconds (GHC.Stats; 'Nothing' without @+RTS -T@)
+  , rowMasterAlloc :: Maybe Double  -- ^ bytes the master allocated per state evolved (GHC.Stats)
   } deriving (Show, Read)
 
 
@@ -164,6 +168,7 @@ measure o cfg setup hosts = do
             modifyIORef' stats (s :)
             modifyIORef' inCalls (+ t)
             pure out
+      stats0 <- masterStats
       master0 <- getCPUTime
       (_, faults0) <- ownUsage
       (hosts0, hostFaults0) <- sumUsage <$> mapM processUsage pids
@@ -171,6 +176,7 @@ measure o cfg setup hosts = do
       (_, faults1) <- ownUsage
       (hosts1, hostFaults1) <- sumUsage <$> mapM processUsage pids
       master1 <- getCPUTime
+      stats1 <- masterStats
       calls <- readIORef stats
       callSecs <- readIORef inCalls
       let evolved = sum (runEvolved result)
@@ -179,19 +185,43 @@ measure o cfg setup hosts = do
                   else busyTotal / fromIntegral w
           row = Row loop w secs ideal (busyTotal / (fromIntegral w * secs)) (sum (map esMoved calls))
                     (fromIntegral (master1 - master0) / 1e12) (hosts1 - hosts0) callSecs (faults1 - faults0) (hostFaults1 - hostFaults0)
+                    (statsGc <$> stats0 <*> stats1) ((\a b -> statsAlloc a b / fromIntegral (max 1 evolved)) <$> stats0 <*> stats1)
       hPutStrLn stderr ("  " ++ masterLoopName loop ++ ", " ++ show w ++ " workers: " ++ fixed 3 secs ++ " s (ideal "
                         ++ fixed 3 ideal ++ " s, efficiency " ++ fixed 2 (ideal / secs) ++ ")")
       pure row
+
+-- The master's runtime statistics at one point: collector CPU seconds so
+-- far, and bytes allocated (exact: a minor collection first, which the
+-- caller keeps outside its CPU and wall-clock windows). 'Nothing' when the
+-- runtime keeps none (herd's binary runs with @-T@).
+data MasterStats = MasterStats { statsGcSeconds :: Double, statsAllocated :: Double }
+
+masterStats :: IO (Maybe MasterStats)
+masterStats = do
+  enabled <- getRTSStatsEnabled
+  if not enabled then pure Nothing else do
+    gcNs <- gc_cpu_ns <$> getRTSStats
+    performMinorGC
+    allocated <- allocated_bytes <$> getRTSStats
+    pure (Just (MasterStats (fromIntegral gcNs / 1e9) (fromIntegral allocated)))
+
+statsGc :: MasterStats -> MasterStats -> Double
+statsGc a b = statsGcSeconds b - statsGcSeconds a
+
+statsAlloc :: MasterStats -> MasterStats -> Double
+statsAlloc a b = statsAllocated b - statsAllocated a
 
 -- Print the table, write the plot, and end with the JSON line.
 report :: Options -> Int -> [Row] -> IO ()
 report o hosts rows = do
   putStr $ renderTable ["master", "workers", "sim hosts", "seconds", "ideal", "efficiency", "busy", "waiting", "moved"
-                       , "master cpu s", "hosts cpu s", "in calls s", "between s", "master faults", "hosts faults"]
+                       , "master cpu s", "hosts cpu s", "in calls s", "between s", "master faults", "hosts faults"
+                       , "master gc s", "master B/state"]
     [ [ masterLoopName (rowLoop r), show (rowWorkers r), show hosts, fixed 3 (rowSeconds r), fixed 3 (rowIdeal r)
       , fixed 3 (rowIdeal r / rowSeconds r), fixed 3 (rowBusy r), fixed 3 (1 - rowBusy r), show (rowMoved r)
       , fixed 2 (rowMasterCpu r), fixed 2 (rowHostsCpu r), fixed 3 (rowInCalls r), fixed 3 (rowSeconds r - rowInCalls r)
-      , show (rowFaults r), show (rowHostsFaults r) ]
+      , show (rowFaults r), show (rowHostsFaults r)
+      , maybe "-" (fixed 2) (rowMasterGc r), maybe "-" (fixed 0) (rowMasterAlloc r) ]
     | r <- rows ]
   let colours = [(ThreadedLoop, "#d62728"), (EpollLoop, "#1f77b4")]
       series = [ Series (masterLoopName l) c False [ (fromIntegral (rowWorkers r), rowSeconds r) | r <- rows, rowLoop r == l ]
@@ -215,5 +245,7 @@ report o hosts rows = do
                                 , ("master_cpu_s", JNumber (rowMasterCpu r)), ("hosts_cpu_s", JNumber (rowHostsCpu r))
                                 , ("calls_s", JNumber (rowInCalls r)), ("between_calls_s", JNumber (rowSeconds r - rowInCalls r))
                                 , ("master_faults", JInt (fromIntegral (rowFaults r)))
-                                , ("hosts_faults", JInt (fromIntegral (rowHostsFaults r))) ]
+                                , ("hosts_faults", JInt (fromIntegral (rowHostsFaults r)))
+                                , ("master_gc_s", maybe JNull JNumber (rowMasterGc r))
+                                , ("master_alloc_bytes_per_state", maybe JNull JNumber (rowMasterAlloc r)) ]
                       | r <- rows ]) ]
