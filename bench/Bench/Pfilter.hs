@@ -191,22 +191,30 @@ measure o cfg setup hosts = do
       pure row
 
 -- The master's runtime statistics at one point: collector CPU seconds so
--- far, and bytes allocated (exact: a minor collection first, which the
--- caller keeps outside its CPU and wall-clock windows). 'Nothing' when the
--- runtime keeps none (herd's binary runs with @-T@).
-data MasterStats = MasterStats { statsGcSeconds :: Double, statsAllocated :: Double }
+-- far, before and after a minor collection, and bytes allocated after it
+-- (the collection makes that count exact). The caller keeps these points
+-- outside its CPU and wall-clock windows, and 'statsGc' leaves the forced
+-- collections out. 'Nothing' when the runtime keeps no statistics (herd's
+-- binary runs with @-T@).
+data MasterStats = MasterStats
+  { statsGcBefore  :: Double
+  , statsGcAfter   :: Double
+  , statsAllocated :: Double
+  }
 
 masterStats :: IO (Maybe MasterStats)
 masterStats = do
   enabled <- getRTSStatsEnabled
   if not enabled then pure Nothing else do
-    gcNs <- gc_cpu_ns <$> getRTSStats
+    before <- gc_cpu_ns <$> getRTSStats
     performMinorGC
-    allocated <- allocated_bytes <$> getRTSStats
-    pure (Just (MasterStats (fromIntegral gcNs / 1e9) (fromIntegral allocated)))
+    after <- getRTSStats
+    pure (Just (MasterStats (fromIntegral before / 1e9) (fromIntegral (gc_cpu_ns after) / 1e9)
+                            (fromIntegral (allocated_bytes after))))
 
+-- Collector seconds between two points, without their forced collections.
 statsGc :: MasterStats -> MasterStats -> Double
-statsGc a b = statsGcSeconds b - statsGcSeconds a
+statsGc a b = statsGcBefore b - statsGcAfter a
 
 statsAlloc :: MasterStats -> MasterStats -> Double
 statsAlloc a b = statsAllocated b - statsAllocated a
