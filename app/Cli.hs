@@ -12,6 +12,7 @@ import qualified Bench.Echo as Echo
 import qualified Bench.Parsort as Parsort
 import qualified Bench.Mandelbrot as Mandelbrot
 import qualified Bench.Pfilter as Pfilter
+import qualified Bench.EvolveCore as EvolveCore
 import qualified Bench.Skew as Skew
 import qualified Bench.Bandwidth as Bandwidth
 import qualified Bench.Latency as Latency
@@ -37,6 +38,7 @@ data Command
   | BenchParsort Parsort.Options
   | BenchMandelbrot Mandelbrot.Options
   | BenchPfilter Pfilter.Options
+  | BenchEvolveCore EvolveCore.Options
   | BenchSkew Skew.Options
   | BenchLatency Latency.LatencyOptions
   | BenchFuzz Fuzz.Options
@@ -60,6 +62,7 @@ run = do
     BenchParsort o -> Parsort.run o
     BenchMandelbrot o -> Mandelbrot.run o
     BenchPfilter o -> Pfilter.run o
+    BenchEvolveCore o -> EvolveCore.run o
     BenchSkew o -> Skew.run o
     BenchLatency o -> Latency.runLatency o
     BenchFuzz o -> Fuzz.run o
@@ -93,6 +96,8 @@ benchCommands = hsubparser
       (progDesc "Eden's Mandelbrot picture, one row per task or static chunks of rows, chunking on and off"))
  <> command "pfilter" (info (BenchPfilter <$> pfilterOptions)
       (progDesc "FP Complete's particle filter on the evolve API: scaling over worker counts, both master loops"))
+ <> command "evolvecore" (info (BenchEvolveCore <$> evolveCoreOptions)
+      (progDesc "The master's core alone on evolve calls with simulated workers: its CPU and bytes per state, per worker count"))
  <> command "skew" (info (BenchSkew <$> skewOptions)
       (progDesc "FP Complete's skew case: nine 1 s states and one 10 s state on two workers, evolved repeatedly"))
  <> command "fuzz" (info (BenchFuzz <$> fuzzOptions)
@@ -214,6 +219,22 @@ pfilterOptions = Pfilter.Options
   <*> dashboardOption
   <*> optional (strOption (long "answer-to" <> metavar "FILE" <> internal
                           <> help "measure only and write the rows here (used when the bench starts itself per loop)"))
+
+evolveCoreOptions :: Parser EvolveCore.Options
+evolveCoreOptions = EvolveCore.Options
+  <$> option (countListArg "worker counts" 65536) (long "workers" <> metavar "LIST" <> value [512, 2048, 8192]
+                          <> showDefaultWith (const "512,2048,8192") <> help "worker counts to run")
+  <*> option (positiveInt "a state count" 10000000) (long "states" <> metavar "N" <> value 8192 <> showDefault
+                          <> help "states evolved by each call")
+  <*> option (positiveInt "a step count" 100000) (long "steps" <> metavar "N" <> value 3 <> showDefault
+                          <> help "calls to run")
+  <*> option durationArg (long "cost" <> metavar "TIME" <> value 0.03 <> showDefaultWith (const "30ms")
+                          <> help "simulated time of one state's step")
+  <*> option durationArg (long "delay" <> metavar "TIME" <> value 0.0001 <> showDefaultWith (const "100us")
+                          <> help "simulated time a message takes either way")
+  <*> option (positiveInt "a byte count" 100000000) (long "child-bytes" <> metavar "N" <> value 64 <> showDefault
+                          <> help "bytes of each state's child")
+  <*> switch (long "json" <> help "end with one line of JSON")
 
 skewOptions :: Parser Skew.Options
 skewOptions = Skew.Options

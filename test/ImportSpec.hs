@@ -15,7 +15,7 @@ import Test.Hspec
 pureModules :: [String]
 pureModules =
   [ "Herd.Base", "Herd.Bytes", "Herd.Error", "Herd.Scheduler", "Herd.Scheduler.Presence", "Herd.Scheduler.Sizing", "Herd.Scheduler.State", "Herd.Scheduler.Loss", "Herd.Scheduler.Straggle", "Herd.Packet.Policy", "Herd.Packet.Split", "Herd.Wire", "Herd.Wire.Codec", "Herd.Wire.Tags", "Herd.Wire.Handshake", "Herd.Wire.Evolved", "Herd.Wire.Messages"
-  , "Herd.Evolve.Schedule", "Herd.Evolve.Settle", "Herd.Evolve.Balance", "Herd.Evolve.Plan", "Herd.Evolve.HeldStates", "Herd.Evolve.Registry", "Herd.Evolve.StateMap", "Herd.Evolve.Checkpoint", "Herd.Evolve.Call", "Herd.Master.Core", "Herd.Master.CoreFarm", "Herd.Master.CoreState", "Herd.Master.Events", "Herd.Master.Expect", "Herd.Master.Session"
+  , "Herd.Evolve.Schedule", "Herd.Evolve.Settle", "Herd.Evolve.Balance", "Herd.Evolve.Plan", "Herd.Evolve.HeldStates", "Herd.Evolve.Registry", "Herd.Evolve.StateMap", "Herd.Evolve.Checkpoint", "Herd.Evolve.Call", "Herd.Evolve.Start", "Herd.Master.Core", "Herd.Master.CoreFarm", "Herd.Master.CoreState", "Herd.Master.Events", "Herd.Master.Expect", "Herd.Master.Session"
   , "Herd.Worker.Step", "Herd.Monitor.Ledger", "Herd.Evolve.Held", "Herd.Simulate.Wheel", "Herd.Launch.Backoff", "Herd.Fuzz.Mutate" ]
 
 -- Libraries a pure module may use: containers, bytes, text, and the

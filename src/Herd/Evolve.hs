@@ -56,9 +56,9 @@ import Herd.Config
 import Herd.Error
 import Herd.Evolve.Function
 import Herd.Evolve.Call
+import Herd.Evolve.Start (CallStart (..), registryAfter, startCall)
 import Herd.Evolve.Checkpoint (applyCheckpoint, checkpointStart, deepStates)
 import Herd.Evolve.Schedule
-import Herd.Evolve.Registry (keepOrigins, needsTelling, toldAfter)
 import qualified Herd.Evolve.StateMap as SM
 import qualified Data.Set as S
 import Herd.Master
@@ -217,22 +217,11 @@ evolveManyWith opts cluster fn inputs = do
     let mean = regMeanCost reg
         estimate sid = M.findWithDefault (SM.findWithDefault (maybe 0 id mean) sid (regCost reg)) sid
                                          (evolveCostHints opts)
-        begin workers
-          | null workers = Left NoWorkers
-          | otherwise =
-              let present = M.fromList [ (w, ()) | w <- workers ]
-                  -- states whose worker went away since the last call are recomputed first
-                  stranded = [ sid | (sid, w) <- SM.toList (regWhere reg), not (M.member w present) ]
-                  holdings = holdingsOf workers (regWhere reg) (M.keys inputs) estimate
-                  settings = defaultPlanSettings { settingsLead = evolveLead opts, settingsMeanCost = mean
-                                                 , settingsRoundTrip = regRoundTrip reg }
-                  (plan, cmds) = startPlan started settings holdings
-                  call0 = Call plan ref encodedInputs SM.empty (regWhere reg) (regCost reg) (regOrigin reg) SM.empty
-                               M.empty 0 0 0 (maybe 0 id mean) [] "" SM.empty (configMaxTaskDeaths (clusterConfig cluster))
-                  opening = [ SendTo w (EvolveWith ref) | w <- workers, needsTelling ref reg w ]
-                  (call1, outs) = commandsToOuts call0 cmds
-                  (call2, recover) = recoverStates "their worker is no longer connected" stranded call1
-              in Right (callMachine (refName ref), call2, opening ++ outs ++ recover)
+        start = CallStart
+          { startRef = ref, startRegistry = reg, startStates = M.keys inputs, startInputs = encodedInputs
+          , startEstimate = estimate, startLead = evolveLead opts
+          , startMaxDeaths = configMaxTaskDeaths (clusterConfig cluster), startTime = started }
+        begin workers = (\(call, outs) -> (callMachine (refName ref), call, outs)) <$> startCall start workers
     outcome <- try (session cluster (evolveWorkerLimit opts) begin)
     finished <- monotonicSeconds
     case outcome of
@@ -242,14 +231,7 @@ evolveManyWith opts cluster fn inputs = do
       Right end -> do
           let call = endState end
               evolvedN = SM.size (callOutputs call)
-              busyTotal = sum (M.elems (callBusy call))
-              reg' = keepOrigins (callWhere call) (callOrigin call)
-                       reg { regWhere = callWhere call, regCost = callCost call
-                           , regMeanCost = if evolvedN > 0 then Just (busyTotal / fromIntegral evolvedN)
-                                           else regMeanCost reg
-                           , regRoundTrip = moveRoundTrip (callPlan call)
-                           , regDepth = regDepth reg + (if evolvedN > 0 then 1 else 0)
-                           , regTold = toldAfter ref (planWorkers (callPlan call)) reg }
+              reg' = registryAfter ref call reg
               stats = EvolveStats (finished - started) (length (planWorkers (callPlan call))) evolvedN
                                   (callChildren call) (callMoved call) (callBusy call) (clusterMasterLoop cluster)
                                   (callRecovered call)
