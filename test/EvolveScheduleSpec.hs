@@ -15,7 +15,10 @@ import Herd.Base (TaskRef (..))
 import Herd.Evolve.Schedule
 import Herd.Evolve.Plan (heldFromList, heldInsert, heldSize, heldTake, heldToList, longestFirst)
 import Herd.Evolve.Checkpoint
-import Herd.Evolve.Registry (lineageDepth, keepOrigins)
+import Data.Bits (shiftL, (.|.))
+import Herd.Evolve.Call (callBusy, callMachine)
+import Herd.Evolve.Registry (Placed (..), lineageDepth, keepOrigins, placedAt)
+import Herd.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
 import qualified Herd.Evolve.StateMap as SM
 import Herd.Master.Session (Machine (..))
 import Herd.Wire (FromWorker (..))
@@ -196,6 +199,7 @@ allStates = sort . concatMap (map fst) . M.elems
 spec :: Spec
 spec = describe "the evolve scheduler (pure, against a model of the workers)" $ do
   checkpointSpec
+  callCostSpec
   stateMapSpec
   it "keeps a worker's held states as a list sorted costliest first would (insert, take, size)" $ property $
     forAll genHeld $ \(xs, (c, s), n) ->
@@ -239,6 +243,8 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
            null (wBad w) .&&. null (outMissing o) .&&. planDone (wPlan w)
            .&&. M.keys (wEvolved w) === allStates holdings
            .&&. all (== 1) (M.elems (wEvolved w))
+           -- every answer heard took 1 s, lost workers' answers included
+           .&&. sum (M.elems (planBusy (wPlan w))) === fromIntegral (sum (M.elems (wEvolved w)))
 
   it "balances from measured costs: the skew case ends at the optimum" $ do
     -- nine 1 s states and one 10 s state; the slow one's worker also holds two short ones
@@ -288,7 +294,7 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
           origin k c | k == 1 || c < 0.3 = Seen (B.pack [fromIntegral k])
                      | otherwise = ChildOf (sid (1 + floor (c * fromIntegral (k - 1)) `min` (k - 1))) ref B.empty k
           origins = SM.fromList [ (sid k, origin k c) | (k, c) <- zip [1 ..] coins ]
-          live = SM.fromList [ (sid k, 1) | k <- liveIx ]
+          live = SM.fromList [ (sid k, 1 :: Int) | k <- liveIx ]
           reg = keepOrigins live origins emptyRegistry { regPruned = before }
           due = SM.size origins > 2 * max (SM.size live) before
       in [ lineage (regOrigin reg) s | s <- SM.keys live ] === [ lineage origins s | s <- SM.keys live ]
@@ -302,7 +308,7 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
       let whereAt = SM.fromList [ (StateId (fromIntegral k), w) | (k, w) <- placed ]
           toEvolve = map (StateId . fromIntegral) chosen
           cost (StateId k) = fromIntegral k / 100
-          grouped = holdingsOf workers whereAt toEvolve cost
+          grouped = holdingsOf workers (`SM.lookup` whereAt) toEvolve cost
           expected = M.fromList [ (w, sort [ (s, cost s) | s <- toEvolve, SM.lookup s whereAt == Just w ]) | w <- workers ]
       in M.map sort grouped === expected
 
@@ -450,7 +456,7 @@ checkpointSpec =
     let chainOf k s = ((StateId (s * 100), Seen (B.pack [fromIntegral s]))
                                    : [ (StateId (s * 100 + j), ChildOf (StateId (s * 100 + j - 1)) ref B.empty 0) | j <- [1 .. k] ])
         ref = TaskRef (Fingerprint 1 2) "step" (Fingerprint 3 4) (Fingerprint 5 6)
-        reg = emptyRegistry { regWhere = SM.fromList [ (StateId 105, 1), (StateId 205, 2) ]
+        reg = emptyRegistry { regStates = placedAt [ (StateId 105, 1), (StateId 205, 2) ]
                             , regOrigin = SM.fromList (chainOf 5 1 ++ chainOf 5 2), regDepth = 5 }
         deep = deepStates 4 reg
         (machine, cp0, outs) = checkpointStart [1, 2] deep
@@ -464,3 +470,27 @@ checkpointSpec =
     lineageDepth (regOrigin reg') (StateId 105) `shouldBe` 0
     lineageDepth (regOrigin reg') (StateId 205) `shouldBe` 5
     regDepth reg' `shouldBe` 5
+
+-- A call through its session and back to the registry: each child is
+-- placed where it was made, with the time its parent's step took, which
+-- the next call's plan starts from ("a child costs what its parent cost").
+callCostSpec :: Spec
+callCostSpec =
+  it "records where each child lives and what its parent's step took, for the next call's estimates" $ do
+    let ref = TaskRef (Fingerprint 1 2) "step" (Fingerprint 3 4) (Fingerprint 5 6)
+        reg0 = emptyRegistry { regStates = placedAt [ (StateId 1, 1), (StateId 2, 2) ] }
+        start = CallStart ref reg0 [StateId 1, StateId 2] (SM.fromList [ (StateId 1, B.empty), (StateId 2, B.empty) ])
+                          (estimateFrom reg0) 0.1 3 0
+        kid w = (fromIntegral (w :: Int) `shiftL` SM.stateIdBits) .|. 1
+        machine = callMachine "step"
+    case startCall start [1, 2] of
+      Left e -> expectationFailure ("the call did not start: " ++ show e)
+      Right (call0, _) -> do
+        let (call1, _) = machineMessage machine 1 1 (StateEvolved 1 1000000000 [(kid 1, B.empty)]) call0
+            (call2, _) = machineMessage machine 3 2 (StateEvolved 2 3000000000 [(kid 2, B.empty)]) call1
+            reg1 = registryAfter ref call2 reg0
+        machineDone machine call2 `shouldBe` True
+        SM.toList (regStates reg1) `shouldBe` [ (StateId (kid 1), Placed 1 1), (StateId (kid 2), Placed 2 3) ]
+        map (estimateFrom reg1 . StateId) [kid 1, kid 2] `shouldBe` [1, 3]
+        regMeanCost reg1 `shouldBe` Just 2
+        callBusy call2 `shouldBe` M.fromList [ (1, 1), (2, 3) ]

@@ -8,7 +8,7 @@ module RecoverySpec (spec) where
 import Control.Concurrent (forkIO, readMVar, threadDelay)
 import Data.List (sort)
 import Herd.Master (clusterRegistry)
-import Herd.Evolve.Registry (Registry (..), lineageDepth)
+import Herd.Evolve.Registry (Registry (..), lineageDepth, regWhere)
 import qualified Herd.Evolve.StateMap as SM
 import Control.Exception
 import qualified Data.Map.Strict as M

@@ -34,8 +34,8 @@ import System.IO
 import System.Mem (getAllocationCounter, performMajorGC)
 import Herd.Evolve.Call (Call (..), callMachine)
 import Herd.Evolve.Function (evolverRef)
-import Herd.Evolve.Registry (Origin (..), Registry (..), emptyRegistry, stateIdBits)
-import Herd.Evolve.Start (CallStart (..), registryAfter, startCall)
+import Herd.Evolve.Registry (Origin (..), Registry (..), emptyRegistry, placedAt, stateIdBits)
+import Herd.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
 import Herd.Evolve.StateMap (StateId (..))
 import qualified Herd.Evolve.StateMap as SM
 import Herd.Examples.ParticleFilter (particleStep)
@@ -137,7 +137,7 @@ measure o nWorkers = do
       child = B.replicate (optChildBytes o) 3
       states = [ StateId (fromIntegral i) | i <- [1 .. optStates o] ]
       reg0 = emptyRegistry
-        { regWhere = SM.fromList [ (s, 1 + i `mod` nWorkers) | (i, s) <- zip [0 ..] states ]
+        { regStates = placedAt [ (s, 1 + i `mod` nWorkers) | (i, s) <- zip [0 ..] states ]
         , regOrigin = SM.fromList [ (s, Seen input) | s <- states ]
         , regNextId = fromIntegral (optStates o) + 1 }
       workers0 = IM.fromList [ (w, Worker Seq.empty S.empty False 0) | w <- [1 .. nWorkers] ]
@@ -146,12 +146,11 @@ measure o nWorkers = do
   let zeroed = sim0 { simEvents = 0, simNanos = 0, simBytes = 0 }
       oneCall (sim, reg, now, evolved, moved, k) = do
         ended <- newIORef Nothing
-        let live = SM.keys (regWhere reg)
-            mean = regMeanCost reg
+        let live = SM.keys (regStates reg)
             start = CallStart
               { startRef = ref, startRegistry = reg, startStates = live
               , startInputs = SM.fromList [ (s, input) | s <- live ]
-              , startEstimate = \s -> SM.findWithDefault (maybe 0 id mean) s (regCost reg)
+              , startEstimate = estimateFrom reg
               , startLead = 0.1, startMaxDeaths = 3, startTime = now }
             request = SessionRequest Nothing
               (\ws -> (\(call, outs) -> (callMachine "evolvecore", call, outs)) <$> startCall start ws)

@@ -56,7 +56,8 @@ import Herd.Config
 import Herd.Error
 import Herd.Evolve.Function
 import Herd.Evolve.Call
-import Herd.Evolve.Start (CallStart (..), registryAfter, startCall)
+import Herd.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
+import Herd.Evolve.Registry (placedAt)
 import Herd.Evolve.Checkpoint (applyCheckpoint, checkpointStart, deepStates)
 import Herd.Evolve.Schedule
 import qualified Herd.Evolve.StateMap as SM
@@ -108,7 +109,7 @@ data EvolveStats = EvolveStats
 
 -- | The number of states the cluster holds now.
 populationSize :: Cluster -> IO Int
-populationSize c = SM.size . regWhere <$> readMVar (clusterRegistry c)
+populationSize c = SM.size . regStates <$> readMVar (clusterRegistry c)
 
 -- | 'resetStatesWith' with the default options.
 resetStates :: Cluster -> StaticPtr (Evolver s i o) -> [s] -> IO [StateId]
@@ -146,7 +147,7 @@ resetStatesWith opts cluster fn states = do
                        , [ SendTo w (StateAdd k bytes) | (StateId k, bytes, w) <- placement ]
                          ++ [ SendTo w (EvolveWith (evolverRef fn)) | w <- here ] )
     let placement = endState placed
-        reg = emptyRegistry { regWhere = SM.fromList [ (i, w) | (i, _, w) <- placement ]
+        reg = emptyRegistry { regStates = placedAt [ (i, w) | (i, _, w) <- placement ]
                             , regOrigin = SM.fromList [ (i, Seen bytes) | (i, bytes, _) <- placement ]
                             , regNextId = fromIntegral (length encoded) + 1
                             , regTold = Just (evolverRef fn, S.fromList [ w | (_, _, w) <- placement ]) }
@@ -211,12 +212,10 @@ evolveManyWith opts cluster fn inputs = do
     either (throwIO . ArgumentError k (refName ref)) (\b -> pure (sid, b)) r
   checkLoop opts cluster
   result <- modifyMVar (clusterRegistry cluster) $ \reg -> do
-    let unknown = [ sid | sid <- M.keys inputs, not (SM.member sid (regWhere reg)) ]
+    let unknown = [ sid | sid <- M.keys inputs, not (SM.member sid (regStates reg)) ]
     unless (null unknown) $ throwIO (UnknownStates (map show unknown))
     started <- monotonicSeconds
-    let mean = regMeanCost reg
-        estimate sid = M.findWithDefault (SM.findWithDefault (maybe 0 id mean) sid (regCost reg)) sid
-                                         (evolveCostHints opts)
+    let estimate sid = M.findWithDefault (estimateFrom reg sid) sid (evolveCostHints opts)
         start = CallStart
           { startRef = ref, startRegistry = reg, startStates = M.keys inputs, startInputs = encodedInputs
           , startEstimate = estimate, startLead = evolveLead opts

@@ -13,6 +13,7 @@ module Herd.Evolve.Call
   , callMachine
   , recoverStates
   , commandsToOuts
+  , callBusy
   ) where
 
 import qualified Data.ByteString as B
@@ -25,7 +26,7 @@ import qualified Data.Set as S
 import qualified Data.Text as T
 import Herd.Base (TaskRef)
 import Herd.Error (HerdError (..))
-import Herd.Evolve.Registry (stateIdBits)
+import Herd.Evolve.Registry (Placed (..), stateIdBits)
 import Herd.Evolve.Schedule
 import Herd.Evolve.Plan (planRunning)
 import Herd.Master.Session (Machine (..), Out (..), SessionView (..))
@@ -37,8 +38,8 @@ data Call = Call
   , callRef       :: !TaskRef
   , callInputs    :: !(StateMap B.ByteString)
   , callOutputs   :: !(StateMap [(StateId, B.ByteString)])
-  , callWhere     :: !(StateMap WorkerId)
-  , callCost      :: !(StateMap Double)
+  , callStates    :: !(StateMap Placed)
+    -- ^ where each live state is and what its making cost ('regStates')
   , callOrigin    :: StateMap Origin
     -- ^ lazy: at a call's start it may still be the registry's pruning of
     -- the last call's lineages ('Herd.Evolve.Registry.keepOrigins'), which
@@ -47,7 +48,6 @@ data Call = Call
   , callReplaying :: !(StateMap (WorkerId, Bool, Double))
     -- ^ states being recomputed: where, whether to evolve them in this
     -- call once there, and their estimated cost
-  , callBusy      :: !(M.Map WorkerId Double)
   , callMoved     :: !Int
   , callChildren  :: !Int
   , callRecovered :: !Int
@@ -61,6 +61,10 @@ data Call = Call
   , callMaxDeaths :: !Int
     -- ^ a state whose step was running on this many lost workers fails the call
   }
+
+-- | Seconds of steps each worker answered in this call ('planBusy').
+callBusy :: Call -> M.Map WorkerId Double
+callBusy = planBusy . callPlan
 
 -- | The session of one call: the plan, fed by the workers' answers.
 callMachine :: String -> Machine Call
@@ -79,7 +83,7 @@ callMachine name = Machine
       StateReplayed sid -> case SM.lookup (StateId sid) (callReplaying call) of
         Just (w, toEvolve, cost) | w == wid ->
           let call' = call { callReplaying = SM.delete (StateId sid) (callReplaying call)
-                           , callWhere = SM.insert (StateId sid) wid (callWhere call)
+                           , callStates = SM.insert (StateId sid) (Placed wid cost) (callStates call)
                            , callRecovered = callRecovered call + 1 }
           in if toEvolve then planStep now wid (Adopted wid [(StateId sid, cost)]) call' else (call', [])
         _ -> (call, [DropPeer wid ("it recomputed " ++ show (StateId sid) ++ ", which it was not asked to")])
@@ -112,7 +116,7 @@ callMachine name = Machine
   , machineDone = \call -> planDone (callPlan call) && SM.null (callReplaying call) && null (callOrphans call)
   , machineView = \call -> Just SessionView
       { viewFunction = name
-      , viewStates = M.toList (M.fromListWith (+) [ (w, 1) | w <- SM.elems (callWhere call) ])
+      , viewStates = M.toList (M.fromListWith (+) [ (placedOn p, 1) | p <- SM.elems (callStates call) ])
       , viewLeft = planLeft (callPlan call)
       , viewMoved = callMoved call
       , viewRecovered = callRecovered call }
@@ -125,7 +129,7 @@ callMachine name = Machine
         -- besides the states the plan still had there, the lost worker held
         -- children made in this call, states without an input, and states
         -- being recomputed there: all are recomputed elsewhere
-        let held = [ sid | (sid, w) <- SM.toList (callWhere call), w == wid ]
+        let held = [ sid | (sid, p) <- SM.toList (callStates call), placedOn p == wid ]
             replaying = [ sid | (sid, (w, _, _)) <- SM.toList (callReplaying call), w == wid ]
             lost = S.toList (S.fromList (concat [ ss | Lose ss <- cmds ] ++ held ++ replaying))
             (call1, outs) = commandsToOuts call { callPlan = plan } [ c | c <- cmds, not (isLose c) ]
@@ -137,7 +141,7 @@ callMachine name = Machine
         let moved = length [ () | Place {} <- cmds ]
         in commandsToOuts call { callPlan = plan, callMoved = callMoved call + moved } cmds
     evolved now wid parent secs children call
-      | bad : _ <- [ c | (c, _) <- children, not (ownId wid c) || SM.member (StateId c) (callWhere call) ] =
+      | bad : _ <- [ c | (c, _) <- children, not (ownId wid c) || SM.member (StateId c) (callStates call) ] =
           (call, [DropPeer wid ("it named a child " ++ show (StateId bad) ++ " with an id that is not its own or not new")])
       | otherwise = case stepPlan now (Evolved wid parent secs) (callPlan call) of
           Left why -> (call, [DropPeer wid why])
@@ -149,10 +153,8 @@ callMachine name = Machine
                 call' = call
                   { callPlan = plan
                   , callOutputs = SM.insert parent kids (callOutputs call)
-                  , callWhere = foldl' (\m (c, _) -> SM.insert c wid m) (SM.delete parent (callWhere call)) kids
-                  , callCost = foldl' (\m (c, _) -> SM.insert c secs m) (SM.delete parent (callCost call)) kids
+                  , callStates = foldl' (\m (c, _) -> SM.insert c (Placed wid secs) m) (SM.delete parent (callStates call)) kids
                   , callOrigin = origins
-                  , callBusy = M.insertWith (+) wid secs (callBusy call)
                   , callChildren = callChildren call + length kids }
             in commandsToOuts call' cmds
     ownId wid c = fromIntegral (c `shiftR` stateIdBits) == wid
@@ -167,11 +169,11 @@ recoverStates _ [] call = (call, [])
 recoverStates why lost call = case (live, missing) of
   (_, _ : _) -> (call, [Fail (StatesLost (map show missing) (why ++ "; how they were made is unknown"))])
   ([], _) -> (call { callOrphans = callOrphans call ++ lost, callOrphanWhy = why
-                   , callWhere = foldl' (flip SM.delete) (callWhere call) lost
+                   , callStates = foldl' (flip SM.delete) (callStates call) lost
                    , callReplaying = foldl' (flip SM.delete) (callReplaying call) lost }, [])
   _ -> (call { callReplaying = foldl' (\m (s, w) -> SM.insert s (w, SM.member s pending, estimate s) m)
                                       (callReplaying call) assigned
-             , callWhere = foldl' (flip SM.delete) (callWhere call) lost }
+             , callStates = foldl' (flip SM.delete) (callStates call) lost }
        , [ SendTo w (StateReplay k root [ (ref, input, fromIntegral i) | (ref, input, i) <- path ])
          | (s@(StateId k), w) <- assigned, Just (root, path) <- [lineage (callOrigin call) s] ])
   where
@@ -180,7 +182,9 @@ recoverStates why lost call = case (live, missing) of
     assigned = zip lost (cycle live)
     -- states of this call not evolved yet (their output is still due)
     pending = SM.filterWithKey (\s _ -> not (SM.member s (callOutputs call))) (callInputs call)
-    estimate s = SM.findWithDefault (callMean call) s (callCost call)
+    estimate s = case SM.lookup s (callStates call) of
+      Just p | placedCost p > 0 -> placedCost p
+      _ -> callMean call
 
 -- | Turn the plan's commands into messages.
 commandsToOuts :: Call -> [Command] -> (Call, [Out])
@@ -192,6 +196,6 @@ commandsToOuts call cmds = (foldl' track call cmds, concatMap out cmds)
       Place w (StateId k) bytes -> [SendTo w (StateAdd k bytes)]
       Lose _ -> []
     track c cmd = case cmd of
-      Place w sid _ -> c { callWhere = SM.insert sid w (callWhere c) }
+      Place w sid _ -> c { callStates = SM.insert sid (Placed w (maybe 0 placedCost (SM.lookup sid (callStates c)))) (callStates c) }
       _ -> c
 

@@ -35,7 +35,7 @@ data Checkpoint = Checkpoint
 -- least this many steps.
 deepStates :: Int -> Registry -> [(StateId, WorkerId)]
 deepStates bound reg =
-  [ (s, w) | (s, w) <- SM.toList (regWhere reg), lineageDepth (regOrigin reg) s >= bound ]
+  [ (s, placedOn p) | (s, p) <- SM.toList (regStates reg), lineageDepth (regOrigin reg) s >= bound ]
 
 -- | Ask for these states, on the workers of the session.
 checkpointStart :: [WorkerId] -> [(StateId, WorkerId)] -> (Machine Checkpoint, Checkpoint, [Out])
@@ -68,6 +68,6 @@ checkpointStart live states =
 applyCheckpoint :: Checkpoint -> Registry -> Registry
 applyCheckpoint cp reg =
   let origins = M.foldrWithKey (\s bytes -> SM.insert s (Seen bytes)) (regOrigin reg) (cpTaken cp)
-      pruned = pruneOrigins (SM.keys (regWhere reg)) origins
+      pruned = pruneOrigins (SM.keys (regStates reg)) origins
   in reg { regOrigin = pruned, regPruned = SM.size pruned
-         , regDepth = maximum (0 : map (lineageDepth pruned) (SM.keys (regWhere reg))) }
+         , regDepth = maximum (0 : map (lineageDepth pruned) (SM.keys (regStates reg))) }

@@ -28,6 +28,7 @@ module Herd.Evolve.Plan
   , adjust
   , putWorker
   , removeWorker
+  , planBusy
   , leastLoaded
   , meanCost
   , queueTarget
@@ -76,6 +77,10 @@ data WorkerPlan = WorkerPlan
   , wpHeard    :: !Double
     -- ^ when it last answered, or was last given work while it had none
     -- (the master's clock): its running state started then at the latest
+  , wpBusy     :: !Double
+    -- ^ seconds of the steps it answered in this call (kept here, where
+    -- an answer rebuilds the entry anyway: a map of its own cost an
+    -- insert per answer, 0.4-1 KB at 512-8192 workers)
   } deriving (Eq, Show)
 
 -- | The scheduler's state during one call.
@@ -91,6 +96,8 @@ data Plan = Plan
     -- ^ how long asking a state back takes, as measured in this call (a
     -- moving average of the release round trips)
   , plSettings :: !PlanSettings
+  , plGoneBusy :: !(M.Map WorkerId Double)
+    -- ^ the 'wpBusy' of workers lost during the call
   } deriving (Eq, Show)
 
 -- | A state asked back from one worker for another.
@@ -209,7 +216,13 @@ putWorker w wp p = p { plWorkers = M.insert w wp (plWorkers p), plVictims = vict
 removeWorker :: WorkerId -> Plan -> Plan
 removeWorker w p =
   p { plWorkers = M.delete w (plWorkers p)
-    , plVictims = maybe id (\old -> S.delete (unstarted old, w)) (M.lookup w (plWorkers p)) (plVictims p) }
+    , plVictims = maybe id (\old -> S.delete (unstarted old, w)) (M.lookup w (plWorkers p)) (plVictims p)
+    , plGoneBusy = maybe id (\old -> M.insertWith (+) w (wpBusy old)) (M.lookup w (plWorkers p)) (plGoneBusy p) }
+
+-- | Seconds of steps each worker answered in this call, lost workers
+-- included (workers that answered none may be left out or given 0).
+planBusy :: Plan -> M.Map WorkerId Double
+planBusy p = M.unionWith (+) (M.map wpBusy (plWorkers p)) (plGoneBusy p)
 
 -- | The worker with the fewest states held and queued (the lowest id on a
 -- tie); the plan must have a worker.

@@ -7,6 +7,9 @@ module Herd.Evolve.Registry
   ( StateId (..)
   , stateIdBits
   , Registry (..)
+  , Placed (..)
+  , regWhere
+  , placedAt
   , emptyRegistry
   , Origin (..)
   , lineage
@@ -30,8 +33,7 @@ import Herd.Base (TaskRef, WorkerId)
 -- evolution is expected to cost, and how to make it again; kept by the
 -- master between calls.
 data Registry = Registry
-  { regWhere    :: !(StateMap WorkerId)
-  , regCost     :: !(StateMap Double)  -- ^ measured time of the step that made it
+  { regStates   :: !(StateMap Placed)   -- ^ every live state: where it is, what its making cost
   , regMeanCost :: !(Maybe Double)          -- ^ mean step time of the last call
   , regRoundTrip :: !(Maybe Double)
     -- ^ how long asking a state back took, as last measured (seconds)
@@ -52,9 +54,26 @@ data Registry = Registry
     -- dispatch 2048 messages)
   } deriving (Eq, Show)
 
+-- | Where a live state is, and the measured time of the step that made
+-- it (0 or less: not measured). One map for both: an answer moves a
+-- state's entry once, where two maps took two deletes and two inserts
+-- (about 1 KB of the master's allocation per state at 8192 states).
+data Placed = Placed
+  { placedOn   :: !WorkerId
+  , placedCost :: !Double
+  } deriving (Eq, Show)
+
+-- | Live states on these workers, their costs not measured.
+placedAt :: [(StateId, WorkerId)] -> StateMap Placed
+placedAt xs = SM.fromList [ (s, Placed w 0) | (s, w) <- xs ]
+
+-- | Where every live state is (a copy: for the caller's path, not per answer).
+regWhere :: Registry -> StateMap WorkerId
+regWhere = fmap placedOn . regStates
+
 -- | No states.
 emptyRegistry :: Registry
-emptyRegistry = Registry SM.empty SM.empty Nothing Nothing 1 SM.empty 0 0 Nothing
+emptyRegistry = Registry SM.empty Nothing Nothing 1 SM.empty 0 0 Nothing
 
 -- | How a state came to be, so that it can be made again if its worker is
 -- lost: the master saw its bytes (uploaded, or moved through the master),
@@ -109,7 +128,7 @@ pruneOrigins live origins = SM.filterWithKey (\s _ -> IS.member (key s) needed) 
 -- adds, and at most doubles the memory. The pruning is left unevaluated:
 -- the next call's first answer runs it, in the master's loop, while every
 -- worker has work queued ("Herd.Evolve.Call").
-keepOrigins :: StateMap WorkerId -> StateMap Origin -> Registry -> Registry
+keepOrigins :: StateMap a -> StateMap Origin -> Registry -> Registry
 keepOrigins live origins reg
   | SM.size origins > 2 * max (SM.size live) (regPruned reg) =
       let pruned = pruneOrigins (SM.keys live) origins

@@ -53,6 +53,7 @@ module Herd.Evolve.Schedule
   , lineage
   , pruneOrigins
   , planWorkers
+  , planBusy
   ) where
 
 import Data.List (foldl')
@@ -73,14 +74,14 @@ import Herd.Evolve.Settle
 -- each with its estimated cost. States held by workers not given are left
 -- out. Grouping through a map insert per state cost about 1.5 KB of
 -- allocation a state; this allocates one small record a state.
-holdingsOf :: [WorkerId] -> SM.StateMap WorkerId -> [StateId] -> (StateId -> Double)
+holdingsOf :: [WorkerId] -> (StateId -> Maybe WorkerId) -> [StateId] -> (StateId -> Double)
            -> M.Map WorkerId [(StateId, Double)]
 holdingsOf workers whereAt toEvolve estimate = M.fromDistinctAscList (zip ws (V.toList grouped))
   where
     ws = S.toAscList (S.fromList workers)
     index = M.fromDistinctAscList (zip ws [0 ..])
     grouped = V.accum (flip (:)) (V.replicate (length ws) [])
-                [ (i, (sid, estimate sid)) | sid <- toEvolve, Just w <- [SM.lookup sid whereAt], Just i <- [M.lookup w index] ]
+                [ (i, (sid, estimate sid)) | sid <- toEvolve, Just w <- [whereAt sid], Just i <- [M.lookup w index] ]
 
 -- | Start a call at this time (seconds of the master's clock; moves are
 -- timed by it): each worker with the states it holds that are to be
@@ -111,7 +112,7 @@ startPlan now settings holdings0 = (planAfter, releases ++ asks ++ stealCmds)
     -- each, thousands of times, and was most of a start's cost)
     target = queueTarget shell
     workerPlans =
-      [ (w, WorkerPlan (heldFromList kept) (Seq.fromList asked) (M.findWithDefault 0 w coming) 0 now)
+      [ (w, WorkerPlan (heldFromList kept) (Seq.fromList asked) (M.findWithDefault 0 w coming) 0 now 0)
       | (w, ss) <- M.toAscList held0
       , let mine = maybe ss (\gone -> filter (\(_, s) -> not (S.member s gone)) ss) (M.lookup w leaving)
             (taken, kept) = splitAt target mine
@@ -127,6 +128,7 @@ startPlan now settings holdings0 = (planAfter, releases ++ asks ++ stealCmds)
       , plCostN = 0
       , plRoundTrip = Nothing
       , plSettings = settings
+      , plGoneBusy = M.empty
       }
     planFilled = shell
       { plWorkers = M.fromDistinctAscList workerPlans
@@ -149,7 +151,7 @@ stepPlan now ev p = case ev of
       then Left ("it reported evolving " ++ show s ++ ", which it was not asked to evolve")
       -- the worker's entry is changed once, by its refill: a put here and
       -- another there rebuilt its paths in the plan's map and index twice
-      else pure $ settleWorker now w wp { wpQueued = dequeue s (wpQueued wp), wpHeard = now }
+      else pure $ settleWorker now w wp { wpQueued = dequeue s (wpQueued wp), wpHeard = now, wpBusy = wpBusy wp + secs }
         p { plLeft = plLeft p - 1
           , plCostSum = plCostSum p + secs
           , plCostN = plCostN p + 1 }
@@ -194,7 +196,7 @@ stepPlan now ev p = case ev of
   WorkerCame w
     | M.member w (plWorkers p) -> Right (p, [])
     -- it starts idle, and takes states from the busiest as any idle worker
-    | otherwise -> pure (settleIdle now (putWorker w (WorkerPlan (heldFromList []) Seq.empty 0 0 now) p { plIdle = S.insert w (plIdle p) }, []))
+    | otherwise -> pure (settleIdle now (putWorker w (WorkerPlan (heldFromList []) Seq.empty 0 0 now 0) p { plIdle = S.insert w (plIdle p) }, []))
   Adopted w ss -> case M.lookup w (plWorkers p) of
     Nothing -> Left ("worker " ++ show w ++ " is not part of this call")
     Just _ ->

@@ -12,6 +12,7 @@
 module Herd.Evolve.Start
   ( CallStart (..)
   , startCall
+  , estimateFrom
   , registryAfter
   ) where
 
@@ -20,7 +21,7 @@ import qualified Data.Map.Strict as M
 import Herd.Base (TaskRef)
 import Herd.Error (HerdError (..))
 import Herd.Evolve.Call
-import Herd.Evolve.Registry (keepOrigins, needsTelling, toldAfter)
+import Herd.Evolve.Registry (Placed (..), keepOrigins, needsTelling, toldAfter)
 import Herd.Evolve.Schedule
 import Herd.Evolve.StateMap (StateMap)
 import qualified Herd.Evolve.StateMap as SM
@@ -34,7 +35,8 @@ data CallStart = CallStart
   , startStates    :: ![StateId]     -- ^ the states to evolve, in the caller's order
   , startInputs    :: !(StateMap B.ByteString)  -- ^ each one's encoded input
   , startEstimate  :: StateId -> Double
-    -- ^ the expected cost of a state's step (seconds; 0 or less: unknown)
+    -- ^ the expected cost of a state's step (seconds; 0 or less: unknown;
+    -- 'estimateFrom' gives the registry's)
   , startLead      :: !Double        -- ^ 'settingsLead'
   , startMaxDeaths :: !Int           -- ^ 'callMaxDeaths'
   , startTime      :: !Double        -- ^ the master's clock at the start (seconds)
@@ -51,24 +53,31 @@ startCall st workers = Right (call2, opening ++ outs ++ recover)
     mean = regMeanCost reg
     present = M.fromList [ (w, ()) | w <- workers ]
     -- states whose worker went away since the last call are recomputed first
-    stranded = [ sid | (sid, w) <- SM.toList (regWhere reg), not (M.member w present) ]
-    holdings = holdingsOf workers (regWhere reg) (startStates st) (startEstimate st)
+    stranded = [ sid | (sid, p) <- SM.toList (regStates reg), not (M.member (placedOn p) present) ]
+    holdings = holdingsOf workers (fmap placedOn . (`SM.lookup` regStates reg)) (startStates st) (startEstimate st)
     settings = defaultPlanSettings { settingsLead = startLead st, settingsMeanCost = mean
                                    , settingsRoundTrip = regRoundTrip reg }
     (plan, cmds) = startPlan (startTime st) settings holdings
-    call0 = Call plan ref (startInputs st) SM.empty (regWhere reg) (regCost reg) (regOrigin reg) SM.empty
-                 M.empty 0 0 0 (maybe 0 id mean) [] "" SM.empty (startMaxDeaths st)
+    call0 = Call plan ref (startInputs st) SM.empty (regStates reg) (regOrigin reg) SM.empty
+                 0 0 0 (maybe 0 id mean) [] "" SM.empty (startMaxDeaths st)
     opening = [ SendTo w (EvolveWith ref) | w <- workers, needsTelling ref reg w ]
     (call1, outs) = commandsToOuts call0 cmds
     (call2, recover) = recoverStates "their worker is no longer connected" stranded call1
+
+-- | A state's expected step time by the registry: the measured time of
+-- the step that made it, else the mean of the last call, else 0 (unknown).
+estimateFrom :: Registry -> StateId -> Double
+estimateFrom reg s = case SM.lookup s (regStates reg) of
+  Just p | placedCost p > 0 -> placedCost p
+  _ -> maybe 0 id (regMeanCost reg)
 
 -- | The registry a finished call leaves: where each state lives now, the
 -- cost of the step that made it, the mean step time, the move round trip,
 -- the lineages (pruned when due, 'keepOrigins'), and who knows the function.
 registryAfter :: TaskRef -> Call -> Registry -> Registry
 registryAfter ref call reg =
-  keepOrigins (callWhere call) (callOrigin call)
-    reg { regWhere = callWhere call, regCost = callCost call
+  keepOrigins (callStates call) (callOrigin call)
+    reg { regStates = callStates call
         , regMeanCost = if evolvedN > 0 then Just (busyTotal / fromIntegral evolvedN) else regMeanCost reg
         , regRoundTrip = moveRoundTrip (callPlan call)
         , regDepth = regDepth reg + (if evolvedN > 0 then 1 else 0)
