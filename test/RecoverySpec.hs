@@ -8,7 +8,7 @@ module RecoverySpec (spec) where
 import Control.Concurrent (forkIO, readMVar, threadDelay)
 import Data.List (sort)
 import Herd.Master (clusterRegistry)
-import Herd.Evolve.Registry (Registry (..), lineageDepth, regWhere)
+import Herd.Evolve.Registry (Placed (..), Registry (..), lineageDepth)
 import qualified Herd.Evolve.StateMap as SM
 import Control.Exception
 import qualified Data.Map.Strict as M
@@ -147,7 +147,7 @@ spec = describe "recovery of a cluster of local worker processes" $ do
           let deepest = maximum (0 : map (lineageDepth (regOrigin reg)) ids')
           -- their worker is lost: they are recomputed on the other, from the checkpoint
           infos <- clusterWorkerInfo cluster
-          let holders = SM.elems (regWhere reg)
+          let holders = map placedOn (SM.elems (regStates reg))
           forM_ [ i | i <- infos, infoId i `elem` holders ] $ \i -> signalProcess sigKILL (fromIntegral (infoPid i))
           out <- evolveManyWith opts cluster countEvolver (M.fromList [ (i, 1) | i <- ids' ])
           pure (deepest, sort (map snd (concatMap snd (M.toList (fst out)))))

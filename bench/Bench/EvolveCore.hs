@@ -1,4 +1,3 @@
-{-# LANGUAGE BangPatterns #-}
 -- | @herd bench evolvecore@: the master's core alone on evolve calls, with
 -- no socket, no process and no clock but a simulated one. Simulated
 -- workers answer the core's messages after a fixed delay and take a fixed
@@ -19,7 +18,9 @@ module Bench.EvolveCore
   ) where
 
 import Control.Exception (evaluate)
-import Control.Monad (forM, forM_, unless, when)
+import Control.Monad (foldM, forM, forM_, unless, when)
+import Data.List (maximumBy, minimumBy)
+import Data.Ord (comparing)
 import qualified Data.ByteString as B
 import Data.Bits (shiftL, (.|.))
 import Data.IORef
@@ -78,17 +79,17 @@ run o = do
                       ++ show (round (perState (fromIntegral . rowBytes) row) :: Int) ++ " B per state")
     pure row
   let us r = perState rowSeconds r * 1e6
-      growth = case rows of
-        [] -> 1
-        _ -> us (last rows) / max 1e-9 (us (head rows))
+      fewest = minimumBy (comparing rowWorkers) rows
+      most = maximumBy (comparing rowWorkers) rows
+      growth = us most / max 1e-9 (us fewest)
   putStr $ renderTable ["workers", "states evolved", "core events", "core s", "core us/state", "core B/state"
                        , "simulated s", "ideal s", "sim efficiency", "moved"]
     [ [ show (rowWorkers r), show (rowEvolved r), show (rowEvents r), fixed 3 (rowSeconds r), fixed 2 (us r)
       , show (round (perState (fromIntegral . rowBytes) r) :: Int), fixed 3 (rowSimulated r), fixed 3 (rowIdeal r)
       , fixed 3 (rowIdeal r / rowSimulated r), show (rowMoved r) ]
     | r <- rows ]
-  putStrLn ("core cost per state at " ++ show (rowWorkers (last rows)) ++ " workers / at "
-            ++ show (rowWorkers (head rows)) ++ ": " ++ fixed 2 growth)
+  putStrLn ("core cost per state at " ++ show (rowWorkers most) ++ " workers / at "
+            ++ show (rowWorkers fewest) ++ ": " ++ fixed 2 growth)
   when (optJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "evolvecore")
     , ("rows", JArray [ JObject
@@ -142,7 +143,7 @@ measure o nWorkers = do
         , regNextId = fromIntegral (optStates o) + 1 }
       workers0 = IM.fromList [ (w, Worker Seq.empty S.empty False 0) | w <- [1 .. nWorkers] ]
   -- links come up before anything is timed
-  sim0 <- foldlIO (\s w -> coreStep o 0 (LinkUp w) s) (Sim emptyCore workers0 M.empty 0 0 0 0) [1 .. nWorkers]
+  sim0 <- foldM (\s w -> coreStep o 0 (LinkUp w) s) (Sim emptyCore workers0 M.empty 0 0 0 0) [1 .. nWorkers]
   let zeroed = sim0 { simEvents = 0, simNanos = 0, simBytes = 0 }
       oneCall (sim, reg, now, evolved, moved, k) = do
         ended <- newIORef Nothing
@@ -155,7 +156,7 @@ measure o nWorkers = do
             request = SessionRequest Nothing
               (\ws -> (\(call, outs) -> (callMachine "evolvecore", call, outs)) <$> startCall start ws)
               (writeIORef ended . Just)
-        (sim1, finished) <- driveCall o child ended =<< coreStep o now (SessionStart k request) sim
+        (sim1, finished) <- driveCall o child ended now =<< coreStep o now (SessionStart k request) sim
         answer <- readIORef ended
         case answer of
           Just (Right end) | Nothing <- endError end -> do
@@ -166,7 +167,7 @@ measure o nWorkers = do
           Just (Right end) -> die ("evolvecore: the call failed: " ++ show (endError end))
           Just (Left e) -> die ("evolvecore: the call did not start: " ++ show e)
           Nothing -> die "evolvecore: the call never ended"
-  (simN, _, simulated, evolved, moved, _) <- iterateIO (optSteps o) oneCall (zeroed, reg0, 0, 0, 0, 1)
+  (simN, _, simulated, evolved, moved, _) <- foldM (\acc _ -> oneCall acc) (zeroed, reg0, 0, 0, 0, 1) [1 .. optSteps o]
   pure Row { rowWorkers = nWorkers, rowEvolved = evolved, rowEvents = simEvents simN
            , rowSeconds = fromIntegral (simNanos simN) / 1e9, rowBytes = simBytes simN
            , rowSimulated = simulated
@@ -174,8 +175,8 @@ measure o nWorkers = do
 
 -- Run simulated events until the call's answer is in, returning the
 -- simulation and the simulated time it ended at.
-driveCall :: Options -> B.ByteString -> IORef (Maybe a) -> Sim -> IO (Sim, Double)
-driveCall o child ended = go 0
+driveCall :: Options -> B.ByteString -> IORef (Maybe a) -> Double -> Sim -> IO (Sim, Double)
+driveCall o child ended = go
   where
     go lastT sim = do
       done <- readIORef ended
@@ -202,7 +203,7 @@ coreStep o now ev sim = do
   a1 <- getAllocationCounter
   let timed = sim { simCore = core', simEvents = simEvents sim + 1, simNanos = simNanos sim + (t1 - t0)
                   , simBytes = simBytes sim + fromIntegral (a0 - a1) }
-  foldlIO (command o now) timed cmds
+  foldM (command o now) timed cmds
 
 -- Carry out one command of the core.
 command :: Options -> Double -> Sim -> Command -> IO Sim
@@ -255,12 +256,3 @@ sendAt at ev sim = sim { simQueue = M.insert (at, simSeq sim) ev (simQueue sim),
 
 withWorker :: Int -> (Worker -> Worker) -> Sim -> Sim
 withWorker w f sim = sim { simWorkers = IM.adjust f w (simWorkers sim) }
-
-foldlIO :: (b -> a -> IO b) -> b -> [a] -> IO b
-foldlIO f = go
-  where go !acc [] = pure acc
-        go !acc (x : xs) = f acc x >>= \acc' -> go acc' xs
-
-iterateIO :: Int -> (a -> IO a) -> a -> IO a
-iterateIO 0 _ a = pure a
-iterateIO n f a = f a >>= iterateIO (n - 1) f

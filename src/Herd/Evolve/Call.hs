@@ -26,7 +26,7 @@ import qualified Data.Set as S
 import qualified Data.Text as T
 import Herd.Base (TaskRef)
 import Herd.Error (HerdError (..))
-import Herd.Evolve.Registry (Placed (..), stateIdBits)
+import Herd.Evolve.Registry (Placed (..), costOr, stateIdBits)
 import Herd.Evolve.Schedule
 import Herd.Evolve.Plan (planRunning)
 import Herd.Master.Session (Machine (..), Out (..), SessionView (..))
@@ -182,9 +182,7 @@ recoverStates why lost call = case (live, missing) of
     assigned = zip lost (cycle live)
     -- states of this call not evolved yet (their output is still due)
     pending = SM.filterWithKey (\s _ -> not (SM.member s (callOutputs call))) (callInputs call)
-    estimate s = case SM.lookup s (callStates call) of
-      Just p | placedCost p > 0 -> placedCost p
-      _ -> callMean call
+    estimate s = costOr (callMean call) (SM.lookup s (callStates call))
 
 -- | Turn the plan's commands into messages.
 commandsToOuts :: Call -> [Command] -> (Call, [Out])

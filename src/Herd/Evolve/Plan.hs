@@ -80,7 +80,8 @@ data WorkerPlan = WorkerPlan
   , wpBusy     :: !Double
     -- ^ seconds of the steps it answered in this call (kept here, where
     -- an answer rebuilds the entry anyway: a map of its own cost an
-    -- insert per answer, 0.4-1 KB at 512-8192 workers)
+    -- insert per answer, 0.4-0.8 KB per state at 512-8192 workers by
+    -- @herd bench evolvecore@)
   } deriving (Eq, Show)
 
 -- | The scheduler's state during one call.
@@ -219,8 +220,8 @@ removeWorker w p =
     , plVictims = maybe id (\old -> S.delete (unstarted old, w)) (M.lookup w (plWorkers p)) (plVictims p)
     , plGoneBusy = maybe id (\old -> M.insertWith (+) w (wpBusy old)) (M.lookup w (plWorkers p)) (plGoneBusy p) }
 
--- | Seconds of steps each worker answered in this call, lost workers
--- included (workers that answered none may be left out or given 0).
+-- | Seconds of steps each worker of the call answered, lost workers
+-- included (0 for one that answered none).
 planBusy :: Plan -> M.Map WorkerId Double
 planBusy p = M.unionWith (+) (M.map wpBusy (plWorkers p)) (plGoneBusy p)
 

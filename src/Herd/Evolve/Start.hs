@@ -21,7 +21,7 @@ import qualified Data.Map.Strict as M
 import Herd.Base (TaskRef)
 import Herd.Error (HerdError (..))
 import Herd.Evolve.Call
-import Herd.Evolve.Registry (Placed (..), keepOrigins, needsTelling, toldAfter)
+import Herd.Evolve.Registry (Placed (..), costOr, keepOrigins, needsTelling, toldAfter)
 import Herd.Evolve.Schedule
 import Herd.Evolve.StateMap (StateMap)
 import qualified Herd.Evolve.StateMap as SM
@@ -67,9 +67,7 @@ startCall st workers = Right (call2, opening ++ outs ++ recover)
 -- | A state's expected step time by the registry: the measured time of
 -- the step that made it, else the mean of the last call, else 0 (unknown).
 estimateFrom :: Registry -> StateId -> Double
-estimateFrom reg s = case SM.lookup s (regStates reg) of
-  Just p | placedCost p > 0 -> placedCost p
-  _ -> maybe 0 id (regMeanCost reg)
+estimateFrom reg s = costOr (maybe 0 id (regMeanCost reg)) (SM.lookup s (regStates reg))
 
 -- | The registry a finished call leaves: where each state lives now, the
 -- cost of the step that made it, the mean step time, the move round trip,
