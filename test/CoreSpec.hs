@@ -402,3 +402,19 @@ spec = describe "Herd.Master.Core" $ do
     answered started
     readIORef answers `shouldReturn` 1   -- started: no answer yet
     [ () | Send 1 _ StatesReset <- started ] `shouldBe` [()]
+
+  it "gathers a session's messages per worker: each live worker once, in the workers' order, its messages in the order given" $
+    forAll (listOf ((,) <$> choose (1, 6 :: Int) <*> arbitrary)) $ \sends -> forAll (sublistOf [1 .. 6]) $ \linked ->
+      let machine = Machine { machineMessage = \_ _ _ st -> (st, []), machineLost = \_ _ _ st -> (st, [])
+                            , machineJoined = \_ _ st -> (st, []), machineStarved = \st -> (st, [])
+                            , machineDone = const False, machineView = const Nothing }
+          req = SessionRequest Nothing (\_ -> Right (machine, (), [])) (\_ -> pure ())
+          -- workers 1-5 are the session's; 6 is not; only the linked ones count
+          outs = [ SendTo (fromIntegral w) (Ping n B.empty) | (w, n) <- sends ]
+          expected = [ (fromIntegral w, [ Ping n B.empty | (v, n) <- sends, v == w ])
+                     | w <- [1 .. 5], w `elem` linked, any ((== w) . fst) sends ]
+      in case hostStart [1 .. 5] req of
+           Left _ -> counterexample "the session did not start" False
+           Right (hosted, _) ->
+             let (_, perWorker, drops) = hostApply ((`elem` linked) . fromIntegral) outs hosted
+             in perWorker === expected .&&. null drops

@@ -49,7 +49,7 @@ settle now ws p0 = fmap (concat . reverse) (foldl' one (p0, []) ws)
     -- commands gathered newest group first, flattened once at the end
     one (!p, groups) w = case M.lookup w (plWorkers p) of
       Nothing -> (p, groups)
-      Just wp -> case settleWorker now w wp p of
+      Just wp -> case settleStored now w wp p of
         (p', []) -> (p', groups)
         (p', group) -> (p', group : groups)
 
@@ -58,7 +58,17 @@ settle now ws p0 = fmap (concat . reverse) (foldl' one (p0, []) ws)
 -- Strict throughout: a start runs this once per worker, and the lazy
 -- version left a dozen thunks per worker for the next step to force.
 settleWorker :: Double -> WorkerId -> WorkerPlan -> Plan -> (Plan, [Command])
-settleWorker now w wp p =
+settleWorker = settleWith False
+
+-- 'settleWorker' for an entry the plan's map holds already: when nothing
+-- is asked it is not put again. A call's start settles every worker left
+-- short (at 2048 workers with four states each, every worker), and
+-- putting each unchanged entry back copied its path of the plan's map.
+settleStored :: Double -> WorkerId -> WorkerPlan -> Plan -> (Plan, [Command])
+settleStored = settleWith True
+
+settleWith :: Bool -> Double -> WorkerId -> WorkerPlan -> Plan -> (Plan, [Command])
+settleWith stored now w wp p =
   let !target = queueTarget p
       !queued = Seq.length (wpQueued wp)
       !room = if refillDue target queued then target - queued else 0
@@ -68,7 +78,7 @@ settleWorker now w wp p =
       !heard = if Seq.null (wpQueued wp) && not (null askedIds) then now else wpHeard wp
       !wp' = wp { wpHeld = kept, wpQueued = if null askedIds then wpQueued wp else wpQueued wp <> Seq.fromList askedIds
                 , wpHeard = heard }
-      !p' = putWorker w wp' p
+      !p' = if stored && null askedIds then p else putWorker w wp' p
       (!p'', stealCmds) = if heldNull kept && Seq.length (wpQueued wp') < target && wpIncoming wp' == 0
                             then steal now w p'
                             else (p', [])
