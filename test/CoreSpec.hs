@@ -333,6 +333,12 @@ runWorld actions = do
   problems <- verdict w2
   pure (w2, problems)
 
+-- A session that ignores everything and never ends by itself.
+inertMachine :: Machine ()
+inertMachine = Machine { machineMessage = \_ _ _ st -> (st, []), machineLost = \_ _ _ st -> (st, [])
+                       , machineJoined = \_ _ st -> (st, []), machineStarved = \st -> (st, [])
+                       , machineDone = const False, machineView = const Nothing }
+
 spec :: Spec
 spec = describe "Herd.Master.Core" $ do
   it "answers every caller once, accepts every task once, and streams return their input, under random interleavings" $
@@ -385,10 +391,7 @@ spec = describe "Herd.Master.Core" $ do
 
   it "forgets a session whose caller gave up, so the next one starts; a cancel of another number does nothing" $ do
     answers <- newIORef (0 :: Int)
-    let start ws = Right (machine, (), [ SendTo x StatesReset | x <- ws ])
-        machine = Machine { machineMessage = \_ _ _ st -> (st, []), machineLost = \_ _ _ st -> (st, [])
-                          , machineJoined = \_ _ st -> (st, []), machineStarved = \st -> (st, [])
-                          , machineDone = const False, machineView = const Nothing }
+    let start ws = Right (inertMachine, (), [ SendTo x StatesReset | x <- ws ])
         req = SessionRequest Nothing start (\_ -> modifyIORef answers (+ 1))
         answered out = mapM_ (\cmd -> case cmd of { SessionEnded a -> a; _ -> pure () }) out
         (c1, _) = step 0 (LinkUp 1) emptyCore
@@ -405,10 +408,7 @@ spec = describe "Herd.Master.Core" $ do
 
   it "gathers a session's messages per worker: each live worker once, in the workers' order, its messages in the order given" $
     forAll (listOf ((,) <$> choose (1, 6 :: Int) <*> arbitrary)) $ \sends -> forAll (sublistOf [1 .. 6]) $ \linked ->
-      let machine = Machine { machineMessage = \_ _ _ st -> (st, []), machineLost = \_ _ _ st -> (st, [])
-                            , machineJoined = \_ _ st -> (st, []), machineStarved = \st -> (st, [])
-                            , machineDone = const False, machineView = const Nothing }
-          req = SessionRequest Nothing (\_ -> Right (machine, (), [])) (\_ -> pure ())
+      let req = SessionRequest Nothing (\_ -> Right (inertMachine, (), [])) (\_ -> pure ())
           -- workers 1-5 are the session's; 6 is not; only the linked ones count
           outs = [ SendTo (fromIntegral w) (Ping n B.empty) | (w, n) <- sends ]
           expected = [ (fromIntegral w, [ Ping n B.empty | (v, n) <- sends, v == w ])

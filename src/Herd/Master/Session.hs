@@ -32,8 +32,9 @@ module Herd.Master.Session
   , hostView
   ) where
 
-import Data.List (sortOn)
+import Data.List (sortBy)
 import qualified Data.Map.Strict as M
+import Data.Ord (comparing)
 import qualified Data.Set as S
 import Herd.Error (HerdError)
 import Herd.Base (WorkerId)
@@ -165,7 +166,7 @@ hostApply linked outs (Hosted machine st ws lost err answer) =
       -- call's start asks every worker in order) whole: a map built by
       -- an insert a run copied a path of thousands of workers each time
       -- (about 0.5 KB a worker at a call's start)
-      perWorker = joinRuns (sortOn fst [ run | run@(w, _) <- runsOf outs, live w ])
+      perWorker = joinRuns (sortBy (comparing fst) [ run | run@(w, _) <- runsOf outs, live w ])
   in (Hosted machine st ws lost err' answer, perWorker, [ (w, why) | DropPeer w why <- outs ])
   where
     runsOf (SendTo w m : rest) = let (more, rest') = sameWorker w rest in (w, m : more) : runsOf rest'
