@@ -90,12 +90,13 @@ spec = do
       parseAgentCount "8" `shouldBe` Right (Just 8)
       parseAgentCount "0" `shouldSatisfy` isLeft
     it "quote every word of the remote command and keep the secret off it" $ do
-      let cmd = remoteAgentCommand "m:7000" (Just 8) "ssh:a" ["-N1"] "/home/it's" (Left "/opt/my prog")
+      let cmd = remoteAgentCommand "m:7000" (Just 8) "ssh:a" ["-N1"] 64 "/home/it's" (Left "/opt/my prog")
                                    ["--x", "a'b"]
       cmd `shouldContain` "'/opt/my prog'"
       cmd `shouldContain` "'/home/it'\\''s'"
       cmd `shouldContain` "'a'\\''b'"
       cmd `shouldContain` "HERD_SECRET_STDIN=1"
+      cmd `shouldContain` "HERD_WORKER_HEAP_RESERVE=64"
       cmd `shouldNotContain` "HERD_SECRET="
   where
     isLeft = either (const True) (const False)

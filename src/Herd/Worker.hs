@@ -45,7 +45,7 @@ import Herd.Transport.Shm (upgradeWorker)
 import Herd.Transport.Tls (tlsConnect)
 import Herd.Wire
 import Herd.Worker.Join (Joined (..), joinMaster)
-import Herd.HeapReserve (warmNursery)
+import Herd.HeapReserve (defaultWorkerHeapReserve, parseWorkerHeapReserve, reserveHeap, warmNursery)
 import Herd.Simulate.Host (SimulatedHost (..), runSimulatedHost)
 import Herd.Worker.Serve (serve)
 import System.Posix.Unistd (getSystemID, nodeName)
@@ -214,7 +214,12 @@ runWorker opts = do
   -- the nursery's first pass faults in every page of it: paid here, before
   -- the master counts this worker in, not during the first job (20 M tiny
   -- tasks on two workers: 0.96-1.02 s against 1.12 s, three pairs)
-  warmNursery
+  reserveText <- lookupEnv envHeapReserve
+  reserve <- case traverse parseWorkerHeapReserve reserveText of
+    Left why -> failWith 2 (envHeapReserve ++ ": " ++ why)
+    Right r -> pure (maybe defaultWorkerHeapReserve id r)
+  -- and the heap its collections will reach for (see 'defaultWorkerHeapReserve')
+  if reserve > 0 then reserveHeap (reserve * 1024 * 1024) else warmNursery
   joined <- joinMaster secret binding build where_ hello link0
   case joined of
     Left why -> failWith 3 why

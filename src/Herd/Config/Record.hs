@@ -14,6 +14,7 @@ module Herd.Config.Record
 import Herd.Log (logToStderr)
 import Herd.Auth (SecretSource (..))
 import Herd.Packet.Policy (PacketPolicy (..), defaultPacketPolicy)
+import Herd.HeapReserve (defaultWorkerHeapReserve)
 import System.Info (os)
 import Herd.Base (Batching (..), MasterLoop (..), TransportKind (..))
 import Herd.Config.Parse
@@ -143,6 +144,13 @@ data Config = Config
     -- touches nothing. 'Nothing' (the default): 256 KiB per worker
     -- connected at the start, at least 128 MiB and at most 256 MiB.
     -- @Just 0@: none
+  , configWorkerHeapReserve :: Int
+    -- ^ MiB of heap each worker touches once before it joins and then
+    -- lets go, its minimum old generation raised to a quarter of it, so
+    -- that its collections reuse those pages instead of giving memory
+    -- back and touching it afresh ("Herd.HeapReserve"). Local, ssh and
+    -- SLURM workers alike. Default 64
+    -- ('Herd.HeapReserve.defaultWorkerHeapReserve'); 0: none
   }
 
 
@@ -214,6 +222,7 @@ defaultConfig = Config
   , configMaxTaskDeaths    = 3
   , configRestartWorkers   = True
   , configMasterHeapReserve = Nothing
+  , configWorkerHeapReserve = defaultWorkerHeapReserve
   }
 
 -- | The packet policy a configuration asks for.

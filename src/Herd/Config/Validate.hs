@@ -72,6 +72,8 @@ validateConfig c
       bad "configMaxTaskDeaths" ("must be from 1 to 1000, got " ++ show (configMaxTaskDeaths c))
   | Just mib <- configMasterHeapReserve c, mib < 0 || mib > 65536 =
       bad "configMasterHeapReserve" ("must be from 0 to 65536 MiB, got " ++ show mib)
+  | configWorkerHeapReserve c < 0 || configWorkerHeapReserve c > 65536 =
+      bad "configWorkerHeapReserve" ("must be from 0 to 65536 MiB, got " ++ show (configWorkerHeapReserve c))
   | configWorkerNice c < 0 || configWorkerNice c > 19 =
       bad "configWorkerNice" ("must be from 0 to 19, got " ++ show (configWorkerNice c))
   | any (\o -> null o || head o /= '-') (configWorkerRtsOptions c) =

@@ -16,6 +16,8 @@ import Control.Exception (IOException, catch)
 import Control.Monad (forM_, when)
 import Data.Char (isDigit)
 import Herd.Auth (Secret)
+import Herd.HeapReserve (parseWorkerHeapReserve)
+import Herd.Launch.Env (envHeapReserve)
 import Herd.Launch.Local
 import Herd.Launch.Topology (physicalCores)
 import Herd.Sys (exitWhenStdinCloses)
@@ -46,7 +48,14 @@ runAgent address count group secret = do
   let n = maybe (length cores) id count
       plan = take n (map Just (cycle cores))
   rts <- maybe [] words <$> lookupEnv "GHCRTS"
-  workers <- spawnLocalWorkers (LocalLaunch address rts group secret 0) plan
+  -- the master's setting for the workers' heap reserve, passed on
+  reserveText <- lookupEnv envHeapReserve
+  reserve <- case traverse parseWorkerHeapReserve reserveText of
+    Left why -> do
+      logToStderr ("herd agent: " ++ envHeapReserve ++ ": " ++ why)
+      exitWith (ExitFailure 2)
+    Right r -> pure r
+  workers <- spawnLocalWorkers (LocalLaunch address rts group secret 0 reserve) plan
   putStrLn (agentReadyPrefix ++ show n)
   hFlush stdout
   codes <- mapM (waitForProcess . localHandle) workers

@@ -12,6 +12,7 @@ module Herd.Launch.Env
   , envBuildHint
   , envNice
   , envSimulated
+  , envHeapReserve
   , herdVariables
   ) where
 
@@ -56,6 +57,11 @@ envNice = "HERD_WORKER_NICE"
 envSimulated :: String
 envSimulated = "HERD_SIMULATED_WORKERS"
 
+-- | MiB of heap a worker touches once before it joins, then lets go
+-- ("Herd.HeapReserve"; @0@: none). Unset: the worker's default.
+envHeapReserve :: String
+envHeapReserve = "HERD_WORKER_HEAP_RESERVE"
+
 -- | Every variable above, to strip from an inherited environment.
 herdVariables :: [String]
-herdVariables = [envConnect, envCpu, envWatchStdin, envSecretStdin, envGroup, envAgent, envBuildHint, envNice, envSimulated]
+herdVariables = [envConnect, envCpu, envWatchStdin, envSecretStdin, envGroup, envAgent, envBuildHint, envNice, envSimulated, envHeapReserve]

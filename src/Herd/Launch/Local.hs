@@ -71,6 +71,9 @@ data LocalLaunch = LocalLaunch
   , launchGroup      :: String    -- ^ the launch's name, reported in each hello
   , launchSecret     :: Secret
   , launchNice       :: Int       -- ^ the workers' nice value (0: as the launcher)
+  , launchHeapReserve :: Maybe Int
+    -- ^ MiB of heap each worker touches before it joins ('Nothing': the
+    -- worker's own default, 'Herd.HeapReserve.defaultWorkerHeapReserve')
   }
 
 -- | Start one worker per planned CPU.
@@ -104,7 +107,8 @@ spawnOne launch cpu role = do
         , ("GHCRTS", unwords (launchRtsOptions launch ++ eventlog)) ] ++
         role ++
         [ (envBuildHint, h) | Just h <- [hint] ] ++
-        [ (envNice, show (launchNice launch)) | launchNice launch > 0 ]
+        [ (envNice, show (launchNice launch)) | launchNice launch > 0 ] ++
+        [ (envHeapReserve, show m) | Just m <- [launchHeapReserve launch] ]
   (Just stdinH, _, _, ph) <- createProcess (proc exe args)
     { env = Just env, std_in = CreatePipe, std_out = UseHandle devNull
     , std_err = Inherit, close_fds = True }

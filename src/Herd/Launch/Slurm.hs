@@ -30,6 +30,7 @@ import System.Process
 data SlurmLaunch = SlurmLaunch
   { slurmAddress    :: String       -- ^ @HOST:PORT@ the workers connect to
   , slurmRtsOptions :: [String]
+  , slurmHeapReserve :: Int       -- ^ MiB of heap each worker touches before it joins
   , slurmSecret     :: Secret
   , slurmLog        :: String -> IO ()
   }
@@ -56,7 +57,8 @@ startSlurmLaunch cfg tasks = do
   baseEnv <- filter (\(k, _) -> k `notElem` ("GHCRTS" : herdVariables)) <$> getEnvironment
   let env = baseEnv ++
         [ (envConnect, slurmAddress cfg), (envSecretStdin, "1"), (envWatchStdin, "1")
-        , (envGroup, "slurm"), ("GHCRTS", unwords (slurmRtsOptions cfg)) ]
+        , (envGroup, "slurm"), ("GHCRTS", unwords (slurmRtsOptions cfg))
+        , (envHeapReserve, show (slurmHeapReserve cfg)) ]
       srunArgs = [ "--ntasks=" ++ show tasks, "--kill-on-bad-exit=0", "--input=all"
                  , "--job-name=herd-workers", exe ] ++ args
   lp <- startLogged (slurmLog cfg) "slurm" "srun" (proc "srun" srunArgs) { env = Just env }

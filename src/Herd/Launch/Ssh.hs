@@ -41,6 +41,7 @@ data SshLaunch = SshLaunch
   { sshCommand    :: [String]      -- ^ the ssh client and its options
   , sshAddress    :: String        -- ^ @HOST:PORT@ the workers connect to
   , sshRtsOptions :: [String]      -- ^ the workers' RTS options
+  , sshHeapReserve :: Int          -- ^ MiB of heap each worker touches before it joins
   , sshSecret     :: Secret
   , sshShip       :: Bool          -- ^ copy the executable to the host first
   , sshLog        :: String -> IO ()
@@ -66,7 +67,7 @@ startSshLaunch cfg host = do
       Left why -> writeIORef failure (Just why)
       Right () -> do
         let exe = if sshShip cfg then Right shippedName else Left localExe
-            remote = remoteAgentCommand (sshAddress cfg) (hostSlots host) name (sshRtsOptions cfg) cwd exe args
+            remote = remoteAgentCommand (sshAddress cfg) (hostSlots host) name (sshRtsOptions cfg) (sshHeapReserve cfg) cwd exe args
             ssh : opts = sshCommand cfg
         lp <- startLogged (sshLog cfg) name ("ssh to " ++ hostTarget host)
                 (proc ssh (opts ++ [hostTarget host, remote]))
@@ -102,17 +103,19 @@ startSshLaunch cfg host = do
 
 -- | The command the remote shell runs: change to the master's working
 -- directory if it exists there, then exec the agent with its settings in
--- the environment. @Left path@ runs the executable at the master's path;
+-- the environment (the workers' RTS options and heap reserve in MiB
+-- among them). @Left path@ runs the executable at the master's path;
 -- @Right name@ runs the shipped copy @~/.herd/bin/name@.
-remoteAgentCommand :: String -> Maybe Int -> String -> [String] -> FilePath
+remoteAgentCommand :: String -> Maybe Int -> String -> [String] -> Int -> FilePath
                    -> Either FilePath String -> [String] -> String
-remoteAgentCommand address slots group rts cwd exe args = unwords $
+remoteAgentCommand address slots group rts reserve cwd exe args = unwords $
   [ "cd", shellQuote cwd, "2>/dev/null;", "exec", "env"
   , envConnect ++ "=" ++ shellQuote address
   , envAgent ++ "=" ++ maybe "auto" show slots
   , envSecretStdin ++ "=1"
   , envGroup ++ "=" ++ shellQuote group
   , "GHCRTS=" ++ shellQuote (unwords rts)
+  , envHeapReserve ++ "=" ++ show reserve
   , either shellQuote (\n -> "\"$HOME\"/.herd/bin/" ++ safeName n) exe
   ] ++ map shellQuote args
 

@@ -38,6 +38,7 @@ data LocalSet = LocalSet
 startLaunches :: Config -> Secret -> [Maybe Int] -> Maybe Int -> String -> String -> String -> IO ([Launch], Maybe LocalSet)
 startLaunches cfg secret plan slurmTasks localAddr tcpAddr remoteAddr = do
   let local = LocalLaunch localAddr (configWorkerRtsOptions cfg) "local" secret (configWorkerNice cfg)
+                          (Just (configWorkerHeapReserve cfg))
   (locals, localSet) <- if null plan then pure ([], Nothing) else do
     ws <- spawnLocalWorkers local plan
     let respawn cpu = do
@@ -51,14 +52,15 @@ startLaunches cfg secret plan slurmTasks localAddr tcpAddr remoteAddr = do
         hosts = min total (configSimulatedHosts cfg)
         counts = [ total `div` hosts + (if k < total `mod` hosts then 1 else 0) | k <- [0 .. hosts - 1] ]
     ws <- spawnSimulatedHosts (LocalLaunch tcpAddr (configWorkerRtsOptions cfg) "simulated" secret
-                                          (configWorkerNice cfg)) counts
+                                          (configWorkerNice cfg) Nothing) counts
     pure [localLaunch "simulated" total ws]
   hosts <- forM (configHosts cfg) $ startSshLaunch SshLaunch
     { sshCommand = configSshCommand cfg, sshAddress = remoteAddr
-    , sshRtsOptions = configWorkerRtsOptions cfg, sshSecret = secret
+    , sshRtsOptions = configWorkerRtsOptions cfg, sshHeapReserve = configWorkerHeapReserve cfg, sshSecret = secret
     , sshShip = configShip cfg, sshLog = configLog cfg }
   slurm <- forM (maybe [] pure slurmTasks) $ startSlurmLaunch SlurmLaunch
     { slurmAddress = remoteAddr, slurmRtsOptions = configWorkerRtsOptions cfg
+    , slurmHeapReserve = configWorkerHeapReserve cfg
     , slurmSecret = secret, slurmLog = configLog cfg }
   pure (locals ++ simulated ++ hosts ++ slurm, localSet)
 
