@@ -141,17 +141,17 @@ madvHugePage = 14
 foreign import ccall unsafe "madvise"
   c_madvise :: Ptr Word8 -> CSize -> CInt -> IO CInt
 
--- | MiB of heap a worker touches before it joins, by default: 64 (its
--- collections then keep about that much; a worker's own live data is
--- small, so without it a major collection gave back all but a few MiB,
--- and the next megabytes of messages were first touches again). Echoing
--- 10,000 items of 1000 words through one worker (@herd bench echo@),
--- the whole bench's page faults went from 205,000-234,000 to
--- 61,000-76,000, and the median run with chunking off from 0.22-0.29 s to
--- 0.08-0.12 s, in turns (2026-11-24). It costs each worker 64 MiB of
--- memory and about 0.03 s at its start.
+-- | MiB of heap a worker touches before it joins, by default: none. A
+-- worker's own live data is small, so a major collection gives back all
+-- but a few MiB and the next megabytes of messages are first touches
+-- again; a reserve of 64 MiB keeps about that much. Echoing 10,000 items
+-- of 1000 words through one worker (@herd bench echo@), the bench's page
+-- faults went from 205,000-234,000 to 61,000-76,000 with it, and the
+-- median run with chunking off from 0.22-0.29 s to 0.08-0.12 s; but
+-- @herd bench bandwidth@ over TCP fell from 0.86-0.96 of the C floor to
+-- 0.75-0.81 in four pairs (2026-11-24), so it is not on by default.
 defaultWorkerHeapReserve :: Int
-defaultWorkerHeapReserve = 64
+defaultWorkerHeapReserve = 0
 
 -- | A worker heap reserve in MiB, as text (an environment variable):
 -- 0 (none) to 65536.

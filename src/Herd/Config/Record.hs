@@ -149,8 +149,9 @@ data Config = Config
     -- lets go, its minimum old generation raised to a quarter of it, so
     -- that its collections reuse those pages instead of giving memory
     -- back and touching it afresh ("Herd.HeapReserve"). Local, ssh and
-    -- SLURM workers alike. Default 64
-    -- ('Herd.HeapReserve.defaultWorkerHeapReserve'); 0: none
+    -- SLURM workers alike. Default 0, none
+    -- ('Herd.HeapReserve.defaultWorkerHeapReserve'); 64 made large
+    -- messages faster and TCP bandwidth slower
   }
 
 
