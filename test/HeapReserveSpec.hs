@@ -37,10 +37,9 @@ spec = do
     it "keeps the old generation at a quarter of the reserve" $
       oldGenerationFloor (128 * mib) `shouldBe` 32 * mib
     it "refuses a negative or absurd setting, naming it" $ do
-      let field c = either (\e -> case e of { ConfigError f _ -> Just f; _ -> Nothing }) (const Nothing) (validateConfig c)
-      field defaultConfig { configMasterHeapReserve = Just (-1) } `shouldBe` Just "configMasterHeapReserve"
-      field defaultConfig { configMasterHeapReserve = Just 100000 } `shouldBe` Just "configMasterHeapReserve"
-      field defaultConfig { configMasterHeapReserve = Just 0 } `shouldBe` Nothing
+      refusedField defaultConfig { configMasterHeapReserve = Just (-1) } `shouldBe` Just "configMasterHeapReserve"
+      refusedField defaultConfig { configMasterHeapReserve = Just 100000 } `shouldBe` Just "configMasterHeapReserve"
+      refusedField defaultConfig { configMasterHeapReserve = Just 0 } `shouldBe` Nothing
     it "is touched when a cluster starts: the process's memory reaches it" $ do
       enabled <- getRTSStatsEnabled
       if not enabled then pendingWith "needs +RTS -T" else do
@@ -62,10 +61,9 @@ spec = do
       mapM_ (\t -> parseWorkerHeapReserve t `shouldSatisfy` isLeft) ["", "-1", "65537", "64m", " 64", "lots"]
       parseWorkerHeapReserve "64m" `shouldBe` Left "not a heap reserve from 0 to 65536 MiB: \"64m\""
     it "refuses a negative or absurd setting, naming it" $ do
-      let field c = either (\e -> case e of { ConfigError f _ -> Just f; _ -> Nothing }) (const Nothing) (validateConfig c)
-      field defaultConfig { configWorkerHeapReserve = -1 } `shouldBe` Just "configWorkerHeapReserve"
-      field defaultConfig { configWorkerHeapReserve = 70000 } `shouldBe` Just "configWorkerHeapReserve"
-      field defaultConfig { configWorkerHeapReserve = 0 } `shouldBe` Nothing
+      refusedField defaultConfig { configWorkerHeapReserve = -1 } `shouldBe` Just "configWorkerHeapReserve"
+      refusedField defaultConfig { configWorkerHeapReserve = 70000 } `shouldBe` Just "configWorkerHeapReserve"
+      refusedField defaultConfig { configWorkerHeapReserve = 0 } `shouldBe` Nothing
       configWorkerHeapReserve defaultConfig `shouldBe` defaultWorkerHeapReserve
     it "is touched by each worker as set, and not at all when set to 0" $ do
       -- a worker's peak resident memory: its reserve on top of its nursery
@@ -83,3 +81,7 @@ peakResidentMiB pid = do
   case [ read (takeWhile isDigit (dropWhile (not . isDigit) l)) | l <- status, take 6 l == "VmHWM:" ] of
     (kib : _) -> pure (kib `div` 1024)
     [] -> fail ("no VmHWM for process " ++ show pid)
+
+-- The field a configuration is refused for, if it is.
+refusedField :: Config -> Maybe String
+refusedField c = either (\e -> case e of { ConfigError f _ -> Just f; _ -> Nothing }) (const Nothing) (validateConfig c)

@@ -34,6 +34,7 @@ module Herd.HeapReserve
   , warmNursery
   , defaultWorkerHeapReserve
   , parseWorkerHeapReserve
+  , heapReserveMostMiB
   ) where
 
 import Control.Exception (evaluate)
@@ -153,12 +154,17 @@ foreign import ccall unsafe "madvise"
 defaultWorkerHeapReserve :: Int
 defaultWorkerHeapReserve = 0
 
+-- | The largest heap reserve a setting may ask for, master's or worker's:
+-- 65536 MiB.
+heapReserveMostMiB :: Int
+heapReserveMostMiB = 65536
+
 -- | A worker heap reserve in MiB, as text (an environment variable):
--- 0 (none) to 65536.
+-- 0 (none) to 'heapReserveMostMiB'.
 parseWorkerHeapReserve :: String -> Either String Int
 parseWorkerHeapReserve t
-  | not (null t), length t <= 6, all isDigit t, read t <= (65536 :: Int) = Right (read t)
-  | otherwise = Left ("not a heap reserve from 0 to 65536 MiB: " ++ show t)
+  | not (null t), length t <= 6, all isDigit t, read t <= heapReserveMostMiB = Right (read t)
+  | otherwise = Left ("not a heap reserve from 0 to " ++ show heapReserveMostMiB ++ " MiB: " ++ show t)
 
 -- | Allocate a nursery's worth of short-lived data, so that every page of
 -- the allocation area has been touched once.

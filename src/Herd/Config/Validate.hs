@@ -9,6 +9,7 @@ import Herd.Config.Parse (maxSimulatedPerHost, parseDashboardAddress)
 import Herd.Config.Record
 import Herd.Base (Batching (..), TransportKind (..))
 import Herd.Error (HerdError (..))
+import Herd.HeapReserve (heapReserveMostMiB)
 import System.Info (os)
 
 -- | Check every field, naming the first that is invalid.
@@ -70,10 +71,10 @@ validateConfig c
       bad "configTls" "simulated hosts do not speak TLS: use it without configSimulatedWorkers"
   | configMaxTaskDeaths c < 1 || configMaxTaskDeaths c > 1000 =
       bad "configMaxTaskDeaths" ("must be from 1 to 1000, got " ++ show (configMaxTaskDeaths c))
-  | Just mib <- configMasterHeapReserve c, mib < 0 || mib > 65536 =
-      bad "configMasterHeapReserve" ("must be from 0 to 65536 MiB, got " ++ show mib)
-  | configWorkerHeapReserve c < 0 || configWorkerHeapReserve c > 65536 =
-      bad "configWorkerHeapReserve" ("must be from 0 to 65536 MiB, got " ++ show (configWorkerHeapReserve c))
+  | Just mib <- configMasterHeapReserve c, not (reserveInRange mib) =
+      bad "configMasterHeapReserve" (reserveRange mib)
+  | not (reserveInRange (configWorkerHeapReserve c)) =
+      bad "configWorkerHeapReserve" (reserveRange (configWorkerHeapReserve c))
   | configWorkerNice c < 0 || configWorkerNice c > 19 =
       bad "configWorkerNice" ("must be from 0 to 19, got " ++ show (configWorkerNice c))
   | any (\o -> null o || head o /= '-') (configWorkerRtsOptions c) =
@@ -86,3 +87,5 @@ validateConfig c
   | otherwise = Right c
   where
     bad field why = Left (ConfigError field why)
+    reserveInRange mib = mib >= 0 && mib <= heapReserveMostMiB
+    reserveRange mib = "must be from 0 to " ++ show heapReserveMostMiB ++ " MiB, got " ++ show mib
