@@ -134,9 +134,10 @@ chunkingName :: Bool -> String
 chunkingName on = if on then "on" else "off"
 
 -- | The paper's table (program, size, normal, dynamic chunking), the best
--- static chunk size against the plain program, and the JSON line.
-reportEden :: String -> String -> [(String, Maybe Int, Bool, Double)] -> Bool -> Maybe FilePath -> IO ()
-reportEden bench size rows json plot = do
+-- static chunk size against the plain program, and the JSON line (with
+-- these fields added).
+reportEden :: String -> String -> [(String, Maybe Int, Bool, Double)] -> [(String, Json)] -> Bool -> Maybe FilePath -> IO ()
+reportEden bench size rows extra json plot = do
   let keys = [ (p, c) | (p, c, True, _) <- rows ]
       secsOf p c on = head ([ s | (p', c', on', s) <- rows, p' == p, c' == c, on' == on ] ++ [0])
       plain = secsOf bench Nothing True
@@ -152,11 +153,11 @@ reportEden bench size rows json plot = do
   writePlot plot $ barSvg Linear (bench ++ ", " ++ size) "seconds" [ p ++ maybe "" (\c' -> " " ++ show c') c | (p, c) <- keys ]
     [ Series name colour False [ (g, secsOf p c on) | (g, (p, c)) <- zip [0 ..] keys ]
     | (name, colour, on) <- [("normal", "#d62728", False), ("dyn. chunking", "#1f77b4", True)] ]
-  when json $ putStrLn $ renderJson $ JObject
+  when json $ putStrLn $ renderJson $ JObject $
     [ ("bench", JString bench)
     , ("rows", JArray [ JObject [ ("program", JString p), ("chunk", maybe JNull (JNumber . fromIntegral) c)
                                 , ("chunking", JString (chunkingName on)), ("seconds", JNumber s) ]
-                      | (p, c, on, s) <- rows ]) ]
+                      | (p, c, on, s) <- rows ]) ] ++ extra
 
 -- | The CPU seconds (user and system) a process of this machine has used,
 -- and the minor page faults it has taken (first touches of memory,

@@ -50,5 +50,5 @@ run o = do
     p <- one "mandelbrot" Nothing plain
     cs <- forM (optChunks o) $ \c -> one "mandelbrotchunk" (Just c) (chunked c)
     pure (p : cs)
-  reportEden "mandelbrot" (show size ++ "x" ++ show size ++ " pixels") rows (optJson o) (optPlot o)
+  reportEden "mandelbrot" (show size ++ "x" ++ show size ++ " pixels") rows [] (optJson o) (optPlot o)
   where fixed3 x = show (fromIntegral (round (x * 1000) :: Int) / 1000 :: Double)
