@@ -50,8 +50,9 @@ run o = do
         -- seven runs each, the two modes in turns (which goes first
         -- alternating from round to round). Each timed run follows an
         -- untimed one on its own cluster: timed straight after the other
-        -- cluster's run, a one-word run with chunking on (2 ms) took
-        -- 1.6-2.5 ms instead of 1.4-2.0, its worker woken from sleep
+        -- cluster's run, one-word runs with chunking on gave off/on of
+        -- 7.9-10.6x in six runs against 10.8-14.0x measured one cluster
+        -- after the other, their worker woken from sleep
         mapM_ (warmRepeat . echo . snd) clusters
         rounds <- forM [1 .. echoRounds] $ \k ->
           forM (if even k then reverse clusters else clusters) $ \(on, cluster) -> do
