@@ -5,7 +5,7 @@
 -- never outgrow a packet; with chunking off every value travels alone.
 module PacketRunSpec (spec) where
 
-import Control.Monad (forM_)
+import Control.Monad (forM, forM_)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Unsafe as BU
 import Data.IORef
@@ -103,6 +103,27 @@ spec = describe "Herd.Packet runs of values" $ do
       pure $ case mapM readFrame frames of
         Left why -> counterexample why False
         Right packets -> concat (concat packets) === offered steps
+
+  it "sends an urgent message at once, with everything offered before it" $
+    property $ forAll policies $ \policy steps -> ioProperty $ do
+      out <- newIORef []
+      s <- newSender policy (\parts -> let c = B.copy (B.concat parts) in c `seq` modifyIORef out (c :))
+      -- after each urgent message, what has left is all that was offered so far
+      checks <- forM (zip [1 ..] steps) $ \(k, step) -> do
+        case step of
+          Value key v -> BU.unsafeUseAsCStringLen (encodeValue v) $ \(p, n) -> appendValuesToRun s runTag key (castPtr p) n 1
+          Plain u v -> sendMessage s u (encodeBytes (B.pack (plainTag : v)))
+          Plains vs -> sendMessagesHeld s [ (encodeBytes (B.pack [plainTag]), B.pack v) | v <- vs ]
+          Idle -> flushIdle s
+        case step of
+          Plain Urgent _ -> do
+            frames <- reverse <$> readIORef out
+            pure $ case mapM readFrame frames of
+              Left why -> counterexample why False
+              Right packets -> counterexample ("after step " ++ show (k :: Int)) $
+                                 concat (concat packets) === offered (take k steps)
+          _ -> pure (property True)
+      pure (conjoin checks)
 
   it "sends messages given under one hold together, in order, once the last (urgent) is added" $ do
     let bodies = [ [fromIntegral k, 7] | k <- [1 .. 5 :: Int] ]

@@ -77,6 +77,7 @@ packetOf encs = do
 
 -- | Add one message.
 sendMessage :: Sender -> Urgency -> Encoder -> IO ()
+sendMessage s Urgent enc = sendUrgent s enc
 sendMessage s urgency enc = withLock s $ \now -> addMessage s now urgency 1 enc B.empty
 
 -- | Add one message made of the encoder's bytes, then the tail's (a value

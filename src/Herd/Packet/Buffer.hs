@@ -20,6 +20,7 @@ module Herd.Packet.Buffer
   , needsTimer
   , startTimer
   , addOne
+  , sendUrgent
   , flush
   , bumpValues
   , tailKeptBytes
@@ -205,6 +206,38 @@ addPlanned s now urgency k headEnc tl enc@(Encoder size write) fill = do
       case planAfter plan of
         Just why -> Nothing <$ flush s why
         Nothing -> pure (Just at)
+
+-- | Send one 'Urgent' message now, with whatever is buffered before it.
+-- With the buffer empty and room for the message (a ping, a credit, a
+-- last value: the latency-bound case) the message is framed in the buffer
+-- and sent under one hold of the lock, with no clock reading, no plan and
+-- no timer, as it would leave at once whatever the policy. Otherwise it
+-- takes the general path ('addOne'). The lock is given back if the
+-- encoder or the transport throws.
+sendUrgent :: Sender -> Encoder -> IO ()
+sendUrgent s enc@(Encoder size write) = mask $ \restore -> do
+  takeMVar (sLock s)
+  fill <- readIORef (sFill s)
+  if fillCount fill == 0 && size + messageOverhead <= policyCapacity (sPolicy s)
+    then do
+      restore (do
+        buf <- readIORef (sBuffer s)
+        withForeignPtr buf $ \p -> do
+          write (p `plusPtr` (headerBytes + 4))   -- may throw: nothing is buffered then
+          pokeWord32 (p `plusPtr` headerBytes) (fromIntegral size)
+        writeIORef (sFill s) $! Fill (size + messageOverhead) 1 0
+        bumpValues s 1
+        writeIORef (sRun s) NoRun
+        flush s (if policyChunking (sPolicy s) then FlushUrgent else FlushUnbuffered))
+        `onException` putMVar (sLock s) ()
+      putMVar (sLock s) ()
+    else do
+      r <- restore (monotonicSeconds >>= \now -> addOne s now Urgent 1 enc B.empty >> writeIORef (sRun s) NoRun)
+             `onException` putMVar (sLock s) ()
+      wasEmptyArm <- needsTimer s
+      putMVar (sLock s) ()
+      when wasEmptyArm $ void (forkIO (timerLoop s))
+      pure r
 
 -- Send one message as a packet of its own: the encoder's bytes framed in
 -- the sender's buffer for large messages, and the tail after them as a
