@@ -109,8 +109,12 @@ data OpenRun = NoRun | OpenRun !Word8 !Word64 !Int
 -- timer if the buffer became non-empty. The lock is given back if the
 -- action throws.
 withLock :: Sender -> (Double -> IO a) -> IO a
-withLock s act = mask $ \restore -> do
-  takeMVar (sLock s)
+withLock s act = mask $ \restore -> takeMVar (sLock s) >> lockedWithTimer s restore act
+
+-- The rest of 'withLock' once the lock is taken (inside its mask, whose
+-- restore is given): the action, then the timer if the buffer needs one.
+lockedWithTimer :: Sender -> (IO a -> IO a) -> (Double -> IO a) -> IO a
+lockedWithTimer s restore act = do
   r <- restore (monotonicSeconds >>= act) `onException` putMVar (sLock s) ()
   wasEmptyArm <- needsTimer s
   putMVar (sLock s) ()
@@ -231,13 +235,7 @@ sendUrgent s enc@(Encoder size write) = mask $ \restore -> do
         flush s (if policyChunking (sPolicy s) then FlushUrgent else FlushUnbuffered))
         `onException` putMVar (sLock s) ()
       putMVar (sLock s) ()
-    else do
-      r <- restore (monotonicSeconds >>= \now -> addOne s now Urgent 1 enc B.empty >> writeIORef (sRun s) NoRun)
-             `onException` putMVar (sLock s) ()
-      wasEmptyArm <- needsTimer s
-      putMVar (sLock s) ()
-      when wasEmptyArm $ void (forkIO (timerLoop s))
-      pure r
+    else lockedWithTimer s restore (\now -> addOne s now Urgent 1 enc B.empty >> writeIORef (sRun s) NoRun)
 
 -- Send one message as a packet of its own: the encoder's bytes framed in
 -- the sender's buffer for large messages, and the tail after them as a
