@@ -59,6 +59,7 @@ import Foreign.Marshal.Utils (copyBytes)
 import Foreign.Ptr (Ptr, plusPtr)
 import Foreign.Storable (pokeByteOff)
 import Herd.Clock (monotonicSeconds)
+import Herd.Packet.Add
 import Herd.Packet.Buffer
 import Herd.Packet.Policy
 import Herd.Packet.Stats

@@ -1,8 +1,9 @@
 {-# LANGUAGE BangPatterns #-}
 -- | A peer's send buffer, the packet layer's inside ("Herd.Packet" is its
--- interface): the buffer and its lock, adding one message as
--- "Herd.Packet.Policy" plans it, sending the buffer as a packet, and the
--- timer thread that sends it when its oldest message is due.
+-- interface): the buffer and its lock, writing a message into it, sending
+-- the buffer as a packet, and the timer thread that sends it when its
+-- oldest message is due. Adding a message as "Herd.Packet.Policy" plans
+-- it is "Herd.Packet.Add".
 --
 -- Promises: every change to a buffer happens under its lock; a buffer
 -- never holds more than 'policyCapacity' bytes of messages; a packet
@@ -16,14 +17,15 @@ module Herd.Packet.Buffer
   , senderStats
   , headerBytes
   , withLock
+  , lockedWithTimer
   , withLockNoTimer
   , needsTimer
   , startTimer
-  , addOne
-  , sendUrgent
+  , writeMessageAt
   , flush
+  , record
   , bumpValues
-  , tailKeptBytes
+  , pokeWord32
   ) where
 
 import Control.Concurrent (forkIO, threadDelay)
@@ -42,7 +44,7 @@ import Herd.Clock (monotonicSeconds)
 import Herd.Packet.Policy
 import Herd.Packet.Counters
 import Herd.Packet.Stats
-import Herd.Base (Encoder (..), encodeWithTail)
+import Herd.Base (Encoder (..))
 import Herd.Bytes (pokeBE)
 
 -- | One peer's send buffer. Safe to use from several threads.
@@ -111,7 +113,7 @@ data OpenRun = NoRun | OpenRun !Word8 !Word64 !Int
 withLock :: Sender -> (Double -> IO a) -> IO a
 withLock s act = mask $ \restore -> takeMVar (sLock s) >> lockedWithTimer s restore act
 
--- The rest of 'withLock' once the lock is taken (inside its mask, whose
+-- | The rest of 'withLock' once the lock is taken (inside its mask, whose
 -- restore is given): the action, then the timer if the buffer needs one.
 lockedWithTimer :: Sender -> (IO a -> IO a) -> (Double -> IO a) -> IO a
 lockedWithTimer s restore act = do
@@ -166,112 +168,16 @@ withLockNoTimer s act = mask $ \restore -> do
   putMVar (sLock s) ()
   pure r
 
--- | Add one message carrying this many values, with the lock held: the
--- encoder's bytes, then the tail's (a value at the message's end, often
--- empty); where its length is in the buffer if it stays buffered
--- ('Nothing': it left in a packet at once). A message that leaves alone
--- with a tail of 'tailKeptBytes' or more is sent with the tail as a part
--- of its own, not copied.
-addOne :: Sender -> Double -> Urgency -> Int -> Encoder -> B.ByteString -> IO (Maybe Int)
-addOne s now urgency k enc0 tl = do
-  let enc@(Encoder size write) = encodeWithTail enc0 tl
-  fill <- readIORef (sFill s)
-  if joinsQuietly (sPolicy s) now urgency size fill
-    then do
-      -- the common case, decided without building a plan
-      buf <- readIORef (sBuffer s)
-      let at = headerBytes + fillBytes fill
-      withForeignPtr buf $ \p -> do
-        write (p `plusPtr` (at + 4))
-        pokeWord32 (p `plusPtr` at) (fromIntegral size)
-      writeIORef (sFill s) $! fill { fillBytes = fillBytes fill + size + messageOverhead
-                                   , fillCount = fillCount fill + 1 }
-      bumpValues s k
-      pure (Just at)
-    else addPlanned s now urgency k enc0 tl enc fill
-
-addPlanned :: Sender -> Double -> Urgency -> Int -> Encoder -> B.ByteString -> Encoder -> Fill -> IO (Maybe Int)
-addPlanned s now urgency k headEnc tl enc@(Encoder size write) fill = do
-  let plan = planAdd (sPolicy s) now urgency size fill
-  mapM_ (flush s) (planBefore plan)
-  case planAlone plan of
-    Just why
-      | B.length tl >= tailKeptBytes -> Nothing <$ sendAlone s why k headEnc tl
-      | otherwise -> Nothing <$ sendAlone s why k enc B.empty
-    Nothing -> do
-      base <- readIORef (sFill s)
-      buf <- readIORef (sBuffer s)
-      let at = headerBytes + fillBytes base
-      withForeignPtr buf $ \p -> do
-        write (p `plusPtr` (at + 4))     -- may throw: the fill is not advanced then
-        pokeWord32 (p `plusPtr` at) (fromIntegral size)
-      writeIORef (sFill s) $! fillAfterAdd now size plan { planBefore = Nothing } base
-      bumpValues s k
-      case planAfter plan of
-        Just why -> Nothing <$ flush s why
-        Nothing -> pure (Just at)
-
--- | Send one 'Urgent' message now, with whatever is buffered before it.
--- With the buffer empty and room for the message (a ping, a credit, a
--- last value: the latency-bound case) the message is framed in the buffer
--- and sent under one hold of the lock, with no clock reading, no plan and
--- no timer, as it would leave at once whatever the policy. Otherwise it
--- takes the general path ('addOne'). The lock is given back if the
--- encoder or the transport throws.
-sendUrgent :: Sender -> Encoder -> IO ()
-sendUrgent s enc@(Encoder size write) = mask $ \restore -> do
-  takeMVar (sLock s)
-  fill <- readIORef (sFill s)
-  if fillCount fill == 0 && size + messageOverhead <= policyCapacity (sPolicy s)
-    then do
-      restore (do
-        buf <- readIORef (sBuffer s)
-        withForeignPtr buf $ \p -> do
-          write (p `plusPtr` (headerBytes + 4))   -- may throw: nothing is buffered then
-          pokeWord32 (p `plusPtr` headerBytes) (fromIntegral size)
-        writeIORef (sFill s) $! Fill (size + messageOverhead) 1 0
-        bumpValues s 1
-        writeIORef (sRun s) NoRun
-        flush s (if policyChunking (sPolicy s) then FlushUrgent else FlushUnbuffered))
-        `onException` putMVar (sLock s) ()
-      putMVar (sLock s) ()
-    else lockedWithTimer s restore (\now -> addOne s now Urgent 1 enc B.empty >> writeIORef (sRun s) NoRun)
-
--- Send one message as a packet of its own: the encoder's bytes framed in
--- the sender's buffer for large messages, and the tail after them as a
--- part of its own.
-sendAlone :: Sender -> FlushReason -> Int -> Encoder -> B.ByteString -> IO ()
-sendAlone s why k (Encoder headSize write) tl = do
-  let size = headSize + B.length tl
-      need = headerBytes + 4 + headSize
-      frameAt p = do
-        write (p `plusPtr` (headerBytes + 4))
-        pokeWord32 p (fromIntegral (4 + 4 + size))
-        pokeWord32 (p `plusPtr` 4) 1
-        pokeWord32 (p `plusPtr` headerBytes) (fromIntegral size)
-  frame <- if need > largeKept then BI.create need frameAt else do
-    (buf0, cap) <- readIORef (sLarge s)
-    buf <- if need <= cap then pure buf0 else do
-      let cap' = min largeKept (max need (2 * cap))
-      fresh <- mallocForeignPtrBytes cap'
-      writeIORef (sLarge s) (fresh, cap')
-      pure fresh
-    withForeignPtr buf frameAt
-    pure (BI.fromForeignPtr buf 0 need)
-  record s why 1 k (need - 4 + B.length tl)
-  sOut s (if B.null tl then [frame] else [frame, tl])
-
--- | The smallest tail sent as a part of its own rather than copied behind
--- its message's head: a packet's size, so a tail that could share a
--- packet is copied as before. (Chosen, not swept: only 1 MiB tails were
--- measured.)
-tailKeptBytes :: Int
-tailKeptBytes = 64 * 1024
-
--- The largest frame a sender keeps a buffer for (larger ones are
--- allocated each time, so one huge message pins no memory for good).
-largeKept :: Int
-largeKept = 16 * 1024 * 1024
+-- | Write one message into the buffer at this offset, with the lock held:
+-- its length, then the encoder's bytes (the fill is the caller's to
+-- advance, after this returns: the encoder may throw).
+writeMessageAt :: Sender -> Int -> Encoder -> IO ()
+writeMessageAt s at (Encoder size write) = do
+  buf <- readIORef (sBuffer s)
+  withForeignPtr buf $ \p -> do
+    write (p `plusPtr` (at + 4))
+    pokeWord32 (p `plusPtr` at) (fromIntegral size)
+{-# INLINE writeMessageAt #-}
 
 -- | Send the buffer as a packet, with the lock held.
 flush :: Sender -> FlushReason -> IO ()
@@ -292,6 +198,7 @@ flush s why = do
     record s why (fillCount fill) values packetBytes
     sOut s [BI.fromForeignPtr buf 0 (4 + packetBytes)]
 
+-- | Count one packet sent: why, its messages, its values and its bytes.
 record :: Sender -> FlushReason -> Int -> Int -> Int -> IO ()
 record s = countPacket (sStats s)
 
@@ -300,5 +207,6 @@ bumpValues :: Sender -> Int -> IO ()
 bumpValues s k = readPrimArray (sValues s) 0 >>= writePrimArray (sValues s) 0 . (+ k)
 {-# INLINE bumpValues #-}
 
+-- | Write a 32-bit big-endian number (a frame's or a message's length).
 pokeWord32 :: Ptr Word8 -> Word32 -> IO ()
 pokeWord32 p w = pokeBE 4 p 0 (fromIntegral w)
