@@ -116,9 +116,6 @@ sendMessagesHeld s msgs = withLockNoTimer s $ \now ->
 sendValues :: Sender -> Urgency -> Int -> Encoder -> IO ()
 sendValues s urgency k enc = withLock s $ \now -> addMessage s now urgency k enc B.empty
 
--- A message that values cannot join: the next value starts a run of its own.
-addMessage :: Sender -> Double -> Urgency -> Int -> Encoder -> B.ByteString -> IO ()
-addMessage s now urgency k enc tl = addOne s now urgency k enc tl >> writeIORef (sRun s) NoRun
 
 -- | Add values, already encoded back to back (these bytes, this many
 -- values), to the run message of this tag and key (a stream's elements,

@@ -10,6 +10,7 @@
 -- more than 'policyCapacity' bytes of messages.
 module Herd.Packet.Add
   ( addOne
+  , addMessage
   , sendUrgent
   , tailKeptBytes
   ) where
@@ -45,6 +46,11 @@ addOne s now urgency k enc0 tl = do
       bumpValues s k
       pure (Just at)
     else addPlanned s now urgency k enc0 tl enc fill
+
+-- | 'addOne' for a message that values cannot join: the next value starts
+-- a run of its own.
+addMessage :: Sender -> Double -> Urgency -> Int -> Encoder -> B.ByteString -> IO ()
+addMessage s now urgency k enc tl = addOne s now urgency k enc tl >> writeIORef (sRun s) NoRun
 
 addPlanned :: Sender -> Double -> Urgency -> Int -> Encoder -> B.ByteString -> Encoder -> Fill -> IO (Maybe Int)
 addPlanned s now urgency k headEnc tl enc@(Encoder size _) fill = do
@@ -84,7 +90,7 @@ sendUrgent s enc@(Encoder size _) = mask $ \restore -> do
         flush s (if policyChunking (sPolicy s) then FlushUrgent else FlushUnbuffered))
         `onException` putMVar (sLock s) ()
       putMVar (sLock s) ()
-    else lockedWithTimer s restore (\now -> addOne s now Urgent 1 enc B.empty >> writeIORef (sRun s) NoRun)
+    else lockedWithTimer s restore (\now -> addMessage s now Urgent 1 enc B.empty)
 
 -- Send one message as a packet of its own: the encoder's bytes framed in
 -- the sender's buffer for large messages, and the tail after them as a
