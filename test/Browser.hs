@@ -36,6 +36,7 @@ import qualified Network.WebSockets as WS
 import Herd.Report (Json (..), renderJson)
 import System.Directory (doesFileExist, findExecutable, removeDirectoryRecursive)
 import System.IO
+import System.Posix.Signals (signalProcessGroup, sigKILL)
 import System.Posix.Temp (mkdtemp)
 import System.Process
 import System.Timeout (timeout)
@@ -49,14 +50,17 @@ withBrowser :: String -> (Page -> IO a) -> IO a
 withBrowser url body = do
   exe <- findExecutable "chromium" >>= maybe (throwIO (userError
            "chromium is not installed (make test installs Debian's chromium)")) pure
-  bracket (mkdtemp "/tmp/herd-chromium-") (ignore . removeDirectoryRecursive) $ \dir ->
+  bracket (mkdtemp "/tmp/herd-chromium-") removeProfile $ \dir ->
    withFile "/dev/null" ReadWriteMode $ \devNull -> do
     let args = [ "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions"
                , "--remote-debugging-port=0", "--remote-allow-origins=*", "--user-data-dir=" ++ dir
                , "--window-size=1400,1000", url ]
+    -- a group of its own: chromium's helper processes outlive its main
+    -- one by a moment and write into the profile, so the whole group is
+    -- stopped before the profile is removed (it was left behind otherwise)
     bracket (createProcess (proc exe args) { std_in = UseHandle devNull, std_out = UseHandle devNull
-                                           , std_err = UseHandle devNull })
-            (\(_, _, _, ph) -> terminateProcess ph >> ignore (() <$ timeout 5000000 (waitForProcess ph))) $ \_ -> do
+                                           , std_err = UseHandle devNull, create_group = True })
+            (\(_, _, _, ph) -> stopGroup ph) $ \_ -> do
       port <- waitForPort (dir ++ "/DevToolsActivePort") (200 :: Int)
       wsPath <- pageSocket port (100 :: Int)
       WS.runClient "127.0.0.1" port wsPath $ \conn -> do
@@ -64,6 +68,20 @@ withBrowser url body = do
         body (Page conn next)
   where
     ignore act = act `catch` \(_ :: SomeException) -> pure ()
+    stopGroup ph = do
+      group <- getPid ph
+      terminateProcess ph
+      ignore (() <$ timeout 5000000 (waitForProcess ph))
+      mapM_ (\pid -> ignore (signalProcessGroup sigKILL pid)) group
+    -- a helper killed a moment ago may still have files open: a few tries
+    removeProfile dir = retryRemove dir (20 :: Int)
+    retryRemove dir n = do
+      r <- try (removeDirectoryRecursive dir)
+      case r of
+        Right () -> pure ()
+        Left (e :: SomeException)
+          | n <= 0 -> hPutStrLn stderr ("warning: could not remove the browser profile " ++ dir ++ ": " ++ show e)
+          | otherwise -> threadDelay 100000 >> retryRemove dir (n - 1)
     waitForPort file n = do
       there <- doesFileExist file
       text <- if there then readFile file else pure ""
