@@ -35,6 +35,7 @@ import qualified Network.Socket.ByteString as NB
 import qualified Network.WebSockets as WS
 import Herd.Report (Json (..), renderJson)
 import System.Directory (doesFileExist, findExecutable, removeDirectoryRecursive)
+import System.Environment (getEnvironment)
 import System.IO
 import System.Posix.Signals (signalProcessGroup, sigKILL)
 import System.Posix.Temp (mkdtemp)
@@ -58,8 +59,10 @@ withBrowser url body = do
     -- a group of its own: chromium's helper processes outlive its main
     -- one by a moment and write into the profile, so the whole group is
     -- stopped before the profile is removed (it was left behind otherwise)
+    -- its temporary files go inside the profile too, and with it
+    env <- (("TMPDIR", dir) :) . filter ((/= "TMPDIR") . fst) <$> getEnvironment
     bracket (createProcess (proc exe args) { std_in = UseHandle devNull, std_out = UseHandle devNull
-                                           , std_err = UseHandle devNull, create_group = True })
+                                           , std_err = UseHandle devNull, create_group = True, env = Just env })
             (\(_, _, _, ph) -> stopGroup ph) $ \_ -> do
       port <- waitForPort (dir ++ "/DevToolsActivePort") (200 :: Int)
       wsPath <- pageSocket port (100 :: Int)
