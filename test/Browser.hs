@@ -56,11 +56,11 @@ withBrowser url body = do
     let args = [ "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions"
                , "--remote-debugging-port=0", "--remote-allow-origins=*", "--user-data-dir=" ++ dir
                , "--window-size=1400,1000", url ]
-    -- a group of its own: chromium's helper processes outlive its main
-    -- one by a moment and write into the profile, so the whole group is
-    -- stopped before the profile is removed (it was left behind otherwise)
     -- its temporary files go inside the profile too, and with it
     env <- (("TMPDIR", dir) :) . filter ((/= "TMPDIR") . fst) <$> getEnvironment
+    -- a group of its own, stopped whole before the profile is removed:
+    -- stopping the main process alone left the profile behind in one run
+    -- of two (its helpers, which can outlive it, are the likely writers)
     bracket (createProcess (proc exe args) { std_in = UseHandle devNull, std_out = UseHandle devNull
                                            , std_err = UseHandle devNull, create_group = True, env = Just env })
             (\(_, _, _, ph) -> stopGroup ph) $ \_ -> do
