@@ -30,6 +30,7 @@ import qualified WireSpec
 import qualified BatchSpec
 import qualified MessageSpec
 import qualified TransportSpec
+import qualified MessagePathSpec
 import qualified SocketSpec
 import qualified FlowSpec
 import qualified StreamBatchSpec
@@ -57,6 +58,7 @@ main = do
       PacketSpec.spec
       PacketRunSpec.spec
       TransportSpec.spec
+      MessagePathSpec.spec
       SocketSpec.spec
       FlowSpec.spec
       StreamBatchSpec.spec

@@ -14,18 +14,20 @@ module Herd.Bytes
 
 import Data.Bits (shiftL, shiftR, (.|.))
 import qualified Data.ByteString as B
+import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
 import Data.Word (Word64, Word8)
-import Foreign.Ptr (Ptr)
+import Foreign.Ptr (Ptr, castPtr)
 import Foreign.Storable (peekByteOff, pokeByteOff)
 
 -- | The @n@-byte big-endian number at an offset.
 peekBE :: Int -> B.ByteString -> Int -> Word64
-peekBE n bs off = go 0 0
-  where
-    go !acc !i
-      | i == n = acc
-      | otherwise = go ((acc `shiftL` 8) .|. fromIntegral (BU.unsafeIndex bs (off + i))) (i + 1)
+peekBE n bs off =
+  -- one pinning of the buffer around the whole read: through the bytes'
+  -- own indexing, each byte was read under a pinning of its own, which in
+  -- this GHC boxed every byte (64 bytes of heap a 4-byte length, 128 an
+  -- 8-byte number)
+  BI.accursedUnutterablePerformIO $ BU.unsafeUseAsCString bs $ \p -> peekPtrBE n (castPtr p) off
 {-# INLINE peekBE #-}
 
 -- | The 4-byte big-endian number at an offset, as an 'Int'.

@@ -71,7 +71,12 @@ import qualified Data.ByteString.Unsafe as BU
 import Data.IORef
 import Data.Word (Word8)
 import Foreign.C.Types (CInt (..))
-import Foreign.ForeignPtr (mallocForeignPtrBytes, withForeignPtr)
+import Foreign.ForeignPtr (mallocForeignPtrBytes)
+-- 'unsafeWithForeignPtr' below, not 'withForeignPtr': what runs inside
+-- always returns (a copy, a system call that waits a second at most), and
+-- in this GHC 'withForeignPtr' allocates on the path every message takes
+-- (40 bytes more per 'sendRawParts' of one small frame, measured).
+import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
 import Foreign.Ptr (Ptr, castPtr, plusPtr)
 import System.Posix.Types (Fd (..))
@@ -177,7 +182,7 @@ recvInto cap conn receive = do
   large <- readIORef (connLarge conn)
   case large of
     Just (Large buf capacity len have) -> do
-      got <- withForeignPtr buf $ \dst -> receive (dst `plusPtr` have) (len - have)
+      got <- unsafeWithForeignPtr buf $ \dst -> receive (dst `plusPtr` have) (len - have)
       when (got > 0) $
         if have + got < len
           then writeIORef (connLarge conn) (Just (Large buf capacity len (have + got)))
@@ -188,7 +193,7 @@ recvInto cap conn receive = do
       pure (got, len - have)
     Nothing -> do
       (buffer, size) <- readIORef (connBuffer conn)
-      got <- withForeignPtr buffer $ \p -> do
+      got <- unsafeWithForeignPtr buffer $ \p -> do
         got <- receive p size
         when (got > 0) $ do
           pending <- readIORef (connPending conn)
@@ -215,7 +220,7 @@ startLarge conn len src have = do
   (buf, capacity) <- case spareFree sp of
     Just (fp, c) | c >= len -> (fp, c) <$ writeIORef (connSpare conn) sp { spareFree = Nothing }
     _ -> (\fp -> (fp, len)) <$> BI.mallocByteString len
-  withForeignPtr buf $ \dst -> BI.memcpy dst src have
+  unsafeWithForeignPtr buf $ \dst -> BI.memcpy dst src have
   writeIORef (connPending conn) B.empty
   writeIORef (connLarge conn) (Just (Large buf capacity len have))
 

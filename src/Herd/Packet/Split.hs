@@ -36,8 +36,12 @@ splitPacket maxMessages packet
       | len == 0 = Left ("message " ++ show (count - k) ++ " is empty")
       | otherwise = check (k - 1) (off + 4 + len)
       where len = word32At packet off
+    -- each slice is made when its cell is (a lazy length and slice per
+    -- message were four thunks, about 300 bytes for a one-message packet)
     slices :: Int -> Int -> [B.ByteString]
     slices 0 _ = []
-    slices k off = let len = word32At packet off
-                   in BU.unsafeTake len (BU.unsafeDrop (off + 4) packet) : slices (k - 1) (off + 4 + len)
+    slices k !off =
+      let !len = word32At packet off
+          !message = BU.unsafeTake len (BU.unsafeDrop (off + 4) packet)
+      in message : slices (k - 1) (off + 4 + len)
 

@@ -18,7 +18,14 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Lazy as BL
 import qualified Data.ByteString.Unsafe as BU
-import Foreign.Ptr (castPtr, plusPtr)
+import Data.Word (Word8)
+
+-- 'unsafeWithForeignPtr' below, not 'withForeignPtr': what runs inside
+-- always returns (a copy, a system call that waits a second at most), and
+-- in this GHC 'withForeignPtr' allocates on the path every message takes
+-- (40 bytes more per 'sendRawParts' of one small frame, measured).
+import GHC.ForeignPtr (unsafeWithForeignPtr)
+import Foreign.Ptr (Ptr, castPtr, plusPtr)
 import Herd.Bytes (pokeBE)
 import Herd.Transport.Connection
 
@@ -48,14 +55,20 @@ framed body = BI.unsafeCreate (4 + n) $ \p -> do
   BU.unsafeUseAsCString body $ \src -> BI.memcpy (p `plusPtr` 4) (castPtr src) n
   where n = B.length body
 
--- Send what the endpoint takes now; the rest.
-sendSome :: Endpoint -> B.ByteString -> IO B.ByteString
-sendSome ep = go
+-- Send what this send function takes now; the rest (empty when it took
+-- everything). It is given the endpoint's send function, not the endpoint:
+-- given the endpoint, GHC passed on the one field used and rebuilt a
+-- record of all eleven around it on every call, 96 bytes a send.
+sendSome :: (Ptr Word8 -> Int -> IO Int) -> B.ByteString -> IO B.ByteString
+sendSome send = go
   where
-    go bs | B.null bs = pure bs
-          | otherwise = do
-              k <- BU.unsafeUseAsCStringLen bs $ \(p, n) -> epSend ep (castPtr p) n
-              if k <= 0 then pure bs else go (B.drop k bs)
+    go bs@(BI.PS fp off len)
+      | len <= 0 = pure B.empty
+      | otherwise = do
+          k <- unsafeWithForeignPtr fp $ \p -> send (p `plusPtr` off) len
+          if k <= 0 then pure bs
+            else if k >= len then pure B.empty
+            else go (BI.PS fp (off + k) (len - k))
 
 -- | Send bytes already framed (from 'framed'), waiting as needed.
 sendRaw :: Connection -> B.ByteString -> IO ()
@@ -64,20 +77,22 @@ sendRaw conn bytes = sendRawParts conn [bytes]
 -- | Send these parts in order ('frameParts'), waiting as needed, under one
 -- hold of the send lock.
 sendRawParts :: Connection -> [B.ByteString] -> IO ()
-sendRawParts conn parts = withMVar (connSendLock conn) $ \_ -> mapM_ go parts
+sendRawParts conn parts = withMVar (connSendLock conn) (\_ -> mapM_ go parts)
   where
-    ep = connEndpoint conn
+    send = epSend (connEndpoint conn)
+    waitOut = epWaitOut (connEndpoint conn)
     go bs = do
-      rest <- sendSome ep bs
-      when (not (B.null rest)) $ epWaitOut ep >> go rest
+      rest <- sendSome send bs
+      when (not (B.null rest)) $ waitOut >> go rest
 
 -- | Send as much of these parts as the transport takes now, without
 -- waiting, and return the parts (or the rest of one) left; throws on an
 -- error.
 sendAvailableParts :: Connection -> [B.ByteString] -> IO [B.ByteString]
-sendAvailableParts conn parts = withMVar (connSendLock conn) $ \_ -> go parts
+sendAvailableParts conn parts = withMVar (connSendLock conn) (\_ -> go parts)
   where
+    send = epSend (connEndpoint conn)
     go [] = pure []
     go (p : ps) = do
-      rest <- sendSome (connEndpoint conn) p
+      rest <- sendSome send p
       if B.null rest then go ps else pure (rest : ps)

@@ -21,6 +21,11 @@ import Data.Word (Word8)
 import Foreign.C.Error (Errno (..), eAGAIN, eWOULDBLOCK, eINTR, getErrno, errnoToIOError)
 import Foreign.C.Types (CInt (..), CLong (..), CSize (..))
 import Foreign.ForeignPtr (mallocForeignPtrBytes, withForeignPtr)
+-- 'unsafeWithForeignPtr' below, not 'withForeignPtr': what runs inside
+-- always returns (a copy, a system call that waits a second at most), and
+-- in this GHC 'withForeignPtr' allocates on the path every message takes
+-- (40 bytes more per 'sendRawParts' of one small frame, measured).
+import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Foreign.Ptr (Ptr)
 import Herd.Transport
 import Network.Socket
@@ -64,7 +69,7 @@ socketEndpoint spinFor kind liveness sock = do
     , epSend = \p n -> withFdSocket sock $ \fd -> do
         rc <- c_send fd p (fromIntegral n) (dontWait .|. noSignal)
         if rc >= 0 then pure (fromIntegral rc) else retryable "send" (pure 0)
-    , epRecvWait = \p n -> withFdSocket sock $ \fd -> withForeignPtr spin $ \sp -> do
+    , epRecvWait = \p n -> withFdSocket sock $ \fd -> unsafeWithForeignPtr spin $ \sp -> do
         spun <- c_recvSpin fd p (fromIntegral n) sp
         rc <- if spun /= -1 then pure spun else c_recvWait fd p (fromIntegral n) sp
         if rc >= -1 then pure (fromIntegral rc)
