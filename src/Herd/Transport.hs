@@ -72,10 +72,8 @@ import Data.IORef
 import Data.Word (Word8)
 import Foreign.C.Types (CInt (..))
 import Foreign.ForeignPtr (mallocForeignPtrBytes)
--- 'unsafeWithForeignPtr' below, not 'withForeignPtr': what runs inside
--- always returns (a copy, a system call that waits a second at most), and
--- in this GHC 'withForeignPtr' allocates on the path every message takes
--- (40 bytes more per 'sendRawParts' of one small frame, measured).
+-- 'unsafeWithForeignPtr': what runs inside always returns; see
+-- "Herd.Transport.Send" for why not 'withForeignPtr'
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
 import Foreign.Ptr (Ptr, castPtr, plusPtr)

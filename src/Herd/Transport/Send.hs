@@ -19,11 +19,11 @@ import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Lazy as BL
 import qualified Data.ByteString.Unsafe as BU
 import Data.Word (Word8)
-
--- 'unsafeWithForeignPtr' below, not 'withForeignPtr': what runs inside
--- always returns (a copy, a system call that waits a second at most), and
--- in this GHC 'withForeignPtr' allocates on the path every message takes
--- (40 bytes more per 'sendRawParts' of one small frame, measured).
+-- 'unsafeWithForeignPtr', here and in the transports' receive paths, not
+-- 'withForeignPtr': what runs inside always returns (a copy, a system call
+-- that waits a second at most), and in this GHC 'withForeignPtr'
+-- allocates per call (about 40 bytes more per 'sendRawParts' of one small
+-- frame, measured; the receive paths showed no difference)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Foreign.Ptr (Ptr, castPtr, plusPtr)
 import Herd.Bytes (pokeBE)
@@ -77,7 +77,7 @@ sendRaw conn bytes = sendRawParts conn [bytes]
 -- | Send these parts in order ('frameParts'), waiting as needed, under one
 -- hold of the send lock.
 sendRawParts :: Connection -> [B.ByteString] -> IO ()
-sendRawParts conn parts = withMVar (connSendLock conn) (\_ -> mapM_ go parts)
+sendRawParts conn parts = withMVar (connSendLock conn) $ \_ -> mapM_ go parts
   where
     send = epSend (connEndpoint conn)
     waitOut = epWaitOut (connEndpoint conn)
@@ -89,7 +89,7 @@ sendRawParts conn parts = withMVar (connSendLock conn) (\_ -> mapM_ go parts)
 -- waiting, and return the parts (or the rest of one) left; throws on an
 -- error.
 sendAvailableParts :: Connection -> [B.ByteString] -> IO [B.ByteString]
-sendAvailableParts conn parts = withMVar (connSendLock conn) (\_ -> go parts)
+sendAvailableParts conn parts = withMVar (connSendLock conn) $ \_ -> go parts
   where
     send = epSend (connEndpoint conn)
     go [] = pure []

@@ -36,10 +36,8 @@ import Data.Word (Word8, Word64)
 import Foreign.C.Error (Errno (..), eINTR, errnoToIOError)
 import Foreign.C.Types (CInt (..), CLong (..), CSize (..))
 import Foreign.ForeignPtr
--- 'unsafeWithForeignPtr' below, not 'withForeignPtr': what runs inside
--- always returns (a copy, a system call that waits a second at most), and
--- in this GHC 'withForeignPtr' allocates on the path every message takes
--- (40 bytes more per 'sendRawParts' of one small frame, measured).
+-- 'unsafeWithForeignPtr': what runs inside always returns; see
+-- "Herd.Transport.Send" for why not 'withForeignPtr'
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Foreign.Marshal.Alloc (alloca)
 import Foreign.Marshal.Array (allocaArray, peekArray, withArray)

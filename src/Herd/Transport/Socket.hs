@@ -21,10 +21,8 @@ import Data.Word (Word8)
 import Foreign.C.Error (Errno (..), eAGAIN, eWOULDBLOCK, eINTR, getErrno, errnoToIOError)
 import Foreign.C.Types (CInt (..), CLong (..), CSize (..))
 import Foreign.ForeignPtr (mallocForeignPtrBytes, withForeignPtr)
--- 'unsafeWithForeignPtr' below, not 'withForeignPtr': what runs inside
--- always returns (a copy, a system call that waits a second at most), and
--- in this GHC 'withForeignPtr' allocates on the path every message takes
--- (40 bytes more per 'sendRawParts' of one small frame, measured).
+-- 'unsafeWithForeignPtr': what runs inside always returns; see
+-- "Herd.Transport.Send" for why not 'withForeignPtr'
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Foreign.Ptr (Ptr)
 import Herd.Transport
