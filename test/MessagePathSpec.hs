@@ -40,7 +40,7 @@ spec = describe "one small message" $
               other -> expectationFailure ("message " ++ show i ++ " came back as " ++ show other)
       -- the first messages settle the buffers (the sender's, the
       -- connection's read buffer) and the code paths
-      forM_ [1 .. 1000] one
+      forM_ [1 .. 1000 :: Int] one
       bytes <- allocatedBy (forM_ [1 .. n] one)
       let perMessage = fromIntegral bytes / fromIntegral n :: Double
       -- 1848 when measured (2424 before the bytes of a number were read
