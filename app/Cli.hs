@@ -294,6 +294,8 @@ packetsOptions = Packets.Options
                           <> help "tiny farm tasks per setting")
   <*> option (positiveInt "an item count" 10000000) (long "items" <> metavar "N" <> value 10000 <> showDefault
                           <> help "items echoed per setting and size")
+  <*> option (positiveInt "a round count" 100) (long "rounds" <> metavar "N" <> value 3 <> showDefault
+                          <> help "sweeps to make, each in another order; rows give each setting's median")
   <*> switch (long "json" <> help "end with one line of JSON")
   <*> dashboardOption
 
