@@ -139,17 +139,17 @@ module Herd
 
 import Herd.Config
 import Herd.Transport (transportName, parseTransportKind)
-import Herd.Error
+import Herd.Core.Error
 import Herd.Evolve
 import Herd.Farm
 import Herd.Master
-import Herd.Master.Session (SessionView (..))
-import Herd.Monitor.Ledger (Account (..), Departure (..))
+import Herd.Core.Master.Session (SessionView (..))
+import Herd.Core.Monitor.Ledger (Account (..), Departure (..))
 import Herd.Monitor.Render (prometheusText, statusJson)
-import Herd.Monitor.Status (JobRow (..), Status (..), WorkerRow (..), WorkerState (..))
+import Herd.Core.Monitor.Status (JobRow (..), Status (..), WorkerRow (..), WorkerState (..))
 import Herd.Packet (PeerStats (..), meanPerPacket)
-import Herd.Packet.Policy (FlushReason (..))
-import Herd.Simulate (simulatedWork)
+import Herd.Core.Packet.Policy (FlushReason (..))
+import Herd.WorkCost (simulatedWork)
 import Herd.Stats
 import Herd.Stream
 import Herd.Task

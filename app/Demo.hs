@@ -18,7 +18,7 @@ import Herd
 import Herd.Config (parseHostsFile)
 import System.Exit (exitWith, ExitCode (..))
 import Herd.Examples.Fib (fib, fibTask)
-import Herd.Report (fixed, renderTable)
+import Herd.Core.Report (fixed, renderTable)
 import Herd.Clock (monotonicSeconds)
 import System.IO
 

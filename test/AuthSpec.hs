@@ -8,7 +8,7 @@ import Data.Either (isLeft)
 import Data.Word (Word8)
 import Herd.Auth
 import Herd.Transport (TransportKind (..), recvFrame, sendFrame)
-import Herd.Wire.Handshake (MasterReply (..), decodeAuthResponse, encodeMasterReply, handshakeFrameLimit)
+import Herd.Core.Wire.Handshake (MasterReply (..), decodeAuthResponse, encodeMasterReply, handshakeFrameLimit)
 import ConformanceSpec (withPair)
 import Control.Concurrent.Async (concurrently)
 import qualified Data.ByteString.Lazy as BL

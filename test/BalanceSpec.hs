@@ -1,4 +1,4 @@
--- | The start-of-call balancing ("Herd.Evolve.Balance") against a plain
+-- | The start-of-call balancing ("Herd.Core.Evolve.Balance") against a plain
 -- model of its rule: the least loaded other worker is found by a scan,
 -- loads kept in a map. The heap inside 'balance' must give the same moves
 -- in the same order.
@@ -7,8 +7,8 @@ module BalanceSpec (spec) where
 import Data.List (sortBy)
 import qualified Data.Map.Strict as M
 import Data.Ord (Down (..), comparing)
-import Herd.Evolve.Balance (balance)
-import Herd.Evolve.Registry (StateId (..))
+import Herd.Core.Evolve.Balance (balance)
+import Herd.Core.Evolve.Registry (StateId (..))
 import Test.Hspec
 import Test.QuickCheck
 

@@ -16,7 +16,8 @@ import Data.Store (Store (..))
 import Data.Store.Internal (Size (..))
 import Data.Word (Word32)
 import qualified Data.Map.Strict as M
-import Herd.Base (Encoder (..), Range (..), encoderBytes)
+import Herd.Core.Base (Range (..))
+import Herd.Encoder (Encoder (..), encoderBytes)
 import Herd.Wire.Batch
 import Herd.Wire.Scratch
 import Herd.Wire.InPlace

@@ -33,7 +33,7 @@ import JsonValue
 import qualified Network.Socket as N
 import qualified Network.Socket.ByteString as NB
 import qualified Network.WebSockets as WS
-import Herd.Report (Json (..), renderJson)
+import Herd.Core.Report (Json (..), renderJson)
 import System.Directory (doesFileExist, findExecutable, removeDirectoryRecursive)
 import System.Environment (getEnvironment)
 import System.IO

@@ -23,7 +23,8 @@ import Control.DeepSeq (force)
 import Herd.Task (TaskRef (..), taskRef)
 import Herd.Transport
 import Herd.Transport.Tcp
-import Herd.Wire
+import Herd.Core.Wire
+import Herd.Wire.Encode
 import Data.Store (encode)
 import Network.Socket
 import qualified Network.Socket.ByteString as NSB

@@ -7,12 +7,12 @@ import Control.Monad (replicateM)
 import System.Mem (getAllocationCounter)
 import qualified Data.ByteString as B
 import Data.Word (Word8)
-import Herd.Wire.Codec
+import Herd.Core.Wire.Codec
 import Test.Hspec
 import Test.QuickCheck
 
 spec :: Spec
-spec = describe "Herd.Wire.Codec" $ do
+spec = describe "Herd.Core.Wire.Codec" $ do
   it "round-trips sized byte strings" $ property $ \(xs :: [[Word8]]) ->
     let chunks = map B.pack xs
         bytes = buildStrict (putWord32 (fromIntegral (length chunks)) <> foldMap putSizedBytes chunks)

@@ -1,4 +1,4 @@
--- | Properties of the master's pure core ("Herd.Master.Core"), driven by
+-- | Properties of the master's pure core ("Herd.Core.Master.Core"), driven by
 -- simulated workers and callers with no socket: random interleavings of
 -- worker messages, joins, losses, protocol-breaking peers, and concurrent
 -- farm jobs, stream processes and evolve sessions. At every step no worker
@@ -11,20 +11,21 @@ module CoreSpec (spec) where
 import Control.Monad (foldM)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as BC
-import Data.IORef
+import Data.Word (Word64)
 import Data.List (isPrefixOf)
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Data.Sequence (Seq, ViewL (..), (|>))
 import qualified Data.Sequence as Seq
 import Herd.Config (Batching (..))
-import Herd.Error (HerdError (..))
-import Herd.Master.Core
-import Herd.Master.Events
-import Herd.Master.Session
-import Herd.Scheduler (WorkerId, liveWorkers, outstandingFor, pendingTasks, rangeIndices)
+import Herd.Core.Error (HerdError (..))
+import Herd.Core.Master.Core
+import Herd.Core.Master.Events
+import Herd.Core.Master.Session
+import Herd.Core.Packet.Policy (Urgency (..))
+import Herd.Core.Scheduler (WorkerId, liveWorkers, outstandingFor, pendingTasks, rangeIndices)
 import Herd.Task (TaskRef, taskRef)
-import Herd.Wire (FromWorker (..), ToWorker (..))
+import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 import Test.Hspec
 import Test.QuickCheck hiding (Args)
 import TestTasks (squareTask)
@@ -68,7 +69,7 @@ data World = World
   , wNextId    :: Word
   , wFarms     :: M.Map Word FarmModel
   , wStreams   :: M.Map Word StreamModel
-  , wSessions  :: [IORef [Either HerdError ()]]
+  , wSessions  :: M.Map Word64 [Either HerdError ()]  -- ^ each session's answers, by its number
   , wProblems  :: [String]
   , wKills     :: Int                     -- workers killed from outside
   }
@@ -150,7 +151,9 @@ command w cmd = case cmd of
     | otherwise -> streamDo sid $ \m -> m { smOutput = smOutput m ++ elementsOf v, smUnread = smUnread m + k }
   StreamGrant sid n -> streamDo sid $ \m -> m { smCredit = smCredit m + n }
   StreamEnded sid why -> streamDo sid $ \m -> m { smEnds = why : smEnds m }
-  SessionEnded answer -> answer >> pure w
+  SessionEnded sid r
+    | M.member sid (wSessions w) -> pure w { wSessions = M.adjust ((() <$ r) :) sid (wSessions w) }
+    | otherwise -> problem ("an answer to unknown session " ++ show sid)
   Drop x _ -> pure w { wWorkers = M.delete x (wWorkers w) }
   Note _ -> pure w
   where
@@ -253,12 +256,11 @@ act w a = case a of
       | null (smInput m), not (smEnded m) -> feed (EndStreamInput (fromIntegral sid)) (setStream sid m { smEnded = True })
       | otherwise -> pure w
   Session limit -> do
-    answers <- newIORef []
     let start ws = if null ws then Left NoWorkers
                    else Right (resetMachine, M.fromList [ (x, ()) | x <- ws ], [ SendTo x StatesReset | x <- ws ])
-        answer r = modifyIORef answers ((() <$ r) :)
-    feed (SessionStart (fromIntegral (wNextId w)) (SessionRequest limit start answer))
-         w { wSessions = answers : wSessions w, wNextId = wNextId w + 1 }
+        sid = fromIntegral (wNextId w)
+    feed (SessionStart sid (SessionRequest "reset" limit start))
+         w { wSessions = M.insert sid [] (wSessions w), wNextId = wNextId w + 1 }
   where
     onWorker k f = case pick k (M.toList (wWorkers w)) of
       Nothing -> pure w
@@ -290,7 +292,7 @@ settle k w = do
 -- Everything a settled world must show.
 verdict :: World -> IO [String]
 verdict w = do
-  sessions <- mapM readIORef (wSessions w)
+  let sessions = M.elems (wSessions w)
   let farms = concat
         [ [ "job " ++ show j ++ " answered " ++ show (length (fmAnswers f)) ++ " times"
           | not (fmCancelled f), length (fmAnswers f) /= 1 ]
@@ -327,7 +329,7 @@ verdict w = do
 
 runWorld :: [Action] -> IO (World, [String])
 runWorld actions = do
-  let w0 = World emptyCore 0 M.empty 1 1 M.empty M.empty [] [] 0
+  let w0 = World emptyCore 0 M.empty 1 1 M.empty M.empty M.empty [] 0
   w1 <- foldM act w0 (Join : Join : actions)
   w2 <- settle 100000 w1
   problems <- verdict w2
@@ -340,7 +342,7 @@ inertMachine = Machine { machineMessage = \_ _ _ st -> (st, []), machineLost = \
                        , machineDone = const False, machineView = const Nothing }
 
 spec :: Spec
-spec = describe "Herd.Master.Core" $ do
+spec = describe "Herd.Core.Master.Core" $ do
   it "answers every caller once, accepts every task once, and streams return their input, under random interleavings" $
     withMaxSuccess 300 $ forAll (resize 120 (listOf genAction)) $ \actions -> ioProperty $ do
       (w, problems) <- runWorld actions
@@ -390,25 +392,23 @@ spec = describe "Herd.Master.Core" $ do
       _ -> False
 
   it "forgets a session whose caller gave up, so the next one starts; a cancel of another number does nothing" $ do
-    answers <- newIORef (0 :: Int)
     let start ws = Right (inertMachine, (), [ SendTo x StatesReset | x <- ws ])
-        req = SessionRequest Nothing start (\_ -> modifyIORef answers (+ 1))
-        answered out = mapM_ (\cmd -> case cmd of { SessionEnded a -> a; _ -> pure () }) out
+        req = SessionRequest "inert" Nothing start
+        answered out = [ (sid, r) | SessionEnded sid r <- out ]
         (c1, _) = step 0 (LinkUp 1) emptyCore
         (c2, _) = step 0 (SessionStart 7 req) c1
         (c3, _) = step 0 (SessionCancel 8) c2       -- not the running one
         (_, refused) = step 0 (SessionStart 9 req) c3
         (c5, _) = step 0 (SessionCancel 7) c3
         (_, started) = step 0 (SessionStart 10 req) c5
-    answered refused
-    readIORef answers `shouldReturn` 1   -- refused: session 7 still runs
-    answered started
-    readIORef answers `shouldReturn` 1   -- started: no answer yet
-    [ () | Send 1 _ StatesReset <- started ] `shouldBe` [()]
+    -- refused: session 7 still runs
+    answered refused `shouldBe` [(9, Left (EvolveFailed "" "" "another evolve call is running on this cluster"))]
+    answered started `shouldBe` []   -- started: no answer yet
+    started `shouldBe` [Send 1 Urgent StatesReset]
 
   it "gathers a session's messages per worker: each live worker once, in the workers' order, its messages in the order given" $
     forAll (listOf ((,) <$> choose (1, 6 :: Int) <*> arbitrary)) $ \sends -> forAll (sublistOf [1 .. 6]) $ \linked ->
-      let req = SessionRequest Nothing (\_ -> Right (inertMachine, (), [])) (\_ -> pure ())
+      let req = SessionRequest "inert" Nothing (\_ -> Right (inertMachine, (), []))
           -- workers 1-5 are the session's; 6 is not; only the linked ones count
           outs = [ SendTo (fromIntegral w) (Ping n B.empty) | (w, n) <- sends ]
           expected = [ (fromIntegral w, [ Ping n B.empty | (v, n) <- sends, v == w ])

@@ -16,7 +16,7 @@ import Browser
 import ClusterSpec (eventually, withTestClusterConfig)
 import Herd
 import Herd.Config (validateConfig)
-import Herd.Monitor.Ledger
+import Herd.Core.Monitor.Ledger
 import Herd.Monitor.Render (escapeLabel)
 import JsonValue
 import qualified Network.Socket as N

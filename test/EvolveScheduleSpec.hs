@@ -11,17 +11,17 @@ import Data.List (foldl', sort)
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import GHC.Fingerprint (Fingerprint (..))
-import Herd.Base (TaskRef (..))
-import Herd.Evolve.Schedule
-import Herd.Evolve.Plan (heldFromList, heldInsert, heldSize, heldTake, heldToList, longestFirst)
-import Herd.Evolve.Checkpoint
+import Herd.Core.Base (TaskRef (..))
+import Herd.Core.Evolve.Schedule
+import Herd.Core.Evolve.Plan (heldFromList, heldInsert, heldSize, heldTake, heldToList, longestFirst)
+import Herd.Core.Evolve.Checkpoint
 import Data.Bits (shiftL, (.|.))
-import Herd.Evolve.Call (callBusy, callMachine)
-import Herd.Evolve.Registry (Placed (..), lineageDepth, keepOrigins, placedAt)
-import Herd.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
-import qualified Herd.Evolve.StateMap as SM
-import Herd.Master.Session (Machine (..))
-import Herd.Wire (FromWorker (..))
+import Herd.Core.Evolve.Call (callBusy, callMachine)
+import Herd.Core.Evolve.Registry (Placed (..), lineageDepth, keepOrigins, placedAt)
+import Herd.Core.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
+import qualified Herd.Core.Evolve.StateMap as SM
+import Herd.Core.Master.Session (Machine (..))
+import Herd.Core.Wire (FromWorker (..))
 import Test.Hspec
 import Test.QuickCheck
 
@@ -428,7 +428,7 @@ timedRun holdings costs plan0 cmds0 =
                  go (n + 1) end plan (M.adjust (\(held, asked, _) -> (held, asked, Nothing)) w ws1)
                     [Evolved w st (costs M.! st)] (st : done) given
 
--- The maps keyed by state id ("Herd.Evolve.StateMap") against Data.Map:
+-- The maps keyed by state id ("Herd.Core.Evolve.StateMap") against Data.Map:
 -- ids with the top bit set, as workers numbered 2^23 and up make them,
 -- sort last, as Word64's order has them.
 stateMapSpec :: Spec
@@ -449,7 +449,7 @@ stateMapSpec =
     genId = StateId <$> oneof [ choose (0, 2 ^ (41 :: Int)), choose (2 ^ (63 :: Int) - 4, 2 ^ (63 :: Int) + 4)
                               , choose (maxBound - 8, maxBound), arbitrary ]
 
--- Checkpoints of a population ("Herd.Evolve.Checkpoint").
+-- Checkpoints of a population ("Herd.Core.Evolve.Checkpoint").
 checkpointSpec :: Spec
 checkpointSpec =
   it "checkpoints: takes a state's bytes only from its own worker, hands them back, and leaves a lost worker's states deep" $ do

@@ -21,9 +21,10 @@ import Herd.Examples.Eden (echoProcess, wordsItem)
 import TestTasks (byteSumEvolver, byteSumTask)
 import Herd.Master.Link (LinkHandle (..), openLink, stopWriting)
 import Herd.Packet
-import Herd.Packet.Policy (PacketPolicy (..), Urgency (..))
+import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.Transport
-import Herd.Wire (ToWorker (..), decodeToWorker, toWorkerParts)
+import Herd.Core.Wire (ToWorker (..), decodeToWorker)
+import Herd.Wire.Encode (toWorkerParts)
 import SocketSpec (withSocketPair)
 import Test.Hspec
 

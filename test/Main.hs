@@ -17,10 +17,10 @@ import qualified LogSpec
 import qualified EvolveScheduleSpec
 import qualified BalanceSpec
 import qualified AuthSpec
-import Herd (serveIfWorker)
+import Herd.Simulate.Host (runSimulatedHost)
+import Herd.Worker (serveIfWorkerWith)
 import qualified SchedulerSpec
 import qualified CoreSpec
-import qualified ImportSpec
 import qualified WorkerStepSpec
 import qualified PacketSpec
 import qualified PacketRunSpec
@@ -39,7 +39,8 @@ import qualified ConformanceSpec
 
 main :: IO ()
 main = do
-  serveIfWorker
+  -- the simulated-host tests start this binary as their hosts
+  serveIfWorkerWith (Just runSimulatedHost)
   role <- lookupEnv "HERD_TEST_ROLE"
   case role of
     Just "orphan-master" -> ClusterSpec.orphanMasterMain
@@ -53,7 +54,6 @@ main = do
       AuthSpec.spec
       SchedulerSpec.spec
       CoreSpec.spec
-      ImportSpec.spec
       WorkerStepSpec.spec
       PacketSpec.spec
       PacketRunSpec.spec

@@ -12,10 +12,11 @@ import Control.Monad (forM_, unless)
 import qualified Data.ByteString as B
 import GHC.Conc (getAllocationCounter)
 import Herd.Packet (newSender, sendMessage, splitPacket)
-import Herd.Packet.Policy (Urgency (..), defaultPacketPolicy)
+import Herd.Core.Packet.Policy (Urgency (..), defaultPacketPolicy)
 import Herd.Transport (closeConnection, recvFrame, sendRawParts)
 import Herd.Transport.Shm (shmLoopback)
-import Herd.Wire (ToWorker (..), decodeToWorker, encodeToWorker)
+import Herd.Core.Wire (ToWorker (..), decodeToWorker)
+import Herd.Wire.Encode (encodeToWorker)
 import Test.Hspec
 
 -- | Bytes this thread allocated while running the action.

@@ -14,10 +14,12 @@ import Data.List (nub, sort)
 import Data.Word (Word64, Word8)
 import qualified Data.Text as T
 import GHC.Fingerprint (Fingerprint (..))
-import Herd.Base (TaskRef (..), encoderBytes)
-import Herd.Wire
-import Herd.Wire.Codec (Get, getCount, getSizedBytes, getWord64, getWord8, runGet)
-import Herd.Wire.Evolved (decodeEvolved, evolvedEncoder)
+import Herd.Core.Base (TaskRef (..))
+import Herd.Encoder (encoderBytes)
+import Herd.Core.Wire
+import Herd.Core.Wire.Codec (Get, getCount, getSizedBytes, getWord64, getWord8, runGet)
+import Herd.Core.Wire.Evolved (decodeEvolved)
+import Herd.Wire.Encode (encodeFromWorker, encodeToWorker, evolvedEncoder)
 import Control.Monad (replicateM)
 import Test.Hspec
 import Test.QuickCheck hiding (Args)

@@ -12,9 +12,9 @@ import Data.IORef
 import qualified Data.Map.Strict as M
 import Data.Word (Word64, Word8)
 import Foreign.Ptr (castPtr)
-import Herd.Bytes (word32At, word64At)
+import Herd.Core.Bytes (word32At, word64At)
 import Herd.Packet
-import Herd.Packet.Policy (PacketPolicy (..), Urgency (..))
+import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Test.Hspec
 import Test.QuickCheck
 

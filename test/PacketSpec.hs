@@ -6,7 +6,7 @@ module PacketSpec (spec) where
 import qualified Data.ByteString as B
 import Data.List (isInfixOf)
 import Herd.Packet (encodeBytes, packetOf, splitPacket)
-import Herd.Packet.Policy
+import Herd.Core.Packet.Policy
 import Test.Hspec
 import Test.QuickCheck
 

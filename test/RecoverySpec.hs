@@ -8,8 +8,8 @@ module RecoverySpec (spec) where
 import Control.Concurrent (forkIO, readMVar, threadDelay)
 import Data.List (sort)
 import Herd.Master (clusterRegistry)
-import Herd.Evolve.Registry (Placed (..), Registry (..), lineageDepth)
-import qualified Herd.Evolve.StateMap as SM
+import Herd.Core.Evolve.Registry (Placed (..), Registry (..), lineageDepth)
+import qualified Herd.Core.Evolve.StateMap as SM
 import Control.Exception
 import qualified Data.Map.Strict as M
 import Control.Monad

@@ -7,8 +7,8 @@ module SchedulerSpec (spec) where
 import Data.List (foldl', sort)
 import qualified Data.Map.Strict as M
 import Herd.Config (Batching (..))
-import Herd.Scheduler
-import Herd.Scheduler.State (Sched (..), Worker (..), Batch (..), Job (..))
+import Herd.Core.Scheduler
+import Herd.Core.Scheduler.State (Sched (..), Worker (..), Batch (..), Job (..))
 import qualified Data.Sequence as Seq
 import Test.Hspec
 import Test.QuickCheck
@@ -120,7 +120,7 @@ complete n sim =
         isFinish _ = False
 
 spec :: Spec
-spec = describe "Herd.Scheduler" $ do
+spec = describe "Herd.Core.Scheduler" $ do
   it "accepts every task's own result exactly once, with no failures" $
     property $ \(Positive w0) (NonNegative n) moves ->
       let w = 1 + w0 `mod` 16

@@ -16,12 +16,12 @@ import Data.Bits (shiftR)
 import Data.List (foldl', nub, sort)
 import qualified Data.ByteString.Char8 as BC
 import Herd
-import Herd.Base (TaskRef (..))
+import Herd.Core.Base (TaskRef (..))
 import Herd.Clock (monotonicSeconds)
-import Herd.Evolve.Held
+import Herd.Core.Evolve.Held
 import qualified Data.Text as T
 import GHC.Fingerprint (Fingerprint (..))
-import Herd.Evolve.Registry (stateIdBits)
+import Herd.Core.Evolve.Registry (stateIdBits)
 import Herd.Examples.ParticleFilter
 import Herd.Master.EpollReader (newEpollReader)
 import Herd.Master.Reader (Reader (..))
@@ -29,7 +29,7 @@ import Herd.Simulate.Wheel
 import Herd.Transport (closeConnection, sendFrameStrict)
 import Herd.Transport.Tcp (acceptTcp, connectTcp, listenPort, listenTcp)
 import Network.Socket (close)
-import Herd.Wire (FromWorker (..), ToWorker (..))
+import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 import ClusterSpec (withTestClusterConfig)
 import ConformanceSpec (withPair)
 import System.Timeout (timeout)

@@ -12,20 +12,21 @@ import Data.Word (Word32, Word64, Word8)
 import GHC.Fingerprint (Fingerprint (..))
 import Data.IORef
 import Herd.Packet (Encoder, appendValuesToRun, encoderBytes, flushIdle, newSender, splitPacket)
-import Herd.Packet.Policy (PacketPolicy (..))
+import Herd.Core.Packet.Policy (PacketPolicy (..))
 import Herd.Wire.Staging (newStaging, stageValueAt, withStaged)
-import Herd.Wire.Tags (tagStreamIn, tagStreamOut)
+import Herd.Core.Wire.Tags (tagStreamIn, tagStreamOut)
 import Herd.Evolve.Function (lookupEvolver)
 import Herd.Process (lookupProcess, processRef)
-import Herd.Base (Range (..))
+import Herd.Core.Base (Range (..))
 import Herd.Task (Runner (..), TaskCodecs (..), TaskRef (..), lookupRunner, taskCodecs, taskRef)
 import Herd.Wire.Batch (argsEncoder)
 import Herd.Wire.Scratch (ChunkOutcome (..), newScratch, resultsEncoder)
 import Herd.Wire.Value (valueEncoder)
 import CodecSpec (allocationOf)
 import TestTasks (runningSumProcess, squareTask, unitTask)
-import Herd.Wire
-import Herd.Wire.Codec (buildStrict, putWord32, putWord64, putWord8)
+import Herd.Core.Wire
+import Herd.Wire.Encode
+import Herd.Core.Wire.Codec (buildStrict, putWord32, putWord64, putWord8)
 import Test.Hspec
 import Test.QuickCheck hiding (Args)
 
@@ -52,7 +53,7 @@ roundTrip :: (a -> Encoder) -> (B.ByteString -> Either String a) -> a -> IO (Eit
 roundTrip enc dec msg = dec <$> encoderBytes (enc msg)
 
 spec :: Spec
-spec = describe "Herd.Wire" $ do
+spec = describe "Herd.Core.Wire" $ do
   it "round-trips the farm and stream messages to a worker (every message: MessageSpec)" $ property $ \(sid :: Word64', n :: Word32, val :: [Word8]) -> ioProperty $ do
     let v = B.pack (1 : val)
         msgs = [ RunBatch (unW sid) ref n, Args n v, Shutdown, StreamOpen (unW sid) ref, StreamIn (unW sid) n v

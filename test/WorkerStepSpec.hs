@@ -1,4 +1,4 @@
--- | Properties of the worker's pure farm step ("Herd.Worker.Step"): for
+-- | Properties of the worker's pure farm step ("Herd.Core.Worker.Step"): for
 -- any batches, their arguments in runs of any length, with functions
 -- found or not and each call computing,
 -- throwing or failing to decode its argument, every batch is answered
@@ -7,9 +7,9 @@
 module WorkerStepSpec (spec) where
 
 import Data.List (foldl')
-import Herd.Packet.Policy (Urgency (..))
-import Herd.Wire (FromWorker (..))
-import Herd.Worker.Step
+import Herd.Core.Packet.Policy (Urgency (..))
+import Herd.Core.Wire (FromWorker (..))
+import Herd.Core.Worker.Step
 import Test.Hspec
 import Test.QuickCheck
 
@@ -79,7 +79,7 @@ shape ms = case ms of
       other -> other
 
 spec :: Spec
-spec = describe "Herd.Worker.Step" $ do
+spec = describe "Herd.Core.Worker.Step" $ do
   it "answers every batch once: its results before the first failure, then the right end" $
     property $ \cases ->
       let (_, sent, broken) = foldl' runBatch (noBatch, [], []) (zip [1 ..] cases)

@@ -22,11 +22,12 @@ import Foreign.C.Types (CDouble (..), CInt (..), CLong (..))
 import Herd
 import Herd.Clock (monotonicSeconds)
 import Herd.Packet (sendMessageTail)
-import Herd.Packet.Policy (Urgency (..))
-import Herd.Report
+import Herd.Core.Packet.Policy (Urgency (..))
+import Herd.Core.Report
 import Herd.Transport (spinNanos)
 import Herd.Transport.Socket (unixSendBuffer)
-import Herd.Wire (ToWorker (..), toWorkerParts)
+import Herd.Core.Wire (ToWorker (..))
+import Herd.Wire.Encode (toWorkerParts)
 import System.IO
 import Bench.Common (median)
 import Bench.Latency (RawLink (..), Wait (..), awaitPong, cTransport, withOneWorker)

@@ -27,7 +27,7 @@ import Herd.Examples.Fib (fib, fibTask)
 import Herd.Examples.ParticleFilter
 import Herd.Fuzz.Mutate (mixSeed)
 import Herd.Log (logToStderr)
-import Herd.Report
+import Herd.Core.Report
 import System.IO
 import System.Posix.Signals (sigCONT, sigKILL, sigSTOP, signalProcess)
 import System.Timeout (timeout)

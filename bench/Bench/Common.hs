@@ -20,7 +20,7 @@ module Bench.Common
 
 import Control.Monad (when)
 import Data.List (sort)
-import Herd.Report
+import Herd.Core.Report
 import Bench.Plot
 
 import Control.Exception (evaluate)

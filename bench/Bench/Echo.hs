@@ -15,7 +15,7 @@ import Bench.Common
 import Bench.Plot
 import Herd
 import Herd.Examples.Eden (echoProcess, wordsItem)
-import Herd.Report
+import Herd.Core.Report
 import System.IO
 
 -- | Benchmark settings.

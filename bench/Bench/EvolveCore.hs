@@ -1,8 +1,8 @@
 -- | @herd bench evolvecore@: the master's core alone on evolve calls, with
 -- no socket, no process and no clock but a simulated one. Simulated
 -- workers answer the core's messages after a fixed delay and take a fixed
--- time per step; the core ("Herd.Master.Core") and the call's two ends
--- ("Herd.Evolve.Start") are the ones a real master runs. What is timed is
+-- time per step; the core ("Herd.Core.Master.Core") and the call's two ends
+-- ("Herd.Core.Evolve.Start") are the ones a real master runs. What is timed is
 -- the core's own work: each event's step, forced, with the collections it
 -- causes. So a row says what one state costs the master's CPU, without
 -- the kernel, at each worker count: the particle-filter seed asks for a
@@ -23,7 +23,6 @@ import Data.List (maximumBy, minimumBy)
 import Data.Ord (comparing)
 import qualified Data.ByteString as B
 import Data.Bits (shiftL, (.|.))
-import Data.IORef
 import qualified Data.IntMap.Strict as IM
 import qualified Data.Map.Strict as M
 import qualified Data.Sequence as Seq
@@ -33,18 +32,19 @@ import GHC.Clock (getMonotonicTimeNSec)
 import System.Exit (die)
 import System.IO
 import System.Mem (getAllocationCounter, performMajorGC)
-import Herd.Evolve.Call (Call (..), callMachine)
+import Herd.Core.Evolve.Call (Call (..), callMachine)
 import Herd.Evolve.Function (evolverRef)
-import Herd.Evolve.Registry (Origin (..), Registry (..), emptyRegistry, placedAt, stateIdBits)
-import Herd.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
-import Herd.Evolve.StateMap (StateId (..))
-import qualified Herd.Evolve.StateMap as SM
+import Herd.Core.Evolve.Registry (Origin (..), Registry (..), emptyRegistry, placedAt, stateIdBits)
+import Herd.Core.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
+import Herd.Core.Evolve.StateMap (StateId (..))
+import qualified Herd.Core.Evolve.StateMap as SM
 import Herd.Examples.ParticleFilter (particleStep)
-import Herd.Master.Core (Core, emptyCore, step)
-import Herd.Master.Events (Command (..), Event (..))
-import Herd.Master.Session (SessionEnd (..), SessionRequest (..))
-import Herd.Report
-import Herd.Wire (FromWorker (..), ToWorker (..))
+import Herd.Core.Master.Core (Core, emptyCore, step)
+import Herd.Core.Master.Events (Command (..), Event (..))
+import Herd.Core.Master.Session (SessionEnd (..), SessionOutcome, SessionRequest (..), outcomeEnd)
+import Herd.Core.Error (HerdError)
+import Herd.Core.Report
+import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 
 -- | Benchmark settings.
 data Options = Options
@@ -142,6 +142,7 @@ data Sim = Sim
   , simBytes   :: !Int
   , simStartNanos :: !Word64  -- ^ of 'simNanos', on calls' starts
   , simStartBytes :: !Int
+  , simEnded   :: !(Maybe (Either HerdError SessionOutcome))  -- ^ the call's answer, once the core gave it
   }
 
 -- One worker count: every call of the run, the core's cost summed.
@@ -157,28 +158,26 @@ measure o nWorkers = do
         , regNextId = fromIntegral (optStates o) + 1 }
       workers0 = IM.fromList [ (w, Worker Seq.empty S.empty False 0) | w <- [1 .. nWorkers] ]
   -- links come up before anything is timed
-  sim0 <- foldM (\s w -> coreStep o 0 (LinkUp w) s) (Sim emptyCore workers0 M.empty 0 0 0 0 0 0) [1 .. nWorkers]
+  sim0 <- foldM (\s w -> coreStep o 0 (LinkUp w) s) (Sim emptyCore workers0 M.empty 0 0 0 0 0 0 Nothing) [1 .. nWorkers]
   let zeroed = sim0 { simEvents = 0, simNanos = 0, simBytes = 0, simStartNanos = 0, simStartBytes = 0 }
       oneCall (sim, reg, now, evolved, moved, k) = do
-        ended <- newIORef Nothing
         let live = SM.keys (regStates reg)
             start = CallStart
               { startRef = ref, startRegistry = reg, startStates = live
               , startInputs = SM.fromList [ (s, input) | s <- live ]
               , startEstimate = estimateFrom reg
               , startLead = 0.1, startMaxDeaths = 3, startTime = now }
-            request = SessionRequest Nothing
+            request = SessionRequest "evolvecore" Nothing
               (\ws -> (\(call, outs) -> (callMachine "evolvecore", call, outs)) <$> startCall start ws)
-              (writeIORef ended . Just)
-        (sim1, finished) <- driveCall o child ended now =<< coreStep o now (SessionStart k request) sim
-        answer <- readIORef ended
-        case answer of
-          Just (Right end) | Nothing <- endError end -> do
+        (sim1, finished) <- driveCall o child now =<< coreStep o now (SessionStart k request) sim { simEnded = Nothing }
+        case fmap (fmap outcomeEnd) (simEnded sim1) of
+          Just (Right (Just end)) | Nothing <- endError end -> do
             let call = endState end
             unless (SM.size (callOutputs call) == length live) $
               die ("evolvecore: " ++ show (SM.size (callOutputs call)) ++ " of " ++ show (length live) ++ " states evolved")
             pure (sim1, registryAfter ref call reg, finished, evolved + length live, moved + callMoved call, k + 1)
-          Just (Right end) -> die ("evolvecore: the call failed: " ++ show (endError end))
+          Just (Right (Just end)) -> die ("evolvecore: the call failed: " ++ show (endError (end :: SessionEnd Call)))
+          Just (Right Nothing) -> die "evolvecore: the call ended with a state of another type"
           Just (Left e) -> die ("evolvecore: the call did not start: " ++ show e)
           Nothing -> die "evolvecore: the call never ended"
   (simN, _, simulated, evolved, moved, _) <- foldM (\acc _ -> oneCall acc) (zeroed, reg0, 0, 0, 0, 1) [1 .. optSteps o]
@@ -191,12 +190,11 @@ measure o nWorkers = do
 
 -- Run simulated events until the call's answer is in, returning the
 -- simulation and the simulated time it ended at.
-driveCall :: Options -> B.ByteString -> IORef (Maybe a) -> Double -> Sim -> IO (Sim, Double)
-driveCall o child ended = go
+driveCall :: Options -> B.ByteString -> Double -> Sim -> IO (Sim, Double)
+driveCall o child = go
   where
-    go lastT sim = do
-      done <- readIORef ended
-      case (done, M.minViewWithKey (simQueue sim)) of
+    go lastT sim =
+      case (simEnded sim, M.minViewWithKey (simQueue sim)) of
         (Just _, _) -> pure (sim, lastT)
         (Nothing, Nothing) -> die "evolvecore: nothing left to happen, and the call has not ended"
         (Nothing, Just (((t, _), ev), rest)) -> do
@@ -229,7 +227,7 @@ command :: Options -> Double -> Sim -> Command -> IO Sim
 command o now sim c = case c of
   Send w _ m -> pure (sendAt (now + optDelay o) (Deliver w m) sim)
   SendAll w ms -> pure (foldl (\s m -> sendAt (now + optDelay o) (Deliver w m) s) sim ms)
-  SessionEnded answer -> answer >> pure sim
+  SessionEnded _ outcome -> pure sim { simEnded = Just outcome }
   Drop w why -> die ("evolvecore: the core dropped worker " ++ show w ++ ": " ++ why)
   _ -> pure sim
 

@@ -12,7 +12,7 @@ import Control.Monad (forM, when)
 import Herd
 import Herd.Examples.Eden (incrementTask)
 import Herd.Fuzz
-import Herd.Report
+import Herd.Core.Report
 import Herd.Task (taskRef)
 import System.IO
 

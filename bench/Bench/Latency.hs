@@ -40,11 +40,12 @@ import Herd.Clock (monotonicSeconds)
 import Herd.Master (withRawWorker)
 import Herd.Master.Link (LinkHandle (..), openLink, stopWriting)
 import Herd.Packet (Sender, sendMessage, splitPacket)
-import Herd.Packet.Policy (Urgency (..))
-import Herd.Report
+import Herd.Core.Packet.Policy (Urgency (..))
+import Herd.Core.Report
 import Herd.Transport (Connection, awaitReadable, recvAvailable, recvFrame, spinNanos, takeBufferedFrame)
 
-import Herd.Wire (FromWorker (..), ToWorker (..), decodeFromWorker, encodeToWorker)
+import Herd.Core.Wire (FromWorker (..), ToWorker (..), decodeFromWorker)
+import Herd.Wire.Encode (encodeToWorker)
 import System.IO
 import Bench.Plot
 

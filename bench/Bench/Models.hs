@@ -23,7 +23,7 @@ import Control.Parallel.Strategies (parList, rdeepseq, using)
 import Herd
 import Herd.Examples.Fib (fib, fibTask)
 import Herd.Launch.Topology (physicalCores)
-import Herd.Report
+import Herd.Core.Report
 import Bench.Plot
 import Herd.Clock (monotonicSeconds)
 import System.IO

@@ -9,7 +9,7 @@ module Bench.Nursery
 import Control.Monad (forM, when)
 import Herd
 import Herd.Examples.Alloc (mapBuildTask)
-import Herd.Report
+import Herd.Core.Report
 import Herd.Clock (monotonicSeconds)
 import System.IO
 

@@ -24,7 +24,7 @@ import Bench.Common
 import Herd
 import Herd.Config (validateConfig)
 import Herd.Examples.Eden (echoProcess, incrementTask, wordsItem)
-import Herd.Report
+import Herd.Core.Report
 import System.IO
 
 -- | Benchmark settings.

@@ -18,7 +18,7 @@ import Bench.Common
 import Bench.Plot (checkPlotWritable)
 import Herd
 import Herd.Examples.Eden
-import Herd.Report
+import Herd.Core.Report
 import System.IO
 
 -- | Benchmark settings.

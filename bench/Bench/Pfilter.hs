@@ -40,7 +40,7 @@ import Bench.Plot
 import Herd
 import Herd.Config (defaultWorkerRtsOptions)
 import Herd.Examples.ParticleFilter
-import Herd.Report
+import Herd.Core.Report
 import Herd.Launch.Topology (physicalCores)
 import Data.Containers.ListUtils (nubOrd)
 import GHC.Stats (allocated_bytes, gc_cpu_ns, getRTSStats, getRTSStatsEnabled)

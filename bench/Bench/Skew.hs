@@ -15,7 +15,7 @@ import Data.List (foldl', sort)
 import Bench.Common (timed)
 import Herd
 import Herd.Examples.Skew
-import Herd.Report
+import Herd.Core.Report
 import System.IO
 
 -- | Benchmark settings.

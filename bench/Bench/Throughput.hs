@@ -13,7 +13,7 @@ import Control.Monad (forM, when)
 import Bench.Common
 import Herd
 import Herd.Examples.Eden (incrementTask)
-import Herd.Report
+import Herd.Core.Report
 import System.IO
 
 -- | Benchmark settings.

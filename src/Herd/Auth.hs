@@ -59,8 +59,9 @@ import qualified Data.ByteString.Char8 as BC
 import qualified Data.ByteString.Lazy as BL
 import Data.Char (isSpace)
 import qualified Data.Text as T
+import Herd.Secret (Secret (..), SecretSource (..))
 import Herd.Transport
-import Herd.Wire
+import Herd.Core.Wire
 import Herd.BuildId (hexEncode)
 import Numeric (showOct)
 import System.Directory (createDirectoryIfMissing, doesFileExist, getHomeDirectory, removeFile)
@@ -68,35 +69,6 @@ import System.Environment (lookupEnv)
 import System.FilePath (takeDirectory, (</>))
 import System.Posix.Files
 import System.Posix.User (getEffectiveUserID)
-
--- | A shared secret. Its 'Show' instance never reveals it.
-newtype Secret = Secret B.ByteString
-
-instance Show Secret where
-  show _ = "<secret>"
-
-instance Eq Secret where
-  Secret a == Secret b = B.length a == B.length b && BA.constEq a b
-
--- | Where a secret comes from.
-data SecretSource
-  = SecretAuto
-    -- ^ @HERD_SECRET@ if set and non-empty, else 'defaultCookiePath'
-    -- (created on first use)
-  | SecretFile FilePath
-    -- ^ this file, which must exist and be readable by its owner only
-  | SecretValue B.ByteString
-    -- ^ this value
-  | SecretGiven Secret
-    -- ^ a secret already loaded
-  deriving (Eq)
-
--- Written by hand so that no log line or error can print a secret.
-instance Show SecretSource where
-  show SecretAuto = "SecretAuto"
-  show (SecretFile p) = "SecretFile " ++ show p
-  show (SecretValue _) = "SecretValue <secret>"
-  show (SecretGiven _) = "SecretGiven <secret>"
 
 -- | The environment variable 'SecretAuto' reads first.
 secretEnvVar :: String

@@ -26,7 +26,7 @@ import qualified Data.ByteString.Lazy as BL
 import System.Environment (getExecutablePath)
 import System.IO.Unsafe (unsafePerformIO)
 import Control.Exception (IOException, try)
-import Herd.Base (hexEncode, shortBuildId)
+import Herd.Core.Base (hexEncode, shortBuildId)
 import Herd.Launch.Env (envBuildHint)
 import System.Environment (lookupEnv)
 import System.Posix.Files (deviceID, fileID, fileSize, getFileStatus, modificationTimeHiRes)

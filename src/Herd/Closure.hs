@@ -28,7 +28,7 @@ import GHC.Fingerprint (Fingerprint)
 import GHC.StaticPtr (StaticPtr, StaticPtrInfo (..), deRefStaticPtr, staticKey, staticPtrInfo, unsafeLookupStaticPtr)
 import Data.IORef (IORef, modifyIORef', readIORef)
 import qualified Data.Map.Strict as M
-import Herd.Base (TaskRef (..))
+import Herd.Core.Base (TaskRef (..))
 
 -- | What a closure is for: the message that names it must agree.
 data ClosureKind = TaskClosure | ProcessClosure | EvolverClosure

@@ -26,8 +26,8 @@ module Herd.Config
   , parseDashboardAddress
   ) where
 
-import Herd.Auth (SecretSource (..))
-import Herd.Base (Batching (..), MasterLoop (..), TransportKind (..), masterLoopName, parseMasterLoop)
-import Herd.Config.Parse
+import Herd.Secret (SecretSource (..))
+import Herd.Core.Base (Batching (..), MasterLoop (..), TransportKind (..), masterLoopName, parseMasterLoop)
+import Herd.Core.Config.Parse
 import Herd.Config.Record
 import Herd.Config.Validate

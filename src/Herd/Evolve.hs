@@ -15,8 +15,8 @@
 -- > ids  <- resetStates cluster stepFn particles
 -- > outs <- evolveMany cluster stepFn (M.fromList [ (i, obs) | i <- ids ])
 --
--- Scheduling is "Herd.Evolve.Schedule" (pure); each call is a session of
--- the master's core ("Herd.Master.Core"), beside farm jobs and streams,
+-- Scheduling is "Herd.Core.Evolve.Schedule" (pure); each call is a session of
+-- the master's core ("Herd.Core.Master.Core"), beside farm jobs and streams,
 -- driven by the cluster's loop ('configMasterLoop'): one thread per worker
 -- or one thread over epoll.
 --
@@ -50,23 +50,24 @@ import Control.Concurrent.MVar
 import Control.Exception
 import Control.Monad (forM, unless)
 import qualified Data.Map.Strict as M
+import Data.Typeable (Typeable)
 import GHC.StaticPtr (StaticPtr)
 import Herd.Clock (monotonicSeconds)
 import Herd.Config
-import Herd.Error
+import Herd.Core.Error
 import Herd.Evolve.Function
-import Herd.Evolve.Call
-import Herd.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
-import Herd.Evolve.Registry (placedAt)
-import Herd.Evolve.Checkpoint (applyCheckpoint, checkpointStart, deepStates)
-import Herd.Evolve.Schedule
-import qualified Herd.Evolve.StateMap as SM
+import Herd.Core.Evolve.Call
+import Herd.Core.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
+import Herd.Core.Evolve.Registry (placedAt)
+import Herd.Core.Evolve.Checkpoint (applyCheckpoint, checkpointStart, deepStates)
+import Herd.Core.Evolve.Schedule
+import qualified Herd.Core.Evolve.StateMap as SM
 import qualified Data.Set as S
 import Herd.Master
-import Herd.Master.Session
+import Herd.Core.Master.Session
 import Herd.Packet (encoderBytes)
 import Herd.Task (TaskRef (..), tryUser)
-import Herd.Wire
+import Herd.Core.Wire
 
 -- | Per-call choices.
 data EvolveOptions = EvolveOptions
@@ -86,7 +87,7 @@ data EvolveOptions = EvolveOptions
   , evolveCheckpointSteps :: !Int
     -- ^ after a call, states whose recovery would replay this many steps
     -- or more are checkpointed: their bytes pass through the master once
-    -- ("Herd.Evolve.Checkpoint"), so a lost worker's states are recomputed
+    -- ("Herd.Core.Evolve.Checkpoint"), so a lost worker's states are recomputed
     -- from there. 0: never (recovery replays every step since upload)
   } deriving (Show)
 
@@ -131,7 +132,7 @@ resetStatesWith opts cluster fn states = do
   checkLoop opts cluster
   modifyMVar (clusterRegistry cluster) $ \_ -> do
     -- first every worker drops what it holds and says so
-    cleared <- session cluster (evolveWorkerLimit opts) $ \ws ->
+    cleared <- session cluster "reset" (evolveWorkerLimit opts) $ \ws ->
       if null ws then Left NoWorkers
       else Right (resetMachine, (ws, M.fromList [ (w, ()) | w <- ws ]), [ SendTo w StatesReset | w <- ws ])
     let lost = M.fromList (endLost cleared)
@@ -140,7 +141,7 @@ resetStatesWith opts cluster fn states = do
     -- then the states go out, round robin over the workers still there;
     -- naming the function now lets each worker look it up and start its
     -- evolve thread before the first call
-    placed <- session cluster (evolveWorkerLimit opts) $ \ws -> case filter (`elem` ws) live of
+    placed <- session cluster "reset" (evolveWorkerLimit opts) $ \ws -> case filter (`elem` ws) live of
       [] -> Left NoWorkers
       here -> let placement = zip3 ids encoded (cycle here)
               in Right ( Machine (\_ _ _ p -> (p, [])) (\_ _ _ p -> (p, [])) (\_ _ p -> (p, [])) (\p -> (p, [])) (const True) (const Nothing), placement
@@ -166,11 +167,13 @@ resetStatesWith opts cluster fn states = do
 
 -- Run a session on the cluster and wait for its end; a session that could
 -- not start, or failed, throws its error.
-session :: Cluster -> Maybe Int -> ([WorkerId] -> Either HerdError (Machine st, st, [Out])) -> IO (SessionEnd st)
-session cluster limit start = do
+session :: (Typeable st, Show st, Eq st)
+        => Cluster -> String -> Maybe Int -> ([WorkerId] -> Either HerdError (Machine st, st, [Out])) -> IO (SessionEnd st)
+session cluster name limit start = do
   answer <- newEmptyMVar
   -- a caller interrupted while waiting cancels its session
-  end <- runSession cluster (SessionRequest limit start (putMVar answer)) (takeMVar answer) >>= either throwIO pure
+  outcome <- runSession cluster (SessionRequest name limit start) (putMVar answer) (takeMVar answer) >>= either throwIO pure
+  end <- maybe (throwIO (EvolveFailed name "" "the session ended with a state of another type")) pure (outcomeEnd outcome)
   maybe (pure end) throwIO (endError end)
 
 -- Checkpoint the states whose lineage reached the bound (a session of
@@ -183,7 +186,7 @@ checkpointIfDue opts cluster reg
   | otherwise = case deepStates bound reg of
       [] -> pure reg { regDepth = 0 }
       deep -> do
-        r <- try (session cluster Nothing (\ws -> Right (checkpointStart ws deep)))
+        r <- try (session cluster "checkpoint" Nothing (\ws -> Right (checkpointStart ws deep)))
         pure $ case r of
           Right end -> applyCheckpoint (endState end) reg
           Left (_ :: SomeException) -> reg
@@ -221,7 +224,7 @@ evolveManyWith opts cluster fn inputs = do
           , startEstimate = estimate, startLead = evolveLead opts
           , startMaxDeaths = configMaxTaskDeaths (clusterConfig cluster), startTime = started }
         begin workers = (\(call, outs) -> (callMachine (refName ref), call, outs)) <$> startCall start workers
-    outcome <- try (session cluster (evolveWorkerLimit opts) begin)
+    outcome <- try (session cluster (refName ref) (evolveWorkerLimit opts) begin)
     finished <- monotonicSeconds
     case outcome of
       Left (e :: SomeException) ->

@@ -25,8 +25,8 @@ import GHC.StaticPtr (StaticPtr)
 import Herd.Config (Config (..))
 import Herd.Master
 import qualified Data.ByteString as B
-import Herd.Scheduler (JobStats, Range, rangeIndices)
-import Herd.Error (HerdError (..))
+import Herd.Core.Scheduler (JobStats, Range, rangeIndices)
+import Herd.Core.Error (HerdError (..))
 import Herd.Task
 import Herd.Wire.Batch (ArgTable, argCount, argsArena, arenaBytesOf, newArena)
 import Herd.Wire.InPlace (commitRanges, holdRun, newPending)
@@ -146,10 +146,8 @@ runStaged failed cluster f table stage accept = do
         { specTasks = argCount table
         , specRef = taskRef f
         , specArgs = table
-        , specStage = stage
-        , specAccept = accept
         , specKeepGoing = maybe False (const True) failed
-        , specFail = maybe (\_ _ -> pure ()) id failed
         }
-  result <- runJob cluster spec
+      callbacks = JobCallbacks stage accept (maybe (\_ _ -> pure ()) id failed)
+  result <- runJob cluster spec callbacks
   either throwIO pure result

@@ -1,7 +1,7 @@
 {-# LANGUAGE ScopedTypeVariables #-}
 -- | The master: a cluster of workers, and the calls that run work on it.
 --
--- One pure core ("Herd.Master.Core") makes every decision for farm jobs,
+-- One pure core ("Herd.Core.Master.Core") makes every decision for farm jobs,
 -- stream processes and evolve sessions; a shell ("Herd.Master.Shell")
 -- steps it under one lock and carries out its commands; a reader feeds it
 -- the workers' frames, either one thread over epoll or a thread per worker
@@ -35,6 +35,7 @@ module Herd.Master
   , Status
     -- * Farm jobs (used by "Herd.Farm")
   , JobSpec (..)
+  , JobCallbacks (..)
   , runJob
     -- * Stream processes (used by "Herd.Stream")
   , StreamEnds (..)
@@ -65,20 +66,20 @@ import qualified Data.Map.Strict as M
 import Herd.Auth
 import Herd.BuildId (buildIdentity)
 import Herd.Config
-import Herd.Error
-import Herd.Evolve.Schedule (emptyRegistry)
+import Herd.Core.Error
+import Herd.Core.Evolve.Schedule (emptyRegistry)
 import Herd.Launch.Local (planCpus)
 import Herd.Launch.Process (Launch (..))
 import Herd.Launch.Slurm (slurmTaskCount)
 import Herd.Master.Accept
-import Herd.Master.Events (Event (..), FarmJob (..))
+import Herd.Core.Master.Events (Event (..), FarmJob (..))
 import Herd.Epoll (epollAvailable)
 import Herd.Master.EpollReader
 import Herd.HeapReserve (heapReserveBytes, reserveHeap)
 import Herd.Master.Launching
 import Herd.Master.Restarts (withRestarts)
 import Herd.Master.Reader
-import Herd.Master.Session (SessionRequest (..))
+import Herd.Core.Master.Session (SessionOutcome, SessionRequest (..))
 import Herd.Master.Shell
 import Herd.Master.Streams
 import Herd.Master.ThreadedReader
@@ -86,8 +87,9 @@ import Herd.Master.Cluster
 import Herd.Master.Types
 import Herd.Monitor.Feed (newFeed, teeLog)
 import Herd.Monitor.Server (withDashboard)
-import Herd.Monitor.Status (Status)
-import Herd.Scheduler (JobStats)
+import Herd.Core.Monitor.Status (Status)
+import Herd.Core.Scheduler (JobStats, Range (..))
+import Herd.Task (TaskRef (..), tryUser)
 import Herd.Transport
 import Herd.Transport.Tcp
 import Herd.Transport.Tls (newTlsIdentity, tlsAccept)
@@ -231,29 +233,47 @@ shutdown cluster = do
 
 -- | Run one farm job on the cluster and wait for it. Jobs from several
 -- threads run at once, sharing the workers; a caller interrupted by an
--- exception cancels its job.
-runJob :: Cluster -> JobSpec -> IO (Either HerdError JobStats)
-runJob cluster spec = do
+-- exception cancels its job. The callbacks run here, on the caller's
+-- thread, as the shell hands over the job's news: a slow decoder slows
+-- its own job only. The first result that does not decode, or callback
+-- that throws, ends the job with 'ResultDecodeError'.
+runJob :: Cluster -> JobSpec -> JobCallbacks -> IO (Either HerdError JobStats)
+runJob cluster spec callbacks = do
   jid <- freshId cluster
-  reply <- newEmptyMVar
+  news <- newTQueueIO
   let cfg = clConfig cluster
       job = FarmJob (specRef spec) (specTasks spec) (configBatching cfg) (configBatchTarget cfg) (configMaxTaskDeaths cfg)
                    (specKeepGoing spec)
       sh = clShell cluster
-  shellRegister sh True (RegisterFarm jid spec reply) [FarmSubmit jid job]
-  takeMVar reply `onException` shellRegister sh True (Forget (Just jid) Nothing) [FarmCancel jid]
+      broken i why = ResultDecodeError i (refName (specRef spec)) why
+      -- once broken, the rest of the news is drained unread until the end
+      loop failure = do
+        next <- atomically (readTQueue news)
+        case (next, failure) of
+          (NewsDone result, _) -> pure (maybe result Left failure)
+          (_, Just _) -> loop failure
+          (NewsStaged ranges bytes, Nothing) ->
+            onStaged callbacks ranges bytes >>= either (\(i, why) -> breakJob (broken i why)) (\() -> loop Nothing)
+          (NewsAccepted ranges, Nothing) ->
+            tryUser (onAccepted callbacks ranges) >>= either (breakJob . broken (firstTask ranges)) (\() -> loop Nothing)
+          (NewsFailed i err, Nothing) ->
+            tryUser (onFailed callbacks i err) >>= either (breakJob . broken i) (\() -> loop Nothing)
+      breakJob err = shellStep sh True [FarmBroken jid err] >> loop (Just err)
+      firstTask ranges = case ranges of { Range lo _ : _ -> lo; [] -> 0 }
+  shellRegister sh True (RegisterFarm jid spec news) [FarmSubmit jid job]
+  loop Nothing `onException` shellRegister sh True (Forget (Just jid) Nothing) [FarmCancel jid]
 
 -- | Run an evolve session on the cluster's workers (the lowest numbered,
 -- up to the limit) and wait for its answer with the given action. The
 -- start function is given those workers, and may refuse to start. A
 -- caller interrupted while waiting (a timeout, a cancelled thread)
 -- cancels its session, so the next call can start.
-runSession :: Cluster -> SessionRequest -> IO a -> IO a
-runSession cluster req wait = do
+runSession :: Cluster -> SessionRequest -> (Either HerdError SessionOutcome -> IO ()) -> IO a -> IO a
+runSession cluster req answer wait = do
   awaitSomeWorker cluster
   sid <- freshId cluster
-  shellStep (clShell cluster) True [SessionStart sid req]
-  wait `onException` shellStep (clShell cluster) True [SessionCancel sid]
+  shellRegister (clShell cluster) True (RegisterSession sid answer) [SessionStart sid req]
+  wait `onException` shellRegister (clShell cluster) True (ForgetSession sid) [SessionCancel sid]
 
 -- | Start a master with one local worker whose link is handed to the body
 -- instead of to the master's core: for measuring the link itself (the

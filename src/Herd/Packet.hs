@@ -7,7 +7,7 @@
 --
 -- A packet is one transport frame: a 32-bit message count, then each
 -- message as a 32-bit length and its body. Every decision about when a
--- buffer leaves is taken by "Herd.Packet.Policy"; this module only carries
+-- buffer leaves is taken by "Herd.Core.Packet.Policy"; this module only carries
 -- it out, keeps statistics, and runs the timer that sends a buffer whose
 -- oldest message is due ("Herd.Packet.Buffer" holds the buffer itself).
 -- Messages are written straight into the buffer, so adding one costs no
@@ -61,11 +61,12 @@ import Foreign.Storable (pokeByteOff)
 import Herd.Clock (monotonicSeconds)
 import Herd.Packet.Add
 import Herd.Packet.Buffer
-import Herd.Packet.Policy
-import Herd.Packet.Stats
-import Herd.Base (Encoder (..), encodeBytes, encoderBytes)
-import Herd.Bytes (bytesBE, peekPtrBE, pokeBE)
-import Herd.Packet.Split (splitPacket)
+import Herd.Core.Packet.Policy
+import Herd.Core.Packet.Stats
+import Herd.Encoder (Encoder (..), encodeBytes, encoderBytes)
+import Herd.Core.Bytes (bytesBE, peekPtrBE)
+import Herd.Encoder (pokeBE)
+import Herd.Core.Packet.Split (splitPacket)
 
 -- | One packet holding these messages, whatever their size (for tests and
 -- tools that speak the protocol by hand).

@@ -26,7 +26,7 @@ import qualified Data.ByteString as B
 import Data.Store (Store)
 import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
 import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
-import Herd.Base (TaskRef)
+import Herd.Core.Base (TaskRef)
 import Herd.Closure
 import Herd.Stream.Batch (BatchSink, sendBatched)
 import Herd.Wire.Staging (Staging, stageValueAt)

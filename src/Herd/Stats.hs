@@ -14,9 +14,9 @@ module Herd.Stats
 
 import qualified Data.Map.Strict as M
 import Herd.Packet (PeerStats (..))
-import Herd.Packet.Policy (allFlushReasons)
-import Herd.Report (fixed, renderTable)
-import Herd.Scheduler (JobStats (..), WorkerStats (..))
+import Herd.Core.Packet.Policy (allFlushReasons)
+import Herd.Core.Report (fixed, renderTable)
+import Herd.Core.Scheduler (JobStats (..), WorkerStats (..))
 
 -- | Busy seconds summed over workers.
 totalBusy :: JobStats -> Double

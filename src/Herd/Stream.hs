@@ -44,7 +44,7 @@ import Data.IORef
 import Data.Word (Word64)
 import GHC.StaticPtr (StaticPtr)
 import Herd.Config (Config (..))
-import Herd.Error (HerdError (..))
+import Herd.Core.Error (HerdError (..))
 import Herd.Master
 import Herd.Process
 import Herd.Stream.Batch

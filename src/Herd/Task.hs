@@ -39,7 +39,7 @@ import qualified Data.ByteString as B
 import Data.Store (Store)
 import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
 import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
-import Herd.Base (Range, TaskRef (..))
+import Herd.Core.Base (Range, TaskRef (..))
 import Herd.Closure
 import Herd.Wire.Batch
 import Herd.Wire.Scratch

@@ -78,8 +78,8 @@ import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
 import Foreign.Ptr (Ptr, castPtr, plusPtr)
 import System.Posix.Types (Fd (..))
-import Herd.Base (TransportKind (..), transportName, parseTransportKind)
-import Herd.Bytes (peekPtrBE, word32At)
+import Herd.Core.Base (TransportKind (..), transportName, parseTransportKind)
+import Herd.Core.Bytes (peekPtrBE, word32At)
 import Herd.Transport.Connection
 import Herd.Transport.Send
 

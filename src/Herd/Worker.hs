@@ -17,6 +17,8 @@
 -- master's proof ("Herd.Auth").
 module Herd.Worker
   ( serveIfWorker
+  , serveIfWorkerWith
+  , SimulatedHost (..)
   , runWorker
   , WorkerOptions (..)
   , MasterAddress (..)
@@ -26,7 +28,7 @@ module Herd.Worker
   ) where
 
 import Herd.Log (logToStderr)
-import Herd.Config.Parse (parseHostPortFrom, parseSimulatedCount)
+import Herd.Core.Config.Parse (parseHostPortFrom, parseSimulatedCount)
 import Herd.Trace (tracing)
 import Control.Exception
 import Control.Concurrent (forkIO, myThreadId)
@@ -43,10 +45,9 @@ import Herd.Transport.Tcp (connectTcp)
 import Herd.Transport.Unix (connectUnix, unixAddressName)
 import Herd.Transport.Shm (upgradeWorker)
 import Herd.Transport.Tls (tlsConnect)
-import Herd.Wire
+import Herd.Core.Wire
 import Herd.Worker.Join (Joined (..), joinMaster)
 import Herd.HeapReserve (defaultWorkerHeapReserve, parseWorkerHeapReserve, reserveHeap, warmNursery)
-import Herd.Simulate.Host (SimulatedHost (..), runSimulatedHost)
 import Herd.Worker.Serve (serve)
 import System.Posix.Unistd (getSystemID, nodeName)
 import System.Environment (lookupEnv)
@@ -98,7 +99,26 @@ parseHostPort = parseHostPortFrom 1
 -- otherwise return at once. 'Herd.withCluster' calls it first; call it at
 -- the top of @main@ if @main@ does work before that.
 serveIfWorker :: IO ()
-serveIfWorker = do
+serveIfWorker = serveIfWorkerWith Nothing
+
+-- | What a simulated host needs.
+data SimulatedHost = SimulatedHost
+  { simHost    :: String  -- ^ the master's host
+  , simPort    :: Int     -- ^ and TCP port
+  , simWorkers :: Int     -- ^ workers to play
+  , simGroup   :: String  -- ^ the launch they belong to, reported in each hello
+  , simSecret  :: Secret
+  , simHostPid :: Int     -- ^ reported as each worker's process
+  , simHostName :: String -- ^ reported as each worker's host
+  }
+
+-- | 'serveIfWorker', given what plays simulated hosts: the benchmark and
+-- test harness ("Herd.Simulate.Host", in @herd-testkit@) that programs
+-- which start simulated workers ('Herd.Config.configSimulatedWorkers')
+-- pass here. A process asked to play simulated workers without it exits
+-- with an error that says so.
+serveIfWorkerWith :: Maybe (SimulatedHost -> IO ()) -> IO ()
+serveIfWorkerWith player = do
   connectTo <- lookupEnv envConnect
   case connectTo of
     Nothing -> pure ()
@@ -139,7 +159,9 @@ serveIfWorker = do
             when (rc /= 0) $ logToStderr ("herd simulated host: cannot watch the master's pipe (error " ++ show rc ++ ")")
           pid <- getProcessID
           name <- nodeName <$> getSystemID
-          runSimulatedHost (SimulatedHost host port count group secret (fromIntegral pid) name)
+          play <- maybe (die' (envSimulated ++ ": this program cannot play simulated workers; they are a harness "
+                               ++ "of the herd executable (herd bench pfilter --simulate)")) pure player
+          play (SimulatedHost host port count group secret (fromIntegral pid) name)
             `catch` \(e :: SomeException) -> case fromException e of
               Just (ec :: ExitCode) -> throwIO ec
               Nothing -> do

@@ -12,12 +12,12 @@ module Herd.Config.Record
   ) where
 
 import Herd.Log (logToStderr)
-import Herd.Auth (SecretSource (..))
-import Herd.Packet.Policy (PacketPolicy (..), defaultPacketPolicy)
+import Herd.Secret (SecretSource (..))
+import Herd.Core.Packet.Policy (PacketPolicy (..), defaultPacketPolicy)
 import Herd.HeapReserve (defaultWorkerHeapReserve)
 import System.Info (os)
-import Herd.Base (Batching (..), MasterLoop (..), TransportKind (..))
-import Herd.Config.Parse
+import Herd.Core.Base (Batching (..), MasterLoop (..), TransportKind (..))
+import Herd.Core.Config.Parse
 
 -- | Which CPUs local workers are pinned to.
 data Pinning

@@ -5,10 +5,10 @@ module Herd.Config.Validate
   ) where
 
 import Data.List (nub)
-import Herd.Config.Parse (maxSimulatedPerHost, parseDashboardAddress)
+import Herd.Core.Config.Parse (maxSimulatedPerHost, parseDashboardAddress)
 import Herd.Config.Record
-import Herd.Base (Batching (..), TransportKind (..))
-import Herd.Error (HerdError (..))
+import Herd.Core.Base (Batching (..), TransportKind (..))
+import Herd.Core.Error (HerdError (..))
 import Herd.HeapReserve (heapReserveMostMiB)
 import System.Info (os)
 

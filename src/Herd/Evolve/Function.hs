@@ -32,7 +32,8 @@ import qualified Data.ByteString as B
 import Data.Store (Store, encode)
 import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
 import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
-import Herd.Base (Encoder, TaskRef)
+import Herd.Core.Base (TaskRef)
+import Herd.Encoder (Encoder)
 import Herd.Closure
 import Herd.Wire.Value (decodeValueIO, valueEncoder)
 

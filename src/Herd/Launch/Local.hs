@@ -26,7 +26,7 @@ import Control.Monad (forM_)
 import Herd.Auth (Secret, secretToLine)
 import Herd.BuildId (buildHint)
 import Herd.Config
-import Herd.Error (HerdError (..))
+import Herd.Core.Error (HerdError (..))
 import Herd.Launch.Env
 import Herd.Launch.Topology (allowedCpus, physicalCores)
 import System.Environment (getArgs, getEnvironment, getExecutablePath)

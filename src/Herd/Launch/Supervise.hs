@@ -1,6 +1,6 @@
 {-# LANGUAGE ScopedTypeVariables #-}
 -- | Keeping local worker processes up: a process that dies is started
--- again (with the pauses of "Herd.Launch.Backoff") and its replacement
+-- again (with the pauses of "Herd.Core.Launch.Backoff") and its replacement
 -- joins the cluster as a new worker; one that keeps dying is left down
 -- with a log line.
 --
@@ -31,7 +31,7 @@ import Control.Exception
 import Control.Monad (forM_, unless, void, when)
 import qualified Data.IntMap.Strict as IM
 import Herd.Clock (monotonicSeconds)
-import Herd.Launch.Backoff
+import Herd.Core.Launch.Backoff
 import Herd.Launch.Local (LocalWorker (..), stopLocalWorkers)
 import System.Exit (ExitCode (..))
 import System.Posix.Signals (sigKILL, signalProcess)

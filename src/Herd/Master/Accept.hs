@@ -24,10 +24,10 @@ import qualified Data.Text as T
 import Herd.Auth
 import Herd.Config
 import Herd.Master.Types
-import Herd.Scheduler (WorkerId)
+import Herd.Core.Scheduler (WorkerId)
 import Herd.Transport
 import Herd.Transport.Shm (upgradeMaster)
-import Herd.Wire
+import Herd.Core.Wire
 import System.Timeout (timeout)
 
 -- | What admitting a worker needs.

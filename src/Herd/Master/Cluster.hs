@@ -30,16 +30,16 @@ import qualified Data.Map.Strict as M
 import Data.Word (Word64)
 import Herd.Config
 import Herd.Epoll (epollAvailable)
-import Herd.Error (HerdError (..))
-import Herd.Evolve.Schedule (Registry)
+import Herd.Core.Error (HerdError (..))
+import Herd.Core.Evolve.Schedule (Registry)
 import Herd.Clock (monotonicSeconds)
 import Control.Concurrent (threadDelay)
 import Herd.Master.Shell (Shell, shellAwaited, shellCore, shellCounters, shellDeparted, shellPeers, shellWorkers)
 import Herd.Monitor.Feed (Feed, feedStarted, recentLines)
-import Herd.Monitor.Status (Inputs (..), Status, buildStatus)
+import Herd.Core.Monitor.Status (Inputs (..), Status, buildStatus)
 import Herd.Master.Types
 import Herd.Packet (PeerStats (..), senderStats)
-import Herd.Scheduler (WorkerId)
+import Herd.Core.Scheduler (WorkerId)
 import System.Environment (getExecutablePath, getProgName)
 import System.Timeout (timeout)
 

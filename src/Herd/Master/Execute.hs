@@ -1,5 +1,5 @@
 {-# LANGUAGE ScopedTypeVariables #-}
--- | Carrying out the master core's commands ("Herd.Master.Events"), for
+-- | Carrying out the master core's commands ("Herd.Core.Master.Events"), for
 -- the shell ("Herd.Master.Shell"), which calls this with its lock held:
 -- sends into each link's packet sender, a farm's staged and accepted
 -- results, the answers to callers, dropped links; and the flushes at the
@@ -23,20 +23,21 @@ import Data.IORef
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Herd.Config
-import Herd.Error
-import Herd.Master.Events
+import Herd.Core.Error
+import Herd.Core.Master.Events
 import Herd.Master.Link
 import Herd.Master.Reader
 import Herd.Master.ShellState
 import Herd.Master.Types
-import Herd.Monitor.Ledger (keptLost)
+import Herd.Core.Monitor.Ledger (keptLost)
 import Herd.Trace (traceHerd)
 import Herd.Packet
-import Herd.Packet.Policy (Urgency (..))
-import Herd.Scheduler (Range (..), WorkerId, rangeSize)
+import Herd.Core.Packet.Policy (Urgency (..))
+import Herd.Core.Scheduler (Range (..), WorkerId, rangeSize)
 import Herd.Task (TaskRef (..), tryUser)
 import Herd.Transport
-import Herd.Wire
+import Herd.Core.Wire
+import Herd.Wire.Encode
 import Herd.Wire.Batch (ArgTable, argsEncoder, argsFitting)
 
 -- | Carry out one command; events it feeds back are collected, newest first.
@@ -56,19 +57,14 @@ execute sh (ss, fed) cmd = case cmd of
       mapM_ (sendArgs sender (specArgs spec)) ranges
     (Nothing, _) -> pure (ss, fed)   -- the link is being dropped; the core hears of it next
     (_, Nothing) -> pure (ss, BatchNotSent w bid ClusterClosed : fed)
-  Stage jid tasks bytes -> withFarm jid $ \spec -> do
-    r <- specStage spec tasks bytes
-    pure (ss, either (\(i, why) -> FarmBroken jid (ResultDecodeError i (refName (specRef spec)) why) : fed) (const fed) r)
-  Accept jid ranges -> withFarm jid $ \spec -> do
-    r <- tryUser (specAccept spec ranges)
-    let first = case ranges of { Range lo _ : _ -> lo; [] -> 0 }
-    pure (ss, either (\why -> FarmBroken jid (ResultDecodeError first (refName (specRef spec)) why) : fed) (const fed) r)
-  FailTask jid i err -> withFarm jid $ \spec -> do
-    r <- tryUser (specFail spec i err)
-    pure (ss, either (\why -> FarmBroken jid (ResultDecodeError i (refName (specRef spec)) why) : fed) (const fed) r)
+  -- INV-CALLER-CODE: a farm's results go to its caller's queue as they
+  -- came; the caller decodes them and runs its callbacks on its own thread
+  Stage jid tasks bytes -> tell jid (NewsStaged tasks bytes)
+  Accept jid ranges -> tell jid (NewsAccepted ranges)
+  FailTask jid i err -> tell jid (NewsFailed i err)
   JobDone jid result -> case M.lookup jid (ssFarms ss) of
-    Just (_, reply) -> do
-      void (tryPutMVar reply result)
+    Just (_, news) -> do
+      atomically (writeTQueue news (NewsDone result))
       pure (ss { ssFarms = M.delete jid (ssFarms ss) }, fed)
     Nothing -> pure (ss, fed)
   StreamOpened sid result -> do
@@ -87,7 +83,12 @@ execute sh (ss, fed) cmd = case cmd of
         atomically $ writeTQueue (endsOutput ends) (StreamElements (reverse elems))
       atomically $ writeTQueue (endsOutput ends) (maybe StreamFinished StreamBroken why)
     pure (ss { ssStreams = M.delete sid (ssStreams ss), ssGathered = M.delete sid (ssGathered ss) }, fed)
-  SessionEnded answer -> answer >> pure (ss, fed)
+  SessionEnded sid outcome -> case M.lookup sid (ssSessions ss) of
+    Just answer -> do
+      -- the caller's answer puts the outcome where its thread waits
+      answer outcome
+      pure (ss { ssSessions = M.delete sid (ssSessions ss) }, fed)
+    Nothing -> pure (ss, fed)   -- its caller gave up
   Drop w _ -> case M.lookup w (ssLinks ss) of
     Nothing -> pure (ss, fed)
     Just l -> do
@@ -105,7 +106,9 @@ execute sh (ss, fed) cmd = case cmd of
   Note line -> configLog (shConfig sh) line >> pure (ss, fed)
   where
     withLink w act = maybe (pure (ss, fed)) act (M.lookup w (ssLinks ss))
-    withFarm jid act = maybe (pure (ss, fed)) (act . fst) (M.lookup jid (ssFarms ss))
+    tell jid news = do
+      mapM_ (\(_, queue) -> atomically (writeTQueue queue news)) (M.lookup jid (ssFarms ss))
+      pure (ss, fed)
     send w act = do
       r <- trySync act
       case r of

@@ -19,7 +19,7 @@ import Data.List (intercalate)
 import Herd.Auth (Secret)
 import Herd.Clock (monotonicSeconds)
 import Herd.Config
-import Herd.Error
+import Herd.Core.Error
 import Herd.Launch.Local
 import Herd.Launch.Process (Launch (..))
 import Herd.Launch.Slurm

@@ -18,7 +18,7 @@ module Herd.Master.Reader
 
 import qualified Data.ByteString as B
 import Herd.Config (MasterLoop)
-import Herd.Scheduler (WorkerId)
+import Herd.Core.Scheduler (WorkerId)
 import Herd.Transport (Connection)
 
 -- | Hand over one frame; 'Left' means it was bad and the link is lost.

@@ -11,7 +11,7 @@ import Control.Exception (bracket)
 import Control.Monad (void)
 import qualified Data.Map.Strict as M
 import Herd.Config
-import Herd.Launch.Backoff (defaultBackoff)
+import Herd.Core.Launch.Backoff (defaultBackoff)
 import Herd.Launch.Supervise
 import Herd.Master.Launching (LocalSet (..))
 import Herd.Master.Shell

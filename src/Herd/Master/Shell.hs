@@ -1,5 +1,5 @@
 {-# LANGUAGE ScopedTypeVariables #-}
--- | The imperative shell around the master's core ("Herd.Master.Core"):
+-- | The imperative shell around the master's core ("Herd.Core.Master.Core"):
 -- it owns the core's state behind one lock, steps it with events from the
 -- reader, the accepting threads and callers, and carries out its commands
 -- ("Herd.Master.Execute").
@@ -51,8 +51,8 @@ import GHC.Conc (getAllocationCounter)
 import GHC.Stats (getRTSStats, getRTSStatsEnabled, gc_cpu_ns)
 import Herd.Clock (monotonicSeconds)
 import Herd.Config
-import Herd.Master.Core
-import Herd.Master.Events
+import Herd.Core.Master.Core
+import Herd.Core.Master.Events
 import Herd.Master.Execute
 import Herd.Master.Link
 import Herd.Master.Reader
@@ -60,9 +60,9 @@ import Herd.Master.ShellState
 import Herd.Master.Types
 import Herd.Trace (traceHerd, tracing)
 import Herd.Packet
-import Herd.Scheduler (WorkerId)
+import Herd.Core.Scheduler (WorkerId)
 import Herd.Transport
-import Herd.Wire
+import Herd.Core.Wire
 
 -- | Step the core with these events. With 'True' every link with buffered
 -- messages is flushed afterwards; with 'False' they wait for the reader's
@@ -75,7 +75,9 @@ shellRegister :: Shell -> Bool -> Registration -> [Event] -> IO ()
 -- INV-SERIAL: every step of the core happens under this one lock
 shellRegister sh flushNow reg events = modifyMVar_ (shState sh) $ \ss0 -> do
   let ss = case reg of
-        RegisterFarm jid spec reply -> ss0 { ssFarms = M.insert jid (spec, reply) (ssFarms ss0) }
+        RegisterFarm jid spec news -> ss0 { ssFarms = M.insert jid (spec, news) (ssFarms ss0) }
+        RegisterSession sid answer -> ss0 { ssSessions = M.insert sid answer (ssSessions ss0) }
+        ForgetSession sid -> ss0 { ssSessions = M.delete sid (ssSessions ss0) }
         RegisterStream sid ends reply -> ss0 { ssStreams = M.insert sid ends (ssStreams ss0)
                                              , ssOpening = M.insert sid reply (ssOpening ss0) }
         Forget jid sid -> ss0 { ssFarms = maybe id M.delete jid (ssFarms ss0)

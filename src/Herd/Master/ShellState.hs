@@ -26,19 +26,21 @@ import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Data.Word (Word64)
 import Herd.Config
-import Herd.Error
-import Herd.Master.Core
+import Herd.Core.Error
+import Herd.Core.Master.Core
+import Herd.Core.Master.Session (SessionOutcome)
 import Herd.Master.Link
 import Herd.Master.Reader
 import Herd.Master.Types
 import Herd.Packet
-import Herd.Scheduler (JobId, JobStats, WorkerId)
+import Herd.Core.Scheduler (JobId, WorkerId)
 
 -- | What the shell's lock guards.
 data ShellState = ShellState
   { ssCore     :: !Core                        -- ^ the master's core
   , ssLinks    :: !(M.Map WorkerId LinkHandle)  -- ^ each live link's sender and writer
-  , ssFarms    :: !(M.Map JobId (JobSpec, MVar (Either HerdError JobStats)))  -- ^ farm callers
+  , ssFarms    :: !(M.Map JobId (JobSpec, TQueue FarmNews))  -- ^ farm callers' queues
+  , ssSessions :: !(M.Map Word64 (Either HerdError SessionOutcome -> IO ()))  -- ^ evolve callers' answers
   , ssStreams  :: !(M.Map Word64 StreamEnds)    -- ^ stream callers
   , ssOpening  :: !(M.Map Word64 (MVar (Either HerdError (Sender, TVar Int))))  -- ^ streams being opened
   , ssTouched  :: !(S.Set WorkerId)             -- ^ links with buffered messages
@@ -51,7 +53,7 @@ data Shell = Shell
   , shState    :: !(MVar ShellState)            -- ^ the lock, and what it guards
   , shReader   :: !(IORef Reader)               -- ^ the master loop reading the links
   , shWorkers  :: !(TVar (M.Map WorkerId WorkerInfo))  -- ^ the connected workers
-  , shDeparted :: !(TVar (M.Map WorkerId WorkerInfo))  -- ^ lost workers, the newest 'Herd.Monitor.Ledger.keptLost'
+  , shDeparted :: !(TVar (M.Map WorkerId WorkerInfo))  -- ^ lost workers, the newest 'Herd.Core.Monitor.Ledger.keptLost'
   , shPeers    :: !(TVar (M.Map WorkerId (Sender, IORef PeerStats)))  -- ^ each link's sender and received counts
   , shCounters :: !(IORef ConnectionCounters)   -- ^ the acceptor's counters
   , shLosses   :: !(IORef LossHooks)            -- ^ who replaces lost workers
@@ -71,15 +73,17 @@ noLossHooks = LossHooks (\_ -> pure ()) (pure 0)
 -- | What a caller registers with the shell before its first event: where
 -- the answer goes.
 data Registration
-  = RegisterFarm !JobId !JobSpec !(MVar (Either HerdError JobStats))
+  = RegisterFarm !JobId !JobSpec !(TQueue FarmNews)
   | RegisterStream !Word64 !StreamEnds !(MVar (Either HerdError (Sender, TVar Int)))
-  | Forget !(Maybe JobId) !(Maybe Word64)   -- ^ the caller went away
+  | RegisterSession !Word64 (Either HerdError SessionOutcome -> IO ())
+  | Forget !(Maybe JobId) !(Maybe Word64)   -- ^ the caller of a farm or a stream went away
+  | ForgetSession !Word64                   -- ^ the caller of a session went away
   | NoRegistration
 
 -- | A shell with no links; its reader is set with 'setReader' before any
 -- link joins.
 newShell :: Config -> IO Shell
-newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty M.empty M.empty S.empty M.empty)
+newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty M.empty M.empty M.empty S.empty M.empty)
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
                          <*> newIORef noCounters <*> newIORef noLossHooks
   where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ()) (pure 0)
@@ -92,7 +96,7 @@ setReader sh = writeIORef (shReader sh)
 shellWorkers :: Shell -> TVar (M.Map WorkerId WorkerInfo)
 shellWorkers = shWorkers
 
--- | What the handshakes of lost workers said (the newest 'Herd.Monitor.Ledger.keptLost').
+-- | What the handshakes of lost workers said (the newest 'Herd.Core.Monitor.Ledger.keptLost').
 shellDeparted :: Shell -> TVar (M.Map WorkerId WorkerInfo)
 shellDeparted = shDeparted
 

@@ -28,13 +28,13 @@ import Data.Word (Word64, Word8)
 import Foreign.Ptr (Ptr)
 import Herd.Config (Config (..))
 import Herd.Master.Cluster
-import Herd.Master.Events (Event (..))
+import Herd.Core.Master.Events (Event (..))
 import Herd.Master.Shell
 import Herd.Master.Types (StreamEnds)
 import Herd.Packet
-import Herd.Packet.Policy (policyEarlyCapacity)
+import Herd.Core.Packet.Policy (policyEarlyCapacity)
 import Herd.Task (TaskRef)
-import Herd.Wire.Tags (tagStreamIn)
+import Herd.Core.Wire.Tags (tagStreamIn)
 
 -- | Where an open stream's input goes: its number and its worker's
 -- packet sender.

@@ -16,7 +16,7 @@ import Data.IORef
 import qualified Data.Map.Strict as M
 import Herd.Config (MasterLoop (..))
 import Herd.Master.Reader
-import Herd.Scheduler (WorkerId)
+import Herd.Core.Scheduler (WorkerId)
 import Herd.Transport (awaitReadable, recvFrame)
 
 -- | A reader for frames of at most this size; the action runs after each

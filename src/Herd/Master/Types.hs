@@ -6,6 +6,8 @@ module Herd.Master.Types
   , ConnectionCounters (..)
   , noCounters
   , JobSpec (..)
+  , FarmNews (..)
+  , JobCallbacks (..)
   , StreamEnds (..)
   , StreamEvent (..)
   ) where
@@ -13,57 +15,41 @@ module Herd.Master.Types
 import Control.Concurrent.STM (TQueue, TVar)
 import qualified Data.ByteString as B
 import Herd.Wire.Batch (ArgTable)
-import Herd.Scheduler (Range, WorkerId)
+import Herd.Core.Scheduler (JobStats, Range)
 import Herd.Task (TaskRef)
-import Herd.Transport (TransportKind)
-import Herd.Error (HerdError)
-
--- | What the master knows about a connected worker.
-data WorkerInfo = WorkerInfo
-  { infoId   :: !WorkerId
-  , infoPid  :: !Int
-  , infoHost :: !String
-  , infoPeer :: !String   -- ^ the connection's address
-  , infoGroup :: !String  -- ^ the launch that started it (@local@, @ssh:HOST@, @slurm@; empty: joined by hand)
-  , infoTransport :: !TransportKind  -- ^ how it is linked to the master
-  , infoCpu :: !(Maybe Int)  -- ^ the CPU it is pinned to, as it reported
-  } deriving (Eq, Show)
-
--- | What happened to connections since the cluster started.
-data ConnectionCounters = ConnectionCounters
-  { countAccepted       :: !Int  -- ^ connections accepted
-  , countBusyRefused    :: !Int  -- ^ closed at once: too many handshakes in progress
-  , countAuthFailures   :: !Int  -- ^ peers that could not prove the secret
-  , countHandshakeFailures :: !Int  -- ^ other failed handshakes: timeouts, bad frames, wrong build
-  , countJoined         :: !Int  -- ^ workers that passed the handshake
-  , countJoining        :: !Int  -- ^ handshakes in progress now
-  , countWorkerMessages :: !Int  -- ^ messages from joined workers handed to the core
-  , countRestarts       :: !Int  -- ^ local worker processes started again after dying
-  } deriving (Eq, Show)
-
--- | All counters at zero.
-noCounters :: ConnectionCounters
-noCounters = ConnectionCounters 0 0 0 0 0 0 0 0
+import Herd.Core.Error (HerdError)
+import Herd.Core.Master.Workers (ConnectionCounters (..), WorkerInfo (..), noCounters)
 
 -- | A farm job as its caller hands it to the master: its encoded
--- arguments, and where results go. The functions run in the driver.
+-- arguments. Nothing of the caller's code: the shell never decodes a
+-- result or runs a callback (it hands the caller 'FarmNews' instead).
 data JobSpec = JobSpec
   { specTasks    :: !Int
   , specRef      :: !TaskRef
   , specArgs     :: !ArgTable
     -- ^ every task's argument, encoded
-  , specStage    :: [Range] -> B.ByteString -> IO (Either (Int, String) ())
-    -- ^ decode a run of these tasks' results and keep them ('Left': the
-    -- first that did not decode); a task may be staged twice when its
-    -- worker was lost
-  , specAccept   :: [Range] -> IO ()
-    -- ^ these tasks' staged results are final; called once per task
   , specKeepGoing :: !Bool
-    -- ^ a failed task is reported to 'specFail' and the job goes on;
+    -- ^ a failed task is reported ('NewsFailed') and the job goes on;
     -- otherwise the first failure ends the job
-  , specFail     :: Int -> HerdError -> IO ()
-    -- ^ this task failed (only when keeping going); called once per task,
-    -- never for a task whose result was accepted
+  }
+
+-- | What the shell tells a farm's caller, in order, on the caller's queue.
+data FarmNews
+  = NewsStaged ![Range] !B.ByteString
+    -- ^ a run of these tasks' encoded results (a task may come twice when
+    -- its first worker was lost)
+  | NewsAccepted ![Range]   -- ^ these tasks' results are final (each task once)
+  | NewsFailed !Int !HerdError
+    -- ^ this task failed (only when keeping going; never a task accepted)
+  | NewsDone !(Either HerdError JobStats)  -- ^ the job ended: nothing follows
+
+-- | What a farm's caller does with its news, on its own thread.
+data JobCallbacks = JobCallbacks
+  { onStaged   :: [Range] -> B.ByteString -> IO (Either (Int, String) ())
+    -- ^ decode a run of results and keep them ('Left': the first that did
+    -- not decode, and why)
+  , onAccepted :: [Range] -> IO ()
+  , onFailed   :: Int -> HerdError -> IO ()
   }
 
 -- | A stream process's caller side, as the master sees it.

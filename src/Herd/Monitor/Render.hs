@@ -1,4 +1,4 @@
--- | A cluster snapshot ("Herd.Monitor.Status") as the dashboard serves it:
+-- | A cluster snapshot ("Herd.Core.Monitor.Status") as the dashboard serves it:
 -- JSON for @/api/status@ and the page, and Prometheus's text exposition
 -- format (version 0.0.4) for @/metrics@. Pure.
 --
@@ -15,14 +15,14 @@ module Herd.Monitor.Render
 
 import Data.List (intercalate)
 import qualified Data.Map.Strict as M
-import Herd.Base (transportName)
-import Herd.Master.Session (SessionView (..))
+import Herd.Core.Base (transportName)
+import Herd.Core.Master.Session (SessionView (..))
 import Herd.Master.Types (ConnectionCounters (..), WorkerInfo (..))
-import Herd.Monitor.Ledger (Account (..), Departure (..))
-import Herd.Monitor.Status
-import Herd.Packet.Policy (flushReasonName)
-import Herd.Packet.Stats (PeerStats (..))
-import Herd.Report (Json (..), renderJson)
+import Herd.Core.Monitor.Ledger (Account (..), Departure (..))
+import Herd.Core.Monitor.Status
+import Herd.Core.Packet.Policy (flushReasonName)
+import Herd.Core.Packet.Stats (PeerStats (..))
+import Herd.Core.Report (Json (..), renderJson)
 import Numeric (showFFloat)
 
 -- | The snapshot as one JSON object.

@@ -23,10 +23,10 @@ import Control.Monad (forever, when)
 import qualified Data.ByteString.Builder as BB
 import qualified Data.ByteString.Char8 as BC
 import qualified Data.ByteString.Lazy as BL
-import Herd.Error (HerdError (..))
+import Herd.Core.Error (HerdError (..))
 import Herd.Monitor.Page (dashboardPage)
 import Herd.Monitor.Render (prometheusText, statusJson)
-import Herd.Monitor.Status (Status)
+import Herd.Core.Monitor.Status (Status)
 import Network.HTTP.Types (hContentLength, hCacheControl, hContentType, methodGet, methodHead, status200, status404, status405)
 import qualified Network.Socket as N
 import Network.Wai (Application, pathInfo, requestMethod, responseLBS, responseStream)

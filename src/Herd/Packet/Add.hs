@@ -1,5 +1,5 @@
 -- | Adding a message to a peer's send buffer ("Herd.Packet.Buffer") as
--- "Herd.Packet.Policy" plans it: into the buffer, flushing before or
+-- "Herd.Core.Packet.Policy" plans it: into the buffer, flushing before or
 -- after as the plan says; alone, in a frame of its own, when it is larger
 -- than a packet; and an urgent one sent at once on a path of its own when
 -- the buffer is empty. Every function here runs with the buffer's lock
@@ -22,9 +22,9 @@ import qualified Data.ByteString.Internal as BI
 import Data.IORef
 import Foreign.ForeignPtr (mallocForeignPtrBytes, withForeignPtr)
 import Foreign.Ptr (plusPtr)
-import Herd.Base (Encoder (..), encodeWithTail)
+import Herd.Encoder (Encoder (..), encodeWithTail)
 import Herd.Packet.Buffer
-import Herd.Packet.Policy
+import Herd.Core.Packet.Policy
 
 -- | Add one message carrying this many values, with the lock held: the
 -- encoder's bytes, then the tail's (a value at the message's end, often

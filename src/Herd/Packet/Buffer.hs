@@ -2,7 +2,7 @@
 -- | A peer's send buffer, the packet layer's inside ("Herd.Packet" is its
 -- interface): the buffer and its lock, writing a message into it, sending
 -- the buffer as a packet, and the timer thread that sends it when its
--- oldest message is due. Adding a message as "Herd.Packet.Policy" plans
+-- oldest message is due. Adding a message as "Herd.Core.Packet.Policy" plans
 -- it is "Herd.Packet.Add".
 --
 -- Promises: every change to a buffer happens under its lock; a buffer
@@ -41,11 +41,11 @@ import Data.Word (Word32, Word64, Word8)
 import Foreign.ForeignPtr (ForeignPtr, withForeignPtr, mallocForeignPtrBytes)
 import Foreign.Ptr (Ptr, plusPtr)
 import Herd.Clock (monotonicSeconds)
-import Herd.Packet.Policy
+import Herd.Core.Packet.Policy
 import Herd.Packet.Counters
-import Herd.Packet.Stats
-import Herd.Base (Encoder (..))
-import Herd.Bytes (pokeBE)
+import Herd.Core.Packet.Stats
+import Herd.Encoder (Encoder (..))
+import Herd.Encoder (pokeBE)
 
 -- | One peer's send buffer. Safe to use from several threads.
 data Sender = Sender

@@ -13,8 +13,8 @@ module Herd.Packet.Counters
 import qualified Data.Map.Strict as M
 import Data.Primitive.PrimArray (MutablePrimArray, newPrimArray, readPrimArray, writePrimArray)
 import GHC.Exts (RealWorld)
-import Herd.Packet.Policy (FlushReason, allFlushReasons, flushReasonName)
-import Herd.Packet.Stats
+import Herd.Core.Packet.Policy (FlushReason, allFlushReasons, flushReasonName)
+import Herd.Core.Packet.Stats
 import Herd.Trace (traceHerd)
 
 -- | A sender's counters: six totals, then one count per flush reason.

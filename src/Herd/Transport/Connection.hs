@@ -28,7 +28,7 @@ import Foreign.C.Types (CInt (..))
 import Foreign.ForeignPtr (ForeignPtr, mallocForeignPtrBytes)
 import Foreign.Ptr (Ptr)
 import Network.Socket (Socket)
-import Herd.Base (TransportKind (..))
+import Herd.Core.Base (TransportKind (..))
 
 -- | One transport's byte pipe. Every operation but the waits returns at
 -- once.

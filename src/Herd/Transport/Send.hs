@@ -26,7 +26,7 @@ import Data.Word (Word8)
 -- frame, measured; the receive paths showed no difference)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Foreign.Ptr (Ptr, castPtr, plusPtr)
-import Herd.Bytes (pokeBE)
+import Herd.Encoder (pokeBE)
 import Herd.Transport.Connection
 
 -- | Send one frame.

@@ -53,10 +53,11 @@ import Foreign.ForeignPtr (ForeignPtr, castForeignPtr, withForeignPtr)
 import Foreign.Marshal.Utils (copyBytes)
 import Foreign.Ptr (Ptr, castPtr, minusPtr, plusPtr)
 import Foreign.Storable (peekElemOff, pokeElemOff)
-import Herd.Base (Encoder, Range (..))
+import Herd.Core.Base (Range (..))
+import Herd.Encoder (Encoder)
 import Herd.Big
 import Herd.Wire.Run
-import Herd.Wire.Tags (tagArgs)
+import Herd.Core.Wire.Tags (tagArgs)
 import System.IO.Unsafe (unsafeDupablePerformIO)
 
 -- | A job's arguments, encoded once: all their bytes in one buffer

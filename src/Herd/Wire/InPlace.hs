@@ -37,7 +37,7 @@ import Foreign.ForeignPtr (ForeignPtr, withForeignPtr)
 import Foreign.Marshal.Utils (copyBytes)
 import Foreign.Ptr (castPtr, plusPtr)
 import Data.Word (Word8)
-import Herd.Base (Range (..))
+import Herd.Core.Base (Range (..))
 
 -- | Runs of results of one width held until their tasks are final: by
 -- first task, the task after the last and the results' bytes; and the

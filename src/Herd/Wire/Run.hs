@@ -26,8 +26,8 @@ import Foreign.Marshal.Utils (copyBytes)
 import Foreign.Ptr (Ptr, plusPtr)
 import Foreign.Storable (pokeByteOff)
 import GHC.Exts (RealWorld)
-import Herd.Base (Encoder (..))
-import Herd.Bytes (pokeBE)
+import Herd.Encoder (Encoder (..))
+import Herd.Encoder (pokeBE)
 
 -- | Bytes a run message takes besides its values: a tag and a 32-bit count.
 runHeaderBytes :: Int

@@ -33,9 +33,9 @@ import Foreign.ForeignPtr (ForeignPtr, mallocForeignPtrBytes, withForeignPtr)
 import Foreign.Marshal.Utils (copyBytes)
 import Foreign.Ptr (Ptr, castPtr, minusPtr, plusPtr)
 import GHC.Exts (RealWorld)
-import Herd.Base (Encoder)
+import Herd.Encoder (Encoder)
 import Herd.Wire.Run
-import Herd.Wire.Tags (tagResults)
+import Herd.Core.Wire.Tags (tagResults)
 
 -- A growable pinned byte buffer and a growable array of end offsets.
 data Growing = Growing

@@ -20,9 +20,9 @@ import qualified Data.ByteString.Lazy as BL
 import qualified Data.Text as T
 import Data.Word (Word64)
 import Herd.Auth
-import Herd.Packet.Policy (PacketPolicy (..))
+import Herd.Core.Packet.Policy (PacketPolicy (..))
 import Herd.Transport
-import Herd.Wire
+import Herd.Core.Wire
 import System.Timeout (timeout)
 
 -- | What the master's welcome settled.

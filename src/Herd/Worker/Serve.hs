@@ -1,6 +1,6 @@
 {-# LANGUAGE ScopedTypeVariables #-}
 -- | A worker's loop once it has joined: read the master's packets, answer
--- farm batches through the pure step ("Herd.Worker.Step"), run each stream
+-- farm batches through the pure step ("Herd.Core.Worker.Step"), run each stream
 -- process in its own thread, and hand evolve messages to the state holder
 -- ("Herd.Evolve.Holder"). The buffer to the master is flushed whenever
 -- nothing is left to do (no whole frame waiting and no stream thread
@@ -29,17 +29,18 @@ import Herd.Clock (monotonicSeconds)
 import Herd.Closure (cachedLookup)
 import Herd.Evolve.Holder (Holder, holderMessage, newHolder, stopHolder)
 import Herd.Packet
-import Herd.Packet.Policy (PacketPolicy (..), Urgency (..), policyEarlyCapacity)
+import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..), policyEarlyCapacity)
 import Herd.Process (ProcessRunner (..), lookupProcess)
 import Herd.Task (Runner (..), TaskRef (..), lookupRunner, tryUser)
 import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, newScratch, resultsEncoder, resultsFitting, scratchCount)
 import Herd.Transport
-import Herd.Wire
-import Herd.Wire.Tags (tagStreamOut)
+import Herd.Core.Wire
+import Herd.Wire.Encode
+import Herd.Core.Wire.Tags (tagStreamOut)
 import Herd.Stream.Flow (flowAcked, flowOpen, grantDue, newFlow, streamWindowBytes)
 import Herd.Stream.Batch (newStreamSink)
 import Herd.Wire.Staging (newStaging)
-import Herd.Worker.Step
+import Herd.Core.Worker.Step
 import System.Exit
 import System.IO.Unsafe (unsafeInterleaveIO)
 
@@ -56,7 +57,7 @@ data Serving = Serving
   { svSender  :: !Sender
   , svRunners :: !RunnerCache
   , svProcs   :: !(IORef (M.Map TaskRef (Either String ProcessRunner)))
-  , svBatches :: !(IORef (Batches Runner))  -- ^ the farm's pure step ("Herd.Worker.Step")
+  , svBatches :: !(IORef (Batches Runner))  -- ^ the farm's pure step ("Herd.Core.Worker.Step")
   , svSlots   :: !(IORef (M.Map Word64 Slot))
   , svBusy    :: !(IORef Int)  -- ^ stream threads computing (not waiting)
   , svWindow  :: !Int

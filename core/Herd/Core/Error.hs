@@ -1,0 +1,99 @@
+-- | The errors herd reports to its callers.
+--
+-- Every failure a caller can see is one constructor of 'HerdError', thrown
+-- as an exception from the API call that hit it. Each carries enough to act
+-- on: the task index, the function's name, the worker, or the offending
+-- setting.
+module Herd.Core.Error
+  ( HerdError (..)
+  ) where
+
+import Control.Exception (Exception (..))
+
+-- | Something went wrong in a herd call.
+data HerdError
+  = TaskFailed
+      { failedTaskIndex :: !Int      -- ^ position of the task in the input list (from 0)
+      , failedFunction  :: !String   -- ^ the static function's name
+      , failedMessage   :: !String   -- ^ the exception the function threw, shown
+      }
+    -- ^ The user's function threw an exception on one task.
+  | TaskKilledWorkers
+      { killerTaskIndex :: !Int      -- ^ position of the task in the input list (from 0)
+      , killerFunction  :: !String   -- ^ the static function's name
+      , killerDeaths    :: !Int      -- ^ workers that died while running it
+      , killerLastWhy   :: !String   -- ^ how the last of them was lost
+      }
+    -- ^ Workers kept dying while running one task (a crash in a C library,
+    -- the out-of-memory killer, an exit): after
+    -- 'Herd.Config.configMaxTaskDeaths' deaths it is not tried again. The
+    -- cluster stays usable; lost local workers are restarted.
+  | RemoteFunctionError
+      { remoteFunction :: !String    -- ^ the static function's name
+      , remoteReason   :: !String    -- ^ why the worker refused it
+      }
+    -- ^ A worker could not run the function: its static key is unknown to
+    -- the worker's binary, or its argument and result types differ.
+  | AllWorkersLost
+      { lostDetail :: !String }
+    -- ^ Every worker went away while work remained.
+  | NoWorkers
+    -- ^ A job was submitted to a cluster that has no worker.
+  | ResultDecodeError
+      { decodeTaskIndex :: !Int, decodeFunction :: !String, decodeReason :: !String }
+    -- ^ A result came back that does not decode as the function's result type.
+  | ConfigError
+      { configField :: !String, configReason :: !String }
+    -- ^ A configuration value, flag or environment variable is invalid.
+  | LaunchError
+      { launchReason :: !String }
+    -- ^ Workers could not be started or did not connect in time.
+  | ClusterClosed
+    -- ^ The cluster was used after 'Herd.withCluster' returned.
+  | ArgumentError
+      { argumentTaskIndex :: !Int, argumentFunction :: !String, argumentMessage :: !String }
+    -- ^ Evaluating or encoding one of the caller's arguments threw.
+  | StreamFailed
+      { streamFunction :: !String, streamReason :: !String }
+    -- ^ A stream process failed: its function threw, its worker was lost,
+    -- or it could not be started.
+  | EvolveFailed
+      { evolveFunction :: !String, evolveState :: !String, evolveReason :: !String }
+    -- ^ The evolve function threw on a state (named), or its state or input
+    -- did not decode. The population is gone: call 'Herd.Evolve.resetStates'.
+  | UnknownStates
+      { unknownStates :: ![String] }
+    -- ^ 'Herd.Evolve.evolveMany' was given states that do not exist (never
+    -- made, already evolved, or lost); nothing was run.
+  | StatesLost
+      { lostStates :: ![String], lostReason :: !String }
+    -- ^ These states were on workers that were lost. The rest of the
+    -- population is gone too: call 'Herd.Evolve.resetStates'.
+  deriving (Eq)
+
+-- | The sentence 'displayException' gives, not the record: GHC 9.0 prints
+-- an uncaught exception with 'show', so a program that does not catch a
+-- 'HerdError' still tells its user what went wrong in words.
+instance Show HerdError where
+  showsPrec _ e = showString (displayException e)
+
+instance Exception HerdError where
+  displayException err = case err of
+    TaskFailed i f m -> "herd: task " ++ show i ++ " of " ++ f ++ " failed: " ++ m
+    TaskKilledWorkers i f d w -> "herd: task " ++ show i ++ " of " ++ f ++ " was running on " ++ show d
+      ++ " workers that died (the last: " ++ w ++ "); it is not tried again"
+    RemoteFunctionError f r -> "herd: worker cannot run " ++ f ++ ": " ++ r
+    AllWorkersLost d -> "herd: every worker was lost before the job finished (" ++ d ++ ")"
+    NoWorkers -> "herd: the cluster has no workers"
+    ResultDecodeError i f r -> "herd: result of task " ++ show i ++ " of " ++ f ++ " does not decode: " ++ r
+    ConfigError f r -> "herd: invalid " ++ f ++ ": " ++ r
+    LaunchError r -> "herd: could not start workers: " ++ r
+    ClusterClosed -> "herd: the cluster is closed"
+    ArgumentError i f m -> "herd: argument " ++ show i ++ " for " ++ f ++ " cannot be encoded: " ++ m
+    StreamFailed f r -> "herd: stream process " ++ f ++ " failed: " ++ r
+    EvolveFailed f st r -> "herd: evolving state " ++ st ++ " with " ++ f ++ " failed: " ++ r
+    UnknownStates ss -> "herd: no such states: " ++ listSome ss
+    StatesLost ss r -> "herd: states lost with their worker (" ++ r ++ "): " ++ listSome ss
+      ++ "; the population must be reset"
+    where
+      listSome ss = unwords (take 20 ss) ++ (if length ss > 20 then " and " ++ show (length ss - 20) ++ " more" else "")

@@ -1,0 +1,275 @@
+-- | The master's one functional core: every decision the master makes, for
+-- farm jobs, stream processes and evolve sessions alike, as a pure state
+-- machine @Event -> Core -> (Core, [Command])@.
+--
+-- A driver ("Herd.Master.Shell" with one of the readers) feeds it what
+-- happened ("Herd.Core.Master.Events") (a link came up or went down, a worker's message, a caller's
+-- request) and carries out the commands it returns (send, stage a result,
+-- answer a caller, drop a link). The core never does IO, so every
+-- interleaving of workers, losses and concurrent jobs can be replayed in a
+-- QuickCheck property without a socket.
+--
+-- Invariants (besides the scheduler's, "Herd.Core.Scheduler"):
+--
+-- * INV-ORDER: a worker answers the batches of a link in the order they
+--   were sent; the core tracks, per link, which tasks each run of results is for,
+--   and a message that breaks that order drops the link ('Drop').
+-- * INV-ONCE: each farm job, stream and session is answered exactly once
+--   ('JobDone', 'StreamEnded', 'SessionEnded'), also when its workers are
+--   lost or the cluster stops.
+-- * INV-ROUTE: a worker's message reaches only the job, stream or session
+--   it belongs to; a message for one that ended is dropped quietly, a
+--   message that belongs to nothing it was sent is a protocol error.
+module Herd.Core.Master.Core
+  ( -- * The machine
+    Core
+  , emptyCore
+  , step
+    -- * Inspection
+  , coreSched
+  , coreStopping
+  , coreFarmJobs
+  , coreLedger
+  , coreJobView
+  , coreStreamCount
+  , coreSessionView
+  ) where
+
+import Data.List (sortOn)
+import Data.Maybe (isJust)
+import Data.Word (Word64)
+import qualified Data.Map.Strict as M
+import qualified Data.Text as T
+import Herd.Core.Error (HerdError (..))
+import Herd.Core.Master.Events
+import Herd.Core.Master.CoreState
+import Herd.Core.Master.Expect
+import Herd.Core.Master.Session
+import Herd.Core.Master.CoreFarm (endFarm, sched)
+import Herd.Core.Monitor.Ledger
+import Herd.Core.Packet.Policy (Urgency (..))
+import Herd.Core.Base (WorkerId, rangeSize)
+import Herd.Core.Scheduler (outstandingFor)
+import qualified Herd.Core.Scheduler as S
+import Herd.Core.Wire (FromWorker (..), ToWorker (..))
+
+-- | Advance the core by one event at the given time (seconds from any
+-- fixed origin).
+step :: Double -> Event -> Core -> (Core, [Command])
+step now ev core =
+  -- the ledger's clock counts working time up to now by the state before
+  -- the event, and from now by the state after it
+  -- (only a change between having work and not touches it: no new core
+  -- is built for the ledger on almost every event)
+  let (core', out) = advance now ev core
+      working = hasWork core'
+  in if working == ledgerWorking (coreLedger core') then (core', out)
+     else (core' { coreLedger = ledgerTick now working (coreLedger core') }, out)
+
+advance :: Double -> Event -> Core -> (Core, [Command])
+advance now ev core = case ev of
+  LinkUp w
+    | coreStopping core || M.member w (coreLinks core) -> (core, [])
+    | otherwise ->
+        let (core1, out1) = sched now (S.WorkerJoined w) core { coreLinks = M.insert w noneExpected (coreLinks core)
+                                                             , coreLedger = ledgerJoin now w (coreLedger core) }
+            (core2, out2) = sessionJoined now w core1
+        in (core2, out1 ++ out2)
+  LinkDown w why -> linkDown now w True why core
+  LinkBroken w why -> linkDown now w False why core
+  WorkersAwaited n -> let (core1, out1) = sched now (S.WorkersAwaited n) core
+                          (core2, out2) = sessionStarved now core1
+                      in (core2, out1 ++ out2)
+  Tick | M.null (coreFarms core) -> (core, [])
+       | otherwise -> sched now S.Tick core
+  Received w msg
+    | M.member w (coreLinks core) -> received now w msg core
+    | otherwise -> (core, [])   -- dropped already: its messages go with it
+  FarmSubmit jid job
+    | coreStopping core -> (core, [JobDone jid (Left ClusterClosed)])
+    | otherwise -> sched now (S.JobSubmitted jid (farmTasks job) (farmBatching job) (farmTarget job) (farmMaxDeaths job) (farmKeepGoing job))
+                         core { coreFarms = M.insert jid job (coreFarms core) }
+  FarmCancel jid -> sched now (S.JobCancelled jid) core { coreFarms = M.delete jid (coreFarms core) }
+  FarmBroken jid err -> endFarm now jid err core
+  BatchNotSent w bid err -> case M.lookup w (coreLinks core) of
+    Nothing -> (core, [])
+    Just l ->
+      let (gone, kept) = forgetBatch bid l
+          core1 = core { coreLinks = M.insert w kept (coreLinks core) }
+      in case gone of
+           Just jid ->
+             let (core2, out1) = endFarm now jid err core1
+                 -- the batch is stale now: the scheduler forgets it
+                 (core3, out2) = sched now (S.BatchCompleted w bid 0 Nothing) core2
+             in (core3, out1 ++ out2)
+           Nothing -> (core1, [])
+  OpenStream sid ref window
+    | coreStopping core -> (core, [StreamOpened sid (Left ClusterClosed)])
+    | otherwise -> case leastLoaded core of
+        Nothing -> (core, [StreamOpened sid (Left NoWorkers)])
+        Just w -> ( core { coreStreams = M.insert sid (Stream w window) (coreStreams core) }
+                  , [Send w Bulk (StreamOpen sid ref), StreamOpened sid (Right w)] )
+  EndStreamInput sid -> withStream sid $ \s -> (core, [Send (streamWorker s) Urgent (StreamEnd sid)])
+  ConsumedStream sid k -> withStream sid $ \s ->
+    ( core { coreStreams = M.insert sid s { streamAllowed = streamAllowed s + k } (coreStreams core) }
+    , [Send (streamWorker s) Urgent (StreamCredit sid (fromIntegral k))] )
+  CloseStream sid -> withStream sid $ \s ->
+    (core { coreStreams = M.delete sid (coreStreams core) }, [Send (streamWorker s) Urgent (StreamClose sid)])
+  SessionStart sid req -> startSession now sid req core { coreSessionOf = if isJust (coreSession core) then coreSessionOf core else sid }
+  SessionCancel sid
+    -- INV-ONCE: a caller that gave up is not answered; its workers' late
+    -- answers are dropped as those of an ended session
+    | isJust (coreSession core), coreSessionOf core == sid -> (core { coreSession = Nothing }, [])
+    | otherwise -> (core, [])
+  Stop ->
+    let farms = [ JobDone jid (Left ClusterClosed) | jid <- M.keys (coreFarms core) ]
+        streams = [ StreamEnded sid (Just "the cluster was closed") | sid <- M.keys (coreStreams core) ]
+        stops = [ Send w Urgent Shutdown | w <- M.keys (coreLinks core) ]
+        (core1, ended) = case coreSession core of
+          Just h -> (core { coreSession = Nothing }, [SessionEnded (coreSessionOf core) (Right (hostAbort ClusterClosed h))])
+          Nothing -> (core, [])
+    in ( core1 { coreStopping = True, coreFarms = M.empty, coreStreams = M.empty
+               , coreSched = foldr (\jid s -> fst (S.step now (S.JobCancelled jid) s)) (coreSched core)
+                                   (M.keys (coreFarms core)) }
+       , farms ++ streams ++ ended ++ stops )
+  where
+    withStream sid act = maybe (core, []) act (M.lookup sid (coreStreams core))
+
+-- The worker with the fewest open streams (lowest number on a tie).
+leastLoaded :: Core -> Maybe WorkerId
+leastLoaded core = case sortOn load (M.keys (coreLinks core)) of
+  w : _ -> Just w
+  [] -> Nothing
+  where load w = (length (filter ((== w) . streamWorker) (M.elems (coreStreams core))), w)
+
+-- A worker's link is gone: its batches run elsewhere, its streams break,
+-- its session learns of it. A link that died (not one the core dropped)
+-- charges the tasks that may have been running on it (INV-POISON).
+linkDown :: Double -> WorkerId -> Bool -> String -> Core -> (Core, [Command])
+linkDown now w died why core
+  | not (M.member w (coreLinks core)) = (core, [])
+  | otherwise =
+      let unfinished = concatMap snd (outstandingFor w (coreSched core))
+          (broken, kept) = M.partition ((== w) . streamWorker) (coreStreams core)
+          note = [ Note ("herd: worker " ++ show w ++ " lost: " ++ why
+                         ++ (if null unfinished then "" else "; its " ++ show (sum (map rangeSize unfinished))
+                                                              ++ " unfinished tasks will run elsewhere"))
+                 | not (coreStopping core) ]
+          ends = [ StreamEnded sid (Just ("its worker " ++ show w ++ " was lost: " ++ why)) | sid <- M.keys broken ]
+          core1 = core { coreLinks = M.delete w (coreLinks core), coreStreams = kept
+                       , coreLedger = ledgerLose now w why (coreLedger core)
+                       , coreRequeued = [ (w, now, unfinished) | not (null unfinished), not (coreStopping core) ]
+                                        ++ coreRequeued core }
+          (core2, sessionOut) = sessionLost now w why core1
+          death = [ S.Death bid got why | died, Just (bid, got) <- [oldestDue (coreLinks core M.! w)] ]
+          (core3, schedOut) = sched now (S.WorkerLost w (case death of { d : _ -> Just d; [] -> Nothing })) core2
+          (core4, starvedOut) = sessionStarved now core3
+      in (core4, note ++ [Drop w why] ++ ends ++ sessionOut ++ schedOut ++ starvedOut)
+
+-- A message from a live worker.
+received :: Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
+received now w msg core = case msg of
+  -- INV-ORDER: a run of results is for the next tasks of the oldest batch due on its link
+  Results k value -> case nextResults (fromIntegral k) link of
+    Just (jid, tasks, link') -> (setExpect link', [ Stage jid tasks value | M.member jid (coreFarms core) ])
+    Nothing -> bad ("a run of " ++ show k ++ " results that no batch was waiting for")
+  BatchDone bid busyNs -> popExpect bid $ \e core1 ->
+    if expLeft e > 0
+      then badIn core1 ("batch " ++ show bid ++ " ended after " ++ show (expGot e) ++ " of "
+                        ++ show (expGot e + expLeft e) ++ " results")
+      else let busy = fromIntegral busyNs / 1e9
+           in sched now (S.BatchCompleted w bid busy Nothing)
+                    core1 { coreLedger = ledgerCredit w (expGot e) 1 0 busy (coreLedger core1) }
+  TaskThrew bid pos why -> popExpect bid $ \e core1 ->
+    if fromIntegral pos /= expGot e
+      then badIn core1 ("batch " ++ show bid ++ " failed at position " ++ show pos ++ " after "
+                        ++ show (expGot e) ++ " results")
+      else sched now (S.BatchCompleted w bid 0 (Just (fromIntegral pos, T.unpack why))) core1
+  BatchRejected bid why -> popExpect bid $ \_ core1 -> sched now (S.BatchRefused w bid (T.unpack why)) core1
+  StreamOut sid k value -> ownStream sid $ \s ->
+    let n = fromIntegral k
+    in if n < 1 || streamAllowed s < n
+         then bad ("stream " ++ show sid ++ " sent " ++ show n ++ " elements with credit for "
+                   ++ show (streamAllowed s))
+         else ( core { coreStreams = M.insert sid s { streamAllowed = streamAllowed s - n } (coreStreams core) }
+              , [StreamOutput sid n value] )
+  StreamDone sid -> ownStream sid $ \_ -> (core { coreStreams = M.delete sid (coreStreams core) }, [StreamEnded sid Nothing])
+  StreamAborted sid why -> ownStream sid $ \_ ->
+    (core { coreStreams = M.delete sid (coreStreams core) }, [StreamEnded sid (Just (T.unpack why))])
+  StreamTaken sid n -> ownStream sid $ \_ -> (core, [StreamGrant sid (fromIntegral n)])
+  Pong _ -> (core, [])
+  StateEvolved _ busyNs _ ->
+    sessionMessage now w msg core { coreLedger = ledgerCredit w 0 0 1 (fromIntegral busyNs / 1e9) (coreLedger core) }
+  _ | isEvolveMessage msg -> sessionMessage now w msg core
+    | otherwise -> (core, [])
+  where
+    link = M.findWithDefault noneExpected w (coreLinks core)
+    setExpect l = core { coreLinks = M.insert w l (coreLinks core) }
+    -- INV-ORDER: a batch's end must be the oldest batch's
+    popExpect bid act = case endOfBatch bid link of
+      Just (e, later) -> act e (setExpect later)
+      Nothing -> bad ("an end of batch " ++ show bid ++ ", which is not the batch in progress")
+    bad = badIn core
+    badIn c why = linkDown now w False ("bad message: " ++ why) c
+    -- INV-ROUTE: a stream's messages come from its own worker
+    ownStream sid act = case M.lookup sid (coreStreams core) of
+      Just s | streamWorker s == w -> act s
+             | otherwise -> bad ("message for stream " ++ show sid ++ " of another worker")
+      Nothing -> (core, [])   -- closed by its caller: late messages are dropped
+
+-- Start a session on the live workers (the lowest numbered, up to its limit).
+startSession :: Double -> Word64 -> SessionRequest -> Core -> (Core, [Command])
+startSession now sid req core
+  | coreStopping core = (core, [SessionEnded sid (Left ClusterClosed)])
+  | Just _ <- coreSession core =
+      (core, [SessionEnded sid (Left (EvolveFailed "" "" "another evolve call is running on this cluster"))])
+  | otherwise = case hostStart (maybe id take (requestLimit req) (M.keys (coreLinks core))) req of
+      Left err -> (core, [SessionEnded sid (Left err)])
+      Right (hosted, outs) -> settle now hosted outs core { coreSessionLimit = requestLimit req }
+
+-- Hand a worker's evolve message to the session, if it is one of its workers.
+sessionMessage :: Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
+sessionMessage now w msg core = case coreSession core >>= hostMessage now w msg of
+  Just (hosted, outs) -> settle now hosted outs core
+  Nothing -> (core, [])   -- a late answer of a call that ended
+
+-- A worker joined while a session runs: it becomes one of the session's,
+-- up to the session's limit (so a lost worker's replacement can take up
+-- its states).
+sessionJoined :: Double -> WorkerId -> Core -> (Core, [Command])
+sessionJoined now w core = case coreSession core of
+  Just h | maybe True (hostLive h <) (coreSessionLimit core), Just (hosted, outs) <- hostJoined now w h -> settle now hosted outs core
+  _ -> (core, [])
+
+-- No worker of the session is live and none is being restarted: states
+-- waiting for a worker will not get one.
+sessionStarved :: Double -> Core -> (Core, [Command])
+sessionStarved now core = case coreSession core of
+  Just h | hostLive h == 0 ->
+    -- a live worker outside the session (beyond its limit before) takes
+    -- up its states; else one being restarted will; else none will
+    case [ x | w <- M.keys (coreLinks core), Just x <- [hostJoined now w h] ] of
+      (hosted, outs) : _ -> settle now hosted outs core
+      [] | S.awaitedWorkers (coreSched core) == 0 -> let (hosted, outs) = hostStarved h in settle now hosted outs core
+         | otherwise -> (core, [])
+  _ -> (core, [])
+
+sessionLost :: Double -> WorkerId -> String -> Core -> (Core, [Command])
+sessionLost now w why core = case coreSession core >>= hostLost now w why of
+  Just (hosted, outs) -> settle now hosted outs core
+  Nothing -> (core, [])
+
+-- Carry out a session's outs and end it if it is over. Messages to one
+-- worker go out together, in one command, the last one urgent; a dropped
+-- peer is a lost worker for the session too.
+settle :: Double -> Hosted -> [Out] -> Core -> (Core, [Command])
+settle now hosted outs core0 =
+  let (hosted1, perWorker, drops) = hostApply (`M.member` coreLinks core0) outs hosted
+      sends = [ sendTo w ms | (w, ms) <- perWorker, not (null ms) ]
+      sendTo w [m] = Send w Urgent m
+      sendTo w ms = SendAll w ms
+      (core2, dropOut) = foldl (\(c, acc) (w, why) -> let (c', o) = linkDown now w False ("bad message: " ++ why) c in (c', acc ++ o))
+                               (core0 { coreSession = Just hosted1 }, []) drops
+  in case coreSession core2 of
+       Just h | hostOver h -> (core2 { coreSession = Nothing }, sends ++ dropOut ++ [SessionEnded (coreSessionOf core2) (Right (hostAnswer h))])
+       _ -> (core2, sends ++ dropOut)

@@ -1,0 +1,70 @@
+-- | The master core's state ("Herd.Core.Master.Core") and what a watcher can
+-- read from it: the running jobs' progress, streams per worker, the
+-- evolve call. Pure data; every change to it is "Herd.Core.Master.Core"'s
+-- 'Herd.Core.Master.Core.step'.
+module Herd.Core.Master.CoreState
+  ( Core (..)
+  , Stream (..)
+  , emptyCore
+  , coreFarmJobs
+  , coreJobView
+  , coreStreamCount
+  , coreSessionView
+  , hasWork
+  ) where
+
+import Data.Maybe (isJust)
+import qualified Data.Map.Strict as M
+import Data.Word (Word64)
+import Herd.Core.Base (JobId, Range (..), TaskRef (..), WorkerId)
+import Herd.Core.Master.Events (FarmJob (..))
+import Herd.Core.Master.Expect (Expected)
+import Herd.Core.Master.Session (Hosted, SessionView, hostView)
+import Herd.Core.Monitor.Ledger (Ledger, emptyLedger)
+import Herd.Core.Scheduler (Sched, emptySched)
+import qualified Herd.Core.Scheduler as S
+
+-- | An open stream process.
+data Stream = Stream
+  { streamWorker  :: !WorkerId  -- ^ the worker it runs on
+  , streamAllowed :: !Int    -- ^ output elements the worker may still send
+  }
+
+-- | The master's state.
+data Core = Core
+  { coreSched    :: !Sched                      -- ^ the farm's scheduler
+  , coreLinks    :: !(M.Map WorkerId Expected)   -- ^ per live link, the batches due on it
+  , coreFarms    :: !(M.Map JobId FarmJob)       -- ^ the running farm jobs
+  , coreStreams  :: !(M.Map Word64 Stream)       -- ^ the open stream processes
+  , coreSession  :: !(Maybe Hosted)              -- ^ the running evolve session
+  , coreSessionOf :: !Word64                     -- ^ the number its caller gave it
+  , coreSessionLimit :: !(Maybe Int)             -- ^ the most workers it may have
+  , coreStopping :: !Bool   -- ^ the cluster is stopping: no new link or job is taken
+  , coreRequeued :: ![(WorkerId, Double, [Range])]  -- ^ a lost worker's tasks not yet re-sent, for the log
+  , coreLedger   :: !Ledger  -- ^ what each worker has done since it joined, for watching the cluster
+  }
+
+-- | No links, no jobs.
+emptyCore :: Core
+emptyCore = Core emptySched M.empty M.empty M.empty Nothing 0 Nothing False [] emptyLedger
+
+-- | The farm jobs running.
+coreFarmJobs :: Core -> [JobId]
+coreFarmJobs = M.keys . coreFarms
+
+-- | The running farm jobs: each one's function name and progress.
+coreJobView :: Core -> [(String, S.JobProgress)]
+coreJobView core = [ (maybe "" (refName . farmRef) (M.lookup (S.progressJob p) (coreFarms core)), p)
+                   | p <- S.jobProgress (coreSched core) ]
+
+-- | Open stream processes per worker.
+coreStreamCount :: Core -> M.Map WorkerId Int
+coreStreamCount core = M.fromListWith (+) [ (streamWorker s, 1) | s <- M.elems (coreStreams core) ]
+
+-- | The running evolve call, as a watcher is shown it.
+coreSessionView :: Core -> Maybe SessionView
+coreSessionView core = coreSession core >>= hostView
+
+-- | Whether the cluster has work: a farm job, a stream or a session.
+hasWork :: Core -> Bool
+hasWork core = not (M.null (coreFarms core)) || not (M.null (coreStreams core)) || isJust (coreSession core)

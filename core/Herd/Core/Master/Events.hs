@@ -1,0 +1,96 @@
+-- | The vocabulary of the master's core ("Herd.Core.Master.Core"): the events a
+-- driver feeds it and the commands it returns. Plain data; the core gives
+-- them their meaning. Both can be printed and compared, so a test can show
+-- and check a trace of the core.
+module Herd.Core.Master.Events
+  ( FarmJob (..)
+  , Event (..)
+  , Command (..)
+  , eventKind
+  ) where
+
+import qualified Data.ByteString as B
+import Data.Word (Word64)
+import Herd.Core.Base (BatchId, Batching, JobId, Range, TaskRef, WorkerId)
+import Herd.Core.Error (HerdError)
+import Herd.Core.Master.Session (SessionOutcome, SessionRequest)
+import Herd.Core.Packet.Policy (Urgency)
+import Herd.Core.Scheduler (JobStats)
+import Herd.Core.Wire (FromWorker, ToWorker)
+
+-- | A farm job as the core knows it.
+data FarmJob = FarmJob
+  { farmRef      :: !TaskRef
+  , farmTasks    :: !Int
+  , farmBatching :: !Batching
+  , farmTarget   :: !Double    -- ^ seconds of work per batch
+  , farmMaxDeaths :: !Int      -- ^ workers one task may kill before the job fails
+  , farmKeepGoing :: !Bool     -- ^ a failed task is answered alone, and the job goes on
+  } deriving (Eq, Show)
+
+-- | Something that happened, or that a caller asks for.
+data Event
+  = LinkUp !WorkerId                    -- ^ a worker passed the handshake
+  | LinkDown !WorkerId !String          -- ^ its link or its process died
+  | LinkBroken !WorkerId !String        -- ^ it broke the protocol: drop it (what ran there is not charged)
+  | WorkersAwaited !Int                 -- ^ this many lost workers are being restarted now
+  | Tick                                -- ^ time passed (a few times a second): look for stragglers
+  | Received !WorkerId !FromWorker      -- ^ one message from a worker
+  | FarmSubmit !JobId !FarmJob
+  | FarmCancel !JobId                   -- ^ the caller gave up (no answer is due)
+  | FarmBroken !JobId !HerdError        -- ^ an argument or a result failed in the driver: end the job
+  | BatchNotSent !WorkerId !BatchId !HerdError
+    -- ^ the driver could not send a batch (its job is gone): end its job
+  | OpenStream !Word64 !TaskRef !Int    -- ^ a stream process, and its flow window
+  | EndStreamInput !Word64
+  | ConsumedStream !Word64 !Int         -- ^ the caller read this many more output elements
+  | CloseStream !Word64                 -- ^ the caller wants no more output
+  | SessionStart !Word64 !SessionRequest  -- ^ an evolve session, under its caller's number
+  | SessionCancel !Word64               -- ^ its caller gave up (no answer is due)
+  | Stop                                -- ^ the cluster stops: answer everyone, stop the workers
+  deriving (Eq, Show)
+
+-- | What the driver must do, in order.
+data Command
+  = Send !WorkerId !Urgency !ToWorker
+  | SendAll !WorkerId ![ToWorker]
+    -- ^ these messages to one worker, in order, the last one urgent: one
+    -- hold of its sender for them all (an evolve call's first asks)
+  | SendBatch !WorkerId !JobId !BatchId !TaskRef ![Range]
+    -- ^ send these tasks' arguments (encoded already) as one batch
+  | Stage !JobId ![Range] !B.ByteString
+    -- ^ a run of these tasks' encoded results (a task may be staged twice
+    -- when its first worker was lost)
+  | Accept !JobId ![Range]              -- ^ these tasks' staged results are final
+  | FailTask !JobId !Int !HerdError     -- ^ in a job that keeps going: this task failed
+  | JobDone !JobId !(Either HerdError JobStats)
+  | StreamOpened !Word64 !(Either HerdError WorkerId)
+  | StreamOutput !Word64 !Int !B.ByteString  -- ^ a run of this many output elements
+  | StreamGrant !Word64 !Int            -- ^ the caller may send this many more input elements
+  | StreamEnded !Word64 !(Maybe String) -- ^ finished ('Nothing') or broken, with why
+  | SessionEnded !Word64 !(Either HerdError SessionOutcome)
+    -- ^ the session under this number ended (or could not start): tell its caller
+  | Drop !WorkerId !String              -- ^ close this link; stop reading it
+  | Note !String                        -- ^ a line for the log
+  deriving (Eq, Show)
+
+-- | The event's kind, without its contents (for traces).
+eventKind :: Event -> String
+eventKind ev = case ev of
+  LinkUp _ -> "link up"
+  LinkDown _ _ -> "link down"
+  LinkBroken _ _ -> "link broken"
+  WorkersAwaited _ -> "workers awaited"
+  Tick -> "tick"
+  Received _ _ -> "message"
+  FarmSubmit _ _ -> "farm submitted"
+  FarmCancel _ -> "farm cancelled"
+  FarmBroken _ _ -> "farm broken"
+  BatchNotSent {} -> "batch not sent"
+  OpenStream {} -> "stream opened"
+  EndStreamInput _ -> "stream input ended"
+  ConsumedStream _ _ -> "stream output consumed"
+  CloseStream _ -> "stream closed"
+  SessionStart _ _ -> "session started"
+  SessionCancel _ -> "session cancelled"
+  Stop -> "stop"

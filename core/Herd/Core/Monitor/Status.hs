@@ -1,0 +1,158 @@
+-- | A running cluster as a watcher sees it: one snapshot of its workers,
+-- jobs, links, evolve call and recent log lines, built from the master's
+-- core and the shell's tables. Pure: the dashboard's IO only gathers the
+-- inputs ("Herd.Master.Cluster") and renders the result
+-- ("Herd.Monitor.Render").
+--
+-- Promises: every connected worker has a row, and so has every lost one
+-- the ledger still keeps ('keptLost'), marked lost with why; a row's
+-- figures are the ledger's, so they only grow while the worker is
+-- connected; a job's done, in-flight and pending tasks add up to its
+-- total.
+module Herd.Core.Monitor.Status
+  ( Status (..)
+  , WorkerRow (..)
+  , WorkerState (..)
+  , workerStateName
+  , JobRow (..)
+  , Inputs (..)
+  , buildStatus
+  ) where
+
+import qualified Data.Map.Strict as M
+import Data.Maybe (isJust)
+import Herd.Core.Base (WorkerId)
+import Herd.Core.Master.Core
+import Herd.Core.Master.Session (SessionView (..))
+import Herd.Core.Master.Workers (ConnectionCounters (..), WorkerInfo (..))
+import Herd.Core.Monitor.Ledger
+import Herd.Core.Packet.Policy (FlushReason, allFlushReasons)
+import Herd.Core.Packet.Stats (PeerStats (..))
+import qualified Herd.Core.Scheduler as S
+
+-- | What a worker is doing.
+data WorkerState
+  = Busy   -- ^ it has tasks, a stream or evolve steps to run
+  | Idle   -- ^ connected, with nothing to do
+  | Lost   -- ^ its link is gone
+  deriving (Eq, Show, Enum, Bounded)
+
+-- | The word the page and the JSON use.
+workerStateName :: WorkerState -> String
+workerStateName s = case s of
+  Busy -> "busy"
+  Idle -> "idle"
+  Lost -> "lost"
+
+-- | One worker's row.
+data WorkerRow = WorkerRow
+  { rowWorker    :: !WorkerId            -- ^ its number
+  , rowInfo      :: !(Maybe WorkerInfo)  -- ^ what its handshake said ('Nothing' if forgotten)
+  , rowState     :: !WorkerState         -- ^ what it is doing
+  , rowAccount   :: !Account             -- ^ the ledger's figures
+  , rowWaiting   :: !Double              -- ^ waiting seconds so far
+  , rowInFlight  :: !Int                 -- ^ farm tasks sent, not yet answered
+  , rowStreams   :: !Int                 -- ^ open stream processes
+  , rowStates    :: !Int                 -- ^ states of the running evolve call held there
+  , rowLink      :: !(Maybe PeerStats)   -- ^ its link's packet statistics (connected workers)
+  } deriving (Eq, Show)
+
+-- | One running farm job.
+data JobRow = JobRow
+  { jobRowId       :: !Int      -- ^ the job's number
+  , jobRowFunction :: !String   -- ^ its function's name
+  , jobRowTotal    :: !Int      -- ^ its tasks
+  , jobRowDone     :: !Int      -- ^ tasks answered
+  , jobRowInFlight :: !Int      -- ^ tasks sent, not yet answered
+  , jobRowPending  :: !Int      -- ^ tasks not yet sent
+  , jobRowElapsed  :: !Double   -- ^ seconds since it was submitted
+  , jobRowRate     :: !Double   -- ^ tasks per second so far
+  , jobRowLeft     :: !(Maybe Double)  -- ^ seconds left at that rate ('Nothing' before the first result)
+  } deriving (Eq, Show)
+
+-- | The snapshot.
+data Status = Status
+  { statusUptime    :: !Double          -- ^ seconds since the cluster started
+  , statusLoop      :: !String          -- ^ the master loop
+  , statusWorkers   :: ![WorkerRow]     -- ^ by worker number
+  , statusJobs      :: ![JobRow]          -- ^ the running farm jobs
+  , statusStreams   :: !Int             -- ^ open stream processes
+  , statusEvolve    :: !(Maybe SessionView)  -- ^ the running evolve call
+  , statusCounters  :: !ConnectionCounters  -- ^ the master's connection counters
+  , statusTasksDone :: !Int             -- ^ farm tasks answered since the start
+  , statusLostTotal :: !Int             -- ^ workers lost since the start
+  , statusWorkingSeconds :: !Double     -- ^ seconds the cluster had work
+  , statusFlushes   :: ![(FlushReason, Int)]  -- ^ packets the master sent, by the rule that sent them
+  , statusLog       :: ![(Double, String)]    -- ^ recent log lines, oldest first, with seconds since the start
+  } deriving (Eq, Show)
+
+-- | What a snapshot is built from.
+data Inputs = Inputs
+  { inNow       :: !Double   -- ^ the monotonic clock now (the core's time base)
+  , inStarted   :: !Double   -- ^ when the cluster started, on that clock
+  , inLoop      :: !String   -- ^ the master loop's name
+  , inCore      :: !Core     -- ^ the master's core as of now
+  , inConnected :: !(M.Map WorkerId WorkerInfo)  -- ^ handshake records of connected workers
+  , inDeparted  :: !(M.Map WorkerId WorkerInfo)  -- ^ handshake records of lost workers
+  , inLinks     :: !(M.Map WorkerId PeerStats)  -- ^ each connected worker's link statistics
+  , inCounters  :: !ConnectionCounters  -- ^ the acceptor's counters
+  , inLog       :: ![(Double, String)]  -- ^ recent log lines
+  }
+
+-- | Build the snapshot.
+buildStatus :: Inputs -> Status
+buildStatus i = Status
+  { statusUptime = inNow i - inStarted i
+  , statusLoop = inLoop i
+  , statusWorkers = map row (ledgerAccounts ledger)
+  , statusJobs = map job (coreJobView core)
+  , statusStreams = sum (M.elems streams)
+  , statusEvolve = session
+  , statusCounters = inCounters i
+  , statusTasksDone = ledgerTasksDone ledger
+  , statusLostTotal = ledgerLostCount ledger
+  , statusWorkingSeconds = ledgerWorkingSeconds (inNow i) ledger
+  , statusFlushes = [ (r, n) | r <- allFlushReasons
+                             , let n = sum [ M.findWithDefault 0 r (flushesBy p) | p <- M.elems (inLinks i) ], n > 0 ]
+  , statusLog = inLog i
+  }
+  where
+    core = inCore i
+    ledger = coreLedger core
+    streams = coreStreamCount core
+    session = coreSessionView core
+    held = maybe M.empty (M.fromList . viewStates) session
+    row (w, a) =
+      let lost = isJust (accountLeft a)
+          inFlight = if lost then 0 else S.inFlightFor w (coreSched core)
+          nStreams = if lost then 0 else M.findWithDefault 0 w streams
+          nStates = if lost then 0 else M.findWithDefault 0 w held
+          state | lost = Lost
+                | inFlight > 0 || nStreams > 0 || nStates > 0 = Busy
+                | otherwise = Idle
+      in WorkerRow
+           { rowWorker = w
+           , rowInfo = maybe (M.lookup w (inDeparted i)) Just (M.lookup w (inConnected i))
+           , rowState = state
+           , rowAccount = a
+           , rowWaiting = accountWaiting (inNow i) ledger a
+           , rowInFlight = inFlight
+           , rowStreams = nStreams
+           , rowStates = nStates
+           , rowLink = if lost then Nothing else M.lookup w (inLinks i) }
+    job (name, p) =
+      let elapsed = max 0 (inNow i - S.progressStarted p)
+          done = S.progressDone p
+          rate = if elapsed > 0 then fromIntegral done / elapsed else 0
+          pending = S.progressPending p
+      in JobRow
+           { jobRowId = fromIntegral (S.progressJob p)
+           , jobRowFunction = name
+           , jobRowTotal = S.progressTotal p
+           , jobRowDone = done
+           , jobRowInFlight = S.progressTotal p - done - pending
+           , jobRowPending = pending
+           , jobRowElapsed = elapsed
+           , jobRowRate = rate
+           , jobRowLeft = if done > 0 && rate > 0
+                            then Just (fromIntegral (S.progressTotal p - done) / rate) else Nothing }

@@ -1,0 +1,249 @@
+{-# LANGUAGE BangPatterns #-}
+-- | The task farm's scheduler: a pure state machine.
+--
+-- The master core feeds it 'Event's (a worker joined or left, a job was
+-- submitted, a batch came back) with the time they happened, and carries
+-- out the 'Command's it returns (send a batch, keep or drop a batch's
+-- results, end a job). It never does IO, so every scheduling decision can be
+-- replayed in a QuickCheck property.
+--
+-- Invariants, upheld by 'step' and checked by the properties:
+--
+-- * INV-PARTITION: the unfinished tasks of each running job are exactly
+--   its pending ranges plus its outstanding batches, with no overlap; so
+--   every task's result is accepted exactly once.
+-- * INV-BUSY: while pending tasks remain, every live worker has at least
+--   one batch outstanding.
+-- * INV-LOST: a lost worker's unfinished batches go back to the front of
+--   the pending queue; results of a batch that is not outstanding (a lost
+--   worker's, or one from an aborted job) are dropped.
+-- * INV-POISON: the tasks that may have been running on a worker that
+--   died are charged with the death and then run one at a time, each on a
+--   worker holding nothing else; a task charged with its job's limit of
+--   deaths ends the job with 'TaskKilledWorkers' naming it
+--   ("Herd.Core.Scheduler.Loss").
+-- * INV-AWAIT: a job fails for want of workers only when none is live and
+--   none is being restarted.
+--
+-- Batch sizes adapt to the measured time per task ("Herd.Core.Scheduler.Sizing").
+module Herd.Core.Scheduler
+  ( -- * Identifiers
+    WorkerId
+  , BatchId
+  , JobId
+  , Range (..)
+  , rangeSize
+  , rangeIndices
+    -- * The machine
+  , Sched
+  , emptySched
+  , Event (..)
+  , Command (..)
+  , JobFailure (..)
+  , step
+    -- * Statistics
+  , WorkerStats (..)
+  , JobStats (..)
+    -- * Inspection (for tests and the master loop)
+  , liveWorkers
+  , outstandingFor
+  , pendingTasks
+  , jobActive
+  , batchJobOf
+  , JobProgress (..)
+  , jobProgress
+  , inFlightFor
+  , taskDeaths
+  , awaitedWorkers
+  , Death (..)
+  ) where
+
+import Data.List (sortOn)
+import qualified Data.Map.Strict as M
+import Data.Sequence (ViewL (..), (<|))
+import qualified Data.Sequence as Seq
+import Herd.Core.Base (BatchId, JobId, Range (..), WorkerId, rangeIndices, rangeSize, takeTasks)
+import Herd.Core.Scheduler.Loss
+import Herd.Core.Scheduler.Presence
+import Herd.Core.Scheduler.Sizing
+import Herd.Core.Scheduler.State
+import Herd.Core.Scheduler.Straggle
+
+-- | Advance the machine by one event at the given time (seconds, from any
+-- fixed origin).
+step :: Double -> Event -> Sched -> (Sched, [Command])
+step now ev s = case ev of
+  WorkerJoined w
+    | M.member w (schedWorkers s) -> (s, [])
+    | otherwise ->
+        let s1 = s { schedWorkers = M.insert w (Worker M.empty) (schedWorkers s)
+                   , schedJobs = M.map (\j -> j { jobPresence = joined now w (jobPresence j) }) (schedJobs s) }
+        in assign now s1 []
+
+  WorkerLost w death -> case M.lookup w (schedWorkers s) of
+    Nothing -> (s, [])
+    Just worker ->
+      -- INV-LOST, INV-POISON: the lost worker's batches of running jobs
+      -- go back to their jobs, the tasks that may have killed it charged
+      let s1 = s { schedWorkers = M.delete w (schedWorkers s) }
+          -- a batch whose twin lives on (or whose results were taken
+          -- from its twin) needs no second run: the twin forgets it
+          twinned = [ t | b <- M.elems (workerOutstanding worker), not (batchSuperseded b), Just t <- [batchTwin b] ]
+          s1' = foldr forgetTwin s1 twinned
+          batchesOf jid = [ (bid, b) | (bid, b) <- M.toAscList (workerOutstanding worker), batchJob b == jid
+                                     , not (batchSuperseded b), not (twinLives b) ]
+          twinLives b = case batchTwin b of
+            Just t -> any (M.member t . workerOutstanding) (M.elems (schedWorkers s1))
+            Nothing -> False
+          back (st, out) j = case returnBatches death (batchesOf (jobId j)) j { jobPresence = left now w (jobPresence j) } of
+            Requeued j' -> (st { schedJobs = M.insert (jobId j) j' (schedJobs st) }, out)
+            Poisoned i d j'
+              | jobKeepGoing j ->
+                  let failure = TaskKilledWorkers i d (maybe "" deathWhy death)
+                  in finishedAfter now (st { schedJobs = M.insert (jobId j) j' { jobDone = jobDone j' + 1 } (schedJobs st) })
+                                   j' { jobDone = jobDone j' + 1 } (out ++ [TaskFailedAt (jobId j) i failure])
+              | otherwise ->
+                  ( endJob (jobId j) st
+                  , out ++ [AbortJob (jobId j) (TaskKilledWorkers i d (maybe "" deathWhy death)) (statsOf now j)] )
+          (s2, aborted) = foldl back (s1', []) (M.elems (schedJobs s1'))
+      in starved now s2 aborted
+
+  WorkersAwaited n -> starved now s { schedAwaited = max 0 n } []
+
+  Tick -> let (s1, out) = speculate now s in assign now s1 out
+
+  JobSubmitted jid n batching target maxDeaths keepGoing ->
+    let job = Job { jobId = jid, jobTotal = n, jobPending = if n > 0 then Seq.singleton (Range 0 n) else Seq.empty
+                  , jobPendingN = n, jobDone = 0, jobStart = now, jobBatching = batching
+                  , jobTarget = target, jobEstimate = Nothing
+                  , jobPresence = presentFrom now (M.keys (schedWorkers s))
+                  , jobMaxDeaths = max 1 maxDeaths, jobDeaths = mempty, jobSuspects = Seq.empty
+                  , jobKeepGoing = keepGoing }
+    in if M.member jid (schedJobs s) then (s, [])   -- a repeated submission is ignored
+       else if n == 0 then (s, [FinishJob jid (statsOf now job)])
+       else if M.null (schedWorkers s) && schedAwaited s == 0 then (s, [AbortJob jid NoWorkersLeft (statsOf now job)])
+       else assign now s { schedJobs = M.insert jid job (schedJobs s), schedTurn = jid : schedTurn s } []
+
+  BatchCompleted w bid busy failure -> case takeBatch w bid s of
+    Nothing -> (s, [DropResults bid])
+    -- INV-TWIN: the copy that ends first counts; the other's results are dropped
+    Just (b, s0) | batchSuperseded b -> assign now s0 [DropResults bid]
+    Just (b, s0) -> let s1 = maybe s0 (\t -> supersede t s0) (batchTwin b) in case M.lookup (batchJob b) (schedJobs s1) of
+      Just j -> case failure of
+        Just (pos, msg)
+          -- the tasks before the failed one gave results; those after it
+          -- did not run: they go back to the queue
+          | jobKeepGoing j ->
+              let at = max 0 (min (batchTasks b - 1) pos)
+                  (done, rest) = splitAtTask at (batchRanges b)
+                  (failedAt, after) = splitAtTask 1 rest
+                  idx = head (rangeIndices failedAt)
+                  j1 = (credit w b busy j) { jobDone = jobDone j + at + 1
+                                           , jobPending = foldr (<|) (jobPending j) after
+                                           , jobPendingN = jobPendingN j + sum (map rangeSize after) }
+                  out = [ AcceptResults (jobId j) bid done | at > 0 ] ++ [TaskFailedAt (jobId j) idx (TaskError idx msg)]
+              in finishedAfter now s1 { schedJobs = M.insert (jobId j) j1 (schedJobs s1) } j1 out
+          | otherwise ->
+              let j1 = credit w b busy j
+                  idx = rangeIndices (batchRanges b) !! max 0 (min (batchTasks b - 1) pos)
+              in assign now (endJob (jobId j) s1) [DropResults bid, AbortJob (jobId j) (TaskError idx msg) (statsOf now j1)]
+        Nothing ->
+          let j1 = (credit w b busy j) { jobDone = jobDone j + batchTasks b
+                                       , jobEstimate = Just (estimate (jobEstimate j) busy (batchTasks b)) }
+              accept = AcceptResults (jobId j) bid (batchRanges b)
+          in if jobDone j1 == jobTotal j1
+               then assign now (endJob (jobId j) s1) [accept, FinishJob (jobId j1) (statsOf now j1)]
+               else assign now s1 { schedJobs = M.insert (jobId j) j1 (schedJobs s1) } [accept]
+      Nothing -> assign now s1 [DropResults bid]
+
+  JobCancelled jid -> assign now (endJob jid s) []
+
+  BatchRefused w bid why -> case takeBatch w bid s of
+    Nothing -> (s, [])
+    Just (b, s1) -> case M.lookup (batchJob b) (schedJobs s1) of
+      Just j -> assign now (endJob (jobId j) s1) [AbortJob (jobId j) (FunctionRefused why) (statsOf now j)]
+      Nothing -> assign now s1 []
+
+-- A job that kept going past a failed task: finished if that was its last.
+finishedAfter :: Double -> Sched -> Job -> [Command] -> (Sched, [Command])
+finishedAfter now s j out
+  | jobDone j >= jobTotal j = assign now (endJob (jobId j) s) (out ++ [FinishJob (jobId j) (statsOf now j)])
+  | otherwise = assign now s out
+
+-- INV-AWAIT: with no live worker and none being restarted, every running
+-- job fails; otherwise the tasks go out to whoever can take them.
+starved :: Double -> Sched -> [Command] -> (Sched, [Command])
+starved now s out
+  | M.null (schedWorkers s) && schedAwaited s == 0 && not (M.null (schedJobs s)) =
+      (s { schedJobs = M.empty, schedTurn = [] }, out ++ [ AbortJob (jobId j) NoWorkersLeft (statsOf now j) | j <- M.elems (schedJobs s) ])
+  | otherwise = assign now s out
+
+-- Forget a job: its outstanding batches stay with their workers (their
+-- results will be dropped) but no more of its tasks are handed out.
+endJob :: JobId -> Sched -> Sched
+endJob jid s = s { schedJobs = M.delete jid (schedJobs s), schedTurn = filter (/= jid) (schedTurn s) }
+
+-- Remove an outstanding batch from a worker.
+takeBatch :: WorkerId -> BatchId -> Sched -> Maybe (Batch, Sched)
+takeBatch w bid s = do
+  worker <- M.lookup w (schedWorkers s)
+  b <- M.lookup bid (workerOutstanding worker)
+  let worker' = worker { workerOutstanding = M.delete bid (workerOutstanding worker) }
+  pure (b, s { schedWorkers = M.insert w worker' (schedWorkers s) })
+
+credit :: WorkerId -> Batch -> Double -> Job -> Job
+credit w b busy j = j { jobPresence = credited w (batchTasks b) busy (jobPresence j) }
+
+statsOf :: Double -> Job -> JobStats
+statsOf now j = jobStatsOf now (jobStart j) (jobTotal j) (jobPresence j)
+
+-- The next batch's size for this job, with this many live workers.
+sizeOf :: Int -> Job -> Int
+sizeOf live j = batchSize (jobBatching j) (jobEstimate j) (jobTarget j) (jobPendingN j) live
+
+-- Whether a worker with these outstanding batches should get another of
+-- this job now: never while it runs a suspect, and no prefetch while
+-- suspects wait (they go to workers with nothing outstanding, and would
+-- otherwise wait behind every other task) (INV-POISON).
+wantsWork :: Job -> Worker -> Bool
+wantsWork j worker =
+  not (any batchSuspect (workerOutstanding worker))
+  && (if M.null (workerOutstanding worker) then jobPendingN j > 0
+      else Seq.null (jobSuspects j) && jobPendingN j > 0)
+  && wantsBatch (jobBatching j) (jobEstimate j) (jobTarget j) (M.size (workerOutstanding worker))
+
+-- The next batch of a job for a worker: a suspect alone to a worker with
+-- nothing outstanding, else tasks from the queue.
+nextBatch :: Double -> Int -> Worker -> Job -> (Batch, Job)
+nextBatch now live worker j = case Seq.viewl (jobSuspects j) of
+  i :< rest | M.null (workerOutstanding worker) ->
+    (Batch (jobId j) [Range i (i + 1)] 1 True now Nothing False, j { jobSuspects = rest, jobPendingN = jobPendingN j - 1 })
+  _ -> let (ranges, n, pending') = takeTasks (sizeOf live j) (jobPending j)
+       in (Batch (jobId j) ranges n False now Nothing False, j { jobPending = pending', jobPendingN = jobPendingN j - n })
+
+-- Hand out pending tasks: first to workers with nothing outstanding (fewest
+-- first), then a prefetch to those that want one. Each batch comes from the
+-- first job in turn that has pending tasks this worker should take; that
+-- job then goes to the back of the turn (INV-FAIR: concurrent jobs take
+-- workers in turn).
+assign :: Double -> Sched -> [Command] -> (Sched, [Command])
+assign now s acc
+  | M.null (schedJobs s) = (s, acc)
+  | otherwise = go s (sortOn (M.size . workerOutstanding . snd) (M.toList (schedWorkers s))) acc
+  where
+    go st [] out = (st, out)
+    go st ((w, _) : rest) out = case M.lookup w (schedWorkers st) of
+      Nothing -> go st rest out
+      Just worker -> case [ j | jid <- schedTurn st, Just j <- [M.lookup jid (schedJobs st)], wantsWork j worker ] of
+        [] -> go st rest out
+        j : _ ->
+          let (batch, j') = nextBatch now (M.size (schedWorkers st)) worker j
+              bid = schedNextBatch st
+              worker' = Worker (M.insert bid batch (workerOutstanding worker))
+              st' = st { schedWorkers = M.insert w worker' (schedWorkers st)
+                       , schedJobs = M.insert (jobId j) j' (schedJobs st)
+                       , schedTurn = filter (/= jobId j) (schedTurn st) ++ [jobId j]
+                       , schedNextBatch = bid + 1 }
+              -- a worker that can take a prefetch stays in line for one more
+              again = [ (w, worker') | M.size (workerOutstanding worker') < 2 ]
+          in go st' (rest ++ again) (out ++ [SendBatch w bid (batchRanges batch)])

@@ -1,0 +1,204 @@
+-- | The task farm scheduler's state and vocabulary: its workers, jobs and
+-- outstanding batches, the events it is fed and the commands it returns,
+-- and the questions a driver or a test may ask of it. Plain data; every
+-- change to it is "Herd.Core.Scheduler"'s 'Herd.Core.Scheduler.step'. Pure.
+module Herd.Core.Scheduler.State
+  ( -- * State
+    Batch (..)
+  , Worker (..)
+  , Job (..)
+  , Sched (..)
+  , emptySched
+    -- * Vocabulary
+  , Death (..)
+  , Event (..)
+  , Command (..)
+  , JobFailure (..)
+    -- * Inspection
+  , liveWorkers
+  , outstandingFor
+  , batchJobOf
+  , pendingTasks
+  , JobProgress (..)
+  , jobProgress
+  , inFlightFor
+  , jobActive
+  , taskDeaths
+  , awaitedWorkers
+  ) where
+
+import qualified Data.IntMap.Strict as IM
+import qualified Data.Map.Strict as M
+import Data.Sequence (Seq)
+import Herd.Core.Base (BatchId, Batching (..), JobId, Range (..), WorkerId)
+import Herd.Core.Scheduler.Presence
+
+-- | A batch handed to a worker whose results have not come back.
+data Batch = Batch
+  { batchJob     :: !JobId
+  , batchRanges  :: ![Range]
+  , batchTasks   :: !Int
+  , batchSuspect :: !Bool
+    -- ^ one task that was running when a worker died: the worker that
+    -- runs it gets nothing else meanwhile, so a second death is its own
+  , batchSent    :: !Double   -- ^ when it was handed out
+  , batchTwin    :: !(Maybe BatchId)
+    -- ^ the other copy of a batch run twice because one ran far too long
+  , batchSuperseded :: !Bool
+    -- ^ its twin's results were accepted: its own are dropped, and its
+    -- tasks are not run again if its worker is lost
+  } deriving (Show)
+
+-- | A live worker.
+newtype Worker = Worker
+  { workerOutstanding :: M.Map BatchId Batch
+  } deriving (Show)
+
+-- | A running job.
+data Job = Job
+  { jobId        :: !JobId
+  , jobTotal     :: !Int
+  , jobPending   :: !(Seq Range)   -- ^ tasks not handed out, suspects aside
+  , jobPendingN  :: !Int           -- ^ how many tasks are not handed out, suspects included
+  , jobDone      :: !Int
+  , jobStart     :: !Double
+  , jobBatching  :: !Batching
+  , jobTarget    :: !Double
+  , jobEstimate  :: !(Maybe Double)   -- ^ seconds per task, moving average
+  , jobPresence  :: !Presence
+  , jobMaxDeaths :: !Int
+    -- ^ a task that was running on this many workers that died ends the job
+  , jobDeaths    :: !(IM.IntMap Int)  -- ^ task index -> workers that died while it ran
+  , jobSuspects  :: !(Seq Int)
+    -- ^ tasks that may have killed a worker, not handed out: each goes
+    -- alone to a worker with nothing else to do
+  , jobKeepGoing :: !Bool
+    -- ^ a failed task is reported on its own ('TaskFailedAt') and the job
+    -- goes on; otherwise it ends the job
+  } deriving (Show)
+
+-- | The scheduler's state.
+data Sched = Sched
+  { schedWorkers   :: !(M.Map WorkerId Worker)
+  , schedJobs      :: !(M.Map JobId Job)
+  , schedTurn      :: ![JobId]
+    -- ^ the running jobs in the order they get the next batch (INV-FAIR)
+  , schedNextBatch :: !BatchId
+  , schedAwaited   :: !Int
+    -- ^ workers being restarted: while some are, a job waits for them
+    -- rather than failing for want of workers
+  } deriving (Show)
+
+-- | A scheduler with no workers and no job.
+emptySched :: Sched
+emptySched = Sched M.empty M.empty [] 1 0
+
+-- | How a worker died, as far as its link tells: the oldest batch it held
+-- and how many of that batch's results had arrived (the task after those,
+-- or one of the worker's later tasks whose results it had not sent yet,
+-- was running), and why the link went down.
+data Death = Death
+  { deathBatch :: !BatchId
+  , deathGot   :: !Int
+  , deathWhy   :: !String
+  } deriving (Eq, Show)
+
+-- | Why a job ended without all its results.
+data JobFailure
+  = TaskError !Int !String        -- ^ task index and the exception's text
+  | FunctionRefused !String       -- ^ a worker could not run the function
+  | NoWorkersLeft                 -- ^ no live worker remained
+  | TaskKilledWorkers !Int !Int !String
+    -- ^ this task was running on this many workers that died; the last
+    -- death's reason
+  deriving (Eq, Show)
+
+-- | Something that happened.
+data Event
+  = WorkerJoined !WorkerId
+  | WorkerLost !WorkerId !(Maybe Death)
+    -- ^ a worker is gone: its process or link died ('Just', which charges
+    -- the tasks that may have been running), or it was dropped for
+    -- another reason ('Nothing': a protocol error, the cluster stopping)
+  | JobSubmitted !JobId !Int !Batching !Double !Int !Bool
+    -- ^ a job of this many tasks, with a batching policy, target seconds
+    -- per batch, how many worker deaths one task may cause, and whether it
+    -- keeps going past failed tasks
+  | BatchCompleted !WorkerId !BatchId !Double !(Maybe (Int, String))
+    -- ^ a batch's results arrived, with the worker's busy seconds and the
+    -- first failed task (position within the batch, message), if any
+  | BatchRefused !WorkerId !BatchId !String
+    -- ^ the worker could not run the function at all
+  | JobCancelled !JobId
+    -- ^ the caller gave up on the job; its outstanding batches become stale
+  | WorkersAwaited !Int
+    -- ^ this many lost workers are being restarted now
+  | Tick
+    -- ^ time passed: run a copy of any batch that has run far longer than
+    -- its estimate, if a worker is idle ("Herd.Core.Scheduler.Straggle")
+  deriving (Eq, Show)
+
+-- | Something the master loop must do.
+data Command
+  = SendBatch !WorkerId !BatchId ![Range]
+    -- ^ send these tasks to this worker as one batch
+  | AcceptResults !JobId !BatchId ![Range]
+    -- ^ the batch's results are for these tasks of this job: deliver them
+  | DropResults !BatchId
+    -- ^ the batch's results are stale or unwanted: drop them
+  | FinishJob !JobId !JobStats
+  | AbortJob !JobId !JobFailure !JobStats
+  | TaskFailedAt !JobId !Int !JobFailure
+    -- ^ in a job that keeps going: this task failed, and has no result
+  | SlowBatch !WorkerId !BatchId !Int !Double !Double !WorkerId
+    -- ^ for the log: this worker's batch of this many tasks has run this
+    -- many seconds against an estimate of that many; a copy went to the
+    -- other worker
+  deriving (Eq, Show)
+
+-- | The workers known to the scheduler.
+liveWorkers :: Sched -> [WorkerId]
+liveWorkers = M.keys . schedWorkers
+
+-- | Outstanding batches of a worker, with their tasks.
+outstandingFor :: WorkerId -> Sched -> [(BatchId, [Range])]
+outstandingFor w s = maybe [] (map (\(b, x) -> (b, batchRanges x)) . M.toList . workerOutstanding)
+                               (M.lookup w (schedWorkers s))
+
+-- | The job an outstanding batch belongs to.
+batchJobOf :: WorkerId -> BatchId -> Sched -> Maybe JobId
+batchJobOf w b s = batchJob <$> (M.lookup w (schedWorkers s) >>= M.lookup b . workerOutstanding)
+
+-- | Tasks of the running jobs not yet given to any worker.
+pendingTasks :: Sched -> Int
+pendingTasks = sum . map jobPendingN . M.elems . schedJobs
+
+-- | How far a running job has come.
+data JobProgress = JobProgress
+  { progressJob     :: !JobId
+  , progressTotal   :: !Int     -- ^ its tasks
+  , progressDone    :: !Int     -- ^ tasks whose results were accepted
+  , progressPending :: !Int     -- ^ tasks not yet handed to a worker
+  , progressStarted :: !Double  -- ^ when it was submitted
+  } deriving (Eq, Show)
+
+-- | The running jobs' progress, by job number.
+jobProgress :: Sched -> [JobProgress]
+jobProgress s = [ JobProgress (jobId j) (jobTotal j) (jobDone j) (jobPendingN j) (jobStart j) | j <- M.elems (schedJobs s) ]
+
+-- | Tasks handed to a worker whose results have not come back.
+inFlightFor :: WorkerId -> Sched -> Int
+inFlightFor w s = maybe 0 (sum . map batchTasks . M.elems . workerOutstanding) (M.lookup w (schedWorkers s))
+
+-- | Whether any job is running.
+jobActive :: Sched -> Bool
+jobActive = not . M.null . schedJobs
+
+-- | Workers being restarted now.
+awaitedWorkers :: Sched -> Int
+awaitedWorkers = schedAwaited
+
+-- | A running job's tasks that were running on workers that died, with
+-- how many died.
+taskDeaths :: JobId -> Sched -> [(Int, Int)]
+taskDeaths jid s = maybe [] (IM.toList . jobDeaths) (M.lookup jid (schedJobs s))

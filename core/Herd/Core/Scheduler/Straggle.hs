@@ -1,0 +1,69 @@
+-- | Stragglers: a batch that has run far longer than its job's estimate
+-- (its worker stopped, thrashing, or on a slow host) is run a second time
+-- on an idle worker, as MapReduce and Spark run backup tasks; whichever
+-- copy ends first is accepted and the other's results are dropped. Pure.
+--
+-- Only idle workers take copies, and only once a job has no task left to
+-- hand out, so a copy never delays work that has not started; each batch
+-- is copied at most once at a time.
+module Herd.Core.Scheduler.Straggle
+  ( speculate
+  , supersede
+  , forgetTwin
+  , slowAfter
+  ) where
+
+import Data.List (sortOn)
+import qualified Data.Map.Strict as M
+import Herd.Core.Base (BatchId, WorkerId)
+import Herd.Core.Scheduler.State
+
+-- | How long a batch may run before a copy is run elsewhere: four times
+-- what the job's estimate says the worker needs to reach its end (its
+-- earlier batches included), and at least a quarter of a second; ten
+-- seconds while the job has no estimate yet.
+slowAfter :: Maybe Double -> Int -> Double
+slowAfter estimate tasksUpTo = case estimate of
+  Just e -> max 0.25 (4 * e * fromIntegral tasksUpTo)
+  Nothing -> 10
+
+-- | Copy the slowest overdue batches to idle workers, one each.
+speculate :: Double -> Sched -> (Sched, [Command])
+speculate now s =
+  let idle = [ w | (w, wk) <- M.toList (schedWorkers s), M.null (workerOutstanding wk) ]
+      overdue = sortOn (\(_, _, _, late) -> negate late)
+        [ (w, bid, b, now - batchSent b)
+        | (w, wk) <- M.toList (schedWorkers s)
+        , (bid, b, upTo) <- withQueued (M.toAscList (workerOutstanding wk))
+        , not (batchSuspect b), not (batchSuperseded b), batchTwin b == Nothing
+        , Just j <- [M.lookup (batchJob b) (schedJobs s)], jobPendingN j == 0
+        , now - batchSent b > slowAfter (jobEstimate j) upTo ]
+  in foldl copy (s, []) (zip idle overdue)
+  where
+    -- each batch with the tasks its worker must run to reach its end
+    withQueued bs = zipWith (\(bid, b) upTo -> (bid, b, upTo)) bs (scanl1 (+) (map (batchTasks . snd) bs))
+    copy (st, out) (to, (from, bid, b, late)) =
+      let fresh = schedNextBatch st
+          twin = b { batchSent = now, batchTwin = Just bid }
+          est = maybe 0 (\j -> maybe 0 (* fromIntegral (batchTasks b)) (jobEstimate j)) (M.lookup (batchJob b) (schedJobs st))
+          st1 = onBatch from bid (\x -> x { batchTwin = Just fresh }) st
+          st2 = st1 { schedWorkers = M.adjust (\wk -> Worker (M.insert fresh twin (workerOutstanding wk))) to (schedWorkers st1)
+                    , schedNextBatch = fresh + 1 }
+      in (st2, out ++ [SlowBatch from bid (batchTasks b) late est to, SendBatch to fresh (batchRanges b)])
+
+-- | A batch's twin ended first: the batch's results, when they come, are
+-- dropped, and its tasks are not run again if its worker is lost.
+supersede :: BatchId -> Sched -> Sched
+supersede t = onAnyBatch t (\x -> x { batchSuperseded = True, batchTwin = Nothing })
+
+-- | A batch's twin was lost: it is a single copy again.
+forgetTwin :: BatchId -> Sched -> Sched
+forgetTwin t = onAnyBatch t (\x -> x { batchTwin = Nothing })
+
+onBatch :: WorkerId -> BatchId -> (Batch -> Batch) -> Sched -> Sched
+onBatch w bid f s = s { schedWorkers = M.adjust (\wk -> Worker (M.adjust f bid (workerOutstanding wk))) w (schedWorkers s) }
+
+onAnyBatch :: BatchId -> (Batch -> Batch) -> Sched -> Sched
+onAnyBatch bid f s = case [ w | (w, wk) <- M.toList (schedWorkers s), M.member bid (workerOutstanding wk) ] of
+  w : _ -> onBatch w bid f s
+  [] -> s

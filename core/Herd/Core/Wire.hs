@@ -1,0 +1,146 @@
+{-# LANGUAGE BangPatterns #-}
+-- | herd's protocol: the decoding of the messages between master and
+-- worker, and (re-exported) the messages themselves ("Herd.Core.Wire.Messages")
+-- and the handshake before them ("Herd.Core.Wire.Handshake"). Their
+-- encoders, which write into send buffers, are "Herd.Wire.Encode".
+--
+-- Every message is an envelope decoded by "Herd.Core.Wire.Codec" (lengths and
+-- counts checked against the bytes present), its first byte a tag from
+-- the one table in "Herd.Core.Wire.Tags"; only the task arguments and results
+-- inside are @store@-encoded user values. Pure.
+module Herd.Core.Wire
+  ( -- * Handshake
+    protocolVersion
+  , handshakeFrameLimit
+  , WorkerHello (..)
+  , noCpu
+  , MasterReply (..)
+  , encodeWorkerHello
+  , decodeWorkerHello
+  , encodeMasterReply
+  , decodeMasterReply
+  , checkHello
+  , encodeAuthResponse
+  , decodeAuthResponse
+    -- * Messages
+  , ToWorker (..)
+  , FromWorker (..)
+  , toWorkerUrgency
+  , fromWorkerUrgency
+  , decodeToWorker
+  , decodeFromWorker
+    -- * For the encoders ("Herd.Wire.Encode")
+  , putRef
+  ) where
+
+import Control.Monad (replicateM)
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Builder as BB
+import qualified Data.Text as T
+import qualified Data.ByteString.Unsafe as BU
+import Data.Word (Word64, Word8)
+import Herd.Core.Packet.Policy (runHeadBytes)
+import GHC.Fingerprint (Fingerprint (..))
+import Herd.Core.Base (TaskRef (..))
+import Herd.Core.Bytes (word32At, word64At)
+import Herd.Core.Wire.Codec
+import Herd.Core.Wire.Evolved (decodeEvolved)
+import Herd.Core.Wire.Handshake
+import Herd.Core.Wire.Messages
+import Herd.Core.Wire.Tags
+
+putFingerprint :: Fingerprint -> BB.Builder
+putFingerprint (Fingerprint a b) = putWord64 a <> putWord64 b
+
+getFingerprint :: Get Fingerprint
+getFingerprint = Fingerprint <$> getWord64 <*> getWord64
+
+-- | A function's name on the wire: its key, name and types.
+putRef :: TaskRef -> BB.Builder
+putRef ref = putFingerprint (refKey ref) <> putText (T.pack (refName ref))
+             <> putFingerprint (refArgType ref) <> putFingerprint (refResultType ref)
+
+getRef :: Get TaskRef
+getRef = do
+  key <- getFingerprint
+  name <- getText
+  TaskRef key (T.unpack name) <$> getFingerprint <*> getFingerprint
+
+getRest :: Get B.ByteString
+getRest = remaining >>= getBytes
+
+-- | Decode one message to a worker (a value inside is a slice of the input).
+decodeToWorker :: B.ByteString -> Either String ToWorker
+decodeToWorker bs
+  | B.length bs >= 5 && BU.unsafeHead bs == tagArgs = Right (Args (fromIntegral (word32At bs 1)) (BU.unsafeDrop 5 bs))   -- the hot path
+  | B.length bs >= runHeadBytes && BU.unsafeHead bs == tagStreamIn =
+      Right (StreamIn (word64At bs 1) (fromIntegral (word32At bs 9)) (BU.unsafeDrop runHeadBytes bs))
+  | B.length bs >= 9 && BU.unsafeHead bs == tagPing = Right (Ping (word64At bs 1) (BU.unsafeDrop 9 bs))  -- the latency probe
+  | B.length bs >= 9 && BU.unsafeHead bs == tagEvolveState = Right (EvolveState (word64At bs 1) (BU.unsafeDrop 9 bs))
+  | B.length bs == 9 && BU.unsafeHead bs == tagStateRelease = Right (StateRelease (word64At bs 1))
+  | otherwise = decodeToWorkerSlow bs
+
+decodeToWorkerSlow :: B.ByteString -> Either String ToWorker
+decodeToWorkerSlow = runGet $ do
+  tag <- getWord8
+  case () of
+    _ | tag == tagRunBatch -> RunBatch <$> getWord64 <*> getRef <*> getWord32
+      | tag == tagArgs -> Args <$> getWord32 <*> getRest
+      | tag == tagShutdown -> pure Shutdown
+      | tag == tagStreamOpen -> StreamOpen <$> getWord64 <*> getRef
+      | tag == tagStreamIn -> StreamIn <$> getWord64 <*> getWord32 <*> getRest
+      | tag == tagStreamEnd -> StreamEnd <$> getWord64
+      | tag == tagStreamCredit -> StreamCredit <$> getWord64 <*> getWord32
+      | tag == tagStreamClose -> StreamClose <$> getWord64
+      | tag == tagStatesReset -> pure StatesReset
+      | tag == tagStateAdd -> StateAdd <$> getWord64 <*> getRest
+      | tag == tagEvolveWith -> EvolveWith <$> getRef
+      | tag == tagEvolveState -> EvolveState <$> getWord64 <*> getRest
+      | tag == tagStateRelease -> StateRelease <$> getWord64
+      | tag == tagStateReplay -> do
+          sid <- getWord64
+          root <- getSizedBytes
+          n <- getCount 60
+          StateReplay sid root <$> replicateM n ((,,) <$> getRef <*> getSizedBytes <*> getWord32)
+      | tag == tagPing -> Ping <$> getWord64 <*> getRest
+      | otherwise -> failGet ("unknown message tag " ++ show tag)
+
+-- | Decode one message to the master (a value inside is a slice of the input).
+decodeFromWorker :: B.ByteString -> Either String FromWorker
+decodeFromWorker bs
+  | B.length bs >= 5 && BU.unsafeHead bs == tagResults = Right (Results (fromIntegral (word32At bs 1)) (BU.unsafeDrop 5 bs))   -- the hot path
+  | B.length bs >= runHeadBytes && BU.unsafeHead bs == tagStreamOut =
+      Right (StreamOut (word64At bs 1) (fromIntegral (word32At bs 9)) (BU.unsafeDrop runHeadBytes bs))
+  | B.length bs == 9 && BU.unsafeHead bs == tagPong = Right (Pong (word64At bs 1))
+  | not (B.null bs) && BU.unsafeHead bs == tagStateEvolved, Just (sid, busy, kids) <- decodeEvolved bs =
+      Right (StateEvolved sid busy kids)
+  | B.length bs >= 9 && BU.unsafeHead bs == tagStateReleased = Right (StateReleased (word64At bs 1) (BU.unsafeDrop 9 bs))
+  | otherwise = decodeFromWorkerSlow bs
+
+decodeFromWorkerSlow :: B.ByteString -> Either String FromWorker
+decodeFromWorkerSlow = runGet $ do
+  tag <- getWord8
+  case () of
+    _ | tag == tagResults -> Results <$> getWord32 <*> getRest
+      | tag == tagBatchDone -> BatchDone <$> getWord64 <*> getWord64
+      | tag == tagTaskThrew -> TaskThrew <$> getWord64 <*> getWord32 <*> getText
+      | tag == tagBatchRejected -> BatchRejected <$> getWord64 <*> getText
+      | tag == tagStreamOut -> StreamOut <$> getWord64 <*> getWord32 <*> getRest
+      | tag == tagStreamDone -> StreamDone <$> getWord64
+      | tag == tagStreamAborted -> StreamAborted <$> getWord64 <*> getText
+      | tag == tagStreamTaken -> StreamTaken <$> getWord64 <*> getWord32
+      | tag == tagStateEvolved -> do
+          sid <- getWord64
+          busy <- getWord64
+          n <- getCount 12
+          StateEvolved sid busy <$> replicateM n ((,) <$> getWord64 <*> getSizedBytes)
+      | tag == tagEvolveThrew -> EvolveThrew <$> getWord64 <*> getText
+      | tag == tagEvolveRejected -> EvolveRejected <$> getText
+      | tag == tagStateReleased -> StateReleased <$> getWord64 <*> getRest
+      | tag == tagStateKept -> StateKept <$> getWord64
+      | tag == tagStateMissing -> StateMissing <$> getWord64
+      | tag == tagStatesCleared -> pure StatesCleared
+      | tag == tagStateReplayed -> StateReplayed <$> getWord64
+      | tag == tagPong -> Pong <$> getWord64
+      | otherwise -> failGet ("unknown message tag " ++ show tag)
+

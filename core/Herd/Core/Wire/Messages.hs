@@ -1,0 +1,105 @@
+-- | herd's protocol messages after the handshake, as values: what the
+-- master sends a worker, what a worker answers, and how soon each must
+-- leave. Their encodings are in "Herd.Core.Wire". Pure.
+module Herd.Core.Wire.Messages
+  ( ToWorker (..)
+  , FromWorker (..)
+  , toWorkerUrgency
+  , fromWorkerUrgency
+  ) where
+
+import qualified Data.ByteString as B
+import Data.Text (Text)
+import Data.Word (Word32, Word64)
+import Herd.Core.Base (TaskRef (..))
+import Herd.Core.Packet.Policy (Urgency (..))
+
+-- | Messages from master to worker. After the handshake every frame is a
+-- packet ("Herd.Packet") of these.
+data ToWorker
+  = RunBatch
+      { runBatchId :: !Word64
+      , runRef     :: !TaskRef
+      , runCount   :: !Word32   -- ^ the number of arguments that follow
+      }
+    -- ^ Start a batch; its arguments follow in 'Args' messages, in order.
+  | Args !Word32 !B.ByteString
+    -- ^ the next arguments of the batch, this many, their @store@
+    -- encodings back to back ("Herd.Wire.Batch")
+  | Shutdown                    -- ^ stop serving and exit
+  | StreamOpen !Word64 !TaskRef -- ^ instantiate a stream process under this number
+  | StreamIn !Word64 !Word32 !B.ByteString
+    -- ^ the next input elements, this many, their @store@ encodings back
+    -- to back (a run message of the packet layer: 'Herd.Packet.appendValuesToRun')
+  | StreamEnd !Word64           -- ^ the input list ended
+  | StreamCredit !Word64 !Word32    -- ^ the caller consumed this many more output elements
+  | StreamClose !Word64         -- ^ the caller wants no more output: stop the process
+  | StatesReset
+    -- ^ drop every evolve state held and queued ("Herd.Evolve"), wait for
+    -- the one being evolved, and answer 'StatesCleared'
+  | StateAdd !Word64 !B.ByteString  -- ^ hold this state under this id
+  | EvolveWith !TaskRef         -- ^ the evolve function for the 'EvolveState' messages that follow
+  | EvolveState !Word64 !B.ByteString
+    -- ^ evolve this held state with this input, after those asked before
+  | StateRelease !Word64
+    -- ^ give this state back if its evolution has not started ('StateReleased'),
+    -- else say so ('StateKept')
+  | StateReplay !Word64 !B.ByteString ![(TaskRef, B.ByteString, Word32)]
+    -- ^ recompute a state lost with its worker: from this state, apply each
+    -- function to its input and keep the child at the given position; hold
+    -- the result under this id and answer 'StateReplayed'
+  | Ping !Word64 !B.ByteString  -- ^ answer 'Pong' with the same number at once; the bytes are padding (latency and bandwidth probes)
+  deriving (Eq, Show)
+
+-- | Messages from worker to master.
+data FromWorker
+  = Results !Word32 !B.ByteString
+    -- ^ the next results of the batch in progress, this many, in batch
+    -- order, their @store@ encodings back to back
+  | BatchDone
+      { doneBatchId :: !Word64
+      , doneBusyNs  :: !Word64  -- ^ time spent computing the batch
+      }
+    -- ^ Every task of the batch gave a result.
+  | TaskThrew !Word64 !Word32 !Text
+    -- ^ The task at this position of the batch threw (results before it
+    -- were sent; none after it will be).
+  | BatchRejected !Word64 !Text  -- ^ the function cannot run here; no result was sent
+  | StreamOut !Word64 !Word32 !B.ByteString
+    -- ^ the next output elements, this many, their encodings back to back
+  | StreamDone !Word64           -- ^ the output list ended
+  | StreamAborted !Word64 !Text   -- ^ the process threw, or could not start
+  | StreamTaken !Word64 !Word32  -- ^ the process consumed this many more input elements
+  | StateEvolved !Word64 !Word64 ![(Word64, B.ByteString)]
+    -- ^ a state was evolved in this many nanoseconds; its children's new
+    -- ids and their encoded outputs (the children stay here)
+  | EvolveThrew !Word64 !Text     -- ^ the evolve function threw on this state
+  | EvolveRejected !Text          -- ^ the evolve function cannot run here
+  | StateReleased !Word64 !B.ByteString  -- ^ a released state, no longer held here
+  | StateKept !Word64             -- ^ a state asked back whose evolution had started
+  | StateMissing !Word64          -- ^ a state the master named is not held here
+  | StatesCleared                 -- ^ answers 'StatesReset': nothing is held or running now
+  | StateReplayed !Word64         -- ^ a state asked for by 'StateReplay' is held now
+  | Pong !Word64                  -- ^ answers 'Ping'
+  deriving (Eq, Show)
+
+-- | How soon a message to a worker must leave: control messages and the
+-- last word of a stream at once, data may wait for company.
+toWorkerUrgency :: ToWorker -> Urgency
+toWorkerUrgency msg = case msg of
+  RunBatch {} -> Bulk
+  Args _ _ -> Bulk
+  StreamOpen _ _ -> Bulk
+  StreamIn {} -> Bulk
+  StateAdd _ _ -> Bulk
+  EvolveWith _ -> Bulk
+  EvolveState _ _ -> Bulk
+  _ -> Urgent
+
+-- | How soon a message to the master must leave.
+fromWorkerUrgency :: FromWorker -> Urgency
+fromWorkerUrgency msg = case msg of
+  Results _ _ -> Bulk
+  BatchDone _ _ -> Bulk
+  StreamOut {} -> Bulk
+  _ -> Urgent

@@ -1,0 +1,58 @@
+-- | The one table of message tags: the first byte of every message after
+-- the handshake, per direction. Encoders, decoders and the hot paths'
+-- hand-written encoders all take their numbers from here, so a tag is
+-- written once. Pure.
+module Herd.Core.Wire.Tags
+  ( -- * Master to worker
+    tagRunBatch, tagArgs, tagShutdown, tagStreamOpen, tagStreamIn, tagStreamEnd, tagStreamCredit
+  , tagStreamClose, tagStatesReset, tagStateAdd, tagEvolveWith, tagEvolveState, tagStateRelease
+  , tagStateReplay, tagPing
+    -- * Worker to master
+  , tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone
+  , tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected
+  , tagStateReleased, tagStateKept, tagStateMissing, tagStatesCleared, tagStateReplayed, tagPong
+  ) where
+
+import Data.Word (Word8)
+
+-- | Tags of the messages to a worker.
+tagRunBatch, tagArgs, tagShutdown, tagStreamOpen, tagStreamIn, tagStreamEnd, tagStreamCredit,
+  tagStreamClose, tagStatesReset, tagStateAdd, tagEvolveWith, tagEvolveState, tagStateRelease,
+  tagStateReplay, tagPing :: Word8
+tagRunBatch = 1
+tagArgs = 2
+tagShutdown = 3
+tagStreamOpen = 4
+tagStreamIn = 5
+tagStreamEnd = 6
+tagStreamCredit = 7
+tagStreamClose = 8
+tagStatesReset = 9
+tagStateAdd = 10
+tagEvolveWith = 11
+tagEvolveState = 12
+tagStateRelease = 13
+tagStateReplay = 14
+tagPing = 15
+
+-- | Tags of the messages to the master.
+tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone,
+  tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected,
+  tagStateReleased, tagStateKept, tagStateMissing, tagStatesCleared, tagStateReplayed, tagPong :: Word8
+tagResults = 1
+tagBatchDone = 2
+tagTaskThrew = 3
+tagBatchRejected = 4
+tagStreamOut = 5
+tagStreamDone = 6
+tagStreamAborted = 7
+tagStreamTaken = 8
+tagStateEvolved = 9
+tagEvolveThrew = 10
+tagEvolveRejected = 11
+tagStateReleased = 12
+tagStateKept = 13
+tagStateMissing = 14
+tagStatesCleared = 15
+tagStateReplayed = 16
+tagPong = 17

@@ -1,0 +1,240 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | The simulated host's workers ("Herd.Simulate.Host"): what one
+-- simulated worker does with a message from the master or a timer that
+-- fired. It runs the worker's own steps (the farm's "Herd.Core.Worker.Step",
+-- the evolve holder's "Herd.Core.Evolve.Held") with the real functions, and
+-- turns a declared simulated cost into a timer instead of a sleep.
+-- Answers are queued per worker, for the host's loop to send at the end
+-- of its round.
+--
+-- Promise: while a farm run's timer is pending, that worker's later
+-- messages wait in order, as behind a real computation; a worker that
+-- breaks the protocol is dropped with a line on standard error.
+module Herd.Simulate.Play
+  ( Host (..)
+  , Sim (..)
+  , Farm (..)
+  , Due
+  , fireDue
+  , deliver
+  , dropSim
+  , withSim
+  ) where
+
+import Control.Exception
+import Control.Monad (forM_)
+import qualified Data.ByteString as B
+import Data.IORef
+import qualified Data.IntMap.Strict as IM
+import qualified Data.IntSet as IS
+import qualified Data.Map.Strict as M
+import Data.Sequence (Seq, (|>))
+import qualified Data.Sequence as Seq
+import qualified Data.Text as T
+import Herd.Encoder (Encoder (..), encodeBytes, encoderBytes)
+import Herd.Clock (monotonicSeconds)
+import Herd.Closure (cachedLookup)
+import Herd.Epoll
+import Herd.Evolve.Function (EvolveRunner, lookupEvolver)
+import Herd.Core.Evolve.Held
+import Herd.Evolve.Holder (runJob)
+import Herd.Log (logToStderr)
+import Herd.Packet (Sender, sendMessageHeld)
+import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
+import Herd.WorkCost (takeSimulatedCost)
+import Herd.Simulate.Wheel
+import Herd.Task (Runner (..), TaskRef (..), lookupRunner)
+import Herd.Transport
+import Herd.Core.Wire
+import Herd.Wire.Encode
+import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, resultsEncoder, resultsFitting, scratchCount)
+import Herd.Worker.Join
+import Herd.Core.Worker.Step
+
+-- | A farm run's timer is pending ('True'); the messages that came after
+-- it wait, oldest first.
+data Farm = Farm !Bool !(Seq ToWorker)
+
+-- | One simulated worker.
+data Sim = Sim
+  { sConn    :: !Connection
+  , sJoined  :: !Joined
+  , sBatches :: !(IORef (Batches Runner))
+  , sHeld    :: !(IORef (Held EvolveRunner))
+  , sFarm    :: !(IORef Farm)
+  , sSender  :: !Sender               -- ^ gathers its answers into packets, flushed at the end of the round
+  , sFedAt   :: !(IORef Double)     -- ^ when the master's latest message to it was read
+  }
+
+-- | A timer's event: a worker's evolve job or farm run is done.
+data Due
+  = EvolveDue !Int !Double !Finished           -- ^ the worker, when it is due, what it made
+  | FarmDue !Int !Double ![Encoder] !Outcome
+
+-- | The host's state, touched only by its one thread.
+data Host = Host
+  { hSims     :: !(IORef (IM.IntMap Sim))
+  , hWheel    :: !(IORef (Wheel Due))
+  , hDirty    :: !(IORef IS.IntSet)
+  , hEpoll    :: !Epoll
+  , hScratch  :: !Scratch
+  , hRunners  :: !(IORef (M.Map TaskRef (Either String Runner)))
+  , hEvolvers :: !(IORef (M.Map TaskRef (Either String EvolveRunner)))
+  , hClock    :: !(IORef Double)
+    -- ^ when what is being handled happened: a worker's next job starts
+    -- then, not when this one thread got round to it, so the host's own
+    -- delays do not pile up in a worker's simulated time
+  }
+
+
+-- | Handle every timer whose tick has come.
+fireDue :: Host -> IO ()
+fireDue host = do
+  now <- monotonicSeconds
+  due <- atomicModifyIORef' (hWheel host) (\w -> let (ds, w') = expire now w in (w', ds))
+  forM_ due $ \d -> case d of
+    EvolveDue tag at fin -> withSim host tag $ \s -> do
+      resumeAt host s at
+      stateRef (sHeld s) (heldFinish fin) >>= mapM_ (say host tag s)
+      pumpEvolve host tag s
+    FarmDue tag at results outcome -> withSim host tag $ \s -> do
+      resumeAt host s at
+      mapM_ (out host tag) results
+      verdicts <- stateRef (sBatches s) (applied now outcome)
+      Farm _ inbox <- readIORef (sFarm s)
+      writeIORef (sFarm s) (Farm False Seq.empty)
+      mapM_ (verdict host tag s) verdicts
+      -- what waited behind the run, in order (a new run queues the rest again)
+      mapM_ (deliver host tag s) inbox
+
+-- A worker's timer fired: what it does next starts when the timer was
+-- due, or when its next message came if that was later.
+resumeAt :: Host -> Sim -> Double -> IO ()
+resumeAt host s at = do
+  fed <- readIORef (sFedAt s)
+  writeIORef (hClock host) (max at fed)
+
+-- | One message from the master to a simulated worker.
+deliver :: Host -> Int -> Sim -> ToWorker -> IO ()
+deliver host tag s msg = do
+  Farm computing inbox <- readIORef (sFarm s)
+  if computing then writeIORef (sFarm s) (Farm True (inbox |> msg)) else case msg of
+    Ping n _ -> say host tag s (Pong n)
+    RunBatch bid ref count -> do
+      runner <- cachedLookup (hRunners host) lookupRunner ref
+      now <- monotonicSeconds
+      stateRef (sBatches s) (startBatch now bid runner (fromIntegral count) (refName ref)) >>= mapM_ (verdict host tag s)
+    Args k bytes -> do
+      now <- monotonicSeconds
+      verdicts <- stateRef (sBatches s) (arguments now (fromIntegral k))
+      forM_ verdicts $ \v -> case v of
+        Apply r _ count -> runFarm host tag s r bytes count
+        _ -> verdict host tag s v
+    StreamOpen sid _ -> say host tag s (StreamAborted sid (T.pack "simulated workers do not run stream processes"))
+    StreamIn {} -> pure ()
+    StreamEnd _ -> pure ()
+    StreamCredit _ _ -> pure ()
+    StreamClose _ -> pure ()
+    _ -> do
+      found <- case msg of
+        EvolveWith ref -> Just <$> cachedLookup (hEvolvers host) lookupEvolver ref
+        _ -> pure Nothing
+      stateRef (sHeld s) (heldMessage msg found) >>= mapM_ (say host tag s)
+      pumpEvolve host tag s
+
+-- Run a farm run's calls now; their results leave when its simulated
+-- cost has passed (at once if it declared none).
+runFarm :: Host -> Int -> Sim -> Runner -> B.ByteString -> Int -> IO ()
+runFarm host tag s r bytes count = do
+  _ <- takeSimulatedCost
+  ran <- runnerChunk r (hScratch host) bytes count
+  cost <- takeSimulatedCost
+  n <- scratchCount (hScratch host)
+  -- copied out of the scratch, which the next run reuses
+  let room = max 64 (policyCapacity (joinedPolicy (sJoined s)) - 64)
+      cut lo | lo >= n = pure []
+             | otherwise = do
+                 k <- resultsFitting (hScratch host) lo room
+                 enc <- resultsEncoder (hScratch host) lo (lo + k) >>= encoderBytes
+                 (encodeBytes enc :) <$> cut (lo + k)
+  results <- cut 0
+  let outcome = case ran of
+        ChunkDone -> Computed
+        ChunkUndecodable j why -> Undecodable j why
+        ChunkThrew j why -> Threw j why
+  now <- monotonicSeconds
+  start <- readIORef (hClock host)
+  if cost <= 0
+    then do
+      mapM_ (out host tag) results
+      stateRef (sBatches s) (applied now outcome) >>= mapM_ (verdict host tag s)
+    else do
+      writeIORef (sFarm s) (Farm True Seq.empty)
+      modifyIORef' (hWheel host) (setTimer (start + cost) (FarmDue tag (start + cost) results outcome))
+
+-- Start the worker's next evolve job if it has none in progress.
+pumpEvolve :: Host -> Int -> Sim -> IO ()
+pumpEvolve host tag s = do
+  held <- readIORef (sHeld s)
+  case heldTake held of
+    Nothing -> pure ()
+    Just (Left answer, held') -> writeIORef (sHeld s) held' >> say host tag s answer >> pumpEvolve host tag s
+    Just (Right job, held') -> do
+      writeIORef (sHeld s) held'
+      _ <- takeSimulatedCost
+      fin <- runJob (hEvolvers host) job
+      cost <- takeSimulatedCost
+      if cost <= 0
+        then do
+          stateRef (sHeld s) (heldFinish fin) >>= mapM_ (say host tag s)
+          pumpEvolve host tag s
+        else do
+          start <- readIORef (hClock host)
+          -- the master's estimates are of the simulated time
+          let fin' = case fin of
+                Children ns cs -> Children (ns + round (cost * 1e9)) cs
+                other -> other
+          modifyIORef' (hWheel host) (setTimer (start + cost) (EvolveDue tag (start + cost) fin'))
+
+verdict :: Host -> Int -> Sim -> Verdict Runner -> IO ()
+verdict host tag s v = case v of
+  Reply _ m -> say host tag s m
+  Broken why -> dropSim host tag why
+  Apply {} -> dropSim host tag "a function call asked for outside a run of arguments"
+
+-- Queue a message to the master.
+say :: Host -> Int -> Sim -> FromWorker -> IO ()
+say host tag _ m = out host tag (encodeFromWorker m)
+
+-- Into the worker's packet buffer, as a real worker's messages go; the
+-- host's loop flushes it at the end of the round ('flushIdle'), so no
+-- timer is started. A full buffer is sent at once, and a link that fails
+-- then drops the worker.
+out :: Host -> Int -> Encoder -> IO ()
+out host tag enc = withSim host tag $ \s -> do
+  r <- try (sendMessageHeld (sSender s) Bulk enc B.empty)
+  case r of
+    Left (e :: SomeException) -> dropSim host tag ("cannot send to the master: " ++ displayException e)
+    Right () -> modifyIORef' (hDirty host) (IS.insert tag)
+
+-- | Drop a worker: close its link (an empty reason: the master closed it).
+dropSim :: Host -> Int -> String -> IO ()
+dropSim host tag why = withSim host tag $ \s -> do
+  unless' (null why) $ logToStderr ("herd simulated worker " ++ show (joinedId (sJoined s)) ++ ": " ++ why)
+  fds <- try (connWaitFds (sConn s))
+  either (\(_ :: SomeException) -> pure ()) (mapM_ (epollDel (hEpoll host))) fds
+  modifyIORef' (hSims host) (IM.delete tag)
+  -- it ignores a failure to close, and lets a cancel through
+  closeConnection (sConn s)
+  where unless' c act = if c then pure () else act
+
+-- | Act on a simulated worker, if it is still there.
+withSim :: Host -> Int -> (Sim -> IO ()) -> IO ()
+withSim host tag act = IM.lookup tag <$> readIORef (hSims host) >>= mapM_ act
+
+stateRef :: IORef a -> (a -> (a, b)) -> IO b
+stateRef ref f = do
+  (a', b) <- f <$> readIORef ref
+  writeIORef ref $! a'
+  pure b
+
