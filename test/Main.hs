@@ -12,6 +12,7 @@ import qualified SimulateSpec
 import qualified RecoverySpec
 import qualified FuzzSpec
 import qualified TlsSpec
+import qualified CallerThreadSpec
 import qualified DashboardSpec
 import qualified LogSpec
 import qualified EvolveScheduleSpec
@@ -73,5 +74,6 @@ main = do
       RecoverySpec.spec
       FuzzSpec.spec
       TlsSpec.spec
+      CallerThreadSpec.spec
       DashboardSpec.spec
       LogSpec.spec

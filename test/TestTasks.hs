@@ -15,10 +15,14 @@ module TestTasks
   , failAt5Process
   , countEvolver
   , slowEvolver
+  , SlowToDecode (..)
+  , slowToDecodeTask
   , exitEvolver
   ) where
 
 import Control.Concurrent (threadDelay)
+import Control.Monad.IO.Class (liftIO)
+import Data.Store (Size (..), Store (..))
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as BC
 import GHC.StaticPtr (StaticPtr)
@@ -49,6 +53,25 @@ spin n = go n 0
     go :: Int -> Int -> Int
     go 0 acc = acc
     go k acc = go (k - 1) (acc + k `mod` 7)
+
+-- | A number whose decoding takes 200 ms (its encoding is an Int's): the
+-- results of 'slowToDecodeTask', for the test that a slow decoder slows
+-- only its own job.
+newtype SlowToDecode = SlowToDecode Int deriving (Eq, Show)
+
+instance Store SlowToDecode where
+  -- variable in size as far as store knows, so the farm decodes each
+  -- result as its run arrives (one-width results stay encoded till read)
+  size = VarSize (const 8)
+  poke (SlowToDecode x) = poke x
+  peek = do
+    x <- peek
+    liftIO (threadDelay 200000)
+    pure (SlowToDecode x)
+
+-- | Its argument, as a result that takes 200 ms to decode.
+slowToDecodeTask :: StaticPtr (Task Int SlowToDecode)
+slowToDecodeTask = static (named "slowToDecode" (task SlowToDecode))
 
 -- | Square an Int.
 squareTask :: StaticPtr (Task Int Int)

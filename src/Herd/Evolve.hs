@@ -65,7 +65,7 @@ import qualified Herd.Core.Evolve.StateMap as SM
 import qualified Data.Set as S
 import Herd.Master
 import Herd.Core.Master.Session
-import Herd.Packet (encoderBytes)
+import Herd.Encoder (encoderBytes)
 import Herd.Task (TaskRef (..), tryUser)
 import Herd.Core.Wire
 

@@ -23,7 +23,7 @@ import Foreign.Ptr (Ptr, castPtr, minusPtr, plusPtr)
 import System.IO.Unsafe (unsafeDupablePerformIO)
 import Herd.Wire.Run (newCell, setCell, tryAt)
 import Data.Store.Internal (getSize, peek, poke)
-import Herd.Packet (Encoder (..))
+import Herd.Encoder (Encoder (..))
 
 -- | The encoder of a value (its size is computed now; the bytes are written
 -- when the packet layer asks).
