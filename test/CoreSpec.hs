@@ -19,6 +19,7 @@ import Data.Sequence (Seq, ViewL (..), (|>))
 import qualified Data.Sequence as Seq
 import Herd.Config (Batching (..))
 import Herd.Core.Error (HerdError (..))
+import Herd.Core.Fault (LinkFault (..), StreamBreak)
 import Herd.Core.Master.Core
 import Herd.Core.Master.Events
 import Herd.Core.Master.Session
@@ -57,7 +58,7 @@ data StreamModel = StreamModel
   , smOutput   :: [B.ByteString]       -- received, in order
   , smUnread   :: Int                  -- received, not yet reported consumed
   , smOpened   :: [Either HerdError WorkerId]
-  , smEnds     :: [Maybe String]
+  , smEnds     :: [Maybe StreamBreak]
   , smSent     :: [B.ByteString]
   }
 
@@ -72,6 +73,7 @@ data World = World
   , wSessions  :: M.Map Word64 [Either HerdError ()]  -- ^ each session's answers, by its number
   , wProblems  :: [String]
   , wKills     :: Int                     -- workers killed from outside
+  , wTrace     :: [(Event, [Command])]    -- ^ the core's steps, newest first (printed when a property fails)
   }
 
 -- | One happening, chosen by numbers.
@@ -120,7 +122,7 @@ feed :: Event -> World -> IO World
 feed ev w = do
   let t = wTime w + 0.001
       (core', cmds) = step t ev (wCore w)
-  w1 <- foldM command w { wCore = core', wTime = t } cmds
+  w1 <- foldM command w { wCore = core', wTime = t, wTrace = (ev, cmds) : wTrace w } cmds
   -- INV-BUSY, seen through the core: no live worker without work while a
   -- job has tasks no worker was given
   let s = coreSched core'
@@ -219,14 +221,14 @@ act w a = case a of
   Wait -> feed Tick w { wTime = wTime w + 1 }
   Join -> feed (LinkUp (wNextW w)) w { wNextW = wNextW w + 1
                                      , wWorkers = M.insert (wNextW w) (WorkerModel Seq.empty Seq.empty M.empty) (wWorkers w) }
-  Kill k -> onWorker k $ \x _ -> feed (LinkDown x "killed") w { wWorkers = M.delete x (wWorkers w), wKills = wKills w + 1 }
+  Kill k -> onWorker k $ \x _ -> feed (LinkDown x (PeerLost "killed")) w { wWorkers = M.delete x (wWorkers w), wKills = wKills w + 1 }
   Handle k -> onWorker k $ \x m -> case Seq.viewl (wmInbox m) of
     -- a batch that reaches its killer kills the worker: what it had not
     -- sent yet (all of its outbox, at worst) is lost with it
     Batch jid _ tasks :< _
       | Just f <- M.lookup jid (wFarms w), Just k' <- fmKiller f
       , k' `elem` takeWhile ((/= fmPoison f) . Just) tasks ->
-          feed (LinkDown x "killed by its task") w { wWorkers = M.delete x (wWorkers w) }
+          feed (LinkDown x (PeerLost "killed by its task")) w { wWorkers = M.delete x (wWorkers w) }
     _ -> pure w { wWorkers = M.insert x (handle x m w) (wWorkers w) }
   Deliver k -> onWorker k $ \x m -> case Seq.viewl (wmOutbox m) of
     EmptyL -> pure w
@@ -329,11 +331,17 @@ verdict w = do
 
 runWorld :: [Action] -> IO (World, [String])
 runWorld actions = do
-  let w0 = World emptyCore 0 M.empty 1 1 M.empty M.empty M.empty [] 0
+  let w0 = World emptyCore 0 M.empty 1 1 M.empty M.empty M.empty [] 0 []
   w1 <- foldM act w0 (Join : Join : actions)
   w2 <- settle 100000 w1
   problems <- verdict w2
   pure (w2, problems)
+
+-- The core's last steps, oldest first: what it was told and what it did.
+traceTail :: World -> String
+traceTail w = unlines $ ("the core's last " ++ show (length steps) ++ " steps:")
+  : concat [ ("  " ++ show ev) : [ "    -> " ++ show c | c <- cmds ] | (ev, cmds) <- reverse steps ]
+  where steps = take 40 (wTrace w)
 
 -- A session that ignores everything and never ends by itself.
 inertMachine :: Machine ()
@@ -353,7 +361,7 @@ spec = describe "Herd.Core.Master.Core" $ do
       pure $ classify killed "a worker was killed"
            $ classify poisoned "a task that killed its workers was named"
            $ classify (length kinds == 3) "all three kinds at once"
-           $ counterexample (unlines problems) (null problems)
+           $ counterexample (unlines problems ++ traceTail w) (null problems)
 
   it "shares the workers between two farm jobs in turn" $ do
     let job = FarmJob ref 40 (FixedBatch 1) 0.02 3 False

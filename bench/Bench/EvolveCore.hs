@@ -43,6 +43,7 @@ import Herd.Core.Master.Core (Core, emptyCore, step)
 import Herd.Core.Master.Events (Command (..), Event (..))
 import Herd.Core.Master.Session (SessionEnd (..), SessionOutcome, SessionRequest (..), outcomeEnd)
 import Herd.Core.Error (HerdError)
+import Herd.Core.Fault (renderFault)
 import Herd.Core.Report
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 
@@ -228,7 +229,7 @@ command o now sim c = case c of
   Send w _ m -> pure (sendAt (now + optDelay o) (Deliver w m) sim)
   SendAll w ms -> pure (foldl (\s m -> sendAt (now + optDelay o) (Deliver w m) s) sim ms)
   SessionEnded _ outcome -> pure sim { simEnded = Just outcome }
-  Drop w why -> die ("evolvecore: the core dropped worker " ++ show w ++ ": " ++ why)
+  Drop w why -> die ("evolvecore: the core dropped worker " ++ show w ++ ": " ++ renderFault why)
   _ -> pure sim
 
 -- A master's message reaches a worker.

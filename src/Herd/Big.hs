@@ -24,6 +24,7 @@ import Foreign.Marshal.Alloc (alloca)
 import Foreign.Ptr (Ptr, nullPtr)
 import Foreign.Storable (peek)
 import Data.Word (Word8)
+import System.IO.Error (fullErrorType, ioeSetErrorString, mkIOError)
 
 foreign import ccall unsafe "herd_big_alloc"
   c_alloc :: CSize -> Ptr CSize -> IO (Ptr Word8)
@@ -44,11 +45,16 @@ bigPtr (Big p _) = p
 bigCapacity :: Big -> Int
 bigCapacity (Big _ n) = n
 
+-- The system refused memory: a "resource exhausted" 'IOError' saying what
+-- was asked for.
+refused :: String -> IOError
+refused what = ioeSetErrorString (mkIOError fullErrorType "herd buffer" Nothing Nothing) what
+
 -- | A buffer of at least this many bytes (throws if memory is refused).
 newBig :: Int -> IO Big
 newBig n = alloca $ \actual -> do
   p <- c_alloc (fromIntegral n) actual
-  if p == nullPtr then ioError (userError ("cannot map " ++ show n ++ " bytes")) else
+  if p == nullPtr then ioError (refused ("cannot map " ++ show n ++ " bytes")) else
     Big p . fromIntegral <$> peek actual
 
 -- | Grow a buffer to at least this many bytes, keeping its contents; the
@@ -57,7 +63,7 @@ newBig n = alloca $ \actual -> do
 growBig :: Big -> Int -> IO Big
 growBig (Big p old) n = alloca $ \actual -> do
   q <- c_grow p (fromIntegral old) (fromIntegral n) actual
-  if q == nullPtr then ioError (userError ("cannot grow a buffer to " ++ show n ++ " bytes")) else
+  if q == nullPtr then ioError (refused ("cannot grow a buffer to " ++ show n ++ " bytes")) else
     Big q . fromIntegral <$> peek actual
 
 -- | Unmap a buffer now.

@@ -13,9 +13,11 @@ module Herd.Epoll
   , epollWait
   , epollPoll
   , epollAvailable
+  , systemCallFailed
   ) where
 
 import Control.Monad (when)
+import Foreign.C.Error (Errno (..), errnoToIOError, throwErrno)
 import Foreign.C.Types (CInt (..))
 import Foreign.Ptr (Ptr)
 import System.Info (os)
@@ -32,6 +34,11 @@ foreign import ccall unsafe "herd_epoll_wait" c_epollPoll :: CInt -> Ptr CInt ->
 -- | An epoll set.
 newtype Epoll = Epoll CInt
 
+-- | Throw the system's error for a call that failed with this errno (an
+-- 'IOError' that names the call and carries the errno).
+systemCallFailed :: String -> Int -> IO a
+systemCallFailed call errno = ioError (errnoToIOError call (Errno (fromIntegral errno)) Nothing Nothing)
+
 -- | Whether this system has epoll.
 epollAvailable :: Bool
 epollAvailable = os == "linux"
@@ -40,7 +47,7 @@ epollAvailable = os == "linux"
 epollCreate :: IO Epoll
 epollCreate = do
   ep <- c_epollCreate
-  when (ep < 0) $ ioError (userError "epoll_create1 failed")
+  when (ep < 0) $ throwErrno "epoll_create1"
   pure (Epoll ep)
 
 -- | Close the set.

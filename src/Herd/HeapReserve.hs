@@ -6,19 +6,17 @@
 -- joins ('defaultWorkerHeapReserve', 'Herd.Config.configWorkerHeapReserve'),
 -- or, set to none, it only warms its nursery ('warmNursery').
 --
--- Why: on a virtual machine a page's first touch is dear (11-14 us here:
--- touching 256 MiB took 0.7-0.9 s), and a master's collections keep
--- reaching for fresh pages as the live set of a call moves. With 512
--- simulated workers, a three-step particle filter cost its master about
--- 5,400 page faults, all inside the collector (perf, @evacuate1@), most at
--- the start of each call, when every worker waits; with a 128 MiB reserve,
--- about 400, and the run's efficiency went from 0.87-0.89 to 0.92-0.93.
--- The memory touched stays in the runtime's pool of free blocks (it
--- gives memory back only beyond a few times the live data, which a
--- master of hundreds of links has). The reserve asks the kernel for
--- transparent huge pages (in its "madvise" mode here), so touching it is
--- cheap: 256 MiB took 0.09-0.15 s (0.55 s once, when the kernel had to
--- compact memory first) against 0.7-0.9 s on small pages.
+-- Why: on a virtual machine a page's first touch is dear, and a master's
+-- collections keep reaching for fresh pages as the live set of a call
+-- moves; those faults happen inside the collector, mostly at the start of
+-- each evolve call, when every worker waits. A reserve turns them into
+-- faults taken once, before any work. The memory touched stays in the
+-- runtime's pool of free blocks (it gives memory back only beyond a few
+-- times the live data, which a master of hundreds of links has). The
+-- reserve asks the kernel for transparent huge pages (where its mode is
+-- "madvise"), so touching it costs one fault per 2 MiB, not per 4 KiB.
+-- (The figures behind each default are in the benchmark docs and the
+-- commit history.)
 --
 -- Promises: a reserve of 0, or one no larger than a reserve this process
 -- has already touched, touches nothing and collects nothing; the
@@ -59,20 +57,19 @@ heapReserveBytes (Just mib) _ = max 0 mib * 1024 * 1024
 heapReserveBytes Nothing workers = min autoReserveMost (max autoReserveLeast (workers * autoReservePerWorker))
 
 -- | The smallest reserve chosen by default, whatever the workers: 128
--- MiB, about 0.05 s of first touches on huge pages. 20 M of the farm's
--- tiny tasks on two workers took 1.13-1.44 s with it against 1.55-1.65 s
--- without (see 'oldGenerationFloor').
+-- MiB. Even a farm on two workers runs faster with it (@herd bench
+-- throughput@; see 'oldGenerationFloor').
 autoReserveLeast :: Int
 autoReserveLeast = 128 * 1024 * 1024
 
--- | Bytes of reserve per worker by default (a 512-worker call's master
--- was as fast with 128 MiB as with 512, and slower with 64).
+-- | Bytes of reserve per worker by default (at 512 workers, a smaller
+-- reserve slowed an evolve call's master and a larger one did not help).
 autoReservePerWorker :: Int
 autoReservePerWorker = 256 * 1024
 
--- | The largest reserve chosen by default: 256 MiB, about 0.1 s of first
--- touches on huge pages here (0.8 s on small ones), against the several
--- seconds a start of 1024 workers takes.
+-- | The largest reserve chosen by default: 256 MiB, whose first touches on
+-- huge pages are small beside the start of the thousand workers that ask
+-- for it.
 autoReserveMost :: Int
 autoReserveMost = 256 * 1024 * 1024
 
@@ -80,8 +77,7 @@ autoReserveMost = 256 * 1024 * 1024
 -- runtime keeps the pages as free blocks; and allocate a nursery's worth
 -- of short-lived data first, so every page of the allocation area has
 -- been touched too. (A simulated host allocates little while its workers
--- join: its 16 MiB nursery was first touched in the first call, about
--- 2,600 faults per host.)
+-- join: without this its nursery was first touched in the first call.)
 --
 -- The runtime's minimum old generation (@+RTS -O@) is first raised to a
 -- quarter of the reserve ('oldGenerationFloor'), unless it is larger: a
@@ -96,9 +92,8 @@ reserveHeap bytes = do
   when (bytes > done) $ do
       _ <- c_raiseMinOldGen (fromIntegral (oldGenerationFloor bytes))
       warmNursery
-      -- one pinned block: filling it touches every page once. (Pieces of
-      -- a megabyte held until the last was filled were worse: 6,400
-      -- faults in a 512-worker run against 10 with one block.)
+      -- one pinned block: filling it touches every page once (pieces of a
+      -- megabyte, held until the last was filled, faulted again later)
       block <- BI.create bytes $ \p -> do
         adviseHugePages p bytes
         fillBytes p 1 bytes
@@ -111,10 +106,9 @@ reservedSoFar = unsafePerformIO (newIORef 0)
 {-# NOINLINE reservedSoFar #-}
 
 -- | The minimum old generation a reserve of this many bytes asks for: a
--- quarter of it. Measured with the farm's throughput bench (20 M tasks, 2
--- workers, runs 8 s apart, in turns): a 128 MiB reserve alone 1.44-1.73 s;
--- with @-O32m@ 1.09-1.14 s; with @-O64m@ 1.19-1.23 s (the old generation
--- then outgrew the reserve); a 64 MiB reserve with @-O32m@ 1.24-1.43 s.
+-- quarter of it. Without a floor the runtime gave the reserve back at its
+-- next major collection; with half of it the old generation outgrew the
+-- reserve (both slower in @herd bench throughput@).
 oldGenerationFloor :: Int -> Int
 oldGenerationFloor bytes = bytes `div` 4
 
@@ -123,8 +117,7 @@ foreign import ccall unsafe "herd_raise_min_old_gen"
 
 -- Ask for transparent huge pages over the whole 2 MiB pages inside this
 -- range (Linux; advice only, and nothing elsewhere): the first touch of a
--- huge page costs one fault where 512 small pages cost 512. Touching 256
--- MiB took 0.04 s against 0.77 s on small pages (a C program, this VM).
+-- huge page costs one fault where 512 small pages cost 512.
 adviseHugePages :: Ptr Word8 -> Int -> IO ()
 adviseHugePages p n
   | os /= "linux" = pure ()
@@ -145,12 +138,9 @@ foreign import ccall unsafe "madvise"
 -- | MiB of heap a worker touches before it joins, by default: none. A
 -- worker's own live data is small, so a major collection gives back all
 -- but a few MiB and the next megabytes of messages are first touches
--- again; a reserve of 64 MiB keeps about that much. Echoing 10,000 items
--- of 1000 words through one worker (@herd bench echo@), the bench's page
--- faults went from 205,000-234,000 to 61,000-76,000 with it, and the
--- median run with chunking off from 0.22-0.29 s to 0.08-0.12 s; but
--- @herd bench bandwidth@ over TCP fell from 0.86-0.96 of the C floor to
--- 0.75-0.81 in four pairs (2026-11-24), so it is not on by default.
+-- again; a reserve of 64 MiB keeps about that much. It cut the page
+-- faults and the time of @herd bench echo@ with large items, but slowed
+-- @herd bench bandwidth@ over TCP, so it is not on by default.
 defaultWorkerHeapReserve :: Int
 defaultWorkerHeapReserve = 0
 

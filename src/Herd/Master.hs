@@ -117,9 +117,9 @@ import System.Timeout (timeout)
 -- The body runs in an unbound thread ('runInUnboundThread'), even when
 -- called from @main@: the caller and herd's threads hand work to each
 -- other (a stream's output, a job's answer) many times a second, and with
--- a bound caller every hand-off is a switch of OS threads. (In a one-off
--- program, an echo of 10,000 one-word items took 3.5-4 ms from a bound
--- @main@, 1.9-2.8 ms unbound.) A body that needs its OS thread (a GUI library, say) can
+-- a bound caller every hand-off is a switch of OS threads, which made a
+-- stream's echo markedly slower from a bound @main@. A body that needs its
+-- OS thread (a GUI library, say) can
 -- wrap that part in 'Control.Concurrent.runInBoundThread'.
 withCluster :: Config -> (Cluster -> IO r) -> IO r
 withCluster config body = runInUnboundThread $

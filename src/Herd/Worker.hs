@@ -234,8 +234,7 @@ runWorker opts = do
     _ -> pure Nothing
   let (link0, binding) = maybe (conn, mempty) id tls
   -- the nursery's first pass faults in every page of it: paid here, before
-  -- the master counts this worker in, not during the first job (20 M tiny
-  -- tasks on two workers: 0.96-1.02 s against 1.12 s, three pairs)
+  -- the master counts this worker in, not during the first job
   reserveText <- lookupEnv envHeapReserve
   reserve <- case traverse parseWorkerHeapReserve reserveText of
     Left why -> failWith 2 (envHeapReserve ++ ": " ++ why)

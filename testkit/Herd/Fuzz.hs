@@ -45,7 +45,7 @@ import Herd.Transport.Tcp (acceptTcp, connectTcp, listenPort, listenTcp)
 import Herd.Transport.Unix (acceptUnix, connectUnix, listenUnix)
 import Herd.Core.Wire
 import Herd.Wire.Encode
-import Herd.Worker.Join (joinMaster)
+import Herd.Worker.Join (JoinRefused (..), joinMaster)
 import Herd.Worker.Serve (serve)
 import Network.Socket (close)
 import System.Exit (ExitCode (..))
@@ -121,7 +121,7 @@ fuzzMaster kind frames seed check = do
         session i = bracket connect closeConnection $ \conn -> do
           joined <- joinMaster secret B.empty build "the fuzzed master" hello conn
           case joined of
-            Left why -> throwIO (userError ("the fuzzer could not join: " ++ why))
+            Left why -> throwIO (JoinRefused ("the fuzzer could not join: " ++ why))
             Right _ -> do
               link <- if kind == ShmTransport then upgradeWorker 10 conn else pure conn
               let frame = pickFrame corpus (mixSeed seed (fromIntegral i))

@@ -114,9 +114,12 @@ data Config = Config
     -- none). They are played by 'configSimulatedHosts' local processes
     -- ("Herd.Simulate.Host"), each worker with its own TCP link, handshake
     -- and worker number, running the real task and evolve functions;
-    -- only the time a function declares with 'Herd.Simulate.simulatedWork'
+    -- only the time a function declares with 'Herd.WorkCost.simulatedWork'
     -- is simulated. With simulated workers, 'configWorkers' = 'Nothing'
-    -- starts no real local worker
+    -- starts no real local worker. A benchmark harness: the program must
+    -- play the hosts ('Herd.Worker.serveIfWorkerWith' given the player of
+    -- @herd-testkit@, as the herd executable does); any other program's
+    -- hosts exit with an error that says so
   , configSimulatedHosts   :: Int
     -- ^ processes that play the simulated workers, which are shared out
     -- evenly among them (default 1)
@@ -156,11 +159,10 @@ data Config = Config
 
 
 -- | RTS options every local worker gets unless told otherwise: one
--- capability (a worker is one core; more made messaging slower here) and a
--- 32 MB nursery. @herd bench nursery@ measured an allocation-heavy farm on
--- a 2-core machine at 1.3-1.7x the best time with -A1m or -A4m, and within
--- about 6% of the best with -A32m; -A64m and -A128m were no better than
--- that noise while doubling and quadrupling each worker's nursery.
+-- capability (a worker is one core; more made messaging slower) and a
+-- 32 MB nursery: in @herd bench nursery@ an allocation-heavy farm was
+-- clearly slower with a small nursery, and a larger one than 32 MB only
+-- cost memory.
 defaultWorkerRtsOptions :: [String]
 defaultWorkerRtsOptions = ["-N1", "-A32m"]
 

@@ -16,7 +16,7 @@ module Herd.Launch.Slurm
 
 import Control.Concurrent (forkIO)
 import Control.Exception
-import Control.Monad (forever, void)
+import Control.Monad (unless, void)
 import qualified Data.ByteString as B
 import Data.Char (isDigit)
 import Herd.Auth (Secret, secretToLine)
@@ -63,8 +63,8 @@ startSlurmLaunch cfg tasks = do
                  , "--job-name=herd-workers", exe ] ++ args
   lp <- startLogged (slurmLog cfg) "slurm" "srun" (proc "srun" srunArgs) { env = Just env }
   -- Workers print nothing, but drain srun's output so it can never block.
-  void $ forkIO $ handle (\(_ :: IOException) -> pure ()) $ forever $
-    B.hGetSome (loggedStdout lp) 65536 >>= \b -> if B.null b then throwIO (userError "eof") else pure ()
+  let drain = B.hGetSome (loggedStdout lp) 65536 >>= \b -> unless (B.null b) drain
+  void $ forkIO $ handle (\(_ :: IOException) -> pure ()) drain
   (hPutStrLn (loggedStdin lp) (secretToLine (slurmSecret cfg)) >> hFlush (loggedStdin lp))
     `catch` \(_ :: IOException) -> pure ()
   pure Launch

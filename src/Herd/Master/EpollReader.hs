@@ -57,9 +57,9 @@ newEpollReader :: Int -> IO () -> IO (Reader, IO ())
 newEpollReader cap afterRound = do
   ep <- epollCreate
   wake <- c_eventfd
-  when (wake < 0) $ epollClose ep >> ioError (userError ("eventfd failed (errno " ++ show (negate wake) ++ ")"))
+  when (wake < 0) $ epollClose ep >> systemCallFailed "eventfd" (fromIntegral (negate wake))
   rc <- epollAdd ep wake wakeTag False
-  when (rc /= 0) $ ioError (userError ("epoll_ctl failed (errno " ++ show rc ++ ")"))
+  when (rc /= 0) $ systemCallFailed "epoll_ctl" rc
   links <- newIORef (M.empty :: M.Map Int Polled)
   -- the edge-triggered links among them: the only ones armed before a
   -- blocking wait (a pass over every link before each wait cost O(links)
@@ -146,7 +146,7 @@ newEpollReader cap afterRound = do
         n <- if n0 /= 0 || not (null revisit) then pure n0 else do
           ready <- armAll
           if ready then pure 0 else epollWait ep tags 256 1000
-        when (n < 0) $ ioError (userError ("epoll_wait failed (errno " ++ show (negate n) ++ ")"))
+        when (n < 0) $ systemCallFailed "epoll_wait" (negate n)
         ready <- peekArray n tags
         forM_ ready $ \tag ->
           if fromIntegral tag == wakeTag then c_drain wake >> readFresh

@@ -24,6 +24,7 @@ import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Herd.Config
 import Herd.Core.Error
+import Herd.Core.Fault (LinkFault (..), renderBreak)
 import Herd.Core.Master.Events
 import Herd.Master.Link
 import Herd.Master.Reader
@@ -34,7 +35,6 @@ import Herd.Trace (traceHerd)
 import Herd.Packet
 import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Scheduler (Range (..), WorkerId, rangeSize)
-import Herd.Task (TaskRef (..), tryUser)
 import Herd.Transport
 import Herd.Core.Wire
 import Herd.Wire.Encode
@@ -81,7 +81,7 @@ execute sh (ss, fed) cmd = case cmd of
     forM_ (M.lookup sid (ssStreams ss)) $ \ends -> do
       forM_ (M.lookup sid (ssGathered ss)) $ \elems ->
         atomically $ writeTQueue (endsOutput ends) (StreamElements (reverse elems))
-      atomically $ writeTQueue (endsOutput ends) (maybe StreamFinished StreamBroken why)
+      atomically $ writeTQueue (endsOutput ends) (maybe StreamFinished (StreamBroken . renderBreak) why)
     pure (ss { ssStreams = M.delete sid (ssStreams ss), ssGathered = M.delete sid (ssGathered ss) }, fed)
   SessionEnded sid outcome -> case M.lookup sid (ssSessions ss) of
     Just answer -> do
@@ -115,7 +115,7 @@ execute sh (ss, fed) cmd = case cmd of
         -- inserting a worker already there would copy its path of the set
         Right () | S.member w (ssTouched ss) -> pure (ss, fed)
                  | otherwise -> pure (ss { ssTouched = S.insert w (ssTouched ss) }, fed)
-        Left ex -> pure (ss, LinkDown w ("send failed: " ++ displayException ex) : fed)
+        Left ex -> pure (ss, LinkDown w (SendFailed (displayException ex)) : fed)
 
 -- Keep the newest 'keptLost' (worker numbers grow with time).
 trim :: M.Map WorkerId a -> M.Map WorkerId a

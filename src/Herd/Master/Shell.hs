@@ -57,6 +57,7 @@ import Herd.Master.Execute
 import Herd.Master.Link
 import Herd.Master.Reader
 import Herd.Master.ShellState
+import Herd.Core.Fault (LinkFault (..), renderFault)
 import Herd.Master.Types
 import Herd.Trace (traceHerd, tracing)
 import Herd.Packet
@@ -100,14 +101,14 @@ afterRound sh = modifyMVar_ (shState sh) (\ss -> handOver ss >>= flushTouched)
 joinLink :: Shell -> WorkerId -> Connection -> WorkerInfo -> IO ()
 joinLink sh wid conn info = do
   received <- newIORef noPeerStats
-  handle <- openLink (shConfig sh) conn (\why -> shellStep sh True [LinkDown wid why])
+  handle <- openLink (shConfig sh) conn (\why -> shellStep sh True [LinkDown wid (PeerLost why)])
   reader <- readIORef (shReader sh)
   modifyMVar_ (shState sh) $ \ss ->
     if coreStopping (ssCore ss) then stopWriting handle >> closeConnection conn >> pure ss else do
       atomically $ do
         modifyTVar' (shWorkers sh) (M.insert wid info)
         modifyTVar' (shPeers sh) (M.insert wid (lhSender handle, received))
-      readerAdd reader wid conn (deliver sh wid conn received) (\why -> shellStep sh True [LinkDown wid why])
+      readerAdd reader wid conn (deliver sh wid conn received) (\why -> shellStep sh True [LinkDown wid (PeerLost why)])
       t <- monotonicSeconds
       runEvents sh t ss { ssLinks = M.insert wid handle (ssLinks ss) } [LinkUp wid] >>= handOver >>= flushTouched
 
@@ -118,9 +119,9 @@ deliver sh wid conn received packet =
   case splitPacket (configMaxFrameBytes (shConfig sh) `div` 5) packet of
     Left why -> do
       -- a broken protocol, not a death: nothing that ran there is charged
-      let msg = "bad packet from " ++ connPeer conn ++ ": " ++ why
-      shellStep sh True [LinkBroken wid msg]
-      pure (Left msg)
+      let fault = BadPacket (connPeer conn) why
+      shellStep sh True [LinkBroken wid fault]
+      pure (Left (renderFault fault))
     Right msgs -> do
       let n = length msgs
           events = decodeAll msgs
@@ -142,7 +143,7 @@ deliver sh wid conn received packet =
     decodeAll [] = []
     decodeAll (m : ms) = case decodeFromWorker m of
       Right msg -> Received wid msg : decodeAll ms
-      Left why -> [LinkBroken wid ("bad message from " ++ connPeer conn ++ ": " ++ why)]
+      Left why -> [LinkBroken wid (BadMessage (connPeer conn) why)]
 
 -- | Stop: answer every caller, ask every worker to stop, and let the
 -- writers drain.

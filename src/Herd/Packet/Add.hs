@@ -118,8 +118,7 @@ sendAlone s why k (Encoder headSize write) tl = do
 
 -- | The smallest tail sent as a part of its own rather than copied behind
 -- its message's head: a packet's size, so a tail that could share a
--- packet is copied as before. (Chosen, not swept: only 1 MiB tails were
--- measured.)
+-- packet is copied as before. (Chosen, not swept.)
 tailKeptBytes :: Int
 tailKeptBytes = 64 * 1024
 

@@ -104,10 +104,9 @@ spareLimit = 16 * 1024 * 1024
 -- | How long a reader spins before it blocks, on every transport (the
 -- adaptive spin of @cbits/herd_spin.h@: after four spins that found
 -- nothing it stops spinning, and tries again on every 16th wait or when a
--- blocking wait shows bytes came soon after it began). A spin caught the
--- answer of a round trip at both ends with 20 us on the 2-core VM herd is
--- measured on, where a round trip of two blocking wake-ups across CPUs
--- cost 15-21 us that day (60-120 us on earlier days).
+-- blocking wait shows bytes came soon after it began). It is about one
+-- round trip of two blocking wake-ups across CPUs: a spin this long
+-- catches the answer of a round trip at both ends without sleeping.
 spinNanos :: Int
 spinNanos = 20000
 
@@ -124,10 +123,9 @@ readChunk = 256 * 1024
 
 -- | Bytes one read asks for until a read fills them: 16 KiB. A connection
 -- starts with a buffer this size and moves to 'readChunk' the first time
--- the transport had that much waiting. A master of 2048 simulated workers
--- held 512 MB of read buffers, 256 KiB per link, almost all of it never
--- written (its major collections took 0.23 s in a run, against 0.10 s
--- with buffers that start small).
+-- the transport had that much waiting: a master of thousands of links held
+-- 'readChunk' per link, almost all of it never written, and its major
+-- collections copied it.
 firstReadChunk :: Int
 firstReadChunk = 16 * 1024
 

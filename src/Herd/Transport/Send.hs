@@ -22,8 +22,8 @@ import Data.Word (Word8)
 -- 'unsafeWithForeignPtr', here and in the transports' receive paths, not
 -- 'withForeignPtr': what runs inside always returns (a copy, a system call
 -- that waits a second at most), and in this GHC 'withForeignPtr'
--- allocates per call (about 40 bytes more per 'sendRawParts' of one small
--- frame, measured; the receive paths showed no difference)
+-- allocates per call (on the send path; the receive paths showed no
+-- difference)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Foreign.Ptr (Ptr, castPtr, plusPtr)
 import Herd.Encoder (pokeBE)

@@ -119,9 +119,8 @@ socketConnectionSpinning spinFor kind liveness sock peer = do
   newConnection ep peer
 
 -- | The send buffer asked for on a Unix-domain socket; the kernel caps the
--- request at its @wmem_max@. In a sweep on a 2-core VM a stream of 1 MiB
--- messages ran at 3638-3882 MiB/s with 256 KiB and 5198-5565 with 4 MiB
--- (README, @herd bench bandwidth@).
+-- request at its @wmem_max@. A stream of large messages ran markedly faster
+-- with 4 MiB than with 256 KiB (@herd bench bandwidth@).
 unixSendBuffer :: Int
 unixSendBuffer = 4 * 1024 * 1024
 

@@ -20,6 +20,7 @@ module Herd.Transport.Tls
   , newTlsIdentity
   , tlsAccept
   , tlsConnect
+  , TlsRefused (..)
   ) where
 
 import Control.Concurrent (forkIO)
@@ -42,6 +43,18 @@ import Network.Socket
 import qualified Network.Socket.ByteString as NSB
 import Network.TLS
 import Network.TLS.Extra.Cipher (ciphersuite_strong)
+
+
+-- | Why a link could not be put under TLS.
+data TlsRefused
+  = MasterShowedNoCertificate  -- ^ the master's side of the handshake carried no certificate
+  | NotOverTcp                 -- ^ the connection is not a TCP socket
+  deriving (Eq, Show)
+
+instance Exception TlsRefused where
+  displayException e = case e of
+    MasterShowedNoCertificate -> "the master showed no certificate"
+    NotOverTcp -> "TLS needs a TCP connection"
 
 -- | A master's key and self-signed certificate, and the hash of the
 -- certificate that the secret's proofs cover.
@@ -98,7 +111,7 @@ tlsConnect host conn = do
   ctx <- contextNew sock params
   handshake ctx
   binding <- readIORef seen
-  when (B.null binding) (throwIO (userError "the master showed no certificate"))
+  when (B.null binding) (throwIO MasterShowedNoCertificate)
   link <- proxied ctx sock (connPeer conn ++ " (TLS)")
   pure (link, binding)
 
@@ -108,7 +121,7 @@ tlsConnect host conn = do
 -- that blocked in the kernel would stop every thread of the runtime.
 tlsSocket :: Connection -> IO Socket
 tlsSocket conn = do
-  sock <- maybe (throwIO (userError "TLS needs a TCP connection")) pure (connSocket conn)
+  sock <- maybe (throwIO NotOverTcp) pure (connSocket conn)
   withFdSocket sock setNonBlockIfNeeded
   pure sock
 

@@ -2,9 +2,8 @@
 -- every result of a farm has one encoded width, and it is the same, the
 -- job's argument table ("Herd.Wire.Batch") can also be its result arena:
 -- a task's argument is never needed again once its result is final. A
--- farm of 20 M @Int@ tasks then touches 160 MB of fresh memory instead of
--- 320 MB, and on this VM the first touch of memory is what bounds such a
--- farm (see the README).
+-- farm of tiny tasks then touches half the fresh memory, and the first
+-- touch of memory is what bounds such a farm on a virtual machine.
 --
 -- A result is not final when it arrives: its worker may be lost before
 -- its batch ends, and the batch is then sent again, arguments and all. So
@@ -24,9 +23,11 @@ module Herd.Wire.InPlace
   , newPending
   , holdRun
   , commitRanges
+  , UnkeptResults (..)
   , pendingPieces
   ) where
 
+import Control.Exception (Exception (..))
 import Control.Monad (foldM, forM_)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Unsafe as BU
@@ -67,11 +68,21 @@ holdRun (Pending w ref longest) ranges bytes = do
           in go (IM.insertWith longer lo (hi, B.take n (B.drop off bytes)) m) (off + n) rest
     longer new old = if fst new >= fst old then new else old
 
+-- | Tasks accepted as final with no result held for them (a fault of
+-- herd's, never of the caller's): their ranges.
+newtype UnkeptResults = UnkeptResults [Range]
+  deriving (Eq, Show)
+
+instance Exception UnkeptResults where
+  displayException (UnkeptResults gaps) =
+    "tasks " ++ unwords [ show lo ++ "-" ++ show (hi - 1) | Range lo hi <- gaps ]
+    ++ " were accepted, but no results for them were kept"
+
 -- | These tasks are final: copy their held results over their arguments in
 -- the table (slot @i@ at @i@ times the width) and forget the pieces that
 -- lie wholly inside them. 'Left' names tasks accepted with no result held
 -- (nothing is written for those).
-commitRanges :: Pending -> ForeignPtr Word8 -> [Range] -> IO (Either String ())
+commitRanges :: Pending -> ForeignPtr Word8 -> [Range] -> IO (Either UnkeptResults ())
 commitRanges (Pending w ref longest) table ranges = do
   reach <- readIORef longest
   gaps <- withForeignPtr table $ \base -> do
@@ -89,8 +100,7 @@ commitRanges (Pending w ref longest) table ranges = do
     pure (reverse bad)
   pure $ case gaps of
     [] -> Right ()
-    _ -> Left ("tasks " ++ unwords [ show lo ++ "-" ++ show (hi - 1) | Range lo hi <- gaps ]
-               ++ " were accepted, but no results for them were kept")
+    _ -> Left (UnkeptResults gaps)
 
 -- The held pieces overlapping tasks lo to hi - 1, in order of their first
 -- task, each clipped to them (first, end, the piece's own first task, its

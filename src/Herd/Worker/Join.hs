@@ -12,9 +12,10 @@
 module Herd.Worker.Join
   ( Joined (..)
   , joinMaster
+  , JoinRefused (..)
   ) where
 
-import Control.Exception (IOException, displayException, try)
+import Control.Exception (Exception (..), IOException, try)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Lazy as BL
 import qualified Data.Text as T
@@ -24,6 +25,14 @@ import Herd.Core.Packet.Policy (PacketPolicy (..))
 import Herd.Transport
 import Herd.Core.Wire
 import System.Timeout (timeout)
+
+-- | A join that failed, thrown by those that cannot go on without it (a
+-- simulated host, the fuzzer): 'joinMaster''s sentence, naming the master.
+newtype JoinRefused = JoinRefused String
+  deriving (Eq, Show)
+
+instance Exception JoinRefused where
+  displayException (JoinRefused why) = why
 
 -- | What the master's welcome settled.
 data Joined = Joined

@@ -36,7 +36,6 @@ import qualified Data.Map.Strict as M
 import qualified Data.Sequence as Seq
 import qualified Data.Text as T
 import Foreign.Marshal.Array (allocaArray, peekArray)
-import Herd.Auth (Secret)
 import Herd.BuildId (buildIdentity)
 import Herd.Clock (monotonicSeconds)
 import Herd.Epoll
@@ -67,7 +66,7 @@ runSimulatedHost opts = do
         conn <- connectTcp (simHost opts) (simPort opts)
         joined <- joinMaster (simSecret opts) mempty build where_ hello conn
         case joined of
-          Left why -> closeConnection conn >> throwIO (userError why)
+          Left why -> closeConnection conn >> throwIO (JoinRefused why)
           Right j -> do
             _ <- setLiveness (joinedLiveness j) conn
             -- the real worker's packet layer, over the same kind of link
@@ -76,7 +75,7 @@ runSimulatedHost opts = do
   -- a few handshakes at a time: the master bounds those pending
   sims <- concat <$> mapM (mapConcurrently joinOne) (groupsOf 16 [1 .. simWorkers opts])
   -- the host's collections would otherwise first-touch their pages during
-  -- the calls: 10,600 faults in the four hosts of a 512-worker run
+  -- the calls, while the master waits for the host's answers
   reserveHeap (heapReserveBytes Nothing (simWorkers opts))
   bracket epollCreate epollClose $ \ep -> do
     host <- Host <$> newIORef (IM.fromList (zip [0 ..] sims)) <*> newIORef (newWheel 1e-4) <*> newIORef IS.empty
@@ -107,7 +106,7 @@ serveAll host = allocaArray 256 $ \tags -> do
                  -- epoll waits in milliseconds: a shorter wait sleeps, then looks
                  when (wait > 0) $ sleepOsThread wait
                  epollPoll (hEpoll host) tags 256
-          when (n < 0 && n /= -4) $ ioError (userError ("epoll_wait failed (errno " ++ show (negate n) ++ ")"))
+          when (n < 0 && n /= -4) $ systemCallFailed "epoll_wait" (negate n)
           ready <- if n > 0 then peekArray n tags else pure []
           -- what this round reads came now (one clock read per round)
           when (n > 0) $ monotonicSeconds >>= writeIORef (hClock host)

@@ -11,8 +11,8 @@
 -- Pure from outside; inside, the loads live in an unboxed array and the
 -- least loaded worker is found in an indexed binary heap, so a move costs
 -- two heap updates and no allocation. (Sets and maps of thousands of
--- workers cost about 5 KB of allocation a move, and 10 ms for the 2000
--- moves of a skewed start at 2048 workers.)
+-- workers allocated a path of them per move, which a skewed start at
+-- thousands of workers felt.)
 module Herd.Core.Evolve.Balance
   ( balance
   ) where

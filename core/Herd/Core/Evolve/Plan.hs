@@ -80,8 +80,7 @@ data WorkerPlan = WorkerPlan
   , wpBusy     :: !Double
     -- ^ seconds of the steps it answered in this call (kept here, where
     -- an answer rebuilds the entry anyway: a map of its own cost an
-    -- insert per answer, 0.4-0.8 KB per state at 512-8192 workers by
-    -- @herd bench evolvecore@)
+    -- insert per answer)
   } deriving (Eq, Show)
 
 -- | The scheduler's state during one call.

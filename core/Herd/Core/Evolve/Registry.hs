@@ -57,8 +57,8 @@ data Registry = Registry
 -- | Where a live state is, and the measured time of the step that made
 -- it (0 or less: not measured). One map for both: an answer moves a
 -- state's entry once, where two maps took two deletes and two inserts
--- (0.9 KB of the core's allocation per state evolved, by @herd bench
--- evolvecore@ at 512-8192 workers).
+-- (a large share of the core's allocation per state, by @herd bench
+-- evolvecore@).
 data Placed = Placed
   { placedOn   :: !WorkerId
   , placedCost :: !Double
@@ -124,9 +124,9 @@ pruneOrigins live origins = SM.filterWithKey (\s _ -> IS.member (key s) needed) 
 -- | Install a call's origins, given where the live states are: pruned to
 -- what their lineages need once they have grown past twice what the last
 -- pruning kept (or twice the live states), else kept whole, dead branches
--- and all. Pruning walks every live lineage: at 8192 states it took 13 ms
--- after one call and 41 ms after eight, on the caller's path each call;
--- pruning on doubling costs amortized time proportional to what a call
+-- and all. Pruning walks every live lineage, which on the caller's path
+-- each call grew with the calls made; pruning on doubling costs amortized
+-- time proportional to what a call
 -- adds, and at most doubles the memory. The pruning is left unevaluated:
 -- the next call's first answer runs it, in the master's loop, while every
 -- worker has work queued ("Herd.Core.Evolve.Call").

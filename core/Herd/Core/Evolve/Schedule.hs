@@ -72,8 +72,8 @@ import Herd.Core.Evolve.Settle
 -- | What 'startPlan' takes, in one pass over the states to evolve: every
 -- given worker with the states it holds among them (none: an empty list),
 -- each with its estimated cost. States held by workers not given are left
--- out. Grouping through a map insert per state cost about 1.5 KB of
--- allocation a state; this allocates one small record a state.
+-- out. Grouping through a map insert per state copied a path of the map
+-- per state; this allocates one small record a state.
 holdingsOf :: [WorkerId] -> (StateId -> Maybe WorkerId) -> [StateId] -> (StateId -> Double)
            -> M.Map WorkerId [(StateId, Double)]
 holdingsOf workers whereAt toEvolve estimate = M.fromDistinctAscList (zip ws (V.toList grouped))

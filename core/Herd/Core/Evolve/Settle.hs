@@ -28,8 +28,8 @@ import qualified Herd.Core.Evolve.StateMap as SM
 -- idle worker faces the same choice (the busiest victim, half of its
 -- unstarted states, the same judgement of the move), so once one truly
 -- idle worker takes nothing, none will: the walk stops there. Walking on
--- cost a step per idle worker on every state given back: at 2048 workers,
--- with moves refused as too slow, 13% of the master's samples (2% after).
+-- cost a step per idle worker on every state given back, a large share of
+-- the master's time at thousands of workers when moves were refused.
 settleIdle :: Double -> (Plan, [Command]) -> (Plan, [Command])
 settleIdle now (p0, cmds0) = go (S.toList (plIdle p0)) p0 [cmds0]
   where

@@ -3,10 +3,9 @@
 -- keeps ("Herd.Core.Evolve.Registry", "Herd.Core.Evolve.Call", "Herd.Core.Evolve.Plan").
 --
 -- A 'StateMap' is an 'IM.IntMap' under the id's bits, not a 'Data.Map'
--- of 'StateId': at 2048 simulated workers the master's maps of 8192
--- states were a tenth of its samples, each step down a 'Data.Map' a call
--- of 'Word64''s 'compare' through its dictionary, and each insert a
--- rebalancing. Promise: it iterates in the order of 'StateId''s 'Ord'
+-- of 'StateId': with thousands of states the master's maps were a large
+-- share of its time, each step down a 'Data.Map' a call of 'Word64''s
+-- 'compare' through its dictionary, and each insert a rebalancing. Promise: it iterates in the order of 'StateId''s 'Ord'
 -- (the ids' unsigned order), as the 'Data.Map' did, so every list made
 -- from one is in the order it always was. Pure.
 module Herd.Core.Evolve.StateMap

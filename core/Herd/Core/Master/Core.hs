@@ -41,6 +41,7 @@ import Data.Word (Word64)
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Herd.Core.Error (HerdError (..))
+import Herd.Core.Fault
 import Herd.Core.Master.Events
 import Herd.Core.Master.CoreState
 import Herd.Core.Master.Expect
@@ -123,7 +124,7 @@ advance now ev core = case ev of
     | otherwise -> (core, [])
   Stop ->
     let farms = [ JobDone jid (Left ClusterClosed) | jid <- M.keys (coreFarms core) ]
-        streams = [ StreamEnded sid (Just "the cluster was closed") | sid <- M.keys (coreStreams core) ]
+        streams = [ StreamEnded sid (Just StreamClusterClosed) | sid <- M.keys (coreStreams core) ]
         stops = [ Send w Urgent Shutdown | w <- M.keys (coreLinks core) ]
         (core1, ended) = case coreSession core of
           Just h -> (core { coreSession = Nothing }, [SessionEnded (coreSessionOf core) (Right (hostAbort ClusterClosed h))])
@@ -145,17 +146,18 @@ leastLoaded core = case sortOn load (M.keys (coreLinks core)) of
 -- A worker's link is gone: its batches run elsewhere, its streams break,
 -- its session learns of it. A link that died (not one the core dropped)
 -- charges the tasks that may have been running on it (INV-POISON).
-linkDown :: Double -> WorkerId -> Bool -> String -> Core -> (Core, [Command])
-linkDown now w died why core
+linkDown :: Double -> WorkerId -> Bool -> LinkFault -> Core -> (Core, [Command])
+linkDown now w died fault core
   | not (M.member w (coreLinks core)) = (core, [])
   | otherwise =
-      let unfinished = concatMap snd (outstandingFor w (coreSched core))
+      let why = renderFault fault
+          unfinished = concatMap snd (outstandingFor w (coreSched core))
           (broken, kept) = M.partition ((== w) . streamWorker) (coreStreams core)
           note = [ Note ("herd: worker " ++ show w ++ " lost: " ++ why
                          ++ (if null unfinished then "" else "; its " ++ show (sum (map rangeSize unfinished))
                                                               ++ " unfinished tasks will run elsewhere"))
                  | not (coreStopping core) ]
-          ends = [ StreamEnded sid (Just ("its worker " ++ show w ++ " was lost: " ++ why)) | sid <- M.keys broken ]
+          ends = [ StreamEnded sid (Just (StreamWorkerLost w fault)) | sid <- M.keys broken ]
           core1 = core { coreLinks = M.delete w (coreLinks core), coreStreams = kept
                        , coreLedger = ledgerLose now w why (coreLedger core)
                        , coreRequeued = [ (w, now, unfinished) | not (null unfinished), not (coreStopping core) ]
@@ -164,7 +166,7 @@ linkDown now w died why core
           death = [ S.Death bid got why | died, Just (bid, got) <- [oldestDue (coreLinks core M.! w)] ]
           (core3, schedOut) = sched now (S.WorkerLost w (case death of { d : _ -> Just d; [] -> Nothing })) core2
           (core4, starvedOut) = sessionStarved now core3
-      in (core4, note ++ [Drop w why] ++ ends ++ sessionOut ++ schedOut ++ starvedOut)
+      in (core4, note ++ [Drop w fault] ++ ends ++ sessionOut ++ schedOut ++ starvedOut)
 
 -- A message from a live worker.
 received :: Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
@@ -172,30 +174,27 @@ received now w msg core = case msg of
   -- INV-ORDER: a run of results is for the next tasks of the oldest batch due on its link
   Results k value -> case nextResults (fromIntegral k) link of
     Just (jid, tasks, link') -> (setExpect link', [ Stage jid tasks value | M.member jid (coreFarms core) ])
-    Nothing -> bad ("a run of " ++ show k ++ " results that no batch was waiting for")
+    Nothing -> bad (UnexpectedResults (fromIntegral k))
   BatchDone bid busyNs -> popExpect bid $ \e core1 ->
     if expLeft e > 0
-      then badIn core1 ("batch " ++ show bid ++ " ended after " ++ show (expGot e) ++ " of "
-                        ++ show (expGot e + expLeft e) ++ " results")
+      then badIn core1 (EarlyBatchEnd bid (expGot e) (expGot e + expLeft e))
       else let busy = fromIntegral busyNs / 1e9
            in sched now (S.BatchCompleted w bid busy Nothing)
                     core1 { coreLedger = ledgerCredit w (expGot e) 1 0 busy (coreLedger core1) }
   TaskThrew bid pos why -> popExpect bid $ \e core1 ->
     if fromIntegral pos /= expGot e
-      then badIn core1 ("batch " ++ show bid ++ " failed at position " ++ show pos ++ " after "
-                        ++ show (expGot e) ++ " results")
+      then badIn core1 (MisplacedFailure bid (fromIntegral pos) (expGot e))
       else sched now (S.BatchCompleted w bid 0 (Just (fromIntegral pos, T.unpack why))) core1
   BatchRejected bid why -> popExpect bid $ \_ core1 -> sched now (S.BatchRefused w bid (T.unpack why)) core1
   StreamOut sid k value -> ownStream sid $ \s ->
     let n = fromIntegral k
     in if n < 1 || streamAllowed s < n
-         then bad ("stream " ++ show sid ++ " sent " ++ show n ++ " elements with credit for "
-                   ++ show (streamAllowed s))
+         then bad (OverCredit sid n (streamAllowed s))
          else ( core { coreStreams = M.insert sid s { streamAllowed = streamAllowed s - n } (coreStreams core) }
               , [StreamOutput sid n value] )
   StreamDone sid -> ownStream sid $ \_ -> (core { coreStreams = M.delete sid (coreStreams core) }, [StreamEnded sid Nothing])
   StreamAborted sid why -> ownStream sid $ \_ ->
-    (core { coreStreams = M.delete sid (coreStreams core) }, [StreamEnded sid (Just (T.unpack why))])
+    (core { coreStreams = M.delete sid (coreStreams core) }, [StreamEnded sid (Just (StreamProcessFailed (T.unpack why)))])
   StreamTaken sid n -> ownStream sid $ \_ -> (core, [StreamGrant sid (fromIntegral n)])
   Pong _ -> (core, [])
   StateEvolved _ busyNs _ ->
@@ -208,13 +207,13 @@ received now w msg core = case msg of
     -- INV-ORDER: a batch's end must be the oldest batch's
     popExpect bid act = case endOfBatch bid link of
       Just (e, later) -> act e (setExpect later)
-      Nothing -> bad ("an end of batch " ++ show bid ++ ", which is not the batch in progress")
+      Nothing -> bad (UnknownBatchEnd bid)
     bad = badIn core
-    badIn c why = linkDown now w False ("bad message: " ++ why) c
+    badIn c violation = linkDown now w False (ProtocolViolation violation) c
     -- INV-ROUTE: a stream's messages come from its own worker
     ownStream sid act = case M.lookup sid (coreStreams core) of
       Just s | streamWorker s == w -> act s
-             | otherwise -> bad ("message for stream " ++ show sid ++ " of another worker")
+             | otherwise -> bad (ForeignStream sid)
       Nothing -> (core, [])   -- closed by its caller: late messages are dropped
 
 -- Start a session on the live workers (the lowest numbered, up to its limit).
@@ -268,7 +267,7 @@ settle now hosted outs core0 =
       sends = [ sendTo w ms | (w, ms) <- perWorker, not (null ms) ]
       sendTo w [m] = Send w Urgent m
       sendTo w ms = SendAll w ms
-      (core2, dropOut) = foldl (\(c, acc) (w, why) -> let (c', o) = linkDown now w False ("bad message: " ++ why) c in (c', acc ++ o))
+      (core2, dropOut) = foldl (\(c, acc) (w, why) -> let (c', o) = linkDown now w False (ProtocolViolation (SessionViolation why)) c in (c', acc ++ o))
                                (core0 { coreSession = Just hosted1 }, []) drops
   in case coreSession core2 of
        Just h | hostOver h -> (core2 { coreSession = Nothing }, sends ++ dropOut ++ [SessionEnded (coreSessionOf core2) (Right (hostAnswer h))])

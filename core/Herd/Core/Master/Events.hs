@@ -13,6 +13,7 @@ import qualified Data.ByteString as B
 import Data.Word (Word64)
 import Herd.Core.Base (BatchId, Batching, JobId, Range, TaskRef, WorkerId)
 import Herd.Core.Error (HerdError)
+import Herd.Core.Fault (LinkFault, StreamBreak)
 import Herd.Core.Master.Session (SessionOutcome, SessionRequest)
 import Herd.Core.Packet.Policy (Urgency)
 import Herd.Core.Scheduler (JobStats)
@@ -31,8 +32,8 @@ data FarmJob = FarmJob
 -- | Something that happened, or that a caller asks for.
 data Event
   = LinkUp !WorkerId                    -- ^ a worker passed the handshake
-  | LinkDown !WorkerId !String          -- ^ its link or its process died
-  | LinkBroken !WorkerId !String        -- ^ it broke the protocol: drop it (what ran there is not charged)
+  | LinkDown !WorkerId !LinkFault       -- ^ its link or its process died
+  | LinkBroken !WorkerId !LinkFault     -- ^ it broke the protocol: drop it (what ran there is not charged)
   | WorkersAwaited !Int                 -- ^ this many lost workers are being restarted now
   | Tick                                -- ^ time passed (a few times a second): look for stragglers
   | Received !WorkerId !FromWorker      -- ^ one message from a worker
@@ -67,10 +68,10 @@ data Command
   | StreamOpened !Word64 !(Either HerdError WorkerId)
   | StreamOutput !Word64 !Int !B.ByteString  -- ^ a run of this many output elements
   | StreamGrant !Word64 !Int            -- ^ the caller may send this many more input elements
-  | StreamEnded !Word64 !(Maybe String) -- ^ finished ('Nothing') or broken, with why
+  | StreamEnded !Word64 !(Maybe StreamBreak) -- ^ finished ('Nothing') or broken, with why
   | SessionEnded !Word64 !(Either HerdError SessionOutcome)
     -- ^ the session under this number ended (or could not start): tell its caller
-  | Drop !WorkerId !String              -- ^ close this link; stop reading it
+  | Drop !WorkerId !LinkFault           -- ^ close this link; stop reading it
   | Note !String                        -- ^ a line for the log
   deriving (Eq, Show)
 

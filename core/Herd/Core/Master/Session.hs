@@ -191,7 +191,6 @@ hostApply linked outs (Hosted machine st ws lost err) =
       -- sort, which takes the long ascending stretches the outs have (a
       -- call's start asks every worker in order) whole: a map built by
       -- an insert a run copied a path of thousands of workers each time
-      -- (about 0.5 KB a worker at a call's start)
       perWorker = joinRuns (sortBy (comparing fst) [ run | run@(w, _) <- runsOf outs, live w ])
   in (Hosted machine st ws lost err', perWorker, [ (w, why) | DropPeer w why <- outs ])
   where

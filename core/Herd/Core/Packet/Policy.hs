@@ -54,11 +54,9 @@ data PacketPolicy = PacketPolicy
 
 -- | Chunking on, 64 KiB packets, 2 ms timeout: chosen by a sweep of 16,
 -- 64 and 256 KiB against 0.5, 2 and 8 ms (@herd bench packets@, warmed
--- up, medians of rounds in changing order; the README has the table).
--- 64 KiB gave the farm its highest rates (18-23 M tiny tasks a second,
--- against 15-19 M for 16 KiB and 12-16 M for 256 KiB); 256 KiB echoed
--- large items a little faster; the timeouts differed by less than the
--- machine's noise.
+-- up, medians of rounds in changing order). 64 KiB gave the farm its
+-- highest rates; 256 KiB echoed large items a little faster; the
+-- timeouts differed by less than the machine's noise.
 defaultPacketPolicy :: PacketPolicy
 defaultPacketPolicy = PacketPolicy True 65536 0.002
 
