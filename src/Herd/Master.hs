@@ -246,19 +246,20 @@ runJob cluster spec callbacks = do
                    (specKeepGoing spec)
       sh = clShell cluster
       broken i why = ResultDecodeError i (refName (specRef spec)) why
-      -- once broken, the rest of the news is drained unread until the end
-      loop failure = do
-        next <- atomically (readTQueue news)
-        case (next, failure) of
-          (NewsDone result, _) -> pure (maybe result Left failure)
-          (_, Just _) -> loop failure
-          (NewsStaged ranges bytes, Nothing) ->
-            onStaged callbacks ranges bytes >>= either (\(i, why) -> breakJob (broken i why)) (\() -> loop Nothing)
-          (NewsAccepted ranges, Nothing) ->
-            tryUser (onAccepted callbacks ranges) >>= either (breakJob . broken (firstTask ranges)) (\() -> loop Nothing)
-          (NewsFailed i err, Nothing) ->
-            tryUser (onFailed callbacks i err) >>= either (breakJob . broken i) (\() -> loop Nothing)
-      breakJob err = shellStep sh True [FarmBroken jid err] >> loop (Just err)
+      -- news comes in lists, one per step of the shell; once broken, the
+      -- rest of the news is drained unread until the end
+      loop failure = atomically (readTQueue news) >>= go failure
+      go failure [] = loop failure
+      go failure (next : rest) = case (next, failure) of
+        (NewsDone result, _) -> pure (maybe result Left failure)
+        (_, Just _) -> go failure rest
+        (NewsStaged ranges bytes, Nothing) ->
+          onStaged callbacks ranges bytes >>= either (\(i, why) -> breakJob (broken i why) rest) (\() -> go Nothing rest)
+        (NewsAccepted ranges, Nothing) ->
+          tryUser (onAccepted callbacks ranges) >>= either (\why -> breakJob (broken (firstTask ranges) why) rest) (\() -> go Nothing rest)
+        (NewsFailed i err, Nothing) ->
+          tryUser (onFailed callbacks i err) >>= either (\why -> breakJob (broken i why) rest) (\() -> go Nothing rest)
+      breakJob err rest = shellStep sh True [FarmBroken jid err] >> go (Just err) rest
       firstTask ranges = case ranges of { Range lo _ : _ -> lo; [] -> 0 }
   shellRegister sh True (RegisterFarm jid spec news) [FarmSubmit jid job]
   loop Nothing `onException` shellRegister sh True (Forget (Just jid) Nothing) [FarmCancel jid]

@@ -12,6 +12,7 @@
 module Herd.Master.Execute
   ( execute
   , handOver
+  , handOverFarms
   , flushTouched
   ) where
 
@@ -57,15 +58,16 @@ execute sh (ss, fed) cmd = case cmd of
       mapM_ (sendArgs sender (specArgs spec)) ranges
     (Nothing, _) -> pure (ss, fed)   -- the link is being dropped; the core hears of it next
     (_, Nothing) -> pure (ss, BatchNotSent w bid ClusterClosed : fed)
-  -- INV-CALLER-CODE: a farm's results go to its caller's queue as they
-  -- came; the caller decodes them and runs its callbacks on its own thread
+  -- INV-CALLER-CODE: a farm's results go to its caller undecoded, as they
+  -- came; the caller decodes them and runs its callbacks on its own thread.
+  -- They are gathered per job and handed over once per step or round
+  -- ('handOver'): with chunking off every result is a command of its own
   Stage jid tasks bytes -> tell jid (NewsStaged tasks bytes)
   Accept jid ranges -> tell jid (NewsAccepted ranges)
   FailTask jid i err -> tell jid (NewsFailed i err)
   JobDone jid result -> case M.lookup jid (ssFarms ss) of
-    Just (_, news) -> do
-      atomically (writeTQueue news (NewsDone result))
-      pure (ss { ssFarms = M.delete jid (ssFarms ss) }, fed)
+    Just (_, queue) ->
+      pure ((gather jid queue (NewsDone result)) { ssFarms = M.delete jid (ssFarms ss) }, fed)
     Nothing -> pure (ss, fed)
   StreamOpened sid result -> do
     -- the caller feeds the stream straight into its worker's sender
@@ -106,9 +108,10 @@ execute sh (ss, fed) cmd = case cmd of
   Note line -> configLog (shConfig sh) line >> pure (ss, fed)
   where
     withLink w act = maybe (pure (ss, fed)) act (M.lookup w (ssLinks ss))
-    tell jid news = do
-      mapM_ (\(_, queue) -> atomically (writeTQueue queue news)) (M.lookup jid (ssFarms ss))
-      pure (ss, fed)
+    tell jid news = case M.lookup jid (ssFarms ss) of
+      Just (_, queue) -> pure (gather jid queue news, fed)
+      Nothing -> pure (ss, fed)
+    gather _ queue news = ss { ssNews = (queue, news) : ssNews ss, ssNewsCount = ssNewsCount ss + 1 }
     send w act = do
       r <- trySync act
       case r of
@@ -134,9 +137,26 @@ sendArgs sender table (Range lo hi) = go lo
           sendValues sender Bulk k (argsEncoder table i (i + k))
           go (i + k)
 
--- | Give the callers of stream processes what this step received.
+-- | Give the callers of farms and stream processes what this step received.
 handOver :: ShellState -> IO ShellState
-handOver ss
+handOver ss0 = handOverStreams ss0 >>= handOverFarms
+
+-- | Give the callers of farms what this step received.
+handOverFarms :: ShellState -> IO ShellState
+handOverFarms ss
+  | null (ssNews ss) = pure ss
+  | otherwise = do
+      -- each caller's news in one write, in order (usually one job's)
+      forM_ (runsByQueue (reverse (ssNews ss))) $ \(queue, news) -> atomically $ writeTQueue queue news
+      pure ss { ssNews = [], ssNewsCount = 0 }
+  where
+    runsByQueue [] = []
+    runsByQueue ((q, n) : rest) =
+      let (mine, others) = partitionBy q rest in (q, n : mine) : runsByQueue others
+    partitionBy q xs = ([ n | (q', n) <- xs, q' == q ], [ x | x@(q', _) <- xs, q' /= q ])
+
+handOverStreams :: ShellState -> IO ShellState
+handOverStreams ss
   | M.null (ssGathered ss) = pure ss
   | otherwise = do
       forM_ (M.toList (ssGathered ss)) $ \(sid, elems) ->

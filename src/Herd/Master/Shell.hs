@@ -40,6 +40,7 @@ module Herd.Master.Shell
   , shellAwaited
   ) where
 
+import Control.Concurrent (yield)
 import Control.Concurrent.MVar
 import Control.Concurrent.STM
 import Control.Monad (foldM, forM_, when)
@@ -94,7 +95,15 @@ shellRegister sh flushNow reg events = modifyMVar_ (shState sh) $ \ss0 -> do
 -- | What the reader runs after each round: hand the callers of streams
 -- what the round received, and flush what it buffered.
 afterRound :: Shell -> IO ()
-afterRound sh = modifyMVar_ (shState sh) (\ss -> handOver ss >>= flushTouched)
+afterRound sh = do
+  handed <- modifyMVar (shState sh) $ \ss -> do
+    ss' <- handOver ss >>= flushTouched
+    pure (ss', ssNewsCount ss > 0)
+  when handed yield
+
+-- | Pieces of farm news a reader gathers before it hands them over.
+newsHandOver :: Int
+newsHandOver = 64
 
 -- | A worker passed the handshake: set up its sender and writer, start
 -- reading it, and tell the core.
@@ -133,7 +142,18 @@ deliver sh wid conn received packet =
           traceHerd ("herd batch " ++ show bid ++ " done by worker " ++ show wid ++ ", busy " ++ show (ns `div` 1000) ++ " us")
         _ -> pure ()
       bumpCounter sh (\c -> c { countWorkerMessages = countWorkerMessages c + n })
-      shellStep sh False events
+      -- farm results go to their callers every 'newsHandOver' pieces of
+      -- news, and the callers run then: left for the end of a round (with
+      -- chunking off, thousands of one-result packets), they stayed live
+      -- through collections, and copying them cost more than the switches;
+      -- handed over every packet, the switches cost more
+      handed <- modifyMVar (shState sh) $ \ss -> do
+        t <- monotonicSeconds
+        ss1 <- runEvents sh t ss events
+        let due = ssNewsCount ss1 >= newsHandOver
+        ss2 <- if due then handOverFarms ss1 else pure ss1
+        pure (ss2, due)
+      when handed yield
       pure (Right ())
   where
     valuesOf ev = case ev of

@@ -39,7 +39,9 @@ import Herd.Core.Scheduler (JobId, WorkerId)
 data ShellState = ShellState
   { ssCore     :: !Core                        -- ^ the master's core
   , ssLinks    :: !(M.Map WorkerId LinkHandle)  -- ^ each live link's sender and writer
-  , ssFarms    :: !(M.Map JobId (JobSpec, TQueue FarmNews))  -- ^ farm callers' queues
+  , ssFarms    :: !(M.Map JobId (JobSpec, TQueue [FarmNews]))  -- ^ farm callers' queues
+  , ssNews     :: ![(TQueue [FarmNews], FarmNews)]  -- ^ farm news not handed over yet, newest first, with its caller's queue
+  , ssNewsCount :: !Int                                          -- ^ how many
   , ssSessions :: !(M.Map Word64 (Either HerdError SessionOutcome -> IO ()))  -- ^ evolve callers' answers
   , ssStreams  :: !(M.Map Word64 StreamEnds)    -- ^ stream callers
   , ssOpening  :: !(M.Map Word64 (MVar (Either HerdError (Sender, TVar Int))))  -- ^ streams being opened
@@ -73,7 +75,7 @@ noLossHooks = LossHooks (\_ -> pure ()) (pure 0)
 -- | What a caller registers with the shell before its first event: where
 -- the answer goes.
 data Registration
-  = RegisterFarm !JobId !JobSpec !(TQueue FarmNews)
+  = RegisterFarm !JobId !JobSpec !(TQueue [FarmNews])
   | RegisterStream !Word64 !StreamEnds !(MVar (Either HerdError (Sender, TVar Int)))
   | RegisterSession !Word64 (Either HerdError SessionOutcome -> IO ())
   | Forget !(Maybe JobId) !(Maybe Word64)   -- ^ the caller of a farm or a stream went away
@@ -83,7 +85,7 @@ data Registration
 -- | A shell with no links; its reader is set with 'setReader' before any
 -- link joins.
 newShell :: Config -> IO Shell
-newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty M.empty M.empty M.empty S.empty M.empty)
+newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty)
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
                          <*> newIORef noCounters <*> newIORef noLossHooks
   where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ()) (pure 0)

@@ -33,7 +33,8 @@ data JobSpec = JobSpec
     -- otherwise the first failure ends the job
   }
 
--- | What the shell tells a farm's caller, in order, on the caller's queue.
+-- | What the shell tells a farm's caller, in order, on the caller's queue
+-- (in lists: what one step of the shell had for the job).
 data FarmNews
   = NewsStaged ![Range] !B.ByteString
     -- ^ a run of these tasks' encoded results (a task may come twice when
