@@ -21,11 +21,12 @@ import qualified Bench.Chaos as Chaos
 import Herd.Fuzz (FuzzTarget (..))
 import Data.Char (isDigit)
 import qualified Demo
-import Herd.Config (MasterLoop (..), SecretSource (..), parseDashboardAddress, parseHostList, parseMasterLoop)
+import Herd.Config (MasterLoop (..), SecretSource (..), parseDashboardAddress, parseMasterLoop)
 import Herd.Launch.Topology (parseCpuList)
-import Herd.Worker (WorkerOptions (..), parseHostPort, parseMasterAddress, runWorker)
+import Herd.Worker (WorkerOptions (..), parseMasterAddress, runWorker)
 import Herd.Transport (TransportKind, parseTransportKind)
 import Data.List (nub)
+import Herd.Options (clusterFlags)
 import Options.Applicative
 
 data Command
@@ -49,7 +50,9 @@ data Command
 -- | Parse the command line and run the command.
 run :: IO ()
 run = do
-  cmd <- execParser (info (commands <**> helper)
+  -- no backtracking: a sub-command's bad flag is reported with that
+  -- sub-command's usage, not the top level's
+  cmd <- customExecParser (prefs (showHelpOnEmpty <> noBacktrack)) (info (commands <**> helper)
            (fullDesc <> progDesc "Scale pure Haskell computations over one GHC runtime per core"
                      <> header "herd - a task farm over many GHC runtimes"))
   case cmd of
@@ -405,55 +408,12 @@ demoOptions = Demo.Options
                      <> help "Fibonacci argument of each task")
   <*> option (positiveInt "a task count" 100000) (long "tasks" <> metavar "K" <> value 24 <> showDefault
                      <> help "number of tasks")
-  <*> optional (option (nonNegativeInt "a worker count" 4096) (long "workers" <> metavar "N"
-                     <> help "local workers for the parallel run (default: one per physical core; \
-                             \with cluster options, 0)"))
-  <*> clusterOptions
-
-clusterOptions :: Parser Demo.ClusterOptions
-clusterOptions = Demo.ClusterOptions
-  <$> option (eitherReader parseHostList) (long "hosts" <> metavar "HOST[:N],..." <> value []
-                     <> help "start N workers on each host over ssh (no N: one per physical core)")
-  <*> optional (strOption (long "hosts-file" <> metavar "FILE"
-                     <> help "more ssh hosts, one per line: HOST [N]"))
-  <*> switch (long "slurm" <> help "start one worker per task of the enclosing SLURM allocation (srun)")
-  <*> optional (option listenArg (long "listen" <> metavar "HOST[:PORT]"
-                     <> help "address to listen on (default: loopback, or all interfaces with --hosts/--slurm)"))
-  <*> optional (strOption (long "advertise" <> metavar "HOST"
-                     <> help "address workers connect to (default: the listen address or this host's name)"))
-  <*> option (nonNegativeInt "a worker count" 100000) (long "wait-workers" <> metavar "N" <> value 0
-                     <> help "wait until N workers have joined (e.g. by herd worker --connect) before starting")
-  <*> optional (strOption (long "secret-file" <> metavar "FILE"
-                     <> help "the shared secret (default: $HERD_SECRET, else ~/.herd/cookie)"))
-  <*> switch (long "ship" <> help "copy this executable to each ssh host first")
-  <*> switch (long "allow-partial" <> help "go on with the hosts that started if some fail")
-  <*> optional (strOption (long "ssh" <> metavar "COMMAND"
-                     <> help "the ssh command and its options (default: ssh -o BatchMode=yes)"))
-  <*> optional (option (secondsArg 1 3600) (long "liveness" <> metavar "SECONDS"
-                     <> help "a link silent this long counts as lost (default: 4)"))
-  <*> optional (option (secondsArg 0.1 86400) (long "start-timeout" <> metavar "SECONDS"
-                     <> help "time for launched workers to connect (default: 30)"))
-  <*> optional (option (eitherReader parseTransportKind) (long "transport" <> metavar "tcp|unix|shm"
-                     <> help "how local workers are linked (default: shm; workers on other hosts use tcp)"))
-  <*> switch (long "tls" <> help "encrypt TCP links with TLS (workers joining by hand connect to tls:HOST:PORT)")
-  <*> dashboardOption
-
-listenArg :: ReadM (String, Int)
-listenArg = eitherReader $ \s -> case parseHostPort s of
-  Right hp -> Right hp
-  Left _ | ':' `notElem` s, not (null s) -> Right (s, 0)
-  Left why -> Left why
+  <*> clusterFlags
 
 secondsArg :: Double -> Double -> ReadM Double
 secondsArg lo hi = eitherReader $ \s -> case reads s of
   [(x, "")] | x >= lo && x <= hi -> Right x
   _ -> Left ("expected seconds from " ++ show lo ++ " to " ++ show hi ++ ", got " ++ show s)
-
-nonNegativeInt :: String -> Int -> ReadM Int
-nonNegativeInt what limit = eitherReader $ \s ->
-  if not (null s) && all isDigit s && length s < 10 && read s <= limit
-    then Right (read s)
-    else Left ("expected " ++ what ++ ": a whole number from 0 to " ++ show limit ++ ", got " ++ show s)
 
 modelsOptions :: Parser Models.Options
 modelsOptions = Models.Options

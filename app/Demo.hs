@@ -5,7 +5,6 @@
 -- log lines so a run can be followed across machines.
 module Demo
   ( Options (..)
-  , ClusterOptions (..)
   , run
   ) where
 
@@ -13,9 +12,8 @@ import Herd.Log (logToStderr)
 import Control.Monad (unless, when)
 import Data.IORef
 import qualified Data.IntMap.Strict as IM
-import Data.Time.Clock.POSIX (getPOSIXTime)
 import Herd
-import Herd.Config (parseHostsFile)
+import Herd.Options
 import System.Exit (exitWith, ExitCode (..))
 import Herd.Examples.Fib (fib, fibTask)
 import Herd.Core.Report (fixed, renderTable)
@@ -24,50 +22,26 @@ import System.IO
 
 -- | What the demo runs.
 data Options = Options
-  { optFib     :: Int        -- ^ Fibonacci argument of each task
-  , optTasks   :: Int        -- ^ number of tasks
-  , optWorkers :: Maybe Int  -- ^ workers of the parallel run
-  , optCluster :: ClusterOptions
+  { optFib     :: Int           -- ^ Fibonacci argument of each task
+  , optTasks   :: Int           -- ^ number of tasks
+  , optCluster :: ClusterFlags  -- ^ where the workers come from
   }
-
--- | Where the workers of a cluster run come from.
-data ClusterOptions = ClusterOptions
-  { coHosts        :: [HostSpec]       -- ^ ssh hosts
-  , coHostsFile    :: Maybe FilePath   -- ^ more ssh hosts, from a file
-  , coSlurm        :: Bool             -- ^ one worker per task of the SLURM allocation
-  , coListen       :: Maybe (String, Int)  -- ^ address to listen on
-  , coAdvertise    :: Maybe String     -- ^ address workers connect to
-  , coWaitWorkers  :: Int              -- ^ workers to wait for (joining by hand)
-  , coSecretFile   :: Maybe FilePath
-  , coShip         :: Bool
-  , coAllowPartial :: Bool
-  , coSsh          :: Maybe String     -- ^ the ssh command, split on spaces
-  , coLiveness     :: Maybe Double
-  , coStartTimeout :: Maybe Double
-  , coTransport    :: Maybe TransportKind  -- ^ how local workers are linked (default: shm)
-  , coTls          :: Bool             -- ^ TLS on TCP links
-  , coDashboard    :: Maybe String     -- ^ serve the live dashboard at this HOST:PORT
-  }
-
-isClusterRun :: ClusterOptions -> Bool
-isClusterRun co = not (null (coHosts co)) || coHostsFile co /= Nothing || coSlurm co
-                  || coListen co /= Nothing || coWaitWorkers co > 0
 
 -- | Run the demo.
 run :: Options -> IO ()
-run o | isClusterRun (optCluster o) = runCluster o
-run o | optWorkers o == Just 0 = do
+run o | flagsNameRemoteWorkers (optCluster o) = runCluster o
+run o | flagWorkers (optCluster o) == Just 0 = do
   logToStderr "herd demo: --workers 0 starts no worker; add --listen or --wait-workers to wait for workers joining by hand"
   exitWith (ExitFailure 2)
 run o = do
   hSetBuffering stdout LineBuffering
   putStrLn ("herd demo: fib " ++ show (optFib o) ++ " computed " ++ show (optTasks o)
             ++ " times, each task in a worker process pinned to its own core")
-  case coDashboard (optCluster o) of
+  case flagDashboard (optCluster o) of
     Just _ -> do
       -- one cluster, so the page follows one run from start to end
       putStrLn "(with --dashboard the single-worker run is skipped: the page shows the run on all cores)"
-      (_, parStats, _) <- runOn "all cores" (optWorkers o)
+      (_, parStats, _) <- runOn "all cores" (flagWorkers (optCluster o))
       putStrLn ""
       putStrLn "per worker:"
       putStr (renderStats parStats)
@@ -75,7 +49,7 @@ run o = do
   where
    compareRuns = do
     (one, oneStats, oneSum) <- runOn "1 worker" (Just 1)
-    (par, parStats, parSum) <- runOn "all cores" (optWorkers o)
+    (par, parStats, parSum) <- runOn "all cores" (flagWorkers (optCluster o))
     when (oneSum /= parSum) $ logToStderr "herd demo: the two runs disagree (this is a bug)"
     let workers = length (jobWorkerStats parStats)
     putStrLn ""
@@ -89,8 +63,8 @@ run o = do
     putStrLn "per worker, single-worker run:"
     putStr (renderStats oneStats)
    runOn label workers = do
-      let cfg = defaultConfig { configWorkers = workers, configTransport = coTransport (optCluster o)
-                              , configTls = coTls (optCluster o), configDashboard = coDashboard (optCluster o) }
+      let cfg = defaultConfig { configWorkers = workers, configTransport = flagTransport (optCluster o)
+                              , configTls = flagTls (optCluster o), configDashboard = flagDashboard (optCluster o) }
       withCluster cfg $ \cluster -> do
         n <- clusterWorkerCount cluster
         putStrLn ("\n" ++ label ++ ": " ++ show n ++ " worker process" ++ (if n == 1 then "" else "es"))
@@ -151,44 +125,16 @@ progress tty k total secs
 runCluster :: Options -> IO ()
 runCluster o = do
   hSetBuffering stdout LineBuffering
-  let co = optCluster o
-  fileHosts <- case coHostsFile co of
-    Nothing -> pure []
-    Just path -> do
-      text <- readFile path
-      case parseHostsFile text of
-        Left why -> failWith ("--hosts-file " ++ path ++ ": " ++ why)
-        Right hs -> pure hs
-  let hosts = coHosts co ++ fileHosts
-      cfg = defaultConfig
-        { configWorkers = Just (maybe 0 id (optWorkers o))
-        , configHosts = hosts
-        , configSlurm = coSlurm co
-        , configListenHost = fmap fst (coListen co)
-        , configListenPort = maybe 0 snd (coListen co)
-        , configAdvertiseHost = coAdvertise co
-        , configSecret = maybe (configSecret defaultConfig) SecretFile (coSecretFile co)
-        , configShip = coShip co
-        , configAllowPartialStart = coAllowPartial co
-        , configSshCommand = maybe (configSshCommand defaultConfig) words (coSsh co)
-        , configLivenessTimeout = maybe (configLivenessTimeout defaultConfig) id (coLiveness co)
-        , configStartTimeout = maybe (configStartTimeout defaultConfig) id (coStartTimeout co)
-        , configLog = stampedLog
-        , configTransport = coTransport co
-        , configTls = coTls co
-        , configDashboard = coDashboard co
-        }
+  cfg <- configFromFlags (optCluster o) defaultConfig
   putStrLn ("herd demo: fib " ++ show (optFib o) ++ " computed " ++ show (optTasks o) ++ " times on a cluster")
   withCluster cfg $ \cluster -> do
-    let want = max 1 (coWaitWorkers co)
     have <- clusterWorkerCount cluster
-    when (have < want) $ do
-      stampedLog ("herd demo: waiting for " ++ show (want - have) ++ " more worker(s) to join")
-      ok <- waitForWorkers cluster want (maybe 600 id (coStartTimeout co))
-      unless ok $ failWith ("fewer than " ++ show want ++ " workers joined in time")
+    when (have < max 1 (flagWaitWorkers (optCluster o))) $
+      logToStderr ("herd demo: waiting for " ++ show (max 1 (flagWaitWorkers (optCluster o)) - have) ++ " more worker(s) to join")
+    awaitFlaggedWorkers (optCluster o) cluster
     infos <- clusterWorkerInfo cluster
-    stampedLog ("herd demo: starting with " ++ show (length infos) ++ " workers: "
-                ++ unwords [ infoHost i ++ "/" ++ show (infoPid i) | i <- infos ])
+    logToStderr ("herd demo: starting with " ++ show (length infos) ++ " workers: "
+                 ++ unwords [ infoHost i ++ "/" ++ show (infoPid i) | i <- infos ])
     (secs, stats, s, wrong) <- timedFarm o False cluster
     let ok = null wrong && s == optTasks o * fib (optFib o)
     putStrLn ("herd demo: " ++ show (optTasks o) ++ " tasks in " ++ fixed 2 secs ++ " s; results "
@@ -196,12 +142,3 @@ runCluster o = do
     putStr (renderStats stats)
     clusterPacketStats cluster >>= putStr . renderPacketStats
     unless ok $ exitWith (ExitFailure 1)
-  where
-    failWith msg = logToStderr ("herd demo: " ++ msg) >> exitWith (ExitFailure 2)
-
--- Log lines on standard error, prefixed with the wall-clock time in seconds
--- (so lines from several machines can be lined up).
-stampedLog :: String -> IO ()
-stampedLog line = do
-  t <- getPOSIXTime
-  logToStderr (fixed 3 (realToFrac t :: Double) ++ " " ++ line)

@@ -9,7 +9,9 @@ import qualified Data.Set as S
 import Control.Exception (displayException, throwIO)
 import Data.List (isInfixOf, isPrefixOf)
 import Herd (HerdError (..))
-import Herd.Log (writeLine)
+import Herd.Log (stampedLine, writeLine)
+import Data.Time
+import Test.QuickCheck
 import System.Environment (getEnvironment, getExecutablePath)
 import System.Exit (ExitCode (..))
 import System.Process (createPipe, env, proc, readCreateProcessWithExitCode)
@@ -38,7 +40,21 @@ spec = do
     code `shouldBe` ExitFailure 1
     err `shouldSatisfy` ("every worker was lost before the job finished (worker 3 lost: connection closed)" `isInfixOf`)
     err `shouldSatisfy` (not . ("lostDetail" `isInfixOf`))
- describe "Herd.Log" $
+ describe "Herd.Log" $ do
+  it "starts a line with the local time in ISO 8601, to the millisecond, with the zone's offset" $
+    property $ \(secs :: Int) (millis :: Int) (offsetMinutes :: Int) (line :: String) ->
+      let zone = minutesToTimeZone (offsetMinutes `mod` 1500 - 720)
+          utc = addUTCTime (fromIntegral (secs `mod` 2000000000) + fromIntegral (millis `mod` 1000) / 1000)
+                           (UTCTime (fromGregorian 1970 1 1) 0)
+          t = utcToZonedTime zone utc
+          out = stampedLine t line
+          (stamp, rest) = splitAt 29 out
+          parsed = parseTimeM False defaultTimeLocale "%Y-%m-%dT%H:%M:%S%Q%Ez" stamp :: Maybe ZonedTime
+      in counterexample out $
+           (zonedTimeToUTC <$> parsed) === Just utc .&&. rest === ' ' : line
+  it "stamps the lines herd logs" $ do
+    now <- getZonedTime
+    take 11 (stampedLine now "herd: x") `shouldBe` formatTime defaultTimeLocale "%Y-%m-%dT" now
   it "keeps lines from 50 threads whole on an unbuffered pipe" $ do
     (readEnd, writeEnd) <- createPipe
     hSetBuffering writeEnd NoBuffering

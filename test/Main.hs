@@ -13,6 +13,7 @@ import qualified RecoverySpec
 import qualified FuzzSpec
 import qualified TlsSpec
 import qualified CallerThreadSpec
+import qualified OptionsSpec
 import qualified DashboardSpec
 import qualified LogSpec
 import qualified EvolveScheduleSpec
@@ -75,5 +76,6 @@ main = do
       FuzzSpec.spec
       TlsSpec.spec
       CallerThreadSpec.spec
+      OptionsSpec.spec
       DashboardSpec.spec
       LogSpec.spec

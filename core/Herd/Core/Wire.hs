@@ -38,7 +38,6 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Builder as BB
 import qualified Data.Text as T
 import qualified Data.ByteString.Unsafe as BU
-import Data.Word (Word64, Word8)
 import Herd.Core.Packet.Policy (runHeadBytes)
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Core.Base (TaskRef (..))

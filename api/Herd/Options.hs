@@ -1,0 +1,183 @@
+-- | Your program's command line: herd's cluster flags (the ones @herd
+-- demo@ takes) as an optparse-applicative parser, and 'herdMain', a
+-- @main@ that serves as a worker before anything else runs.
+--
+-- > import Herd
+-- > import Herd.Options
+-- > import Options.Applicative
+-- >
+-- > main :: IO ()
+-- > main = herdMain "Square some numbers" (option auto (long "count" <> value 100)) $ \count cluster ->
+-- >   farm cluster squareTask [1 .. count] >>= print . sum
+--
+-- Its @--help@ lists your flags and herd's: @--workers@, @--hosts@,
+-- @--hosts-file@, @--slurm@, @--listen@, @--advertise@, @--wait-workers@,
+-- @--secret-file@, @--ship@, @--allow-partial@, @--ssh@, @--liveness@,
+-- @--start-timeout@, @--transport@, @--tls@ and @--dashboard@.
+--
+-- Promises: every flag is validated when parsed, and a bad one is
+-- reported with its name and what it accepts (a bad hosts file as a
+-- 'ConfigError' naming @--hosts-file@); in a worker process 'herdMain'
+-- parses nothing and runs nothing of yours.
+module Herd.Options
+  ( -- * A program's main
+    herdMain
+  , herdMainWith
+    -- * The cluster flags
+  , ClusterFlags (..)
+  , clusterFlags
+  , configFromFlags
+  , flagsNameRemoteWorkers
+  , awaitFlaggedWorkers
+  ) where
+
+import Control.Exception (throwIO)
+import Control.Monad (unless, when)
+import Data.Char (isDigit)
+import Herd
+import Herd.Config (parseDashboardAddress, parseHostList, parseHostsFile)
+import Herd.Worker (parseHostPort)
+import Options.Applicative
+
+-- | What herd's flags say about the cluster.
+data ClusterFlags = ClusterFlags
+  { flagWorkers      :: Maybe Int            -- ^ @--workers N@: local workers
+  , flagHosts        :: [HostSpec]           -- ^ @--hosts HOST[:N],...@: ssh hosts
+  , flagHostsFile    :: Maybe FilePath       -- ^ @--hosts-file FILE@: more ssh hosts
+  , flagSlurm        :: Bool                 -- ^ @--slurm@: one worker per task of the SLURM allocation
+  , flagListen       :: Maybe (String, Int)  -- ^ @--listen HOST[:PORT]@
+  , flagAdvertise    :: Maybe String         -- ^ @--advertise HOST@
+  , flagWaitWorkers  :: Int                  -- ^ @--wait-workers N@: workers to wait for
+  , flagSecretFile   :: Maybe FilePath       -- ^ @--secret-file FILE@
+  , flagShip         :: Bool                 -- ^ @--ship@: copy the executable to each ssh host
+  , flagAllowPartial :: Bool                 -- ^ @--allow-partial@: go on with the hosts that started
+  , flagSsh          :: Maybe String         -- ^ @--ssh COMMAND@
+  , flagLiveness     :: Maybe Double         -- ^ @--liveness SECONDS@
+  , flagStartTimeout :: Maybe Double         -- ^ @--start-timeout SECONDS@
+  , flagTransport    :: Maybe TransportKind  -- ^ @--transport tcp|unix|shm@
+  , flagTls          :: Bool                 -- ^ @--tls@
+  , flagDashboard    :: Maybe String         -- ^ @--dashboard HOST:PORT@
+  } deriving (Eq, Show)
+
+-- | The cluster flags, each validated as it is parsed.
+clusterFlags :: Parser ClusterFlags
+clusterFlags = ClusterFlags
+  <$> optional (option (wholeNumber "a worker count" 0 4096) (long "workers" <> metavar "N"
+        <> help "local workers (default: one per physical core; with --hosts, --slurm, --listen or --wait-workers, 0)"))
+  <*> option (eitherReader parseHostList) (long "hosts" <> metavar "HOST[:N],..." <> value []
+        <> help "start N workers on each host over ssh (no N: one per physical core)")
+  <*> optional (strOption (long "hosts-file" <> metavar "FILE" <> help "more ssh hosts, one per line: HOST [N]"))
+  <*> switch (long "slurm" <> help "start one worker per task of the enclosing SLURM allocation (srun)")
+  <*> optional (option listenAddress (long "listen" <> metavar "HOST[:PORT]"
+        <> help "address to listen on (default: loopback, or all interfaces with --hosts/--slurm)"))
+  <*> optional (strOption (long "advertise" <> metavar "HOST"
+        <> help "address workers connect to (default: the listen address or this host's name)"))
+  <*> option (wholeNumber "a worker count" 0 100000) (long "wait-workers" <> metavar "N" <> value 0
+        <> help "wait until N workers have joined (e.g. by herd worker --connect) before starting")
+  <*> optional (strOption (long "secret-file" <> metavar "FILE"
+        <> help "the shared secret (default: $HERD_SECRET, else ~/.herd/cookie)"))
+  <*> switch (long "ship" <> help "copy this executable to each ssh host first")
+  <*> switch (long "allow-partial" <> help "go on with the hosts that started if some fail")
+  <*> optional (strOption (long "ssh" <> metavar "COMMAND"
+        <> help "the ssh command and its options (default: ssh -o BatchMode=yes)"))
+  <*> optional (option (seconds 1 3600) (long "liveness" <> metavar "SECONDS"
+        <> help "a link silent this long counts as lost (default: 4)"))
+  <*> optional (option (seconds 0.1 86400) (long "start-timeout" <> metavar "SECONDS"
+        <> help "time for launched workers to connect (default: 30)"))
+  <*> optional (option (eitherReader parseTransportKind) (long "transport" <> metavar "tcp|unix|shm"
+        <> help "how local workers are linked (default: shm; workers on other hosts use tcp)"))
+  <*> switch (long "tls" <> help "encrypt TCP links with TLS (workers joining by hand connect to tls:HOST:PORT)")
+  <*> optional (option (eitherReader (\s -> s <$ parseDashboardAddress s)) (long "dashboard" <> metavar "HOST:PORT"
+        <> help "serve a live dashboard there (e.g. 127.0.0.1:8787; port 0: a free one, logged): \
+                \the page at /, JSON at /api/status, Prometheus metrics at /metrics"))
+
+-- | Whether the flags ask for workers from elsewhere than this host's own
+-- processes (ssh, SLURM, or workers joining by hand): then no local worker
+-- starts unless @--workers@ asks for some.
+flagsNameRemoteWorkers :: ClusterFlags -> Bool
+flagsNameRemoteWorkers f = not (null (flagHosts f)) || flagHostsFile f /= Nothing || flagSlurm f
+                           || flagListen f /= Nothing || flagWaitWorkers f > 0
+
+-- | The configuration the flags describe, on top of the one given (the
+-- hosts file is read here; one that does not parse throws 'ConfigError'
+-- naming @--hosts-file@).
+configFromFlags :: ClusterFlags -> Config -> IO Config
+configFromFlags f base = do
+  fileHosts <- case flagHostsFile f of
+    Nothing -> pure []
+    Just path -> do
+      text <- readFile path
+      either (throwIO . ConfigError "--hosts-file" . (\why -> path ++ ": " ++ why)) pure (parseHostsFile text)
+  let remote = flagsNameRemoteWorkers f
+  pure base
+    { configWorkers = case flagWorkers f of
+        Just n -> Just n
+        Nothing | remote -> Just 0
+                | otherwise -> configWorkers base
+    , configHosts = configHosts base ++ flagHosts f ++ fileHosts
+    , configSlurm = configSlurm base || flagSlurm f
+    , configListenHost = maybe (configListenHost base) (Just . fst) (flagListen f)
+    , configListenPort = maybe (configListenPort base) snd (flagListen f)
+    , configAdvertiseHost = maybe (configAdvertiseHost base) Just (flagAdvertise f)
+    , configSecret = maybe (configSecret base) SecretFile (flagSecretFile f)
+    , configShip = configShip base || flagShip f
+    , configAllowPartialStart = configAllowPartialStart base || flagAllowPartial f
+    , configSshCommand = maybe (configSshCommand base) words (flagSsh f)
+    , configLivenessTimeout = maybe (configLivenessTimeout base) id (flagLiveness f)
+    , configStartTimeout = maybe (configStartTimeout base) id (flagStartTimeout f)
+    , configTransport = maybe (configTransport base) Just (flagTransport f)
+    , configTls = configTls base || flagTls f
+    , configDashboard = maybe (configDashboard base) Just (flagDashboard f)
+    }
+
+-- | Wait for the workers @--wait-workers@ asked for (at least one), for up
+-- to the start timeout (600 s if none was given); throws 'LaunchError'
+-- saying how many came if they do not.
+awaitFlaggedWorkers :: ClusterFlags -> Cluster -> IO ()
+awaitFlaggedWorkers f cluster = do
+  let want = max 1 (flagWaitWorkers f)
+  ok <- waitForWorkers cluster want (maybe 600 id (flagStartTimeout f))
+  unless ok $ do
+    have <- clusterWorkerCount cluster
+    throwIO (LaunchError ("--wait-workers " ++ show want ++ ": only " ++ show have ++ " joined in time"))
+
+-- | The whole of a herd program's @main@. In a worker process it serves
+-- the master and exits, before anything else runs (so nothing of yours
+-- runs once per worker). Otherwise it parses the command line (your flags
+-- and herd's cluster flags, with @--help@), starts the cluster the flags
+-- describe on top of 'defaultConfig', waits for the workers
+-- @--wait-workers@ names, and runs the body with your options.
+herdMain :: String -> Parser a -> (a -> Cluster -> IO r) -> IO r
+herdMain description = herdMainWith description id
+
+-- | 'herdMain' with your own changes to the configuration, applied before
+-- the flags' (so a flag wins).
+herdMainWith :: String -> (Config -> Config) -> Parser a -> (a -> Cluster -> IO r) -> IO r
+herdMainWith description adjust yours body = do
+  serveIfWorker
+  (flags, opts) <- customExecParser (prefs (showHelpOnEmpty <> noBacktrack))
+    (info (((,) <$> clusterFlags <*> yours) <**> helper) (fullDesc <> progDesc description))
+  cfg <- configFromFlags flags (adjust defaultConfig)
+  withCluster cfg $ \cluster -> do
+    when (flagWaitWorkers flags > 0) (awaitFlaggedWorkers flags cluster)
+    body opts cluster
+
+-- A whole number within bounds, naming what it counts.
+wholeNumber :: String -> Int -> Int -> ReadM Int
+wholeNumber what lo hi = eitherReader $ \s ->
+  if not (null s) && all isDigit s && length s < 10 && read s >= lo && read s <= hi
+    then Right (read s)
+    else Left ("expected " ++ what ++ ": a whole number from " ++ show lo ++ " to " ++ show hi ++ ", got " ++ show s)
+
+-- Seconds within bounds.
+seconds :: Double -> Double -> ReadM Double
+seconds lo hi = eitherReader $ \s -> case reads s of
+  [(x, "")] | x >= lo && x <= hi -> Right x
+  _ -> Left ("expected seconds from " ++ show lo ++ " to " ++ show hi ++ ", got " ++ show s)
+
+-- HOST:PORT, or a bare host (port 0: a free one).
+listenAddress :: ReadM (String, Int)
+listenAddress = eitherReader $ \s -> case parseHostPort s of
+  Right hp -> Right hp
+  Left _ | ':' `notElem` s, not (null s) -> Right (s, 0)
+  Left why -> Left why

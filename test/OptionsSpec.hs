@@ -1,0 +1,69 @@
+-- | Herd.Options: the cluster flags a user's program gets, parsed into a
+-- configuration, and refused with the flag's name when bad.
+module OptionsSpec (spec) where
+
+import Control.Exception (try)
+import Data.List (isInfixOf)
+import Herd
+import Herd.Options
+import Options.Applicative
+import System.Directory (getTemporaryDirectory, removeFile)
+import System.IO (hClose, hPutStr, openTempFile)
+import Test.Hspec
+
+-- The flags as a program would parse them (beside one flag of its own).
+parseArgs :: [String] -> Either String (ClusterFlags, Int)
+parseArgs args = case execParserPure (prefs noBacktrack) (info (((,) <$> clusterFlags <*> own) <**> helper) fullDesc) args of
+  Success x -> Right x
+  Failure f -> Left (fst (renderFailure f "prog"))
+  CompletionInvoked _ -> Left "completion"
+  where own = option auto (long "count" <> value 10)
+
+spec :: Spec
+spec = describe "Herd.Options" $ do
+  it "gives the defaults with no flags, and the program's own flags beside herd's" $ do
+    fmap fst (parseArgs []) `shouldSatisfy` either (const False) ((== Nothing) . flagWorkers)
+    fmap snd (parseArgs ["--count", "7", "--workers", "3"]) `shouldBe` Right 7
+  it "turns the flags into the configuration they name" $ do
+    let Right (flags, _) = parseArgs [ "--workers", "3", "--hosts", "a:2,b", "--listen", "0.0.0.0:7000"
+                                     , "--tls", "--transport", "tcp", "--dashboard", "127.0.0.1:0"
+                                     , "--liveness", "6", "--secret-file", "/tmp/s" ]
+    cfg <- configFromFlags flags defaultConfig
+    configWorkers cfg `shouldBe` Just 3
+    map hostTarget (configHosts cfg) `shouldBe` ["a", "b"]
+    (configListenHost cfg, configListenPort cfg) `shouldBe` (Just "0.0.0.0", 7000)
+    configTls cfg `shouldBe` True
+    configTransport cfg `shouldBe` Just TcpTransport
+    configDashboard cfg `shouldBe` Just "127.0.0.1:0"
+    configLivenessTimeout cfg `shouldBe` 6
+    configSecret cfg `shouldBe` SecretFile "/tmp/s"
+  it "starts no local worker when the workers come from elsewhere, unless --workers says so" $ do
+    let workersOf args = either (const (pure Nothing)) (\(f, _) -> configWorkers <$> configFromFlags f defaultConfig) (parseArgs args)
+    workersOf ["--slurm"] `shouldReturn` Just 0
+    workersOf ["--wait-workers", "2"] `shouldReturn` Just 0
+    workersOf ["--slurm", "--workers", "1"] `shouldReturn` Just 1
+    workersOf [] `shouldReturn` configWorkers defaultConfig
+  it "refuses a bad flag, naming it and what it accepts" $ do
+    let refused args needle = either (needle `isInfixOf`) (const False) (parseArgs args)
+    refused ["--workers", "many"] "--workers" `shouldBe` True
+    refused ["--workers", "5000"] "from 0 to 4096" `shouldBe` True
+    refused ["--transport", "carrier-pigeon"] "transport" `shouldBe` True
+    refused ["--dashboard", "nowhere"] "--dashboard" `shouldBe` True
+    refused ["--hosts", "a:x"] "a:x" `shouldBe` True
+    refused ["--liveness", "0"] "seconds" `shouldBe` True
+    refused ["--bogus"] "--bogus" `shouldBe` True
+  it "reads a hosts file, and names --hosts-file when it does not parse" $ do
+    dir <- getTemporaryDirectory
+    (good, h1) <- openTempFile dir "hosts"
+    hPutStr h1 "# two hosts\nnode1 4\nnode2\n" >> hClose h1
+    (bad, h2) <- openTempFile dir "hosts"
+    hPutStr h2 "node1 four\n" >> hClose h2
+    let Right (goodFlags, _) = parseArgs ["--hosts-file", good]
+        Right (badFlags, _) = parseArgs ["--hosts-file", bad]
+    cfg <- configFromFlags goodFlags defaultConfig
+    map hostTarget (configHosts cfg) `shouldBe` ["node1", "node2"]
+    r <- try (configFromFlags badFlags defaultConfig)
+    case r of
+      Left (ConfigError field why) -> (field, bad `isInfixOf` why) `shouldBe` ("--hosts-file", True)
+      other -> expectationFailure ("expected a ConfigError naming --hosts-file, got " ++ either show (const "a configuration") other)
+    mapM_ removeFile [good, bad]
