@@ -5,7 +5,7 @@
 CABAL ?= cabal
 CABAL_FLAGS ?= --offline
 
-.PHONY: all deps build demo test bench-models plots haddock clean
+.PHONY: all deps build demo test check bench-models bench-report haddock clean
 
 all: build
 
@@ -33,15 +33,10 @@ test: deps
 bench-models: build
 	$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bench models --json
 
-# Redraw the README's figures (docs/*.svg); each line is the command the README names.
-plots: build
-	H=$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd); \
-	$$H bench models --plot docs/models.svg && \
-	$$H bench pfilter --simulate --cost 30ms --states 2000 --plot docs/pfilter.svg && \
-	$$H bench pfilter --simulate --cost 30ms --states 8192 --workers 512,2048 --sim-hosts 4 --plot docs/pfilter-sim.svg && \
-	$$H bench echo --items 10000 --words 1,10,100,300,1000 --plot docs/echo.svg && \
-	$$H bench parsort --n 100000 --plot docs/parsort.svg && \
-	$$H bench latency --transport tcp,unix,shm --plot docs/latency.svg
+# The benchmark page, docs/benchmarks.md, and its figures (docs/*.svg):
+# every benchmark run on this machine and its tables rewritten, never edited.
+bench-report: build
+	$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bench report --out docs/benchmarks.md
 
 haddock: deps
 	$(CABAL) haddock $(CABAL_FLAGS) lib:herd lib:herd-internal

@@ -18,6 +18,7 @@ import qualified Bench.Bandwidth as Bandwidth
 import qualified Bench.Latency as Latency
 import qualified Bench.Fuzz as Fuzz
 import qualified Bench.Chaos as Chaos
+import qualified Bench.Report as Report
 import Herd.Fuzz (FuzzTarget (..))
 import Data.Char (isDigit)
 import qualified Demo
@@ -45,6 +46,7 @@ data Command
   | BenchFuzz Fuzz.Options
   | BenchChaos Chaos.Options
   | BenchBandwidth Bandwidth.BandwidthOptions
+  | BenchReport Report.Options
   | WorkerCmd WorkerOptions
 
 -- | Parse the command line and run the command.
@@ -71,6 +73,7 @@ run = do
     BenchFuzz o -> Fuzz.run o
     BenchChaos o -> Chaos.run o
     BenchBandwidth o -> Bandwidth.runBandwidth o
+    BenchReport o -> Report.run o
     WorkerCmd o -> runWorker o
 
 commands :: Parser Command
@@ -110,7 +113,15 @@ benchCommands = hsubparser
  <> command "latency" (info (BenchLatency <$> latencyOptions)
       (progDesc "Round trip of one small message, master to one worker, per transport, beside a C floor"))
  <> command "bandwidth" (info (BenchBandwidth <$> bandwidthOptions)
-      (progDesc "MiB per second of a stream of large messages, master to one worker, per transport, beside a C floor")) )
+      (progDesc "MiB per second of a stream of large messages, master to one worker, per transport, beside a C floor"))
+ <> command "report" (info (BenchReport <$> reportOptions)
+      (progDesc "Run the benchmarks and write the benchmark page (docs/benchmarks.md) and its figures")) )
+
+reportOptions :: Parser Report.Options
+reportOptions = Report.Options
+  <$> strOption (long "out" <> metavar "FILE" <> value "docs/benchmarks.md" <> showDefault
+                 <> help "the page to write; its figures go beside it")
+  <*> switch (long "quick" <> help "small sizes: a check that the report runs, not figures to keep")
 
 fuzzOptions :: Parser Fuzz.Options
 fuzzOptions = Fuzz.Options

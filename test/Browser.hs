@@ -29,7 +29,7 @@ import Data.List (sortOn)
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Data.Word (Word8)
-import JsonValue
+import Herd.Testkit.Json
 import qualified Network.Socket as N
 import qualified Network.Socket.ByteString as NB
 import qualified Network.WebSockets as WS

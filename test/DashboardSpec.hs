@@ -18,7 +18,7 @@ import Herd
 import Herd.Config (validateConfig)
 import Herd.Core.Monitor.Ledger
 import Herd.Monitor.Render (escapeLabel)
-import JsonValue
+import Herd.Testkit.Json
 import qualified Network.Socket as N
 import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec

@@ -1,8 +1,9 @@
--- | A small JSON reader for the tests: enough to check that what herd's
--- dashboard serves parses as JSON, to look fields up in it, and to read
--- the browser's DevTools answers. Strict about syntax (one value, nothing
+-- | A small JSON reader for the tests and the benchmark report: enough to
+-- check that what herd's dashboard serves parses as JSON, to look fields
+-- up in it, to read the browser's DevTools answers and the last line of
+-- a @herd bench --json@ run. Strict about syntax (one value, nothing
 -- after it), so a malformed document fails the test that reads it.
-module JsonValue
+module Herd.Testkit.Json
   ( Value (..)
   , parseJson
   , field
