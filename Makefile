@@ -14,6 +14,7 @@ deps:
 
 build: deps
 	$(CABAL) build $(CABAL_FLAGS) exe:herd spec
+	$(CABAL) build $(CABAL_FLAGS) all
 
 demo: build
 	$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) demo
@@ -24,11 +25,21 @@ SDIST_TREE = dist-newstyle/sdist-tree
 
 test: deps
 	@./scripts/sdist-tree.sh $(SDIST_TREE)
-	cd $(SDIST_TREE) && $(CABAL) build $(CABAL_FLAGS) exe:herd spec
+	cd $(SDIST_TREE) && $(CABAL) build $(CABAL_FLAGS) exe:herd spec && $(CABAL) build $(CABAL_FLAGS) all
 	cd $(SDIST_TREE) && $$($(CABAL) list-bin $(CABAL_FLAGS) spec)
-	@cd $(SDIST_TREE) && for t in ssh netns slurm shm observe; do \
+	cd $(SDIST_TREE) && bash tests/integration/examples.sh
+	@cd $(SDIST_TREE) && for t in cli ssh netns slurm shm observe; do \
 	  HERD_BIN=$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bash tests/integration/$$t.sh || exit 1; \
 	done
+
+# The fast inner loop: the unit, property and in-process tests and the
+# command line's checks, in this tree, without root (unless a library is
+# missing), sshd, SLURM or a browser.
+check:
+	@./scripts/install-deps.sh --libraries
+	$(CABAL) build $(CABAL_FLAGS) exe:herd spec
+	$$($(CABAL) list-bin $(CABAL_FLAGS) spec) --skip "in a real browser"
+	HERD_BIN=$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bash tests/integration/cli.sh
 
 bench-models: build
 	$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bench models --json

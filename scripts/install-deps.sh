@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install the Debian packages herd builds with, only those that are missing.
 # Hackage is not used: every library comes from Debian's libghc-*-dev packages.
+# With --libraries, only what building and the in-process tests need (make
+# check): no browser, sshd or SLURM.
 set -euo pipefail
-packages=(
+libraries=(
   ghc cabal-install
   libghc-store-dev libghc-store-core-dev libghc-network-dev libghc-async-dev
   libghc-optparse-applicative-dev libghc-parallel-dev
@@ -12,13 +14,19 @@ packages=(
   # certificates
   libghc-tls-dev libghc-x509-dev libghc-asn1-types-dev libghc-hourglass-dev libghc-data-default-class-dev
   libghc-hspec-dev libghc-quickcheck2-dev
-  # the dashboard's test drives a real headless browser over the DevTools
-  # protocol (a websocket)
-  chromium libghc-websockets-dev libghc-zlib-dev
+  # the dashboard's test talks to a browser over the DevTools protocol (a
+  # websocket); the suite builds with them whether or not it runs that test
+  libghc-websockets-dev libghc-zlib-dev
+)
+components=(
+  # the dashboard's test drives a real headless browser
+  chromium
   # the integration tests start real components: sshd, SLURM with munge,
   # and network namespaces
   openssh-server openssh-client slurm-wlm munge iproute2 procps
 )
+packages=("${libraries[@]}")
+if [ "${1:-}" != "--libraries" ]; then packages+=("${components[@]}"); fi
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
