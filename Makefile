@@ -50,7 +50,7 @@ bench-report: build
 	$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bench report --out docs/benchmarks.md
 
 haddock: deps
-	$(CABAL) haddock $(CABAL_FLAGS) lib:herd lib:herd-internal
+	$(CABAL) haddock $(CABAL_FLAGS) lib:herd lib:herd-core lib:herd-internal lib:herd-testkit
 
 clean:
 	rm -rf dist-newstyle

@@ -1,56 +1,80 @@
--- | herd: run a pure function over a lot of work on every core, as many
--- separate GHC runtimes (one pinned to each physical core) coordinated by a
--- master over message passing.
+-- | herd: run a pure function over a lot of work on every core, and on
+-- many machines, as separate GHC runtimes (one pinned to each physical
+-- core) that a master coordinates by message passing. One runtime stops
+-- scaling near 8-10 cores; many runtimes do not.
 --
--- = A farm in one page
+-- = A complete program
 --
--- Wrap the function in a 'Task' inside a @static@ form, at top level of a
--- module other than @Main@:
+-- The function goes in a module other than @Main@, as a 'Task' inside a
+-- @static@ form at top level (GHC can fail to link a @static@ form in
+-- @Main@ under @-O@):
 --
 -- > {-# LANGUAGE StaticPointers #-}
--- > module Work (fibTask) where
+-- > module Work (collatzTask) where
+-- >
 -- > import GHC.StaticPtr (StaticPtr)
 -- > import Herd
--- > fib :: Int -> Int
--- > fib n = if n < 2 then n else fib (n - 1) + fib (n - 2)
--- > fibTask :: StaticPtr (Task Int Int)
--- > fibTask = static (task fib)
+-- >
+-- > collatzSteps :: Int -> Int
+-- > collatzSteps = go 0
+-- >   where go steps 1 = steps
+-- >         go steps k = go (steps + 1) (if even k then k `div` 2 else 3 * k + 1)
+-- >
+-- > collatzTask :: StaticPtr (Task Int Int)
+-- > collatzTask = static (named "collatzSteps" (task collatzSteps))
 --
--- Then start a cluster and farm out the work:
+-- and @main@ is one call, 'Herd.Options.herdMain', which gives the program
+-- herd's command-line flags (@--workers@, @--hosts@, @--slurm@, @--tls@,
+-- @--dashboard@ ...) beside its own:
 --
+-- > module Main (main) where
+-- >
+-- > import Herd
+-- > import Herd.Options (herdMain)
+-- > import Options.Applicative
+-- > import Work (collatzTask)
+-- >
 -- > main :: IO ()
--- > main = withCluster defaultConfig $ \cluster -> do
--- >   ys <- farm cluster fibTask [30 .. 40]   -- results in input order
--- >   print ys
+-- > main = herdMain "The longest Collatz sequence below 100000" (pure 100000) $ \n cluster -> do
+-- >   steps <- farm cluster collatzTask [1 .. n - 1]
+-- >   print (maximum (zip steps [1 :: Int ..]))
 --
--- The same executable is master and worker: 'withCluster' starts one worker
--- process per physical core by re-running the executable, and in those
--- processes it serves the master instead of running the body. Link with
--- @-threaded -rtsopts@ so workers get their RTS options.
+-- Link it with @-threaded -rtsopts@. The same executable is master and
+-- worker: the master starts its workers by running the executable again,
+-- and in those processes 'Herd.Options.herdMain' (or 'withCluster')
+-- serves the master and never runs your code. Anything @main@ does
+-- before 'withCluster' runs in every worker too; 'Herd.Options.herdMain'
+-- is the whole of @main@ so that nothing can, and a program that needs
+-- its own start calls 'serveIfWorker' first thing.
 --
--- = Promises
+-- Arguments and results cross the wire with @store@: your own types need
+-- 'Data.Store.Store' instances (@instance Store T@ with a 'GHC.Generics.Generic'
+-- instance is enough).
+--
+-- = What herd promises
 --
 -- * No result is lost or duplicated: each task's result is delivered
 --   exactly once; a lost worker's unfinished tasks run on another.
+-- * A task that kills its workers is named ('TaskKilledWorkers') after
+--   'configMaxTaskDeaths' deaths, not retried forever.
+-- * No caller waits forever: if every worker is lost and none is coming
+--   back, the call throws; every call is answered exactly once.
 -- * No worker process is leaked: workers exit when the master does, even
---   when the master is killed with SIGKILL.
--- * No caller waits forever: if every worker is lost, the call throws.
+--   when it is killed with SIGKILL.
 -- * Nobody joins without the secret: every connection proves a shared
---   secret (mutual HMAC-SHA256 challenge-response, "Herd.Auth") before
---   anything else it sends is read.
--- * Nothing from a peer is decoded before it passes the handshake
---   (protocol version and build identity), and every length in a frame is
---   checked against the bytes present before anything is allocated.
--- * A silent link is noticed: after 'configLivenessTimeout' without an
---   answer from the worker's host, its tasks run elsewhere.
+--   secret (mutual HMAC-SHA256) before anything else it sends is read, and
+--   nothing from a peer is decoded before it passes the handshake.
 --
--- = Beyond one machine
+-- = Where to read on
 --
--- Set 'configHosts' to start workers over ssh, 'configSlurm' inside a
--- SLURM allocation, or let workers join by hand ('clusterJoinCommand');
--- see the README's "Running on a cluster".
+-- The guide (@docs/guide.md@) walks through the API by task; operations
+-- (@docs/operations.md@) covers launching on clusters, secrets and TLS,
+-- the dashboard and tuning.
 module Herd
-  ( -- * Clusters
+  ( -- * Starting a cluster
+    -- | 'withCluster' starts the master and its workers and runs the body
+    -- with the cluster; 'Herd.Options.herdMain' does the same from the
+    -- command line.
     withCluster
   , Cluster
   , clusterAddress
@@ -63,28 +87,36 @@ module Herd
   , clusterCounters
   , serveIfWorker
     -- * Configuration
+    -- | A plain record: start from 'defaultConfig' and change what you
+    -- need; 'withCluster' refuses a bad field with 'ConfigError' naming it.
   , Config (..)
   , defaultConfig
   , Pinning (..)
   , Batching (..)
   , HostSpec (..)
   , SecretSource (..)
-    -- * Tasks
+    -- * Tasks: the functions workers run
   , Task
   , task
   , named
-    -- * Farms
+    -- * Farms: a function over a list
+    -- | 'farm' gives results in input order and fails with the first task
+    -- that fails; 'farmEither' gives each task its own answer;
+    -- 'farmAsCompleted' hands results over as they arrive.
   , farm
   , farmWithStats
   , farmAsCompleted
   , farmEither
-    -- * Stream processes
+    -- * Stream processes: a list function on a worker, element by element
   , Process
   , process
   , namedProcess
   , withStream
   , instantiate
-    -- * Stateful evolution (the particle filter's API)
+    -- * Stateful evolution: states kept on the workers between calls
+    -- | The particle filter's API: 'resetStates' spreads states over the
+    -- workers, 'evolveMany' steps those you give inputs to, and only the
+    -- step's outputs come back.
   , Evolve
   , Evolver
   , evolver
@@ -115,7 +147,7 @@ module Herd
   , FlushReason (..)
     -- * Watching a running cluster
     -- | Set 'configDashboard' to serve a live page, JSON and Prometheus
-    -- metrics (see the README's "Watching a cluster"); from code,
+    -- metrics (see docs/operations.md, "Watching a cluster"); from code,
     -- 'clusterStatus' is the same snapshot.
   , clusterDashboard
   , clusterStatus
@@ -134,6 +166,7 @@ module Herd
     -- 'configSimulatedWorkers').
   , simulatedWork
     -- * Errors
+    -- | Every failure herd reports is a 'HerdError', shown as a sentence.
   , HerdError (..)
   ) where
 

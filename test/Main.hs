@@ -14,6 +14,7 @@ import qualified FuzzSpec
 import qualified TlsSpec
 import qualified CallerThreadSpec
 import qualified OptionsSpec
+import qualified DocsSpec
 import qualified DashboardSpec
 import qualified LogSpec
 import qualified EvolveScheduleSpec
@@ -77,5 +78,6 @@ main = do
       TlsSpec.spec
       CallerThreadSpec.spec
       OptionsSpec.spec
+      DocsSpec.spec
       DashboardSpec.spec
       LogSpec.spec

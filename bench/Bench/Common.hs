@@ -81,7 +81,7 @@ warmRuns = 3
 -- to 1.3-1.8 ms over their first twenty or so (a temporary build timing
 -- each run), with few page faults
 -- counted in the guest (@perf record -e page-faults@), so presumably
--- this VM's memory warming up behind the guest (see the README).
+-- this VM's memory warming up behind the guest.
 warmRepeat :: IO a -> IO ()
 warmRepeat act = do
   t0 <- monotonicSeconds

@@ -15,6 +15,9 @@
 --   readers drive exactly the same machine; a command that fails (an
 --   argument that throws, a result that does not decode, a send that
 --   breaks) is fed back as an event, never lost.
+-- * INV-CALLER-CODE: no caller's code runs under the lock: a farm's
+--   results go to its caller's thread undecoded ('FarmNews'), and an
+--   evolve session's answer is a put into its caller's variable.
 -- * Sends never block the shell: what the kernel does not take at once
 --   goes to the link's writer thread; a worker with more than 64 MiB
 --   waiting is dropped.

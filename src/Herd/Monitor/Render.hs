@@ -2,7 +2,7 @@
 -- JSON for @/api/status@ and the page, and Prometheus's text exposition
 -- format (version 0.0.4) for @/metrics@. Pure.
 --
--- Promises: the JSON is one object (the README lists its fields); every
+-- Promises: the JSON is one object (docs/operations.md lists its fields); every
 -- metric line is @name{labels} value@ with a @# HELP@ and a @# TYPE@
 -- line before the first of its name, label values escaped as the format
 -- asks (backslash, double quote, newline), and counters only count

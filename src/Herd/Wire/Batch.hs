@@ -16,7 +16,7 @@
 -- and no read goes past them; a value that throws while it is evaluated or
 -- encoded, or that does not decode, is reported with its position, and
 -- nothing after it is used. (Inside a user's own types @store@ is trusted
--- as it is; see the README.)
+-- as it is; see docs/operations.md.)
 module Herd.Wire.Batch
   ( -- * The master's arguments
     ArgTable

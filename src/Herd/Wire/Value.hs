@@ -4,7 +4,7 @@
 --
 -- Promise: a decoder consumes exactly the bytes it is given, or fails with
 -- a message; it never reads past them. (Inside a user's own types @store@
--- is trusted as it is; see the README.)
+-- is trusted as it is; see docs/operations.md.)
 module Herd.Wire.Value
   ( valueEncoder
   , decodeValueIO

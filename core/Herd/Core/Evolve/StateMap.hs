@@ -4,8 +4,8 @@
 --
 -- A 'StateMap' is an 'IM.IntMap' under the id's bits, not a 'Data.Map'
 -- of 'StateId': with thousands of states the master's maps were a large
--- share of its time, each step down a 'Data.Map' a call of 'Word64''s
--- 'compare' through its dictionary, and each insert a rebalancing. Promise: it iterates in the order of 'StateId''s 'Ord'
+-- share of its time, each step down a 'Data.Map' a call of @Word64@'s
+-- 'compare' through its dictionary, and each insert a rebalancing. Promise: it iterates in the order of @StateId@'s 'Ord'
 -- (the ids' unsigned order), as the 'Data.Map' did, so every list made
 -- from one is in the order it always was. Pure.
 module Herd.Core.Evolve.StateMap
@@ -61,7 +61,7 @@ instance Show a => Show (StateMap a) where
   show m = "fromList " ++ show (toList m)
 
 -- The id's bits as an Int whose signed order is the id's unsigned order
--- (the top bit flipped), so the IntMap walks keys as 'StateId''s 'Ord'.
+-- (the top bit flipped), so the IntMap walks keys as @StateId@'s 'Ord'.
 key :: StateId -> Int
 key (StateId w) = fromIntegral (w `xor` topBit)
 {-# INLINE key #-}
