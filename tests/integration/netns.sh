@@ -51,10 +51,15 @@ log "cut the link of the worker in namespace A"
 
 wait $MASTER || fail "the master failed: $(cat "$WORK/err")"
 grep -q "complete and correct" "$WORK/out" || fail "results incomplete: $(cat "$WORK/out")"
-lost=$(grep -m1 "herd: worker .* lost" "$WORK/err" | cut -d' ' -f1)
-rerun=$(grep -m1 "re-sent to worker" "$WORK/err" | cut -d' ' -f1)
+# herd's log lines start with a local ISO 8601 time: as seconds since 1970
+stamp() { grep -m1 "$1" "$WORK/err" | cut -d' ' -f1; }
+seconds() { date -d "$1" +%s.%N; }
+lost=$(stamp "herd: worker .* lost")
+rerun=$(stamp "re-sent to worker")
 [ -n "$lost" ] || fail "the master never noticed the cut: $(cat "$WORK/err")"
 [ -n "$rerun" ] || fail "the lost worker's tasks were never re-sent: $(cat "$WORK/err")"
+lost=$(seconds "$lost") || fail "not a time: $lost"
+rerun=$(seconds "$rerun") || fail "not a time: $rerun"
 noticed=$(awk -v a="$lost" -v b="$cut" 'BEGIN { printf "%.3f", a - b }')
 moved=$(awk -v a="$rerun" -v b="$cut" 'BEGIN { printf "%.3f", a - b }')
 printf '     netns: link cut -> worker declared lost: %.2f s; -> its tasks running elsewhere: %.2f s (liveness timeout 4 s)\n' "$noticed" "$moved"
