@@ -92,6 +92,7 @@ module Herd
   , Config (..)
   , defaultConfig
   , Pinning (..)
+  , MemoryLimit (..)
   , Batching (..)
   , HostSpec (..)
   , SecretSource (..)

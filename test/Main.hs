@@ -15,6 +15,7 @@ import qualified TlsSpec
 import qualified CallerThreadSpec
 import qualified OptionsSpec
 import qualified DocsSpec
+import qualified MemorySpec
 import qualified DashboardSpec
 import qualified LogSpec
 import qualified EvolveScheduleSpec
@@ -79,5 +80,6 @@ main = do
       CallerThreadSpec.spec
       OptionsSpec.spec
       DocsSpec.spec
+      MemorySpec.spec
       DashboardSpec.spec
       LogSpec.spec

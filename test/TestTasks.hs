@@ -16,11 +16,13 @@ module TestTasks
   , countEvolver
   , slowEvolver
   , SlowToDecode (..)
+  , memoryHogTask
   , slowToDecodeTask
   , exitEvolver
   ) where
 
 import Control.Concurrent (threadDelay)
+import Control.Exception (evaluate)
 import Control.Monad.IO.Class (liftIO)
 import Data.Store (Size (..), Store (..))
 import qualified Data.ByteString as B
@@ -72,6 +74,23 @@ instance Store SlowToDecode where
 -- | Its argument, as a result that takes 200 ms to decode.
 slowToDecodeTask :: StaticPtr (Task Int SlowToDecode)
 slowToDecodeTask = static (named "slowToDecode" (task SlowToDecode))
+
+-- Its input back; a negative input -n first holds n MiB resident for two
+-- seconds (written, so every page is touched), longer than the master
+-- takes to see it.
+memoryHog :: Int -> Int
+memoryHog n
+  | n >= 0 = n
+  | otherwise = unsafePerformIO $ do
+      let held = B.replicate (negate n * 1024 * 1024) 7
+      _ <- evaluate (B.length held)
+      threadDelay 2000000
+      pure (fromIntegral (B.last held))
+{-# NOINLINE memoryHog #-}
+
+-- | 'memoryHog' as a task: for the memory limit's test.
+memoryHogTask :: StaticPtr (Task Int Int)
+memoryHogTask = static (named "memoryHog" (task memoryHog))
 
 -- | Square an Int.
 squareTask :: StaticPtr (Task Int Int)

@@ -7,6 +7,7 @@
 module Herd.Config
   ( Config (..)
   , Pinning (..)
+  , MemoryLimit (..)
   , Batching (..)
   , MasterLoop (..)
   , parseMasterLoop

@@ -81,6 +81,7 @@ import Herd.Master.Restarts (withRestarts)
 import Herd.Master.Reader
 import Herd.Core.Master.Session (SessionOutcome, SessionRequest (..))
 import Herd.Master.Shell
+import Herd.Launch.Memory (withMemoryWatch)
 import Herd.Master.Streams
 import Herd.Master.ThreadedReader
 import Herd.Master.Cluster
@@ -200,7 +201,8 @@ withMaster config raw body = do
             awaitLaunches cfg (M.elems <$> readTVarIO (shellWorkers shell)) launches
             joined <- M.size <$> readTVarIO (shellWorkers shell)
             reserveHeap (heapReserveBytes (configMasterHeapReserve cfg) joined)
-            withRestarts cfg shell (clClosed cluster) local (body cluster)
+            withRestarts cfg shell (clClosed cluster) local $
+              withMemoryWatch cfg shell (length plan) (body cluster)
   where
     isWildcard h = h `elem` ["0.0.0.0", "::", "*"]
     -- the abstract socket local workers connect to, named after the TCP

@@ -30,6 +30,9 @@ data LinkFault
     -- ^ a message from this peer (its address) did not decode: why
   | ProtocolViolation !Violation
     -- ^ a well-formed message the protocol does not allow at that point
+  | MemoryExceeded !Int !Int
+    -- ^ the worker's resident memory (bytes) was over its limit (bytes):
+    -- the master killed it
   deriving (Eq, Show)
 
 -- | A well-formed message that the protocol does not allow where it came.
@@ -65,6 +68,9 @@ renderFault f = case f of
   BadPacket peer why -> "bad packet from " ++ peer ++ ": " ++ why
   BadMessage peer why -> "bad message from " ++ peer ++ ": " ++ why
   ProtocolViolation v -> "bad message: " ++ renderViolation v
+  MemoryExceeded rss limit ->
+    "it exceeded its memory limit (" ++ show (mib rss) ++ " MiB resident, limit " ++ show (mib limit) ++ " MiB)"
+  where mib b = b `div` (1024 * 1024)
 
 -- | A protocol violation as text.
 renderViolation :: Violation -> String

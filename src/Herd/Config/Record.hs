@@ -3,6 +3,7 @@
 module Herd.Config.Record
   ( Config (..)
   , Pinning (..)
+  , MemoryLimit (..)
   , hasRemoteLaunch
   , listenHostFor
   , defaultConfig
@@ -18,6 +19,13 @@ import Herd.HeapReserve (defaultWorkerHeapReserve)
 import System.Info (os)
 import Herd.Core.Base (Batching (..), MasterLoop (..), TransportKind (..))
 import Herd.Core.Config.Parse
+
+-- | How much memory a worker the master starts may hold.
+data MemoryLimit
+  = MemoryLimitAuto     -- ^ 90% of this host's memory shared out among its local workers (default)
+  | MemoryLimitMiB Int  -- ^ this many MiB of resident memory each
+  | NoMemoryLimit       -- ^ no limit: a runaway task meets the kernel's out-of-memory killer
+  deriving (Eq, Show)
 
 -- | Which CPUs local workers are pinned to.
 data Pinning
@@ -155,6 +163,14 @@ data Config = Config
     -- SLURM workers alike. Default 0, none
     -- ('Herd.HeapReserve.defaultWorkerHeapReserve'); 64 made large
     -- messages faster and TCP bandwidth slower
+  , configWorkerMemoryLimit :: MemoryLimit
+    -- ^ the resident memory each local worker may hold (workers this
+    -- master starts on its own host; not yet those of ssh hosts or
+    -- SLURM). The master reads each one's resident set a few times a
+    -- second; a worker above its limit is killed and restarted, and the
+    -- tasks it ran are charged with its death, so a task that always
+    -- blows the limit fails its farm with 'Herd.Core.Error.TaskKilledWorkers'
+    -- saying so. Default 'MemoryLimitAuto'
   }
 
 
@@ -226,6 +242,7 @@ defaultConfig = Config
   , configRestartWorkers   = True
   , configMasterHeapReserve = Nothing
   , configWorkerHeapReserve = defaultWorkerHeapReserve
+  , configWorkerMemoryLimit = MemoryLimitAuto
   }
 
 -- | The packet policy a configuration asks for.

@@ -75,6 +75,8 @@ validateConfig c
       bad "configMasterHeapReserve" (reserveRange mib)
   | not (reserveInRange (configWorkerHeapReserve c)) =
       bad "configWorkerHeapReserve" (reserveRange (configWorkerHeapReserve c))
+  | MemoryLimitMiB mib <- configWorkerMemoryLimit c, mib < 16 || mib > 16777216 =
+      bad "configWorkerMemoryLimit" ("must be from 16 to 16777216 MiB, got " ++ show mib)
   | configWorkerNice c < 0 || configWorkerNice c > 19 =
       bad "configWorkerNice" ("must be from 0 to 19, got " ++ show (configWorkerNice c))
   | any (\o -> null o || head o /= '-') (configWorkerRtsOptions c) =

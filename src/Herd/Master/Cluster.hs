@@ -35,6 +35,7 @@ import Herd.Core.Evolve.Schedule (Registry)
 import Herd.Clock (monotonicSeconds)
 import Control.Concurrent (threadDelay)
 import Herd.Master.Shell (Shell, shellAwaited, shellCore, shellCounters, shellDeparted, shellPeers, shellWorkers)
+import Herd.Master.ShellState (Shell (shMemory))
 import Herd.Monitor.Feed (Feed, feedStarted, recentLines)
 import Herd.Core.Monitor.Status (Inputs (..), Status, buildStatus)
 import Herd.Master.Types
@@ -133,10 +134,11 @@ clusterStatus c = do
   links <- M.fromList <$> clusterPacketStats c
   counters <- readIORef (shellCounters sh)
   logLines <- recentLines (clFeed c)
+  (limit, memory) <- readTVarIO (shMemory sh)
   pure $ buildStatus Inputs
     { inNow = now, inStarted = feedStarted (clFeed c), inLoop = masterLoopName (clusterMasterLoop c)
     , inCore = core, inConnected = connected, inDeparted = departed, inLinks = links
-    , inCounters = counters, inLog = logLines }
+    , inCounters = counters, inLog = logLines, inMemory = memory, inMemoryLimit = limit }
 
 -- | Where the cluster's dashboard listens (host and the port bound, which
 -- 'configDashboard' may leave to the system with port 0), if it has one.

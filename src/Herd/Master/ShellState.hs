@@ -59,6 +59,8 @@ data Shell = Shell
   , shPeers    :: !(TVar (M.Map WorkerId (Sender, IORef PeerStats)))  -- ^ each link's sender and received counts
   , shCounters :: !(IORef ConnectionCounters)   -- ^ the acceptor's counters
   , shLosses   :: !(IORef LossHooks)            -- ^ who replaces lost workers
+  , shMemory   :: !(TVar (Maybe Int, M.Map WorkerId Int))
+    -- ^ the resident bytes a watched worker may hold, and each watched worker's, as last read
   }
 
 -- | What the shell asks of whoever restarts lost workers
@@ -87,7 +89,7 @@ data Registration
 newShell :: Config -> IO Shell
 newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty)
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
-                         <*> newIORef noCounters <*> newIORef noLossHooks
+                         <*> newIORef noCounters <*> newIORef noLossHooks <*> newTVarIO (Nothing, M.empty)
   where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ()) (pure 0)
 
 -- | Give the shell its reader.

@@ -42,6 +42,7 @@ statusJson s = renderJson $ JObject
   , ("connections", connections (statusCounters s))
   , ("packets_by_rule", JObject [ (flushReasonName r, JInt (fromIntegral n)) | (r, n) <- statusFlushes s ])
   , ("log", JArray [ JObject [("t", JNumber t), ("line", JString l)] | (t, l) <- statusLog s ])
+  , ("worker_memory_limit_bytes", maybe JNull int (statusMemoryLimit s))
   ]
   where
     int = JInt . fromIntegral
@@ -66,6 +67,7 @@ statusJson s = renderJson $ JObject
            , ("streams", int (rowStreams r))
            , ("states", int (rowStates r))
            , ("lost_why", maybe JNull (JString . departedWhy) (accountLeft a))
+           , ("memory_bytes", maybe JNull int (rowMemory r))
            ] ++ maybe [] link (rowLink r)
     link p =
       [ ("packets_sent", int (packetsSent p)), ("messages_sent", int (messagesSent p))
@@ -122,6 +124,10 @@ prometheusText s = concat
       (fromIntegral . accountEvolved . rowAccount)
   , perWorker "herd_worker_tasks_in_flight" "gauge" "Farm tasks sent to the worker, not yet answered."
       (fromIntegral . rowInFlight)
+  , metric "herd_worker_resident_bytes" "gauge" "The worker's resident memory, as the master last read it."
+      [ (workerLabels r, fromIntegral m) | r <- statusWorkers s, Just m <- [rowMemory r] ]
+  , metric "herd_worker_memory_limit_bytes" "gauge" "The resident memory a watched worker may hold."
+      [ ([], fromIntegral m) | Just m <- [statusMemoryLimit s] ]
   , perLink "herd_packets_sent_total" "Packets the master sent to the worker." packetsSent
   , perLink "herd_messages_sent_total" "Messages the master sent to the worker." messagesSent
   , perLink "herd_bytes_sent_total" "Bytes the master sent to the worker." bytesSent

@@ -55,6 +55,7 @@ data WorkerRow = WorkerRow
   , rowStreams   :: !Int                 -- ^ open stream processes
   , rowStates    :: !Int                 -- ^ states of the running evolve call held there
   , rowLink      :: !(Maybe PeerStats)   -- ^ its link's packet statistics (connected workers)
+  , rowMemory    :: !(Maybe Int)         -- ^ its resident memory in bytes, as last read (workers the master watches)
   } deriving (Eq, Show)
 
 -- | One running farm job.
@@ -84,6 +85,7 @@ data Status = Status
   , statusWorkingSeconds :: !Double     -- ^ seconds the cluster had work
   , statusFlushes   :: ![(FlushReason, Int)]  -- ^ packets the master sent, by the rule that sent them
   , statusLog       :: ![(Double, String)]    -- ^ recent log lines, oldest first, with seconds since the start
+  , statusMemoryLimit :: !(Maybe Int)   -- ^ the resident bytes a watched worker may hold
   } deriving (Eq, Show)
 
 -- | What a snapshot is built from.
@@ -97,6 +99,8 @@ data Inputs = Inputs
   , inLinks     :: !(M.Map WorkerId PeerStats)  -- ^ each connected worker's link statistics
   , inCounters  :: !ConnectionCounters  -- ^ the acceptor's counters
   , inLog       :: ![(Double, String)]  -- ^ recent log lines
+  , inMemory    :: !(M.Map WorkerId Int)  -- ^ the watched workers' resident bytes, as last read
+  , inMemoryLimit :: !(Maybe Int)         -- ^ what each may hold
   }
 
 -- | Build the snapshot.
@@ -115,6 +119,7 @@ buildStatus i = Status
   , statusFlushes = [ (r, n) | r <- allFlushReasons
                              , let n = sum [ M.findWithDefault 0 r (flushesBy p) | p <- M.elems (inLinks i) ], n > 0 ]
   , statusLog = inLog i
+  , statusMemoryLimit = inMemoryLimit i
   }
   where
     core = inCore i
@@ -139,7 +144,8 @@ buildStatus i = Status
            , rowInFlight = inFlight
            , rowStreams = nStreams
            , rowStates = nStates
-           , rowLink = if lost then Nothing else M.lookup w (inLinks i) }
+           , rowLink = if lost then Nothing else M.lookup w (inLinks i)
+           , rowMemory = if lost then Nothing else M.lookup w (inMemory i) }
     job (name, p) =
       let elapsed = max 0 (inNow i - S.progressStarted p)
           done = S.progressDone p

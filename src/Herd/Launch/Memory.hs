@@ -1,0 +1,93 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | Memory governance for the workers the master starts on its own host:
+-- a few times a second the master reads each one's resident set (Linux's
+-- @/proc/PID/status@), keeps the readings for the dashboard, and kills a
+-- worker above its limit, after telling the core why
+-- ('Herd.Core.Fault.MemoryExceeded'), so that the tasks it ran are
+-- charged with its death and a task that always blows the limit is named.
+-- The supervisor then restarts the worker, as after any death.
+--
+-- Promises: only workers of this host's own launch are read or killed
+-- (never one that joined by hand, nor one on another host); the core hears
+-- of the kill before the link's end, so the death is charged to memory;
+-- a worker whose process is gone is skipped, not an error.
+module Herd.Launch.Memory
+  ( resolveMemoryLimit
+  , residentBytes
+  , hostMemoryBytes
+  , withMemoryWatch
+  , memoryWatchPeriod
+  ) where
+
+import Control.Concurrent (threadDelay)
+import Control.Concurrent.Async (withAsync)
+import Control.Concurrent.STM
+import Control.Exception (IOException, try)
+import Control.Monad (forM, forM_, forever, when)
+import Data.Char (isDigit, isSpace)
+import Data.List (isPrefixOf)
+import qualified Data.Map.Strict as M
+import Data.Maybe (catMaybes)
+import Herd.Config (Config (..), MemoryLimit (..))
+import Herd.Core.Fault (LinkFault (..), renderFault)
+import Herd.Core.Master.Events (Event (..))
+import Herd.Core.Master.Workers (WorkerInfo (..))
+import Herd.Master.Shell (Shell, shellStep, shellWorkers)
+import Herd.Master.ShellState (Shell (shMemory))
+import System.Posix.Signals (sigKILL, signalProcess)
+
+-- | How often each watched worker's memory is read: 0.2 s.
+memoryWatchPeriod :: Double
+memoryWatchPeriod = 0.2
+
+-- | The limit in bytes for this many local workers ('Nothing': none).
+-- 'MemoryLimitAuto' shares out 90% of this host's memory.
+resolveMemoryLimit :: MemoryLimit -> Int -> IO (Maybe Int)
+resolveMemoryLimit limit workers = case limit of
+  NoMemoryLimit -> pure Nothing
+  MemoryLimitMiB mib -> pure (Just (mib * 1024 * 1024))
+  MemoryLimitAuto
+    | workers <= 0 -> pure Nothing
+    | otherwise -> fmap (\total -> total `div` 10 * 9 `div` workers) <$> hostMemoryBytes
+
+-- | This host's memory ('Nothing' where @/proc/meminfo@ says nothing).
+hostMemoryBytes :: IO (Maybe Int)
+hostMemoryBytes = fmap (* 1024) . kibField "MemTotal:" <$> readOr "/proc/meminfo"
+
+-- | A process's resident memory in bytes ('Nothing': no such process).
+residentBytes :: Int -> IO (Maybe Int)
+residentBytes pid = fmap (* 1024) . kibField "VmRSS:" <$> readOr ("/proc/" ++ show pid ++ "/status")
+
+-- A "Name: N kB" field of a /proc file.
+kibField :: String -> String -> Maybe Int
+kibField name text = case [ dropWhile isSpace (drop (length name) l) | l <- lines text, name `isPrefixOf` l ] of
+  v : _ | ds@(_ : _) <- takeWhile isDigit v, length ds < 16 -> Just (read ds)
+  _ -> Nothing
+
+readOr :: FilePath -> IO String
+readOr path = do
+  r <- try (readFile path >>= \s -> length s `seq` pure s)
+  pure (either (\(_ :: IOException) -> "") id r)
+
+-- | Run the body while the workers of this host's launch (group
+-- @local@) are watched against the configured limit, for this many local
+-- workers; with no limit, their memory is still read for the dashboard.
+withMemoryWatch :: Config -> Shell -> Int -> IO a -> IO a
+withMemoryWatch cfg sh localWorkers body = do
+  limit <- resolveMemoryLimit (configWorkerMemoryLimit cfg) localWorkers
+  atomically (modifyTVar' (shMemory sh) (\(_, m) -> (limit, m)))
+  if localWorkers <= 0 then body else withAsync (forever (watchOnce limit >> pause)) (const body)
+  where
+    pause = threadDelay (round (memoryWatchPeriod * 1e6))
+    watchOnce limit = do
+      workers <- M.toList <$> readTVarIO (shellWorkers sh)
+      readings <- fmap catMaybes $ forM [ (w, i) | (w, i) <- workers, infoGroup i == "local" ] $ \(w, i) ->
+        fmap (\rss -> (w, i, rss)) <$> residentBytes (infoPid i)
+      atomically (modifyTVar' (shMemory sh) (\(l, _) -> (l, M.fromList [ (w, rss) | (w, _, rss) <- readings ])))
+      forM_ readings $ \(w, i, rss) -> forM_ limit $ \cap -> when (rss > cap) $ do
+        let fault = MemoryExceeded rss cap
+        configLog cfg ("herd: killing worker " ++ show w ++ " (pid " ++ show (infoPid i) ++ "): " ++ renderFault fault)
+        -- the core first, so the death is charged to memory, not to a closed link
+        shellStep sh True [LinkDown w fault]
+        _ <- try (signalProcess sigKILL (fromIntegral (infoPid i))) :: IO (Either IOException ())
+        pure ()

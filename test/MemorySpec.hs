@@ -1,0 +1,44 @@
+-- | Memory governance: the master reads its local workers' resident
+-- memory, shows it, and kills a worker over its limit; the task that
+-- keeps blowing the limit is named, and the other tasks finish.
+module MemorySpec (spec) where
+
+import Data.List (isInfixOf)
+import qualified Data.ByteString.Char8 as BC
+import Herd
+import Herd.Launch.Memory (hostMemoryBytes, residentBytes, resolveMemoryLimit)
+import System.Posix.Process (getProcessID)
+import Test.Hspec
+import TestTasks (memoryHogTask)
+
+spec :: Spec
+spec = describe "worker memory limits" $ do
+  it "reads a process's resident memory and shares out the host's" $ do
+    me <- fromIntegral <$> getProcessID
+    residentBytes me >>= (`shouldSatisfy` maybe False (> 1024 * 1024))
+    residentBytes 0 `shouldReturn` Nothing
+    Just total <- hostMemoryBytes
+    resolveMemoryLimit MemoryLimitAuto 2 `shouldReturn` Just (total `div` 10 * 9 `div` 2)
+    resolveMemoryLimit (MemoryLimitMiB 300) 2 `shouldReturn` Just (300 * 1024 * 1024)
+    resolveMemoryLimit NoMemoryLimit 2 `shouldReturn` Nothing
+    resolveMemoryLimit MemoryLimitAuto 0 `shouldReturn` Nothing
+
+  it "kills a worker over its limit, names the task that keeps blowing it, and finishes the others" $ do
+    let cfg = defaultConfig { configWorkers = Just 2, configWorkerMemoryLimit = MemoryLimitMiB 200
+                            , configSecret = SecretValue (BC.pack "memory-spec-secret-0123456789") }
+    withCluster cfg $ \cluster -> do
+      status <- clusterStatus cluster
+      statusMemoryLimit status `shouldBe` Just (200 * 1024 * 1024)
+      -- task 10 holds 400 MiB, twice the limit, on every worker it runs on
+      answers <- farmEither cluster memoryHogTask ([1 .. 10] ++ [-400] ++ [11 .. 20])
+      [ y | Right y <- answers ] `shouldBe` [1 .. 20]
+      case answers !! 10 of
+        Left (TaskKilledWorkers 10 _ deaths why) -> do
+          deaths `shouldBe` configMaxTaskDeaths defaultConfig
+          why `shouldSatisfy` ("exceeded its memory limit" `isInfixOf`)
+        other -> expectationFailure ("task 10 should be named for killing its workers, got " ++ show other)
+      -- the workers' memory is on the dashboard's rows, below the limit
+      after <- clusterStatus cluster
+      let live = [ m | r <- statusWorkers after, rowState r /= Lost, Just m <- [rowMemory r] ]
+      live `shouldSatisfy` (not . null)
+      live `shouldSatisfy` all (< 200 * 1024 * 1024)
