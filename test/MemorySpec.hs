@@ -3,6 +3,7 @@
 -- keeps blowing the limit is named, and the other tasks finish.
 module MemorySpec (spec) where
 
+import Control.Concurrent (threadDelay)
 import Data.List (isInfixOf)
 import qualified Data.ByteString.Char8 as BC
 import Herd
@@ -38,7 +39,13 @@ spec = describe "worker memory limits" $ do
           why `shouldSatisfy` ("exceeded its memory limit" `isInfixOf`)
         other -> expectationFailure ("task 10 should be named for killing its workers, got " ++ show other)
       -- the workers' memory is on the dashboard's rows, below the limit
-      after <- clusterStatus cluster
-      let live = [ m | r <- statusWorkers after, rowState r /= Lost, Just m <- [rowMemory r] ]
+      -- (a replacement is read at the watcher's next pass)
+      let readings = do
+            after <- clusterStatus cluster
+            pure [ m | r <- statusWorkers after, rowState r /= Lost, Just m <- [rowMemory r] ]
+          poll k = do
+            live <- readings
+            if not (null live) || k <= (0 :: Int) then pure live else threadDelay 100000 >> poll (k - 1)
+      live <- poll 50
       live `shouldSatisfy` (not . null)
       live `shouldSatisfy` all (< 200 * 1024 * 1024)

@@ -121,6 +121,17 @@ complete n sim =
 
 spec :: Spec
 spec = describe "Herd.Core.Scheduler" $ do
+  it "passes over a worker near its memory limit while another can work, feeds all when all are held, and feeds it again once released" $ do
+    let run evs = foldl (\(st, out) e -> let (st', o) = step 0 e st in (st', out ++ o)) (emptySched, []) evs
+        sentTo cmds = [ w | SendBatch w _ _ <- cmds ]
+        joined = [WorkerJoined 1, WorkerJoined 2]
+        job = JobSubmitted 1 10 (FixedBatch 1) 0.02 3 False
+        (_, oneHeld) = run (joined ++ [WorkerHeld 1 True, job])
+        (_, bothHeld) = run (joined ++ [WorkerHeld 1 True, WorkerHeld 2 True, job])
+        (_, released) = run (joined ++ [WorkerHeld 1 True, job, WorkerHeld 1 False])
+    sentTo oneHeld `shouldSatisfy` (\ws -> not (null ws) && all (== 2) ws)
+    sentTo bothHeld `shouldSatisfy` (\ws -> 1 `elem` ws && 2 `elem` ws)
+    sentTo released `shouldSatisfy` (1 `elem`)
   it "accepts every task's own result exactly once, with no failures" $
     property $ \(Positive w0) (NonNegative n) moves ->
       let w = 1 + w0 `mod` 16

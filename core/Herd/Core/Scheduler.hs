@@ -60,6 +60,7 @@ module Herd.Core.Scheduler
 
 import Data.List (sortOn)
 import qualified Data.Map.Strict as M
+import qualified Data.Set as S
 import Data.Sequence (ViewL (..), (<|))
 import qualified Data.Sequence as Seq
 import Herd.Core.Base (BatchId, JobId, Range (..), WorkerId, rangeIndices, rangeSize, takeTasks)
@@ -85,7 +86,7 @@ step now ev s = case ev of
     Just worker ->
       -- INV-LOST, INV-POISON: the lost worker's batches of running jobs
       -- go back to their jobs, the tasks that may have killed it charged
-      let s1 = s { schedWorkers = M.delete w (schedWorkers s) }
+      let s1 = s { schedWorkers = M.delete w (schedWorkers s), schedHeld = S.delete w (schedHeld s) }
           -- a batch whose twin lives on (or whose results were taken
           -- from its twin) needs no second run: the twin forgets it
           twinned = [ t | b <- M.elems (workerOutstanding worker), not (batchSuperseded b), Just t <- [batchTwin b] ]
@@ -111,6 +112,10 @@ step now ev s = case ev of
   WorkersAwaited n -> starved now s { schedAwaited = max 0 n } []
 
   Tick -> let (s1, out) = speculate now s in assign now s1 out
+
+  WorkerHeld w held
+    | held -> (s { schedHeld = S.insert w (schedHeld s) }, [])
+    | otherwise -> assign now s { schedHeld = S.delete w (schedHeld s) } []
 
   JobSubmitted jid n batching target maxDeaths keepGoing ->
     let job = Job { jobId = jid, jobTotal = n, jobPending = if n > 0 then Seq.singleton (Range 0 n) else Seq.empty
@@ -226,11 +231,19 @@ nextBatch now live worker j = case Seq.viewl (jobSuspects j) of
 -- first job in turn that has pending tasks this worker should take; that
 -- job then goes to the back of the turn (INV-FAIR: concurrent jobs take
 -- workers in turn).
+--
+-- Workers near their memory limit ('WorkerHeld') are passed over while any
+-- other live worker remains; when every one is held, all take work again,
+-- so that a job never waits on memory that may not be given back.
 assign :: Double -> Sched -> [Command] -> (Sched, [Command])
 assign now s acc
   | M.null (schedJobs s) = (s, acc)
-  | otherwise = go s (sortOn (M.size . workerOutstanding . snd) (M.toList (schedWorkers s))) acc
+  | otherwise = go s (sortOn (M.size . workerOutstanding . snd) feedable) acc
   where
+    workers = M.toList (schedWorkers s)
+    feedable = case [ x | x@(w, _) <- workers, not (S.member w (schedHeld s)) ] of
+      [] -> workers
+      free -> free
     go st [] out = (st, out)
     go st ((w, _) : rest) out = case M.lookup w (schedWorkers st) of
       Nothing -> go st rest out

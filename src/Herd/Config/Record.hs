@@ -167,10 +167,12 @@ data Config = Config
     -- ^ the resident memory each local worker may hold (workers this
     -- master starts on its own host; not yet those of ssh hosts or
     -- SLURM). The master reads each one's resident set a few times a
-    -- second; a worker above its limit is killed and restarted, and the
-    -- tasks it ran are charged with its death, so a task that always
-    -- blows the limit fails its farm with 'Herd.Core.Error.TaskKilledWorkers'
-    -- saying so. Default 'MemoryLimitAuto'
+    -- second; above 80% of its limit a worker gets no new batch while
+    -- another can take one; above the limit it is killed and restarted,
+    -- and the tasks it ran are charged with its death, so a task that
+    -- always blows the limit fails its farm with
+    -- 'Herd.Core.Error.TaskKilledWorkers' saying so. Default
+    -- 'MemoryLimitAuto'
   }
 
 

@@ -7,6 +7,10 @@
 -- charged with its death and a task that always blows the limit is named.
 -- The supervisor then restarts the worker, as after any death.
 --
+-- Above 'softShare' of its limit a worker is held: the scheduler gives it
+-- no new batch while another worker can take one (as Dask's nanny pauses
+-- a worker at 80%), until it falls back below.
+--
 -- Promises: only workers of this host's own launch are read or killed
 -- (never one that joined by hand, nor one on another host); the core hears
 -- of the kill before the link's end, so the death is charged to memory;
@@ -17,6 +21,7 @@ module Herd.Launch.Memory
   , hostMemoryBytes
   , withMemoryWatch
   , memoryWatchPeriod
+  , softShare
   ) where
 
 import Control.Concurrent (threadDelay)
@@ -27,6 +32,7 @@ import Control.Monad (forM, forM_, forever, when)
 import Data.Char (isDigit, isSpace)
 import Data.List (isPrefixOf)
 import qualified Data.Map.Strict as M
+import qualified Data.Set as S
 import Data.Maybe (catMaybes)
 import Herd.Config (Config (..), MemoryLimit (..))
 import Herd.Core.Fault (LinkFault (..), renderFault)
@@ -39,6 +45,10 @@ import System.Posix.Signals (sigKILL, signalProcess)
 -- | How often each watched worker's memory is read: 0.2 s.
 memoryWatchPeriod :: Double
 memoryWatchPeriod = 0.2
+
+-- | The share of its limit above which a worker gets no new work: 0.8.
+softShare :: Double
+softShare = 0.8
 
 -- | The limit in bytes for this many local workers ('Nothing': none).
 -- 'MemoryLimitAuto' shares out 90% of this host's memory.
@@ -76,14 +86,24 @@ withMemoryWatch :: Config -> Shell -> Int -> IO a -> IO a
 withMemoryWatch cfg sh localWorkers body = do
   limit <- resolveMemoryLimit (configWorkerMemoryLimit cfg) localWorkers
   atomically (modifyTVar' (shMemory sh) (\(_, m) -> (limit, m)))
-  if localWorkers <= 0 then body else withAsync (forever (watchOnce limit >> pause)) (const body)
+  held <- newTVarIO S.empty
+  if localWorkers <= 0 then body else withAsync (forever (watchOnce held limit >> pause)) (const body)
   where
     pause = threadDelay (round (memoryWatchPeriod * 1e6))
-    watchOnce limit = do
+    watchOnce held limit = do
       workers <- M.toList <$> readTVarIO (shellWorkers sh)
       readings <- fmap catMaybes $ forM [ (w, i) | (w, i) <- workers, infoGroup i == "local" ] $ \(w, i) ->
         fmap (\rss -> (w, i, rss)) <$> residentBytes (infoPid i)
       atomically (modifyTVar' (shMemory sh) (\(l, _) -> (l, M.fromList [ (w, rss) | (w, _, rss) <- readings ])))
+      -- held above the soft share, released below it (a worker gone is forgotten)
+      was <- readTVarIO held
+      let soft cap = floor (softShare * fromIntegral cap) :: Int
+          now = S.fromList [ w | Just cap <- [limit], (w, _, rss) <- readings, rss > soft cap, rss <= cap ]
+          present = S.fromList [ w | (w, _) <- workers ]
+          changes = [ WorkerHeld w True | w <- S.toList (now `S.difference` was) ]
+                    ++ [ WorkerHeld w False | w <- S.toList ((was `S.difference` now) `S.intersection` present) ]
+      atomically (writeTVar held now)
+      when (not (null changes)) $ shellStep sh True changes
       forM_ readings $ \(w, i, rss) -> forM_ limit $ \cap -> when (rss > cap) $ do
         let fault = MemoryExceeded rss cap
         configLog cfg ("herd: killing worker " ++ show w ++ " (pid " ++ show (infoPid i) ++ "): " ++ renderFault fault)

@@ -83,6 +83,9 @@ advance now ev core = case ev of
                       in (core2, out1 ++ out2)
   Tick | M.null (coreFarms core) -> (core, [])
        | otherwise -> sched now S.Tick core
+  WorkerHeld w held
+    | M.member w (coreLinks core) -> sched now (S.WorkerHeld w held) core
+    | otherwise -> (core, [])
   Received w msg
     | M.member w (coreLinks core) -> received now w msg core
     | otherwise -> (core, [])   -- dropped already: its messages go with it

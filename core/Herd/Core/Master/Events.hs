@@ -36,6 +36,7 @@ data Event
   | LinkBroken !WorkerId !LinkFault     -- ^ it broke the protocol: drop it (what ran there is not charged)
   | WorkersAwaited !Int                 -- ^ this many lost workers are being restarted now
   | Tick                                -- ^ time passed (a few times a second): look for stragglers
+  | WorkerHeld !WorkerId !Bool          -- ^ the worker is near its memory limit (feed it no more while others can take work), or fell back
   | Received !WorkerId !FromWorker      -- ^ one message from a worker
   | FarmSubmit !JobId !FarmJob
   | FarmCancel !JobId                   -- ^ the caller gave up (no answer is due)
@@ -83,6 +84,7 @@ eventKind ev = case ev of
   LinkBroken _ _ -> "link broken"
   WorkersAwaited _ -> "workers awaited"
   Tick -> "tick"
+  WorkerHeld _ _ -> "worker held"
   Received _ _ -> "message"
   FarmSubmit _ _ -> "farm submitted"
   FarmCancel _ -> "farm cancelled"

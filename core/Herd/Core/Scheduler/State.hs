@@ -29,6 +29,7 @@ module Herd.Core.Scheduler.State
 
 import qualified Data.IntMap.Strict as IM
 import qualified Data.Map.Strict as M
+import qualified Data.Set as S
 import Data.Sequence (Seq)
 import Herd.Core.Base (BatchId, Batching (..), JobId, Range (..), WorkerId)
 import Herd.Core.Scheduler.Presence
@@ -87,11 +88,13 @@ data Sched = Sched
   , schedAwaited   :: !Int
     -- ^ workers being restarted: while some are, a job waits for them
     -- rather than failing for want of workers
+  , schedHeld      :: !(S.Set WorkerId)
+    -- ^ workers near their memory limit: no new batch while another worker can take it
   } deriving (Show)
 
 -- | A scheduler with no workers and no job.
 emptySched :: Sched
-emptySched = Sched M.empty M.empty [] 1 0
+emptySched = Sched M.empty M.empty [] 1 0 S.empty
 
 -- | How a worker died, as far as its link tells: the oldest batch it held
 -- and how many of that batch's results had arrived (the task after those,
@@ -136,6 +139,9 @@ data Event
   | Tick
     -- ^ time passed: run a copy of any batch that has run far longer than
     -- its estimate, if a worker is idle ("Herd.Core.Scheduler.Straggle")
+  | WorkerHeld !WorkerId !Bool
+    -- ^ the worker is near its memory limit ('True': give it no new batch
+    -- while another worker can take it) or has fallen back ('False')
   deriving (Eq, Show)
 
 -- | Something the master loop must do.

@@ -15,6 +15,7 @@ module Herd.Core.Scheduler.Straggle
 
 import Data.List (sortOn)
 import qualified Data.Map.Strict as M
+import qualified Data.Set as S
 import Herd.Core.Base (BatchId, WorkerId)
 import Herd.Core.Scheduler.State
 
@@ -30,7 +31,7 @@ slowAfter estimate tasksUpTo = case estimate of
 -- | Copy the slowest overdue batches to idle workers, one each.
 speculate :: Double -> Sched -> (Sched, [Command])
 speculate now s =
-  let idle = [ w | (w, wk) <- M.toList (schedWorkers s), M.null (workerOutstanding wk) ]
+  let idle = [ w | (w, wk) <- M.toList (schedWorkers s), M.null (workerOutstanding wk), not (S.member w (schedHeld s)) ]
       overdue = sortOn (\(_, _, _, late) -> negate late)
         [ (w, bid, b, now - batchSent b)
         | (w, wk) <- M.toList (schedWorkers s)
