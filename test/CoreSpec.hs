@@ -14,6 +14,7 @@ import qualified Data.ByteString.Char8 as BC
 import Data.Word (Word64)
 import Data.List (isPrefixOf)
 import qualified Data.Map.Strict as M
+import qualified Data.Set as S
 import qualified Data.Text as T
 import Data.Sequence (Seq, ViewL (..), (|>))
 import qualified Data.Sequence as Seq
@@ -74,13 +75,14 @@ data World = World
   , wProblems  :: [String]
   , wKills     :: Int                     -- workers killed from outside
   , wTrace     :: [(Event, [Command])]    -- ^ the core's steps, newest first (printed when a property fails)
+  , wHeld      :: S.Set WorkerId          -- ^ workers held near their memory limit
   }
 
 -- | One happening, chosen by numbers.
 data Action
   = Join | Kill Int | Handle Int | Deliver Int | Garbage Int
   | Submit Int (Maybe Int) (Maybe Int) Bool | Cancel Int
-  | Open Int | Caller Int | Session (Maybe Int) | Wait
+  | Open Int | Caller Int | Session (Maybe Int) | Wait | Hold Int Bool
   deriving (Show)
 
 genAction :: Gen Action
@@ -90,7 +92,8 @@ genAction = frequency
   , (3, Submit <$> choose (0, 25) <*> frequency [(4, pure Nothing), (1, Just <$> choose (0, 25))]
                 <*> frequency [(5, pure Nothing), (1, Just <$> choose (0, 25))] <*> arbitrary)
   , (1, Cancel <$> arbitrary), (2, Open <$> choose (0, 12)), (6, Caller <$> arbitrary)
-  , (1, Session <$> elements [Nothing, Just 1, Just 2]), (1, pure Wait) ]
+  , (1, Session <$> elements [Nothing, Just 1, Just 2]), (1, pure Wait)
+  , (1, Hold <$> arbitrary <*> arbitrary) ]
 
 ref :: TaskRef
 ref = taskRef squareTask
@@ -124,9 +127,13 @@ feed ev w = do
       (core', cmds) = step t ev (wCore w)
   w1 <- foldM command w { wCore = core', wTime = t, wTrace = (ev, cmds) : wTrace w } cmds
   -- INV-BUSY, seen through the core: no live worker without work while a
-  -- job has tasks no worker was given
+  -- job has tasks no worker was given (a worker held near its memory
+  -- limit may wait while another can work)
   let s = coreSched core'
-      idle = [ x | x <- liveWorkers s, null (outstandingFor x s) ]
+      live = liveWorkers s
+      free = [ x | x <- live, not (S.member x (wHeld w1)) ]
+      feedable = if null free then live else free
+      idle = [ x | x <- feedable, null (outstandingFor x s) ]
   pure $ if pendingTasks s > 0 && not (null idle)
            then w1 { wProblems = ("workers " ++ show idle ++ " idle with tasks pending") : wProblems w1 }
            else w1
@@ -219,16 +226,19 @@ act :: World -> Action -> IO World
 act w a = case a of
   -- a second passes: batches that ran long are copied to idle workers
   Wait -> feed Tick w { wTime = wTime w + 1 }
+  Hold k held -> onWorker k $ \x _ ->
+    feed (WorkerHeld x held) w { wHeld = (if held then S.insert else S.delete) x (wHeld w) }
   Join -> feed (LinkUp (wNextW w)) w { wNextW = wNextW w + 1
                                      , wWorkers = M.insert (wNextW w) (WorkerModel Seq.empty Seq.empty M.empty) (wWorkers w) }
-  Kill k -> onWorker k $ \x _ -> feed (LinkDown x (PeerLost "killed")) w { wWorkers = M.delete x (wWorkers w), wKills = wKills w + 1 }
+  Kill k -> onWorker k $ \x _ -> feed (LinkDown x (PeerLost "killed")) w { wWorkers = M.delete x (wWorkers w), wKills = wKills w + 1
+                                                                         , wHeld = S.delete x (wHeld w) }
   Handle k -> onWorker k $ \x m -> case Seq.viewl (wmInbox m) of
     -- a batch that reaches its killer kills the worker: what it had not
     -- sent yet (all of its outbox, at worst) is lost with it
     Batch jid _ tasks :< _
       | Just f <- M.lookup jid (wFarms w), Just k' <- fmKiller f
       , k' `elem` takeWhile ((/= fmPoison f) . Just) tasks ->
-          feed (LinkDown x (PeerLost "killed by its task")) w { wWorkers = M.delete x (wWorkers w) }
+          feed (LinkDown x (PeerLost "killed by its task")) w { wWorkers = M.delete x (wWorkers w), wHeld = S.delete x (wHeld w) }
     _ -> pure w { wWorkers = M.insert x (handle x m w) (wWorkers w) }
   Deliver k -> onWorker k $ \x m -> case Seq.viewl (wmOutbox m) of
     EmptyL -> pure w
@@ -331,7 +341,7 @@ verdict w = do
 
 runWorld :: [Action] -> IO (World, [String])
 runWorld actions = do
-  let w0 = World emptyCore 0 M.empty 1 1 M.empty M.empty M.empty [] 0 []
+  let w0 = World emptyCore 0 M.empty 1 1 M.empty M.empty M.empty [] 0 [] S.empty
   w1 <- foldM act w0 (Join : Join : actions)
   w2 <- settle 100000 w1
   problems <- verdict w2

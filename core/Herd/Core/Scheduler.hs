@@ -113,9 +113,10 @@ step now ev s = case ev of
 
   Tick -> let (s1, out) = speculate now s in assign now s1 out
 
-  WorkerHeld w held
-    | held -> (s { schedHeld = S.insert w (schedHeld s) }, [])
-    | otherwise -> assign now s { schedHeld = S.delete w (schedHeld s) } []
+  -- holding the last free worker frees them all ('assign'), so both
+  -- directions may hand out work
+  WorkerHeld w held ->
+    assign now s { schedHeld = (if held then S.insert else S.delete) w (schedHeld s) } []
 
   JobSubmitted jid n batching target maxDeaths keepGoing ->
     let job = Job { jobId = jid, jobTotal = n, jobPending = if n > 0 then Seq.singleton (Range 0 n) else Seq.empty
