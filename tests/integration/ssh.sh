@@ -53,6 +53,25 @@ run_demo --hosts root@127.0.0.1:2 --ship >"$WORK/out" 2>"$WORK/err" || { cat "$W
 grep -q "complete and correct" "$WORK/out" || fail "results not complete after --ship"
 ls "$shipped_dir" | grep -q -- "-" || fail "no shipped executable in $shipped_dir"
 
+log "a worker killed on an ssh host is restarted by its agent, and the run completes"
+timeout 120 "$HERD_BIN" demo --fib 32 --tasks 300 --secret-file "$WORK/secret" --ssh "$SSH" \
+  --start-timeout 20 --hosts root@127.0.0.1:2 >"$WORK/out" 2>"$WORK/err" &
+DEMO=$!
+for i in $(seq 200); do grep -q "starting with 2 workers" "$WORK/err" && break; sleep 0.05; done
+grep -q "starting with 2 workers" "$WORK/err" || fail "workers did not join: $(cat "$WORK/err")"
+agent=""
+for p in $(pgrep -f -- "$HERD_BIN" || true); do
+  if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -q '^HERD_AGENT='; then agent=$p; fi
+done
+[ -n "$agent" ] || fail "no agent process found"
+victim=$(pgrep -P "$agent" | head -1)
+[ -n "$victim" ] || fail "the agent has no worker"
+kill -9 "$victim"
+wait $DEMO || fail "the run failed after a worker was killed: $(cat "$WORK/err")"
+grep -q "complete and correct" "$WORK/out" || fail "results not complete after the kill: $(cat "$WORK/out")"
+grep -q "herd agent: local worker.*was killed by signal 9; restarting it" "$WORK/err" \
+  || fail "the agent did not restart its worker: $(cat "$WORK/err")"
+
 log "a host that cannot be reached stops the run, naming it"
 if run_demo --hosts root@127.0.0.1:1,nohost.invalid:1 >"$WORK/out" 2>"$WORK/err"; then
   fail "a run with an unreachable host succeeded without --allow-partial"

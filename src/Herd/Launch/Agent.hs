@@ -2,18 +2,24 @@
 -- | The per-host agent: what a remote launch (ssh) starts on each host. It
 -- starts that host's workers, one pinned to each physical core (or as many
 -- as asked), hands each the secret through its pipe, reports the count on
--- standard output, and waits. It ends, and with it every worker it started,
--- as soon as its standard input (the ssh session) closes, so a master that
--- dies or loses the host leaves nothing running there.
+-- standard output, and keeps them up: a worker that crashes or is killed
+-- is started again with the pauses local workers get
+-- ("Herd.Launch.Supervise", "Herd.Core.Launch.Backoff"), and joins the
+-- master as a new worker. A worker that ends because its master told it
+-- to, or could not reach its master, is not replaced. The agent ends, and
+-- with it every worker it started, as soon as its standard input (the ssh
+-- session) closes, so a master that dies or loses the host leaves nothing
+-- running there.
 module Herd.Launch.Agent
   ( runAgent
   , agentReadyPrefix
   , parseAgentCount
+  , agentRestarts
   ) where
 
 import Herd.Log (logToStderr)
-import Control.Exception (IOException, catch)
-import Control.Monad (forM_, when)
+import Control.Monad (forever, when)
+import Data.List (stripPrefix)
 import Data.Char (isDigit)
 import Herd.Auth (Secret)
 import Herd.HeapReserve (parseWorkerHeapReserve)
@@ -24,7 +30,9 @@ import Herd.Sys (exitWhenStdinCloses)
 import System.Environment (lookupEnv)
 import System.Exit
 import System.IO
-import System.Process (waitForProcess)
+import Control.Concurrent (threadDelay)
+import Herd.Core.Launch.Backoff (defaultBackoff)
+import Herd.Launch.Supervise
 
 -- | The line the agent prints once its workers are started, followed by
 -- their count.
@@ -55,18 +63,33 @@ runAgent address count group secret = do
       logToStderr ("herd agent: " ++ envHeapReserve ++ ": " ++ why)
       exitWith (ExitFailure 2)
     Right r -> pure r
-  workers <- spawnLocalWorkers (LocalLaunch address rts group secret 0 reserve) plan
+  let launch = LocalLaunch address rts group secret 0 reserve
+  workers <- spawnLocalWorkers launch plan
   putStrLn (agentReadyPrefix ++ show n)
   hFlush stdout
-  codes <- mapM (waitForProcess . localHandle) workers
-  forM_ [ c | c@(ExitFailure _) <- codes ] $ \c ->
-    logToStderr ("herd agent: a worker ended with " ++ show c)
-  -- a worker's standard input is its lifeline (it exits with code 70 when
-  -- that pipe closes). Closed here, after every worker ended, the handles
-  -- stay reachable until then; unreachable, a collection in the agent may
-  -- close them through their finalizers and end the workers. The ssh test's
-  -- partial run began losing its worker that way when the master's start
-  -- took longer (its heap reserve); what set off the agent's collection
-  -- then was not traced
-  mapM_ (\w -> hClose (localStdin w) `catch` \(_ :: IOException) -> pure ()) workers
-  exitSuccess
+  -- the supervisor holds every worker's handles (its standard input is its
+  -- lifeline: it exits with code 70 when that pipe closes, so the handles
+  -- must stay reachable while it runs), and the agent lives until the ssh
+  -- session closes, which ends it and its workers
+  _ <- startSupervisor SuperviseHooks
+    { hookSpawn = spawnLocalWorker launch
+    , hookJoined = \_ -> pure True   -- the agent does not see the master: started is joined
+    , hookAwaited = pure ()
+    , hookLog = logToStderr . agentLine
+    , hookStartTimeout = 30
+    , hookBackoff = defaultBackoff
+    , hookClosing = pure False
+    , hookRestarts = agentRestarts
+    } workers
+  forever (threadDelay 1000000000)
+  where
+    agentLine l = "herd agent: " ++ maybe l id (stripPrefix "herd: " l)
+
+-- | Whether the agent replaces a worker that ended so: one killed by a
+-- signal or that failed, yes; one that ended cleanly (its master told it
+-- to stop), failed to reach or prove itself to its master (codes 2 and
+-- 3), or lost its lifeline to the agent (code 70), no.
+agentRestarts :: ExitCode -> Bool
+agentRestarts code = case code of
+  ExitSuccess -> False
+  ExitFailure c -> c `notElem` [2, 3, 70]

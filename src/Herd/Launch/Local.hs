@@ -15,6 +15,7 @@ module Herd.Launch.Local
   , LocalLaunch (..)
   , planCpus
   , spawnLocalWorkers
+  , spawnLocalWorker
   , spawnSimulatedHosts
   , stopLocalWorkers
   ) where
@@ -78,8 +79,11 @@ data LocalLaunch = LocalLaunch
 
 -- | Start one worker per planned CPU.
 spawnLocalWorkers :: LocalLaunch -> [Maybe Int] -> IO [LocalWorker]
-spawnLocalWorkers launch plan =
-  mapM (\cpu -> spawnOne launch cpu [ (envCpu, show c) | Just c <- [cpu] ]) plan
+spawnLocalWorkers launch = mapM (spawnLocalWorker launch)
+
+-- | Start one worker, pinned to this CPU if one is given.
+spawnLocalWorker :: LocalLaunch -> Maybe Int -> IO LocalWorker
+spawnLocalWorker launch cpu = spawnOne launch cpu [ (envCpu, show c) | Just c <- [cpu] ]
 
 -- | Start simulated hosts ("Herd.Simulate.Host"), each playing the given
 -- number of workers, connecting to the launch's address (which must be

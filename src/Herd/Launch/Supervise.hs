@@ -28,7 +28,7 @@ module Herd.Launch.Supervise
 import Control.Concurrent (forkIO, threadDelay)
 import Control.Concurrent.STM
 import Control.Exception
-import Control.Monad (forM_, unless, void, when)
+import Control.Monad (forM_, void, when)
 import qualified Data.IntMap.Strict as IM
 import Herd.Clock (monotonicSeconds)
 import Herd.Core.Launch.Backoff
@@ -46,6 +46,7 @@ data SuperviseHooks = SuperviseHooks
   , hookStartTimeout :: Double                        -- ^ seconds a replacement has to join
   , hookBackoff      :: Backoff
   , hookClosing      :: IO Bool                       -- ^ is the cluster closing (no restart then)?
+  , hookRestarts     :: ExitCode -> Bool              -- ^ whether a worker that ended so is replaced
   }
 
 data Slot = Slot
@@ -110,7 +111,9 @@ watch :: SuperviseHooks -> Supervisor -> Int -> IO ()
 watch hooks sup i = do
   code <- waitExit
   stopping <- halted
-  unless stopping $ do
+  if stopping then pure () else if not (hookRestarts hooks code) then
+    atomically $ modifyTVar' (supSlots sup) (IM.adjust (\s -> s { slotAwaited = False, slotDown = True }) i)
+  else do
     t <- monotonicSeconds
     decision <- atomically $ do
       slots <- readTVar (supSlots sup)

@@ -38,6 +38,7 @@ withRestarts cfg sh closed local act = case local of
         , hookStartTimeout = configStartTimeout cfg
         , hookBackoff = defaultBackoff
         , hookClosing = readTVarIO closed
+        , hookRestarts = const True
         } (localStarted set)
       setLossHooks sh LossHooks
         { lossClaim = \info -> if infoGroup info == "local" then void (claimLoss sup (infoPid info)) else pure ()
