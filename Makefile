@@ -12,9 +12,10 @@ all: build
 deps:
 	@./scripts/install-deps.sh
 
+# One build of everything, the test suite included: a build of `all` alone
+# would configure herd without its tests and compile its libraries again.
 build: deps
-	$(CABAL) build $(CABAL_FLAGS) exe:herd spec
-	$(CABAL) build $(CABAL_FLAGS) all
+	$(CABAL) build $(CABAL_FLAGS) exe:herd spec all
 
 demo: build
 	$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) demo
@@ -25,7 +26,7 @@ SDIST_TREE = dist-newstyle/sdist-tree
 
 test: deps
 	@./scripts/sdist-tree.sh $(SDIST_TREE)
-	cd $(SDIST_TREE) && $(CABAL) build $(CABAL_FLAGS) exe:herd spec && $(CABAL) build $(CABAL_FLAGS) all
+	cd $(SDIST_TREE) && $(CABAL) build $(CABAL_FLAGS) exe:herd spec all
 	cd $(SDIST_TREE) && $$($(CABAL) list-bin $(CABAL_FLAGS) spec)
 	cd $(SDIST_TREE) && bash tests/integration/examples.sh
 	@cd $(SDIST_TREE) && for t in cli ssh netns slurm shm observe; do \
