@@ -24,7 +24,12 @@ import Data.Char (isDigit)
 import qualified Demo
 import Herd.Config (MasterLoop (..), SecretSource (..), parseDashboardAddress, parseMasterLoop)
 import Herd.Launch.Topology (parseCpuList)
-import Herd.Worker (WorkerOptions (..), parseMasterAddress, runWorker)
+import Herd.Worker (MasterAddress, WorkerOptions (..), parseMasterAddress, runWorker, showMasterAddress)
+import Herd.Auth (loadSecret)
+import Herd.Launch.Agent (runAgentByHand)
+import Herd.Log (logToStderr)
+import System.Exit (ExitCode (..), exitWith)
+import System.Posix.Unistd (getSystemID, nodeName)
 import Herd.Transport (TransportKind, parseTransportKind)
 import Data.List (nub)
 import Herd.Options (clusterFlags)
@@ -48,6 +53,10 @@ data Command
   | BenchBandwidth Bandwidth.BandwidthOptions
   | BenchReport Report.Options
   | WorkerCmd WorkerOptions
+  | AgentCmd AgentOptions
+
+-- | @herd agent@: where the master is, how many workers, the secret.
+data AgentOptions = AgentOptions MasterAddress (Maybe Int) (Maybe FilePath)
 
 -- | Parse the command line and run the command.
 run :: IO ()
@@ -75,6 +84,7 @@ run = do
     BenchBandwidth o -> Bandwidth.runBandwidth o
     BenchReport o -> Report.run o
     WorkerCmd o -> runWorker o
+    AgentCmd o -> runAgentCommand o
 
 commands :: Parser Command
 commands = hsubparser
@@ -82,7 +92,30 @@ commands = hsubparser
       (progDesc "Run the HaLVM study's Fibonacci farm on one worker, then on every core"))
  <> command "bench" (info benchCommands (progDesc "Run a benchmark (see: herd bench --help)"))
  <> command "worker" (info (WorkerCmd <$> workerOptions)
-      (progDesc "Join a running master as a worker")) )
+      (progDesc "Join a running master as a worker"))
+ <> command "agent" (info (AgentCmd <$> agentOptions)
+      (progDesc "Join a running master with this host's workers, one pinned to each physical core, kept up")) )
+
+agentOptions :: Parser AgentOptions
+agentOptions = AgentOptions
+  <$> option (eitherReader parseMasterAddress) (long "connect" <> metavar "HOST:PORT"
+                     <> help "the master's address, as it printed it (tls:HOST:PORT with --tls)")
+  <*> optional (option (positiveInt "a worker count" 4096) (long "workers" <> metavar "N"
+                     <> help "workers to start (default: one per physical core)"))
+  <*> optional (strOption (long "secret-file" <> metavar "FILE"
+                     <> help "the shared secret (default: $HERD_SECRET, else ~/.herd/cookie)"))
+
+-- Run @herd agent@: its workers report the launch as @agent:HOST@.
+runAgentCommand :: AgentOptions -> IO ()
+runAgentCommand (AgentOptions address workers secretFile) = do
+  secret <- loadSecret (maybe SecretAuto SecretFile secretFile)
+  case secret of
+    Left why -> do
+      logToStderr ("herd agent: no usable secret: " ++ why)
+      exitWith (ExitFailure 2)
+    Right s -> do
+      host <- nodeName <$> getSystemID
+      runAgentByHand (showMasterAddress address) workers ("agent:" ++ host) s
 
 benchCommands :: Parser Command
 benchCommands = hsubparser

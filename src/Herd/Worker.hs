@@ -36,7 +36,7 @@ import Control.Monad (forM_, unless, void, when)
 import qualified Data.Text as T
 import Herd.Auth
 import Herd.BuildId (buildIdentity)
-import Herd.Launch.Agent (parseAgentCount, runAgent)
+import Herd.Launch.Agent (parseAgentCount, runAgent, runAgentByHand)
 import Herd.Launch.Env
 import Herd.Launch.Topology (physicalCores)
 import Herd.Sys (exitWhenStdinCloses, niceProcessThreads, pinProcessThreads)
@@ -147,7 +147,12 @@ serveIfWorkerWith player = do
         (Just countText, _) -> do
           count <- either (die' . ((envAgent ++ ": ") ++)) pure (parseAgentCount countText)
           secret <- loadSecret source >>= either (die' . ("no usable secret: " ++)) pure
-          runAgent addr count group secret
+          -- an ssh launch hands the secret over the session, which is the
+          -- agent's lifeline; an agent started by hand lives while its
+          -- workers do
+          if fromStdin then runAgent addr count group secret else do
+            host <- nodeName <$> getSystemID
+            runAgentByHand addr count (if null group then "agent:" ++ host else group) secret
         (Nothing, Just countText) -> do
           count <- either (die' . ((envSimulated ++ ": ") ++)) pure (parseSimulatedCount countText)
           (host, port) <- case address of

@@ -21,4 +21,32 @@ if err=$(timeout 20 "$H" worker --connect 127.0.0.1:1 2>&1); then fail "a worker
 grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}[+-][0-9]{2}:[0-9]{2} herd worker: ' <<<"$err" \
   || fail "the worker's log line has no ISO 8601 time: $err"
 
+# a host joins a running master by hand with herd agent: its workers are
+# kept up (one killed mid-run is restarted), the run completes, and the
+# agent exits once its workers have ended
+secret=$(mktemp)
+chmod 600 "$secret"
+head -c 32 /dev/urandom | base64 > "$secret"
+out=$(mktemp); err=$(mktemp); agent_err=$(mktemp)
+trap 'rm -f "$secret" "$out" "$err" "$agent_err"' EXIT
+port=$(( 40000 + RANDOM % 20000 ))
+timeout 120 "$H" demo --listen "127.0.0.1:$port" --wait-workers 2 --fib 32 --tasks 300 --secret-file "$secret" \
+  >"$out" 2>"$err" &
+demo=$!
+sleep 0.5
+timeout 120 "$H" agent --connect "127.0.0.1:$port" --workers 2 --secret-file "$secret" 2>"$agent_err" &
+agent_timeout=$!
+for i in $(seq 200); do grep -q "starting with 2 workers" "$err" && break; sleep 0.05; done
+grep -q "starting with 2 workers" "$err" || fail "the agent's workers did not join: $(cat "$err" "$agent_err")"
+agent=$(pgrep -P "$agent_timeout" | head -1)
+victim=$(pgrep -P "$agent" | head -1)
+[ -n "$victim" ] || fail "the agent has no worker"
+kill -9 "$victim"
+wait "$demo" || fail "the run failed after a worker under the agent was killed: $(cat "$err")"
+grep -q "complete and correct" "$out" || fail "results incomplete: $(cat "$out")"
+wait "$agent_timeout" || fail "the agent did not exit by itself once its workers ended: $(cat "$agent_err")"
+grep -q "herd agent: local worker.*was killed by signal 9; restarting it" "$agent_err" \
+  || fail "the agent did not restart its worker: $(cat "$agent_err")"
+grep -q "herd agent: every worker has ended; exiting" "$agent_err" || fail "the agent's end: $(cat "$agent_err")"
+
 echo "cli: ok"

@@ -18,6 +18,20 @@ trap 'rm -rf "$plan"' EXIT
 out=$("$(bin my-herd-program)" --workers 2 --below 10000)
 [[ "$out" == "below 10000, 6171 takes the most steps: 261" ]] || fail "starter printed: $out"
 
+# a whole host joins the starter's master by hand: the same executable as
+# an agent, which starts two workers and exits once they have ended
+port=$(( 40000 + RANDOM % 20000 ))
+export HERD_SECRET="examples-test-secret-$RANDOM-0123456789"
+"$(bin my-herd-program)" --listen "127.0.0.1:$port" --wait-workers 2 --below 10000 >"$plan/out" 2>"$plan/err" &
+master=$!
+sleep 0.5
+HERD_AGENT=2 HERD_WORKER="127.0.0.1:$port" timeout 60 "$(bin my-herd-program)" 2>"$plan/agent" \
+  || fail "the agent failed: $(cat "$plan/agent")"
+wait "$master" || fail "the starter's master failed: $(cat "$plan/err")"
+[[ "$(cat "$plan/out")" == "below 10000, 6171 takes the most steps: 261" ]] || fail "with an agent the starter printed: $(cat "$plan/out")"
+grep -q "herd agent: started 2 workers" "$plan/agent" || fail "the agent's log: $(cat "$plan/agent")"
+unset HERD_SECRET
+
 out=$("$(bin herd-example-pi)" --workers 2 --samples 1000000)
 pi=$(sed -n 's/^pi is about \([0-9.]*\) (1000000 samples in 10 tasks)$/\1/p' <<<"$out")
 [[ -n "$pi" ]] || fail "pi printed: $out"
@@ -44,4 +58,4 @@ if err=$("$(bin herd-example-pi)" --samples ten 2>&1); then fail "pi accepted --
 grep -q "expected a whole number of samples" <<<"$err" || fail "pi's refusal: $err"
 grep -q "Usage: herd-example-pi" <<<"$err" || fail "pi's refusal shows no usage: $err"
 
-echo "examples: ok (starter, pi, sweep, pipeline, particles)"
+echo "examples: ok (starter, starter with an agent, pi, sweep, pipeline, particles)"

@@ -15,6 +15,7 @@ module Herd.Launch.Agent
   , agentReadyPrefix
   , parseAgentCount
   , agentRestarts
+  , runAgentByHand
   ) where
 
 import Herd.Log (logToStderr)
@@ -47,11 +48,39 @@ parseAgentCount s
   | not (null s), all isDigit s, length s < 6, read s >= (1 :: Int) = Right (Just (read s))
   | otherwise = Left ("expected a worker count or auto, got " ++ show s)
 
--- | Run as the agent: start the workers, report, wait, and exit.
+-- | Run as the agent of an ssh launch: start the workers, report, keep
+-- them up, and end when the ssh session closes.
 runAgent :: String -> Maybe Int -> String -> Secret -> IO ()
 runAgent address count group secret = do
   rc <- exitWhenStdinCloses
   when (rc /= 0) $ logToStderr ("herd agent: cannot watch the ssh session (error " ++ show rc ++ ")")
+  (n, _) <- superviseWorkers address count group secret
+  putStrLn (agentReadyPrefix ++ show n)
+  hFlush stdout
+  -- the supervisor holds every worker's handles (its standard input is its
+  -- lifeline: it exits with code 70 when that pipe closes, so the handles
+  -- must stay reachable while it runs), and the agent lives until the ssh
+  -- session closes, which ends it and its workers
+  forever (threadDelay 1000000000)
+
+-- | Run as an agent started by hand (@herd agent --connect HOST:PORT@):
+-- start this host's workers, keep them up, and end once every one has
+-- ended for good (its master finished, or could not be reached). Killing
+-- the agent ends its workers.
+runAgentByHand :: String -> Maybe Int -> String -> Secret -> IO ()
+runAgentByHand address count group secret = do
+  (n, sup) <- superviseWorkers address count group secret
+  logToStderr ("herd agent: started " ++ show n ++ " worker" ++ (if n == 1 then "" else "s") ++ " for " ++ address)
+  let wait = do
+        threadDelay 200000
+        done <- allDown sup
+        if done then logToStderr "herd agent: every worker has ended; exiting" else wait
+  wait
+
+-- Start this host's workers (one per physical core, or as many as asked,
+-- pinned) under a supervisor; how many, and the supervisor.
+superviseWorkers :: String -> Maybe Int -> String -> Secret -> IO (Int, Supervisor)
+superviseWorkers address count group secret = do
   cores <- physicalCores
   let n = maybe (length cores) id count
       plan = take n (map Just (cycle cores))
@@ -65,13 +94,7 @@ runAgent address count group secret = do
     Right r -> pure r
   let launch = LocalLaunch address rts group secret 0 reserve
   workers <- spawnLocalWorkers launch plan
-  putStrLn (agentReadyPrefix ++ show n)
-  hFlush stdout
-  -- the supervisor holds every worker's handles (its standard input is its
-  -- lifeline: it exits with code 70 when that pipe closes, so the handles
-  -- must stay reachable while it runs), and the agent lives until the ssh
-  -- session closes, which ends it and its workers
-  _ <- startSupervisor SuperviseHooks
+  sup <- startSupervisor SuperviseHooks
     { hookSpawn = spawnLocalWorker launch
     , hookJoined = \_ -> pure True   -- the agent does not see the master: started is joined
     , hookAwaited = pure ()
@@ -81,7 +104,7 @@ runAgent address count group secret = do
     , hookClosing = pure False
     , hookRestarts = agentRestarts
     } workers
-  forever (threadDelay 1000000000)
+  pure (n, sup)
   where
     agentLine l = "herd agent: " ++ maybe l id (stripPrefix "herd: " l)
 

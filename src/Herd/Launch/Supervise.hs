@@ -22,6 +22,7 @@ module Herd.Launch.Supervise
   , claimLoss
   , awaitedCount
   , restartCount
+  , allDown
   , stopSupervisor
   ) where
 
@@ -97,6 +98,11 @@ awaitedCount sup = IM.size . IM.filter slotAwaited <$> readTVarIO (supSlots sup)
 -- | How many times a worker was restarted.
 restartCount :: Supervisor -> IO Int
 restartCount = readTVarIO . supRestarts
+
+-- | Whether every worker has ended for good (left down, or ended in a way
+-- that is not restarted).
+allDown :: Supervisor -> IO Bool
+allDown sup = all slotDown . IM.elems <$> readTVarIO (supSlots sup)
 
 -- | Restart nothing more, and stop every current worker process.
 stopSupervisor :: Supervisor -> IO ()
