@@ -8,12 +8,31 @@ import Data.List (isInfixOf)
 import qualified Data.ByteString.Char8 as BC
 import Herd
 import Herd.Launch.Memory (hostMemoryBytes, residentBytes, resolveMemoryLimit)
+import Herd.Core.Launch.MemoryPolicy (MemoryVerdict (..), memoryVerdict, softShare)
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import Test.QuickCheck
 import System.Posix.Process (getProcessID)
 import Test.Hspec
 import TestTasks (memoryHogTask)
 
 spec :: Spec
 spec = describe "worker memory limits" $ do
+  it "holds exactly the workers between the soft share and the limit, kills those over it, and names only changes" $
+    property $ \(Positive capK) (wasList :: [Int]) (raw :: [(Int, NonNegative Int)]) ->
+      let cap = capK * 1000
+          readings = M.toList (M.fromList [ (w `mod` 20, rss `mod` (2 * cap + 2)) | (w, NonNegative rss) <- raw ])
+          was = S.fromList (map (`mod` 20) wasList)
+          present = S.fromList (map fst readings)
+          v = memoryVerdict (Just cap) was present readings
+          soft = floor (softShare * fromIntegral cap) :: Int
+      in conjoin
+           [ verdictHeld v === S.fromList [ w | (w, r) <- readings, r > soft, r <= cap ]
+           , verdictKill v === [ (w, r) | (w, r) <- readings, r > cap ]
+           , S.fromList (verdictHold v) === verdictHeld v `S.difference` was
+           , S.fromList (verdictRelease v) === (was `S.difference` verdictHeld v) `S.intersection` present
+           , memoryVerdict Nothing was present readings === MemoryVerdict S.empty [] (S.toList (was `S.intersection` present)) [] ]
+
   it "reads a process's resident memory and shares out the host's" $ do
     me <- fromIntegral <$> getProcessID
     residentBytes me >>= (`shouldSatisfy` maybe False (> 1024 * 1024))

@@ -9,7 +9,8 @@
 --
 -- Above 'softShare' of its limit a worker is held: the scheduler gives it
 -- no new batch while another worker can take one (as Dask's nanny pauses
--- a worker at 80%), until it falls back below.
+-- a worker at 80%), until it falls back below. What to hold, release and
+-- kill is decided by "Herd.Core.Launch.MemoryPolicy".
 --
 -- Promises: only workers of this host's own launch are read or killed
 -- (never one that joined by hand, nor one on another host); the core hears
@@ -21,7 +22,6 @@ module Herd.Launch.Memory
   , hostMemoryBytes
   , withMemoryWatch
   , memoryWatchPeriod
-  , softShare
   ) where
 
 import Control.Concurrent (threadDelay)
@@ -36,6 +36,8 @@ import qualified Data.Set as S
 import Data.Maybe (catMaybes)
 import Herd.Config (Config (..), MemoryLimit (..))
 import Herd.Core.Fault (LinkFault (..), renderFault)
+import Herd.Core.Launch.MemoryPolicy (MemoryVerdict (..), memoryVerdict)
+import Data.IORef
 import Herd.Core.Master.Events (Event (..))
 import Herd.Core.Master.Workers (WorkerInfo (..))
 import Herd.Master.Shell (Shell, shellStep, shellWorkers)
@@ -45,10 +47,6 @@ import System.Posix.Signals (sigKILL, signalProcess)
 -- | How often each watched worker's memory is read: 0.2 s.
 memoryWatchPeriod :: Double
 memoryWatchPeriod = 0.2
-
--- | The share of its limit above which a worker gets no new work: 0.8.
-softShare :: Double
-softShare = 0.8
 
 -- | The limit in bytes for this many local workers ('Nothing': none).
 -- 'MemoryLimitAuto' shares out 90% of this host's memory.
@@ -86,28 +84,25 @@ withMemoryWatch :: Config -> Shell -> Int -> IO a -> IO a
 withMemoryWatch cfg sh localWorkers body = do
   limit <- resolveMemoryLimit (configWorkerMemoryLimit cfg) localWorkers
   atomically (modifyTVar' (shMemory sh) (\(_, m) -> (limit, m)))
-  held <- newTVarIO S.empty
+  held <- newIORef S.empty
   if localWorkers <= 0 then body else withAsync (forever (watchOnce held limit >> pause)) (const body)
   where
     pause = threadDelay (round (memoryWatchPeriod * 1e6))
     watchOnce held limit = do
-      workers <- M.toList <$> readTVarIO (shellWorkers sh)
-      readings <- fmap catMaybes $ forM [ (w, i) | (w, i) <- workers, infoGroup i == "local" ] $ \(w, i) ->
-        fmap (\rss -> (w, i, rss)) <$> residentBytes (infoPid i)
-      atomically (modifyTVar' (shMemory sh) (\(l, _) -> (l, M.fromList [ (w, rss) | (w, _, rss) <- readings ])))
-      -- held above the soft share, released below it (a worker gone is forgotten)
-      was <- readTVarIO held
-      let soft cap = floor (softShare * fromIntegral cap) :: Int
-          now = S.fromList [ w | Just cap <- [limit], (w, _, rss) <- readings, rss > soft cap, rss <= cap ]
-          present = S.fromList [ w | (w, _) <- workers ]
-          changes = [ WorkerHeld w True | w <- S.toList (now `S.difference` was) ]
-                    ++ [ WorkerHeld w False | w <- S.toList ((was `S.difference` now) `S.intersection` present) ]
-      atomically (writeTVar held now)
+      workers <- readTVarIO (shellWorkers sh)
+      let pids = M.map infoPid (M.filter ((== "local") . infoGroup) workers)
+      readings <- fmap catMaybes $ forM (M.toList pids) $ \(w, pid) -> fmap ((,) w) <$> residentBytes pid
+      atomically (modifyTVar' (shMemory sh) (\(l, _) -> (l, M.fromList readings)))
+      was <- readIORef held
+      let verdict = memoryVerdict limit was (M.keysSet workers) readings
+          changes = map (`WorkerHeld` True) (verdictHold verdict) ++ map (`WorkerHeld` False) (verdictRelease verdict)
+      writeIORef held (verdictHeld verdict)
       when (not (null changes)) $ shellStep sh True changes
-      forM_ readings $ \(w, i, rss) -> forM_ limit $ \cap -> when (rss > cap) $ do
-        let fault = MemoryExceeded rss cap
-        configLog cfg ("herd: killing worker " ++ show w ++ " (pid " ++ show (infoPid i) ++ "): " ++ renderFault fault)
-        -- the core first, so the death is charged to memory, not to a closed link
-        shellStep sh True [LinkDown w fault]
-        _ <- try (signalProcess sigKILL (fromIntegral (infoPid i))) :: IO (Either IOException ())
-        pure ()
+      forM_ [ (w, rss, cap, pid) | Just cap <- [limit], (w, rss) <- verdictKill verdict, Just pid <- [M.lookup w pids] ] $
+        \(w, rss, cap, pid) -> do
+          let fault = MemoryExceeded rss cap
+          configLog cfg ("herd: killing worker " ++ show w ++ " (pid " ++ show pid ++ "): " ++ renderFault fault)
+          -- the core first, so the death is charged to memory, not to a closed link
+          shellStep sh True [LinkDown w fault]
+          _ <- try (signalProcess sigKILL (fromIntegral pid)) :: IO (Either IOException ())
+          pure ()

@@ -67,7 +67,7 @@ execute sh (ss, fed) cmd = case cmd of
   FailTask jid i err -> tell jid (NewsFailed i err)
   JobDone jid result -> case M.lookup jid (ssFarms ss) of
     Just (_, queue) ->
-      pure ((gather jid queue (NewsDone result)) { ssFarms = M.delete jid (ssFarms ss) }, fed)
+      pure ((gather queue (NewsDone result)) { ssFarms = M.delete jid (ssFarms ss) }, fed)
     Nothing -> pure (ss, fed)
   StreamOpened sid result -> do
     -- the caller feeds the stream straight into its worker's sender
@@ -109,9 +109,9 @@ execute sh (ss, fed) cmd = case cmd of
   where
     withLink w act = maybe (pure (ss, fed)) act (M.lookup w (ssLinks ss))
     tell jid news = case M.lookup jid (ssFarms ss) of
-      Just (_, queue) -> pure (gather jid queue news, fed)
+      Just (_, queue) -> pure (gather queue news, fed)
       Nothing -> pure (ss, fed)
-    gather _ queue news = ss { ssNews = (queue, news) : ssNews ss, ssNewsCount = ssNewsCount ss + 1 }
+    gather queue news = ss { ssNews = (queue, news) : ssNews ss, ssNewsCount = ssNewsCount ss + 1 }
     send w act = do
       r <- trySync act
       case r of

@@ -46,7 +46,7 @@ module Herd.Master.Shell
 import Control.Concurrent (yield)
 import Control.Concurrent.MVar
 import Control.Concurrent.STM
-import Control.Monad (foldM, forM_, when)
+import Control.Monad (foldM, forM_, void, when)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M
@@ -78,7 +78,16 @@ shellStep sh flushNow = shellRegister sh flushNow NoRegistration
 -- | Register a caller's answer and step the core, under one hold of the lock.
 shellRegister :: Shell -> Bool -> Registration -> [Event] -> IO ()
 -- INV-SERIAL: every step of the core happens under this one lock
-shellRegister sh flushNow reg events = modifyMVar_ (shState sh) $ \ss0 -> do
+shellRegister sh flushNow reg events = void (stepUnderLock sh flushNow reg events)
+
+-- Register and step under the lock; whether farm news went to callers.
+-- With 'False' the flush waits for the reader's round, but farm news is
+-- handed over every 'newsHandOver' pieces: left for the end of a round
+-- (with chunking off, thousands of one-result packets), results stayed
+-- live through collections, and copying them cost more than the switches;
+-- handed over every packet, the switches cost more.
+stepUnderLock :: Shell -> Bool -> Registration -> [Event] -> IO Bool
+stepUnderLock sh flushNow reg events = modifyMVar (shState sh) $ \ss0 -> do
   let ss = case reg of
         RegisterFarm jid spec news -> ss0 { ssFarms = M.insert jid (spec, news) (ssFarms ss0) }
         RegisterSession sid answer -> ss0 { ssSessions = M.insert sid answer (ssSessions ss0) }
@@ -93,10 +102,14 @@ shellRegister sh flushNow reg events = modifyMVar_ (shState sh) $ \ss0 -> do
   -- a reader's packets wait for the end of its round (afterRound): stream
   -- output is handed over once per round, not once per packet, so a
   -- caller is woken once for many elements
-  if flushNow then handOver ss1 >>= flushTouched else pure ss1
+  let news = ssNewsCount ss1
+  if flushNow then (\s -> (s, news > 0)) <$> (handOver ss1 >>= flushTouched)
+  else if news >= newsHandOver then (\s -> (s, True)) <$> handOverFarms ss1
+  else pure (ss1, False)
 
--- | What the reader runs after each round: hand the callers of streams
--- what the round received, and flush what it buffered.
+-- | What the reader runs after each round: hand the callers of farms and
+-- streams what the round received, let them run, and flush what it
+-- buffered.
 afterRound :: Shell -> IO ()
 afterRound sh = do
   handed <- modifyMVar (shState sh) $ \ss -> do
@@ -145,17 +158,8 @@ deliver sh wid conn received packet =
           traceHerd ("herd batch " ++ show bid ++ " done by worker " ++ show wid ++ ", busy " ++ show (ns `div` 1000) ++ " us")
         _ -> pure ()
       bumpCounter sh (\c -> c { countWorkerMessages = countWorkerMessages c + n })
-      -- farm results go to their callers every 'newsHandOver' pieces of
-      -- news, and the callers run then: left for the end of a round (with
-      -- chunking off, thousands of one-result packets), they stayed live
-      -- through collections, and copying them cost more than the switches;
-      -- handed over every packet, the switches cost more
-      handed <- modifyMVar (shState sh) $ \ss -> do
-        t <- monotonicSeconds
-        ss1 <- runEvents sh t ss events
-        let due = ssNewsCount ss1 >= newsHandOver
-        ss2 <- if due then handOverFarms ss1 else pure ss1
-        pure (ss2, due)
+      -- the callers that were handed farm news run before the next packet
+      handed <- stepUnderLock sh False NoRegistration events
       when handed yield
       pure (Right ())
   where

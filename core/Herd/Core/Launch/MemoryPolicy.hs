@@ -1,0 +1,44 @@
+-- | What the master does about its workers' memory, decided from one
+-- round of readings: which workers to hold (no new batch while another
+-- worker can take one), which to release, and which to kill. The watcher
+-- ("Herd.Launch.Memory") reads the memory and carries the verdict out.
+--
+-- Promises: a worker is held only while its reading is above the soft
+-- share of the limit and at most the limit; one above the limit is killed
+-- (and not held); holds and releases name only changes from the last
+-- round; with no limit, nothing is held or killed.
+module Herd.Core.Launch.MemoryPolicy
+  ( MemoryVerdict (..)
+  , memoryVerdict
+  , softShare
+  ) where
+
+import qualified Data.Set as S
+import Herd.Core.Base (WorkerId)
+
+-- | The share of its limit above which a worker gets no new work: 0.8.
+softShare :: Double
+softShare = 0.8
+
+-- | One round's decisions.
+data MemoryVerdict = MemoryVerdict
+  { verdictHeld    :: !(S.Set WorkerId)   -- ^ the workers held after this round
+  , verdictHold    :: ![WorkerId]         -- ^ newly held
+  , verdictRelease :: ![WorkerId]         -- ^ no longer held, and still connected
+  , verdictKill    :: ![(WorkerId, Int)]  -- ^ over the limit, with their readings
+  } deriving (Eq, Show)
+
+-- | Decide, given the limit in bytes ('Nothing': none), the workers held
+-- after the last round, the workers connected now, and this round's
+-- readings (resident bytes per worker).
+memoryVerdict :: Maybe Int -> S.Set WorkerId -> S.Set WorkerId -> [(WorkerId, Int)] -> MemoryVerdict
+memoryVerdict Nothing was present _ = MemoryVerdict S.empty [] (S.toList (was `S.intersection` present)) []
+memoryVerdict (Just cap) was present readings = MemoryVerdict
+  { verdictHeld = held
+  , verdictHold = S.toList (held `S.difference` was)
+  , verdictRelease = S.toList ((was `S.difference` held) `S.intersection` present)
+  , verdictKill = [ (w, rss) | (w, rss) <- readings, rss > cap ]
+  }
+  where
+    soft = floor (softShare * fromIntegral cap) :: Int
+    held = S.fromList [ w | (w, rss) <- readings, rss > soft, rss <= cap ]
