@@ -302,7 +302,7 @@ joinByHand :: Int -> String -> IO Connection
 joinByHand port name = do
   build <- buildIdentity
   conn <- connectAuthenticated port
-  sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack name) T.empty False noCpu)))
+  sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack name) T.empty DirectLink noCpu)))
   Just _ <- recvFrame handshakeFrameLimit conn
   pure conn
 
@@ -472,7 +472,7 @@ spec = describe "a cluster of local worker processes" $ do
             close sock
       -- garbage in a well-formed frame, and a wrong handshake
       attack (BC.pack "GET / HTTP/1.0\r\n\r\n")
-      attack (B.take 10 (encodeWorkerHello (WorkerHello protocolVersion (B.replicate 32 0) 1 (T.pack "x") T.empty False noCpu)))
+      attack (B.take 10 (encodeWorkerHello (WorkerHello protocolVersion (B.replicate 32 0) 1 (T.pack "x") T.empty DirectLink noCpu)))
       -- a length prefix claiming 2 GiB
       rawAttack (B.pack [0x7F, 0xFF, 0xFF, 0xFF, 1, 2, 3])
       -- a frame cut short: 100 bytes promised, 10 sent
@@ -498,7 +498,7 @@ spec = describe "a cluster of local worker processes" $ do
       -- (the master may already have closed the connection: a failed send is fine)
       _ <- try $ do
         sendFrame conn (BL.fromStrict (encodeAuthResponse nw (workerProof wrong B.empty nm nw)))
-        sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "intruder") T.empty False noCpu)))
+        sendFrame conn (BL.fromStrict (encodeWorkerHello (WorkerHello protocolVersion build 1 (T.pack "intruder") T.empty DirectLink noCpu)))
         packetOf [encodeFromWorker (Results 1 (encode (1 :: Int)))] >>= sendFrameStrict conn
         :: IO (Either IOException ())
       -- a refusal (unless the master's close, with our unread frames, reset

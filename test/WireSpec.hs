@@ -85,7 +85,7 @@ spec = describe "Herd.Core.Wire" $ do
            , Right (StreamOut (unW sid) (fromIntegral (length args)) all')
            , Right (Args (fromIntegral (length args)) all'), Right (Results (fromIntegral (length args)) squares) )
   it "round-trips the handshake" $ do
-    let hello = WorkerHello protocolVersion (B.replicate 32 7) 1234 (T.pack "host") (T.pack "ssh:host") True 3
+    let hello = WorkerHello protocolVersion (B.replicate 32 7) 1234 (T.pack "host") (T.pack "ssh:host") ShmLink 3
     decodeWorkerHello (encodeWorkerHello hello) `shouldBe` Right hello
     forM_ [ Welcome (B.replicate 32 7) 3 65536 4000 True 65536 2000 4096, Refused (T.pack "no")
           , Challenge (B.replicate 32 1), AuthAccepted (B.replicate 32 2) ] $ \reply ->
@@ -99,7 +99,7 @@ spec = describe "Herd.Core.Wire" $ do
       let rest = B.pack bytes
           tagged = B.cons tag rest
           -- a hello's first bytes (magic, version, ...) then anything
-          hello = encodeWorkerHello (WorkerHello protocolVersion (B.replicate 32 7) 1234 (T.pack "host") (T.pack "ssh") True noCpu)
+          hello = encodeWorkerHello (WorkerHello protocolVersion (B.replicate 32 7) 1234 (T.pack "host") (T.pack "ssh") ShmLink noCpu)
           helloLike = B.take (cut `mod` (B.length hello + 1)) hello <> rest
           reply = encodeMasterReply (Challenge (B.replicate 32 1))
           replyLike = B.take (cut `mod` (B.length reply + 1)) reply <> rest
@@ -116,10 +116,10 @@ spec = describe "Herd.Core.Wire" $ do
     allocated `shouldSatisfy` (< 100000)
   it "refuses a hello from another build or protocol version" $ do
     let ours = B.replicate 32 1
-    checkHello ours (WorkerHello protocolVersion ours 1 T.empty T.empty False noCpu) `shouldBe` Right ()
-    checkHello ours (WorkerHello protocolVersion (B.replicate 32 2) 1 T.empty T.empty False noCpu)
+    checkHello ours (WorkerHello protocolVersion ours 1 T.empty T.empty DirectLink noCpu) `shouldBe` Right ()
+    checkHello ours (WorkerHello protocolVersion (B.replicate 32 2) 1 T.empty T.empty DirectLink noCpu)
       `shouldSatisfy` either (const True) (const False)
-    checkHello ours (WorkerHello (protocolVersion + 1) ours 1 T.empty T.empty False noCpu)
+    checkHello ours (WorkerHello (protocolVersion + 1) ours 1 T.empty T.empty DirectLink noCpu)
       `shouldSatisfy` either (const True) (const False)
   it "refuses a run with bytes left over, or too few bytes" $ do
     let ignore _ _ = pure ()

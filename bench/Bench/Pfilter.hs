@@ -81,6 +81,7 @@ data Row = Row
   , rowHostsFaults :: Int    -- ^ the worker processes' (or simulated hosts') together
   , rowMasterGc    :: Maybe Double  -- ^ the master's collector CPU seconds (GHC.Stats; 'Nothing' without @+RTS -T@)
   , rowMasterAlloc :: Maybe Double  -- ^ bytes the master allocated per state evolved (GHC.Stats)
+  , rowLinks       :: Int           -- ^ links the master kept open
   } deriving (Show, Read)
 
 
@@ -154,6 +155,7 @@ measure o cfg setup hosts = do
     have <- clusterWorkerCount cluster
     when (have < most) $ hPutStrLn stderr ("pfilter: only " ++ show have ++ " workers connected")
     pids <- nubOrd . map infoPid <$> clusterWorkerInfo cluster
+    links <- statusLinks <$> clusterStatus cluster
     forM (optWorkers o) $ \w -> do
       let opts = defaultEvolveOptions { evolveWorkerLimit = Just w }
       ids <- resetStatesWith opts cluster particleStep (initialParticles setup)
@@ -186,6 +188,7 @@ measure o cfg setup hosts = do
           row = Row loop w secs ideal (busyTotal / (fromIntegral w * secs)) (sum (map esMoved calls))
                     (fromIntegral (master1 - master0) / 1e12) (hosts1 - hosts0) callSecs (faults1 - faults0) (hostFaults1 - hostFaults0)
                     (statsGc <$> stats0 <*> stats1) ((\a b -> statsAlloc a b / fromIntegral (max 1 evolved)) <$> stats0 <*> stats1)
+                    links
       hPutStrLn stderr ("  " ++ masterLoopName loop ++ ", " ++ show w ++ " workers: " ++ fixed 3 secs ++ " s (ideal "
                         ++ fixed 3 ideal ++ " s, efficiency " ++ fixed 2 (ideal / secs) ++ ")")
       pure row
@@ -222,10 +225,10 @@ statsAlloc a b = statsAllocated b - statsAllocated a
 -- Print the table, write the plot, and end with the JSON line.
 report :: Options -> Int -> [Row] -> IO ()
 report o hosts rows = do
-  putStr $ renderTable ["master", "workers", "sim hosts", "seconds", "ideal", "efficiency", "busy", "waiting", "moved"
+  putStr $ renderTable ["master", "workers", "sim hosts", "links", "seconds", "ideal", "efficiency", "busy", "waiting", "moved"
                        , "master cpu s", "hosts cpu s", "in calls s", "between s", "master faults", "hosts faults"
                        , "master gc s", "master B/state"]
-    [ [ masterLoopName (rowLoop r), show (rowWorkers r), show hosts, fixed 3 (rowSeconds r), fixed 3 (rowIdeal r)
+    [ [ masterLoopName (rowLoop r), show (rowWorkers r), show hosts, show (rowLinks r), fixed 3 (rowSeconds r), fixed 3 (rowIdeal r)
       , fixed 3 (rowIdeal r / rowSeconds r), fixed 3 (rowBusy r), fixed 3 (1 - rowBusy r), show (rowMoved r)
       , fixed 2 (rowMasterCpu r), fixed 2 (rowHostsCpu r), fixed 3 (rowInCalls r), fixed 3 (rowSeconds r - rowInCalls r)
       , show (rowFaults r), show (rowHostsFaults r)
@@ -250,6 +253,7 @@ report o hosts rows = do
                                 , ("busy", JNumber (rowBusy r)), ("waiting", JNumber (1 - rowBusy r))
                                 , ("moved", JInt (fromIntegral (rowMoved r)))
                                 , ("sim_hosts", JInt (fromIntegral hosts))
+                                , ("links", JInt (fromIntegral (rowLinks r)))
                                 , ("master_cpu_s", JNumber (rowMasterCpu r)), ("hosts_cpu_s", JNumber (rowHostsCpu r))
                                 , ("calls_s", JNumber (rowInCalls r)), ("between_calls_s", JNumber (rowSeconds r - rowInCalls r))
                                 , ("master_faults", JInt (fromIntegral (rowFaults r)))

@@ -81,6 +81,7 @@ import Herd.Master.Restarts (withRestarts)
 import Herd.Master.Reader
 import Herd.Core.Master.Session (SessionOutcome, SessionRequest (..))
 import Herd.Master.Shell
+import Herd.Master.HostLink (joinHost)
 import Herd.Launch.Memory (withMemoryWatch)
 import Herd.Master.Streams
 import Herd.Master.ThreadedReader
@@ -171,7 +172,8 @@ withMaster config raw body = do
               Just q -> \wid conn info -> do
                 atomically $ do
                   writeTQueue q conn
-                  modifyTVar' (shellWorkers shell) (M.insert wid info) }
+                  modifyTVar' (shellWorkers shell) (M.insert wid info)
+          , accHostJoined = joinHost shell (atomicModifyIORef' nextId (\n -> (n + 1, n))) }
         transport = localTransport cfg
         localSocket = not (null plan) && transport /= TcpTransport
     withDashboardFor cluster $

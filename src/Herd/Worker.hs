@@ -224,8 +224,8 @@ runWorker opts = do
         UnixAddress n -> connectUnix n
         ShmAddress n -> connectUnix n
       wantsShm = case workerAddress opts of
-        ShmAddress _ -> True
-        _ -> False
+        ShmAddress _ -> ShmLink
+        _ -> DirectLink
   conn <- connect `catch` \(e :: IOException) ->
     failWith 3 ("cannot connect to master at " ++ where_ ++ ": " ++ displayException e)
   pid <- getProcessID
@@ -252,7 +252,7 @@ runWorker opts = do
     Right j -> do
       rc <- setLiveness (joinedLiveness j) link0
       when (rc /= 0) $ warn ("cannot set keepalive on the master's link (errno " ++ show rc ++ ")")
-      link <- if not wantsShm then pure link0 else
+      link <- if wantsShm /= ShmLink then pure link0 else
         upgradeWorker 10 conn `catch` \(e :: SomeException) ->
           failWith 3 ("cannot set up shared memory with the master at " ++ where_ ++ ": " ++ displayException e)
       serve link (joinedId j) (joinedMaxFrame j) (joinedPolicy j) (joinedWindow j) `finally` closeConnection link

@@ -117,7 +117,7 @@ fuzzMaster kind frames seed check = do
           TcpTransport -> connectTcp "127.0.0.1" port
           _ -> connectUnix ("herd-" ++ show pid ++ "-" ++ show port)
         hello = WorkerHello protocolVersion build (fromIntegral pid) (T.pack "fuzz") (T.pack "fuzz")
-                            (kind == ShmTransport) noCpu
+                            (if kind == ShmTransport then ShmLink else DirectLink) noCpu
         session i = bracket connect closeConnection $ \conn -> do
           joined <- joinMaster secret B.empty build "the fuzzed master" hello conn
           case joined of

@@ -13,6 +13,7 @@ module Herd.Core.Wire
     protocolVersion
   , handshakeFrameLimit
   , WorkerHello (..)
+  , HelloLink (..)
   , noCpu
   , MasterReply (..)
   , encodeWorkerHello

@@ -40,6 +40,9 @@ data Acceptor = Acceptor
   , accBump     :: (ConnectionCounters -> ConnectionCounters) -> IO ()
   , accJoined   :: WorkerId -> Connection -> WorkerInfo -> IO ()
     -- ^ a worker passed the handshake
+  , accHostJoined :: WorkerId -> Connection -> WorkerInfo -> IO ()
+    -- ^ a host agent passed the handshake (numbered like a worker; the
+    -- information is its hello's, for its workers)
   }
 
 -- | Accept connections forever; each handshake runs in its own thread, and at
@@ -121,7 +124,7 @@ handshake acc binding conn = do
     Right (Just (Right Nothing)) -> failed "closed the connection before its hello" >> closeConnection conn
     Right (Just (Right (Just bytes))) -> case decodeWorkerHello bytes >>= \h -> fmap (const h) (checkHello build h) of
       Left why -> refuse why
-      Right hello | helloWantsShm hello && connKind conn /= UnixTransport ->
+      Right hello | helloLink hello == ShmLink && connKind conn /= UnixTransport ->
         refuse "shared memory is set up over the master's local socket (shm:NAME), not over TCP"
       Right hello -> do
         wid <- atomicModifyIORef' (accNextId acc) (\n -> (n + 1, n))
@@ -135,16 +138,18 @@ handshake acc binding conn = do
           Left (e :: SomeException) -> failed ("lost during handshake: " ++ displayException e)
                                        >> closeConnection conn
           Right () -> do
-            linked <- if not (helloWantsShm hello) then pure (Right conn)
+            linked <- if helloLink hello /= ShmLink then pure (Right conn)
                         else try (upgradeMaster (configHandshakeTimeout cfg) conn)
             case linked of
               Left (e :: SomeException) -> do
                 failed ("cannot set up shared memory: " ++ displayException e)
                 closeConnection conn
               Right link' -> do
-                accBump acc (\c -> c { countJoined = countJoined c + 1 })
-                accJoined acc wid link' (WorkerInfo wid (fromIntegral (helloPid hello)) (T.unpack (helloHost hello))
+                let info = WorkerInfo wid (fromIntegral (helloPid hello)) (T.unpack (helloHost hello))
                                                   (connPeer link') (T.unpack (helloGroup hello))
                                                   (connKind link')
                                                   (if helloCpu hello == noCpu then Nothing
-                                                   else Just (fromIntegral (helloCpu hello))))
+                                                   else Just (fromIntegral (helloCpu hello)))
+                if helloLink hello == HostLink then accHostJoined acc wid link' info else do
+                  accBump acc (\c -> c { countJoined = countJoined c + 1 })
+                  accJoined acc wid link' info

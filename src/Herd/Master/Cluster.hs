@@ -15,13 +15,14 @@ module Herd.Master.Cluster
   , clusterRegistry
   , clusterPacketStats
   , clusterStatus
+  , clusterLinks
   , clusterDashboard
   , ensureOpen
   , freshId
   , awaitSomeWorker
   ) where
 
-import Control.Concurrent.MVar (MVar)
+import Control.Concurrent.MVar (MVar, readMVar)
 import Control.Concurrent.STM
 import Control.Exception (throwIO)
 import Control.Monad (forM, unless, when)
@@ -35,7 +36,9 @@ import Herd.Core.Evolve.Schedule (Registry)
 import Herd.Clock (monotonicSeconds)
 import Control.Concurrent (threadDelay)
 import Herd.Master.Shell (Shell, shellAwaited, shellCore, shellCounters, shellDeparted, shellPeers, shellWorkers)
-import Herd.Master.ShellState (Shell (shMemory))
+import Herd.Master.ShellState (Shell (..), ShellState (..))
+import Herd.Master.Link (WorkerLink (..))
+import Data.Maybe (isNothing)
 import Herd.Monitor.Feed (Feed, feedStarted, recentLines)
 import Herd.Core.Monitor.Status (Inputs (..), Status, buildStatus)
 import Herd.Master.Types
@@ -135,10 +138,21 @@ clusterStatus c = do
   counters <- readIORef (shellCounters sh)
   logLines <- recentLines (clFeed c)
   (limit, memory) <- readTVarIO (shMemory sh)
+  open <- clusterLinks c
   pure $ buildStatus Inputs
     { inNow = now, inStarted = feedStarted (clFeed c), inLoop = masterLoopName (clusterMasterLoop c)
     , inCore = core, inConnected = connected, inDeparted = departed, inLinks = links
-    , inCounters = counters, inLog = logLines, inMemory = memory, inMemoryLimit = limit }
+    , inCounters = counters, inLog = logLines, inMemory = memory, inMemoryLimit = limit
+    , inLinksOpen = open }
+
+-- | How many links the master keeps open: one per host agent, and one
+-- per worker linked directly.
+clusterLinks :: Cluster -> IO Int
+clusterLinks c = do
+  let sh = clShell c
+  direct <- M.size . M.filter (\l -> isNothing (wlHost l)) . ssLinks <$> readMVar (shState sh)
+  hosts <- M.size <$> readTVarIO (shHosts sh)
+  pure (direct + hosts)
 
 -- | Where the cluster's dashboard listens (host and the port bound, which
 -- 'configDashboard' may leave to the system with port 0), if it has one.

@@ -19,8 +19,7 @@ module Herd.Master.Execute
 import Control.Concurrent.MVar
 import Control.Concurrent.STM
 import Control.Exception
-import Control.Monad (forM_, unless, void)
-import Data.IORef
+import Control.Monad (foldM, forM_, unless, void)
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Herd.Config
@@ -28,7 +27,6 @@ import Herd.Core.Error
 import Herd.Core.Fault (LinkFault (..), renderBreak)
 import Herd.Core.Master.Events
 import Herd.Master.Link
-import Herd.Master.Reader
 import Herd.Master.ShellState
 import Herd.Master.Types
 import Herd.Core.Monitor.Ledger (keptLost)
@@ -36,7 +34,6 @@ import Herd.Trace (traceHerd)
 import Herd.Packet
 import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Scheduler (Range (..), WorkerId, rangeSize)
-import Herd.Transport
 import Herd.Core.Wire
 import Herd.Wire.Encode
 import Herd.Wire.Batch (ArgTable, argsEncoder, argsFitting)
@@ -47,11 +44,11 @@ execute sh (ss, fed) cmd = case cmd of
   -- INV-ONE-WRITER: the link's sender is used here, under the lock, and nowhere else
   -- held: the step ends with flushTouched, which sends what is left
   Send w urgency msg -> withLink w $ \l -> send w $
-    let (enc, tl) = toWorkerParts msg in sendMessageHeld (lhSender l) urgency enc tl
-  SendAll w msgs -> withLink w $ \l -> send w $ sendMessagesHeld (lhSender l) (map toWorkerParts msgs)
+    let (enc, tl) = toWorkerParts msg in sendMessageHeld (wlSender l) urgency enc tl
+  SendAll w msgs -> withLink w $ \l -> send w $ sendMessagesHeld (wlSender l) (map toWorkerParts msgs)
   SendBatch w jid bid ref ranges -> case (M.lookup w (ssLinks ss), M.lookup jid (ssFarms ss)) of
     (Just l, Just (spec, _)) -> send w $ do
-      let sender = lhSender l
+      let sender = wlSender l
       traceHerd ("herd batch " ++ show bid ++ " of job " ++ show jid ++ " to worker " ++ show w ++ ": "
                  ++ show (sum (map rangeSize ranges)) ++ " tasks")
       sendMessage sender Bulk (encodeToWorker (RunBatch bid ref (fromIntegral (sum (map rangeSize ranges)))))
@@ -71,7 +68,7 @@ execute sh (ss, fed) cmd = case cmd of
     Nothing -> pure (ss, fed)
   StreamOpened sid result -> do
     -- the caller feeds the stream straight into its worker's sender
-    let opened = result >>= \w -> maybe (Left NoWorkers) (\l -> Right (lhSender l, lhBacklog l)) (M.lookup w (ssLinks ss))
+    let opened = result >>= \w -> maybe (Left NoWorkers) (\l -> Right (wlSender l, wlBacklog l)) (M.lookup w (ssLinks ss))
     forM_ (M.lookup sid (ssOpening ss)) $ \reply -> tryPutMVar reply opened
     let ss1 = ss { ssOpening = M.delete sid (ssOpening ss) }
     pure (either (const ss1 { ssStreams = M.delete sid (ssStreams ss1) }) (const ss1) result, fed)
@@ -94,10 +91,7 @@ execute sh (ss, fed) cmd = case cmd of
   Drop w _ -> case M.lookup w (ssLinks ss) of
     Nothing -> pure (ss, fed)
     Just l -> do
-      reader <- readIORef (shReader sh)
-      readerRemove reader w (lhConn l)
-      closeConnection (lhConn l)
-      stopWriting l
+      wlEnd l
       atomically $ do
         info <- M.lookup w <$> readTVar (shWorkers sh)
         modifyTVar' (shWorkers sh) (M.delete w)
@@ -167,7 +161,12 @@ handOverStreams ss
 -- | Send what is buffered for every link touched since the last flush.
 flushTouched :: ShellState -> IO ShellState
 flushTouched ss = do
-  unless (S.null (ssTouched ss)) $
-    forM_ (S.toList (ssTouched ss)) $ \w -> forM_ (M.lookup w (ssLinks ss)) $ \l ->
-      void (trySync (flushIdle (lhSender l)))
+  unless (S.null (ssTouched ss)) $ do
+    hosts <- foldM (\hs w -> case M.lookup w (ssLinks ss) of
+      Nothing -> pure hs
+      Just l -> do
+        void (trySync (flushIdle (wlSender l)))
+        pure (maybe hs (\(h, s) -> M.insert h s hs) (wlHost l))) M.empty (S.toList (ssTouched ss))
+    -- a host link's packet gathers what its workers' senders just gave it
+    forM_ (M.elems hosts) $ \s -> void (trySync (flushIdle s))
   pure ss { ssTouched = S.empty }

@@ -12,6 +12,8 @@
 module Herd.Master.Link
   ( LinkHandle (..)
   , openLink
+  , openLinkWith
+  , WorkerLink (..)
   , stopWriting
   , trySync
   ) where
@@ -22,6 +24,7 @@ import Control.Exception
 import Control.Monad (void)
 import qualified Data.ByteString as B
 import Herd.Config
+import Herd.Core.Packet.Policy (PacketPolicy)
 import Herd.Packet
 import Herd.Transport
 
@@ -35,10 +38,32 @@ data LinkHandle = LinkHandle
     -- more): a stream's feeder waits while there are many
   }
 
+-- | A worker's link as the shell's commands use it: a link of its own, or
+-- its share of a host agent's ("Herd.Master.HostLink").
+data WorkerLink = WorkerLink
+  { wlSender  :: !Sender
+    -- ^ where the worker's messages are gathered
+  , wlBacklog :: !(TVar Int)
+    -- ^ bytes waiting for the link's writer thread ('lhBacklog')
+  , wlHost    :: !(Maybe (Int, Sender))
+    -- ^ the host link the worker's packets travel on, by its number: its
+    -- sender is flushed after the workers' ('Nothing': a link of its own)
+  , wlEnd     :: IO ()
+    -- ^ stop reading the worker and let it go: close its own link, or
+    -- tell its host agent to end it
+  , wlStopWriting :: IO ()
+    -- ^ let the writer send what waits, then end ('stopWriting')
+  }
+
 -- | Set up a link's sender and start its writer thread; the action is
 -- called from that thread, once, if the link breaks.
 openLink :: Config -> Connection -> (String -> IO ()) -> IO LinkHandle
-openLink cfg conn onBroken = do
+openLink cfg = openLinkWith (packetPolicyOf cfg) cfg
+
+-- | 'openLink' with packets gathered by this policy (a host link's are
+-- larger than a worker's: they carry many workers' packets).
+openLinkWith :: PacketPolicy -> Config -> Connection -> (String -> IO ()) -> IO LinkHandle
+openLinkWith policy cfg conn onBroken = do
   let cap = max (64 * 1024 * 1024) (2 * configMaxFrameBytes cfg)
   outbox <- newTQueueIO
   failed <- newTVarIO Nothing
@@ -77,7 +102,7 @@ openLink cfg conn onBroken = do
             sendRawParts conn parts
             atomically $ modifyTVar' queued (subtract (sum (map B.length parts)))
             writer
-  sender <- newSender (packetPolicyOf cfg) out
+  sender <- newSender policy out
   void $ forkIO $ do
     outcome <- trySync writer
     case outcome of

@@ -28,6 +28,8 @@ module Herd.Master.Shell
   , shellStep
   , shellRegister
   , joinLink
+  , addWorkerLink
+  , deliver
   , afterRound
   , shutdownShell
   , shellWorkers
@@ -128,17 +130,30 @@ joinLink sh wid conn info = do
   received <- newIORef noPeerStats
   handle <- openLink (shConfig sh) conn (\why -> shellStep sh True [LinkDown wid (PeerLost why)])
   reader <- readIORef (shReader sh)
-  modifyMVar_ (shState sh) $ \ss ->
-    if coreStopping (ssCore ss) then stopWriting handle >> closeConnection conn >> pure ss else do
+  let link = WorkerLink (lhSender handle) (lhBacklog handle) Nothing
+                        (readerRemove reader wid conn >> closeConnection conn >> stopWriting handle)
+                        (stopWriting handle)
+  added <- addWorkerLink sh wid info link received $
+    readerAdd reader wid conn (deliver sh wid conn received) (\why -> shellStep sh True [LinkDown wid (PeerLost why)])
+  when (not added) $ stopWriting handle >> closeConnection conn
+
+-- | Tell the core of a worker whose link is set up, under the lock, after
+-- the action (which starts reading it); 'False', doing nothing, when the
+-- cluster is stopping.
+addWorkerLink :: Shell -> WorkerId -> WorkerInfo -> WorkerLink -> IORef PeerStats -> IO () -> IO Bool
+addWorkerLink sh wid info link received startReading =
+  modifyMVar (shState sh) $ \ss ->
+    if coreStopping (ssCore ss) then pure (ss, False) else do
       atomically $ do
         modifyTVar' (shWorkers sh) (M.insert wid info)
-        modifyTVar' (shPeers sh) (M.insert wid (lhSender handle, received))
-      readerAdd reader wid conn (deliver sh wid conn received) (\why -> shellStep sh True [LinkDown wid (PeerLost why)])
+        modifyTVar' (shPeers sh) (M.insert wid (wlSender link, received))
+      startReading
       t <- monotonicSeconds
-      runEvents sh t ss { ssLinks = M.insert wid handle (ssLinks ss) } [LinkUp wid] >>= handOver >>= flushTouched
+      ss' <- runEvents sh t ss { ssLinks = M.insert wid link (ssLinks ss) } [LinkUp wid] >>= handOver >>= flushTouched
+      pure (ss', True)
 
--- One frame from a worker: check the packet's structure, count it, and
--- step the core with its messages.
+-- | One packet from a worker: check its structure, count it, and step
+-- the core with its messages ('Left': it was bad, and the core was told).
 deliver :: Shell -> WorkerId -> Connection -> IORef PeerStats -> OnPacket
 deliver sh wid conn received packet =
   case splitPacket (configMaxFrameBytes (shConfig sh) `div` 5) packet of
@@ -178,7 +193,9 @@ shutdownShell :: Shell -> IO ()
 shutdownShell sh = do
   shellStep sh True [Stop]
   links <- ssLinks <$> readMVar (shState sh)
-  mapM_ stopWriting (M.elems links)
+  mapM_ wlStopWriting (M.elems links)
+  hosts <- readTVarIO (shHosts sh)
+  sequence_ (M.elems hosts)
 
 -- | Tell the shell who replaces lost workers.
 setLossHooks :: Shell -> LossHooks -> IO ()

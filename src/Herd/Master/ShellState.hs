@@ -38,7 +38,7 @@ import Herd.Core.Scheduler (JobId, WorkerId)
 -- | What the shell's lock guards.
 data ShellState = ShellState
   { ssCore     :: !Core                        -- ^ the master's core
-  , ssLinks    :: !(M.Map WorkerId LinkHandle)  -- ^ each live link's sender and writer
+  , ssLinks    :: !(M.Map WorkerId WorkerLink)  -- ^ each live worker's link
   , ssFarms    :: !(M.Map JobId (JobSpec, TQueue [FarmNews]))  -- ^ farm callers' queues
   , ssNews     :: ![(TQueue [FarmNews], FarmNews)]  -- ^ farm news not handed over yet, newest first, with its caller's queue
   , ssNewsCount :: !Int                                          -- ^ how many
@@ -61,6 +61,8 @@ data Shell = Shell
   , shLosses   :: !(IORef LossHooks)            -- ^ who replaces lost workers
   , shMemory   :: !(TVar (Maybe Int, M.Map WorkerId Int))
     -- ^ the resident bytes a watched worker may hold, and each watched worker's, as last read
+  , shHosts    :: !(TVar (M.Map Int (IO ())))
+    -- ^ each open host link, by its number, with what closes it
   }
 
 -- | What the shell asks of whoever restarts lost workers
@@ -89,7 +91,7 @@ data Registration
 newShell :: Config -> IO Shell
 newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty)
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
-                         <*> newIORef noCounters <*> newIORef noLossHooks <*> newTVarIO (Nothing, M.empty)
+                         <*> newIORef noCounters <*> newIORef noLossHooks <*> newTVarIO (Nothing, M.empty) <*> newTVarIO M.empty
   where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ()) (pure 0)
 
 -- | Give the shell its reader.

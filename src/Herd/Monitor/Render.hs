@@ -43,6 +43,7 @@ statusJson s = renderJson $ JObject
   , ("packets_by_rule", JObject [ (flushReasonName r, JInt (fromIntegral n)) | (r, n) <- statusFlushes s ])
   , ("log", JArray [ JObject [("t", JNumber t), ("line", JString l)] | (t, l) <- statusLog s ])
   , ("worker_memory_limit_bytes", maybe JNull int (statusMemoryLimit s))
+  , ("links", int (statusLinks s))
   ]
   where
     int = JInt . fromIntegral
@@ -128,6 +129,8 @@ prometheusText s = concat
       [ (workerLabels r, fromIntegral m) | r <- statusWorkers s, Just m <- [rowMemory r] ]
   , metric "herd_worker_memory_limit_bytes" "gauge" "The resident memory a watched worker may hold."
       [ ([], fromIntegral m) | Just m <- [statusMemoryLimit s] ]
+  , metric "herd_links_open" "gauge" "Links the master keeps open (a host agent's carries all its workers)."
+      [ ([], fromIntegral (statusLinks s)) ]
   , perLink "herd_packets_sent_total" "Packets the master sent to the worker." packetsSent
   , perLink "herd_messages_sent_total" "Messages the master sent to the worker." messagesSent
   , perLink "herd_bytes_sent_total" "Bytes the master sent to the worker." bytesSent

@@ -3,30 +3,32 @@
 -- hollow nodes do, so that a 2-core machine can show how the master
 -- behaves with thousands of workers.
 --
--- Each simulated worker has its own TCP connection to the master, its own
--- handshake and proof of the secret ("Herd.Worker.Join"), its own worker
--- number, and runs the worker's own steps: the farm's pure step
+-- The host speaks the host agent's protocol: one TCP link to the master,
+-- one handshake and proof of the secret ("Herd.Worker.Join"), and every
+-- worker numbered by the master on it and its packets carried as entries
+-- of the link's ("Herd.Core.Wire.Host"). Each simulated worker runs the
+-- worker's own steps: the farm's pure step
 -- ("Herd.Core.Worker.Step") and the evolve holder's ("Herd.Core.Evolve.Held"),
 -- calling the real task and evolve functions. Only the time is simulated:
 -- what a function declares through 'Herd.Simulate.simulatedWork' is not
 -- slept but becomes a timer, and the answer leaves when it fires. While a
 -- farm run's timer is pending, that worker's later messages wait, as they
 -- would behind a real computation; evolve states go on being given back at
--- once. One thread serves every worker: an epoll wait on all the links,
+-- once. One thread serves every worker: an epoll wait on the link,
 -- bounded by the next timer of one timer wheel ("Herd.Simulate.Wheel").
 -- Stream processes are refused ('Herd.Wire.StreamAborted'). Once its
 -- workers have joined, a host touches a heap reserve ("Herd.HeapReserve")
 -- as the master does.
 --
--- Promise: a worker that breaks the protocol or loses its link is dropped
--- with a line on standard error, and the others go on; the host exits
--- when its last worker is gone, or when the process that started it dies.
+-- Promise: a worker that breaks the protocol is dropped with a line on
+-- standard error and a word to the master, and the others go on; the
+-- host exits when its last worker is gone, when its link is lost, or when
+-- the process that started it dies.
 module Herd.Simulate.Host
   ( SimulatedHost (..)
   , runSimulatedHost
   ) where
 
-import Control.Concurrent.Async (mapConcurrently)
 import Control.Exception
 import Control.Monad (forM_, when)
 import Data.IORef
@@ -41,7 +43,12 @@ import Herd.Clock (monotonicSeconds)
 import Herd.Epoll
 import Herd.Core.Evolve.Held
 import Herd.HeapReserve (heapReserveBytes, reserveHeap)
-import Herd.Packet (flushIdle, newSender, splitPacket)
+import qualified Data.ByteString as B
+import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
+import Herd.Core.Wire.Host
+import Herd.Log (logToStderr)
+import Herd.Encoder (encodeBytes, encodeWithTail)
+import Herd.Packet (flushIdle, newSender, sendMessageHeld, splitPacket)
 import Herd.WorkCost (beginSimulatedHost, sleepOsThread)
 import Herd.Simulate.Play
 import Herd.Simulate.Wheel
@@ -53,49 +60,49 @@ import Herd.Worker (SimulatedHost (..))
 import Herd.Worker.Join
 import Herd.Core.Worker.Step
 
--- | Connect every worker, then serve them all from this thread until the
--- last is gone. Throws (naming the reason) if a worker cannot join.
+-- | Open the host link, ask the master to number every worker, then serve
+-- them all from this thread until the last is gone. Throws (naming the
+-- reason) if the host cannot join.
 runSimulatedHost :: SimulatedHost -> IO ()
 runSimulatedHost opts = do
   beginSimulatedHost
   build <- buildIdentity
   let where_ = simHost opts ++ ":" ++ show (simPort opts)
       hello = WorkerHello protocolVersion build (fromIntegral (simHostPid opts)) (T.pack (simHostName opts))
-                          (T.pack (simGroup opts)) False noCpu
-      joinOne _ = do
-        conn <- connectTcp (simHost opts) (simPort opts)
-        joined <- joinMaster (simSecret opts) mempty build where_ hello conn
-        case joined of
-          Left why -> closeConnection conn >> throwIO (JoinRefused why)
-          Right j -> do
-            _ <- setLiveness (joinedLiveness j) conn
-            -- the real worker's packet layer, over the same kind of link
-            Sim conn j <$> newIORef noBatch <*> newIORef (newHeld (joinedId j)) <*> newIORef (Farm False Seq.empty)
-                       <*> newSender (joinedPolicy j) (sendRawParts conn) <*> newIORef 0
-  -- a few handshakes at a time: the master bounds those pending
-  sims <- concat <$> mapM (mapConcurrently joinOne) (groupsOf 16 [1 .. simWorkers opts])
+                          (T.pack (simGroup opts)) HostLink noCpu
+  conn <- connectTcp (simHost opts) (simPort opts)
+  joined <- joinMaster (simSecret opts) mempty build where_ hello conn
+  j <- case joined of
+    Left why -> closeConnection conn >> throwIO (JoinRefused why)
+    Right j -> pure j
+  _ <- setLiveness (joinedLiveness j) conn
   -- the host's collections would otherwise first-touch their pages during
   -- the calls, while the master waits for the host's answers
   reserveHeap (heapReserveBytes Nothing (simWorkers opts))
-  bracket epollCreate epollClose $ \ep -> do
-    host <- Host <$> newIORef (IM.fromList (zip [0 ..] sims)) <*> newIORef (newWheel 1e-4) <*> newIORef IS.empty
-                 <*> pure ep <*> newScratch <*> newIORef M.empty <*> newIORef M.empty <*> newIORef 0
-    forM_ (zip [0 ..] sims) $ \(tag, s) -> do
-      fds <- connWaitFds (sConn s)
-      forM_ fds $ \fd -> epollAdd ep fd tag False
-    serveAll host
+  let policy = joinedPolicy j
+      -- as the master's host links: a packet carries many workers' packets
+      hostPolicy = policy { policyCapacity = max (policyCapacity policy)
+                                                 (min (joinedMaxFrame j `div` 2) (4 * policyCapacity policy)) }
+  sender <- newSender hostPolicy (sendRawParts conn)
+  bracket epollCreate epollClose $ \ep -> flip finally (closeConnection conn) $ do
+    host <- Host conn sender <$> newIORef (simWorkers opts) <*> newIORef IM.empty <*> newIORef (newWheel 1e-4)
+                 <*> newIORef IS.empty <*> pure ep <*> newScratch <*> newIORef M.empty <*> newIORef M.empty <*> newIORef 0
+    fds <- connWaitFds conn
+    forM_ fds $ \fd -> epollAdd ep fd 0 False
+    forM_ [1 .. simWorkers opts] $ \token ->
+      hostControl host (AddWorker (fromIntegral token) (fromIntegral (simHostPid opts)) noCpu)
+    flushIdle sender
+    serveAll host j
 
-groupsOf :: Int -> [a] -> [[a]]
-groupsOf _ [] = []
-groupsOf n xs = let (a, b) = splitAt n xs in a : groupsOf n b
 
 -- The event loop: fire due timers, wait for links or the next timer, read
 -- what came, send what the round produced.
-serveAll :: Host -> IO ()
-serveAll host = allocaArray 256 $ \tags -> do
+serveAll :: Host -> Joined -> IO ()
+serveAll host j = allocaArray 256 $ \tags -> do
   let loop = do
         live <- readIORef (hSims host)
-        if IM.null live then pure () else do
+        pending <- readIORef (hPending host)
+        if IM.null live && pending == 0 then pure () else do
           fireDue host
           flushAll host
           now <- monotonicSeconds
@@ -110,49 +117,80 @@ serveAll host = allocaArray 256 $ \tags -> do
           ready <- if n > 0 then peekArray n tags else pure []
           -- what this round reads came now (one clock read per round)
           when (n > 0) $ monotonicSeconds >>= writeIORef (hClock host)
-          forM_ ready $ \tag -> readLink host (fromIntegral tag)
-          loop
+          gone <- if null ready then pure Nothing else readLink host j
+          maybe loop (\why -> when (not (null why)) (logToStderr ("herd simulated host: " ++ why))) gone
   loop
 
--- Read every whole frame a link has.
-readLink :: Host -> Int -> IO ()
-readLink host tag = withSim host tag $ \s -> do
-  let cap = joinedMaxFrame (sJoined s)
+-- Read every whole frame the host link has, and hand each entry to its
+-- worker; 'Just' why when the link is done (empty: the master closed it).
+readLink :: Host -> Joined -> IO (Maybe String)
+readLink host j = do
+  let conn = hConn host
+      cap = joinedMaxFrame j + 1024
       -- a short read empties the (level-triggered) link: no receive
       -- after it just to hear "nothing ready"
       drain emptied = do
-        frame <- takeBufferedFrame cap (sConn s)
+        frame <- takeBufferedFrame cap conn
         case frame of
           Just packet -> case splitPacket (cap `div` 5) packet of
             Left why -> pure (Left ("bad packet from master: " ++ why))
-            Right msgs -> deliverAll msgs >>= either (pure . Left) (const (drain emptied))
+            Right entries -> mapM_ (entry . decodeEntry) entries >> drain emptied
           Nothing | emptied -> pure (Right ())
                   | otherwise -> do
-            (got, short) <- recvAvailableShort (sConn s)
+            (got, short) <- recvAvailableShort conn
             case got of
               0 -> pure (Left "")   -- the master closed the link
               -1 -> pure (Right ())
               _ -> drain short
-      deliverAll [] = pure (Right ())
-      deliverAll (m : ms) = case decodeToWorker m of
-        Left why -> pure (Left ("bad message from master: " ++ why))
-        Right Shutdown -> pure (Left "")
+      entry (Left why) = logToStderr ("herd simulated host: bad entry from master: " ++ why)
+      entry (Right (slot, body))
+        | slot == controlSlot = case decodeHostControl body of
+            Right (WorkerAdded _ wid) -> added (fromIntegral wid)
+            Right (StopWorker wid) -> dropSim host (fromIntegral wid) ""
+            Right other -> logToStderr ("herd simulated host: unexpected " ++ show other)
+            Left why -> logToStderr ("herd simulated host: bad control message: " ++ why)
+        | otherwise = withSim host (fromIntegral slot) $ \s ->
+            case splitPacket (joinedMaxFrame j `div` 5) body of
+              Left why -> dropSim host (fromIntegral slot) ("bad packet from master: " ++ why)
+              Right msgs -> deliverAll (fromIntegral slot) s msgs
+      deliverAll _ _ [] = pure ()
+      deliverAll tag s (m : ms) = case decodeToWorker m of
+        Left why -> dropSim host tag ("bad message from master: " ++ why)
+        Right Shutdown -> dropSim host tag ""
         Right msg -> do
           readIORef (hClock host) >>= writeIORef (sFedAt s)
           deliver host tag s msg
-          deliverAll ms
+          deliverAll tag s ms
+      added wid = do
+        let mine = j { joinedId = fromIntegral wid }
+            -- its packets become entries of the host link's ('Herd.Master.HostLink')
+            out parts = case parts of
+              [] -> pure ()
+              (first : rest) -> sendMessageHeld (hSender host) Bulk
+                                  (encodeWithTail (encodeBytes (encodeEntryHeader (fromIntegral wid))) (B.drop 4 first))
+                                  (B.concat rest)
+        s <- Sim mine <$> newIORef noBatch <*> newIORef (newHeld (fromIntegral wid)) <*> newIORef (Farm False Seq.empty)
+                      <*> newSender (joinedPolicy j) out <*> newIORef 0
+        modifyIORef' (hSims host) (IM.insert wid s)
+        modifyIORef' (hPending host) (subtract 1)
   r <- try (drain False)
   case r of
-    Left (e :: SomeException) -> dropSim host tag ("its link broke: " ++ displayException e)
-    Right (Left why) -> dropSim host tag why
-    Right (Right ()) -> pure ()
+    Left (e :: SomeException) -> pure (Just ("its link broke: " ++ displayException e))
+    Right (Left why) -> pure (Just why)
+    Right (Right ()) -> pure Nothing
 
 -- Send what each worker's packet buffer holds at the end of the round.
 flushAll :: Host -> IO ()
 flushAll host = do
   dirty <- atomicModifyIORef' (hDirty host) (\d -> (IS.empty, IS.toList d))
-  forM_ dirty $ \tag -> withSim host tag $ \s -> do
-    r <- try (flushIdle (sSender s))
-    case r of
-      Left (e :: SomeException) -> dropSim host tag ("cannot send to the master: " ++ displayException e)
-      Right () -> pure ()
+  r <- try $ do
+    forM_ dirty $ \tag -> withSim host tag $ \s -> flushIdle (sSender s)
+    -- then the host link's packet, which gathers them
+    flushIdle (hSender host)
+  case r of
+    Right () -> pure ()
+    Left (e :: SomeException) -> do
+      logToStderr ("herd simulated host: cannot send to the master: " ++ displayException e)
+      -- the link is lost, and every worker with it
+      writeIORef (hSims host) IM.empty
+      writeIORef (hPending host) 0

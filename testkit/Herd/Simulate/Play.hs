@@ -18,6 +18,7 @@ module Herd.Simulate.Play
   , fireDue
   , deliver
   , dropSim
+  , hostControl
   , withSim
   ) where
 
@@ -46,6 +47,7 @@ import Herd.Simulate.Wheel
 import Herd.Task (Runner (..), TaskRef (..), lookupRunner)
 import Herd.Transport
 import Herd.Core.Wire
+import Herd.Core.Wire.Host
 import Herd.Wire.Encode
 import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, resultsEncoder, resultsFitting, scratchCount)
 import Herd.Worker.Join
@@ -55,10 +57,9 @@ import Herd.Core.Worker.Step
 -- it wait, oldest first.
 data Farm = Farm !Bool !(Seq ToWorker)
 
--- | One simulated worker.
+-- | One simulated worker, known by the number the master gave it.
 data Sim = Sim
-  { sConn    :: !Connection
-  , sJoined  :: !Joined
+  { sJoined  :: !Joined
   , sBatches :: !(IORef (Batches Runner))
   , sHeld    :: !(IORef (Held EvolveRunner))
   , sFarm    :: !(IORef Farm)
@@ -73,7 +74,13 @@ data Due
 
 -- | The host's state, touched only by its one thread.
 data Host = Host
-  { hSims     :: !(IORef (IM.IntMap Sim))
+  { hConn     :: !Connection
+    -- ^ the host link to the master ("Herd.Core.Wire.Host"): every worker's packets travel on it
+  , hSender   :: !Sender
+    -- ^ gathers the workers' packets (and control messages) into the link's packets
+  , hPending  :: !(IORef Int)
+    -- ^ workers asked for and not numbered by the master yet
+  , hSims     :: !(IORef (IM.IntMap Sim))
   , hWheel    :: !(IORef (Wheel Due))
   , hDirty    :: !(IORef IS.IntSet)
   , hEpoll    :: !Epoll
@@ -217,16 +224,23 @@ out host tag enc = withSim host tag $ \s -> do
     Left (e :: SomeException) -> dropSim host tag ("cannot send to the master: " ++ displayException e)
     Right () -> modifyIORef' (hDirty host) (IS.insert tag)
 
--- | Drop a worker: close its link (an empty reason: the master closed it).
+-- | Drop a worker, telling the master why (an empty reason: the master
+-- stopped it, and knows).
 dropSim :: Host -> Int -> String -> IO ()
-dropSim host tag why = withSim host tag $ \s -> do
-  unless' (null why) $ logToStderr ("herd simulated worker " ++ show (joinedId (sJoined s)) ++ ": " ++ why)
-  fds <- try (connWaitFds (sConn s))
-  either (\(_ :: SomeException) -> pure ()) (mapM_ (epollDel (hEpoll host))) fds
+dropSim host tag why = withSim host tag $ \_ -> do
   modifyIORef' (hSims host) (IM.delete tag)
-  -- it ignores a failure to close, and lets a cancel through
-  closeConnection (sConn s)
+  unless' (null why) $ do
+    logToStderr ("herd simulated worker " ++ show tag ++ ": " ++ why)
+    hostControl host (WorkerGone (fromIntegral tag) (GoneDied (T.pack why)))
   where unless' c act = if c then pure () else act
+
+-- | Queue a control message to the master on the host link.
+hostControl :: Host -> HostControl -> IO ()
+hostControl host c = do
+  r <- try (sendMessageHeld (hSender host) Bulk (encodeBytes (encodeEntryHeader controlSlot)) (encodeHostControl c))
+  case r of
+    Left (e :: SomeException) -> logToStderr ("herd simulated host: cannot send to the master: " ++ displayException e)
+    Right () -> pure ()
 
 -- | Act on a simulated worker, if it is still there.
 withSim :: Host -> Int -> (Sim -> IO ()) -> IO ()

@@ -86,6 +86,7 @@ data Status = Status
   , statusFlushes   :: ![(FlushReason, Int)]  -- ^ packets the master sent, by the rule that sent them
   , statusLog       :: ![(Double, String)]    -- ^ recent log lines, oldest first, with seconds since the start
   , statusMemoryLimit :: !(Maybe Int)   -- ^ the resident bytes a watched worker may hold
+  , statusLinks     :: !Int             -- ^ links the master keeps open: a host agent's carries all its workers
   } deriving (Eq, Show)
 
 -- | What a snapshot is built from.
@@ -101,6 +102,7 @@ data Inputs = Inputs
   , inLog       :: ![(Double, String)]  -- ^ recent log lines
   , inMemory    :: !(M.Map WorkerId Int)  -- ^ the watched workers' resident bytes, as last read
   , inMemoryLimit :: !(Maybe Int)         -- ^ what each may hold
+  , inLinksOpen :: !Int                   -- ^ links the master keeps open
   }
 
 -- | Build the snapshot.
@@ -120,6 +122,7 @@ buildStatus i = Status
                              , let n = sum [ M.findWithDefault 0 r (flushesBy p) | p <- M.elems (inLinks i) ], n > 0 ]
   , statusLog = inLog i
   , statusMemoryLimit = inMemoryLimit i
+  , statusLinks = inLinksOpen i
   }
   where
     core = inCore i

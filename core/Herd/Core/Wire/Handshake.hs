@@ -7,6 +7,7 @@ module Herd.Core.Wire.Handshake
   ( protocolVersion
   , handshakeFrameLimit
   , WorkerHello (..)
+  , HelloLink (..)
   , noCpu
   , MasterReply (..)
   , encodeWorkerHello
@@ -23,13 +24,13 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Builder as BB
 import qualified Data.ByteString.Char8 as BC
 import Data.Text (Text)
-import Data.Word (Word16, Word32)
+import Data.Word (Word16, Word32, Word8)
 import Herd.Core.Base (shortBuildId)
 import Herd.Core.Wire.Codec
 
 -- | Version of this protocol; peers must match exactly.
 protocolVersion :: Word16
-protocolVersion = 8
+protocolVersion = 9
 
 -- | Largest handshake frame either side accepts.
 handshakeFrameLimit :: Int
@@ -45,9 +46,16 @@ data WorkerHello = WorkerHello
   , helloPid     :: !Word32
   , helloHost    :: !Text
   , helloGroup   :: !Text          -- ^ the launch that started it (empty: joined by hand)
-  , helloWantsShm :: !Bool         -- ^ switch to shared memory after the welcome ("Herd.Transport.Shm")
+  , helloLink    :: !HelloLink     -- ^ what the link will be after the welcome
   , helloCpu     :: !Word32        -- ^ the CPU it is pinned to ('noCpu': not pinned)
   } deriving (Eq, Show)
+
+-- | What a link becomes after the welcome.
+data HelloLink
+  = DirectLink  -- ^ one worker's messages, on this connection
+  | ShmLink     -- ^ one worker's, over shared memory set up on it ("Herd.Transport.Shm")
+  | HostLink    -- ^ a host agent's: its workers' packets as entries ("Herd.Core.Wire.Host")
+  deriving (Eq, Show)
 
 -- | The 'helloCpu' of a worker that is not pinned.
 noCpu :: Word32
@@ -76,7 +84,7 @@ encodeWorkerHello :: WorkerHello -> B.ByteString
 encodeWorkerHello h = buildStrict $
   BB.byteString magic <> putWord16 (helloVersion h) <> putSizedBytes (helloBuild h)
   <> putWord32 (helloPid h) <> putText (helloHost h) <> putText (helloGroup h)
-  <> putWord8 (if helloWantsShm h then 1 else 0) <> putWord32 (helloCpu h)
+  <> putWord8 (linkByte (helloLink h)) <> putWord32 (helloCpu h)
 
 -- | Decode a hello, checking the magic bytes.
 decodeWorkerHello :: B.ByteString -> Either String WorkerHello
@@ -86,9 +94,16 @@ decodeWorkerHello = runGet $ do
   WorkerHello <$> getWord16 <*> getSizedBytes <*> getWord32 <*> getText <*> getText <*> getFlag <*> getWord32
   where
     getFlag = getWord8 >>= \b -> case b of
-      0 -> pure False
-      1 -> pure True
-      _ -> failGet ("bad transport flag " ++ show b)
+      0 -> pure DirectLink
+      1 -> pure ShmLink
+      2 -> pure HostLink
+      _ -> failGet ("bad link kind " ++ show b)
+
+linkByte :: HelloLink -> Word8
+linkByte l = case l of
+  DirectLink -> 0
+  ShmLink -> 1
+  HostLink -> 2
 
 -- | Encode the worker's answer to a challenge: its nonce and its proof.
 encodeAuthResponse :: B.ByteString -> B.ByteString -> B.ByteString

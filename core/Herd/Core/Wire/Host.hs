@@ -1,0 +1,97 @@
+-- | The host link's framing: one link between the master and a host
+-- agent carries the traffic of all the host's workers. Each message of a
+-- host packet (the packet layer's own format, "Herd.Core.Packet.Split")
+-- is an entry: a 32-bit slot, then a body. Slot 'controlSlot' carries a
+-- 'HostControl' message about the link's workers; any other slot is a
+-- worker's number, and the body is one of that worker's packets, exactly
+-- as it would travel on a link of its own. So a host packet gathers many
+-- workers' packets, and the master's system calls and wake-ups grow with
+-- hosts, not workers.
+--
+-- Pure. Promise: decoding checks every length against the bytes present
+-- and names what was wrong; a body is a slice of the entry, not a copy.
+module Herd.Core.Wire.Host
+  ( controlSlot
+  , entryHeaderBytes
+  , HostControl (..)
+  , GoneReason (..)
+  , encodeEntryHeader
+  , decodeEntry
+  , encodeHostControl
+  , decodeHostControl
+  ) where
+
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Unsafe as BU
+import Data.Bits (shiftL, (.|.))
+import Data.Text (Text)
+import Data.Word (Word32, Word64)
+import Herd.Core.Wire.Codec
+
+-- | The slot of control entries; never a worker's number.
+controlSlot :: Word32
+controlSlot = maxBound
+
+-- | Bytes before an entry's body: its slot.
+entryHeaderBytes :: Int
+entryHeaderBytes = 4
+
+-- | What the master and a host agent say about the link's workers.
+data HostControl
+  = AddWorker !Word32 !Word32 !Word32
+    -- ^ host to master: a worker started (the host's token for it, its
+    -- process, the CPU it is pinned to or 'Herd.Core.Wire.noCpu'); give it a number
+  | WorkerAdded !Word32 !Word32
+    -- ^ master to host: the worker of this token is this number
+  | WorkerGone !Word32 !GoneReason
+    -- ^ host to master: this worker is gone, and why
+  | StopWorker !Word32
+    -- ^ master to host: the master dropped this worker; end it
+  deriving (Eq, Show)
+
+-- | Why a host's worker is gone.
+data GoneReason
+  = GoneDied !Text
+    -- ^ its process ended or its local link broke: the host's words
+  | GoneMemory !Word64 !Word64
+    -- ^ its resident memory (bytes) was over its limit (bytes): the agent killed it
+  deriving (Eq, Show)
+
+-- | An entry's header: the slot, big-endian.
+encodeEntryHeader :: Word32 -> B.ByteString
+encodeEntryHeader slot = buildStrict (putWord32 slot)
+
+-- | Split an entry into its slot and body (a slice).
+decodeEntry :: B.ByteString -> Either String (Word32, B.ByteString)
+decodeEntry entry
+  | B.length entry < entryHeaderBytes = Left ("a host entry of " ++ show (B.length entry) ++ " bytes has no slot")
+  | otherwise = Right (slot, BU.unsafeDrop entryHeaderBytes entry)
+  where
+    byte i = fromIntegral (BU.unsafeIndex entry i) :: Word32
+    slot = (byte 0 `shiftL` 24) .|. (byte 1 `shiftL` 16) .|. (byte 2 `shiftL` 8) .|. byte 3
+
+-- | Encode a control message (the body of a 'controlSlot' entry).
+encodeHostControl :: HostControl -> B.ByteString
+encodeHostControl c = buildStrict $ case c of
+  AddWorker token pid cpu -> putWord8 0 <> putWord32 token <> putWord32 pid <> putWord32 cpu
+  WorkerAdded token wid -> putWord8 1 <> putWord32 token <> putWord32 wid
+  WorkerGone wid (GoneDied why) -> putWord8 2 <> putWord32 wid <> putWord8 0 <> putText why
+  WorkerGone wid (GoneMemory used limit) -> putWord8 2 <> putWord32 wid <> putWord8 1 <> putWord64 used <> putWord64 limit
+  StopWorker wid -> putWord8 3 <> putWord32 wid
+
+-- | Decode a control message; trailing bytes are an error.
+decodeHostControl :: B.ByteString -> Either String HostControl
+decodeHostControl = runGet $ do
+  tag <- getWord8
+  case tag of
+    0 -> AddWorker <$> getWord32 <*> getWord32 <*> getWord32
+    1 -> WorkerAdded <$> getWord32 <*> getWord32
+    2 -> do
+      wid <- getWord32
+      kind <- getWord8
+      WorkerGone wid <$> case kind of
+        0 -> GoneDied <$> getText
+        1 -> GoneMemory <$> getWord64 <*> getWord64
+        _ -> failGet ("unknown reason " ++ show kind ++ " for a gone worker")
+    3 -> StopWorker <$> getWord32
+    _ -> failGet ("unknown host control tag " ++ show tag)

@@ -1,0 +1,123 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | The master's side of a host link ("Herd.Core.Wire.Host"): one
+-- connection from a host agent (or a simulated host) that carries all of
+-- that host's workers. The reader reads it as one link; each entry of its
+-- packets is handed to the worker it names exactly as a packet of the
+-- worker's own link would be ('deliver'), and each worker's sender gives
+-- its packets to the host link's sender, so one write carries many
+-- workers' packets. The core still sees one worker per core.
+--
+-- Promises: a host may speak only for the workers the master numbered on
+-- its link (an entry for any other number is ignored, so a host cannot
+-- reach another host's workers); the host link's loss is every one of its
+-- workers' loss, in one step of the core; a worker the master drops is
+-- named to its host ('StopWorker'), which ends it.
+module Herd.Master.HostLink
+  ( joinHost
+  , hostPolicy
+  ) where
+
+import Control.Concurrent.STM
+import Control.Monad (when)
+import qualified Data.ByteString as B
+import Data.IORef
+import qualified Data.Map.Strict as M
+import qualified Data.Text as T
+import Herd.Config
+import Herd.Core.Fault (LinkFault (..), renderFault)
+import Herd.Core.Master.Events (Event (..))
+import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
+import Herd.Core.Scheduler (WorkerId)
+import Herd.Core.Wire (noCpu)
+import Herd.Core.Wire.Host
+import Herd.Encoder (encodeWithTail, pokeBE)
+import Herd.Master.Link
+import Herd.Master.Reader
+import Herd.Master.Shell
+import Herd.Master.ShellState (Shell (..))
+import Herd.Master.Types
+import Herd.Packet
+import Herd.Transport
+
+-- | The packets of a host link: as a worker's, but four times as large,
+-- so that one carries many workers' packets (bounded by the frame cap).
+hostPolicy :: Config -> PacketPolicy
+hostPolicy cfg =
+  let p = packetPolicyOf cfg
+  in p { policyCapacity = max (policyCapacity p) (min (configMaxFrameBytes cfg `div` 2) (4 * policyCapacity p)) }
+
+-- | A host agent passed the handshake on this connection (numbered like
+-- a worker, from the same count): serve its link. The action gives each
+-- of its workers a number; the information is the host's hello.
+joinHost :: Shell -> IO WorkerId -> WorkerId -> Connection -> WorkerInfo -> IO ()
+joinHost sh nextId hid conn hostInfo = do
+  let cfg = shConfig sh
+  members <- newIORef (M.empty :: M.Map WorkerId (IORef PeerStats))
+  reader <- readIORef (shReader sh)
+  let loseAll why = do
+        gone <- atomicModifyIORef' members (\m -> (M.empty, M.keys m))
+        atomically $ modifyTVar' (shHosts sh) (M.delete hid)
+        -- one event for the host: all its workers' work runs elsewhere
+        shellStep sh True [ LinkDown w (PeerLost ("its host agent's link was lost: " ++ why)) | w <- gone ]
+  handle <- openLinkWith (hostPolicy cfg) cfg conn loseAll
+  let hostSender = lhSender handle
+      closeHost = readerRemove reader hid conn >> closeConnection conn >> stopWriting handle
+      control c = sendMessageTail hostSender Urgent (encodeBytes (encodeEntryHeader controlSlot)) (encodeHostControl c)
+      -- a worker's packets become entries of the host's (the first part
+      -- is the worker sender's own buffer and its frame length, dropped)
+      entryOut wid parts = case parts of
+        [] -> pure ()
+        (first : rest) -> do
+          let body = B.drop 4 first
+          sendMessageTail hostSender Bulk (headed wid body) (B.concat rest)
+      headed wid body = encodeWithTail (Encoder entryHeaderBytes (\p -> pokeBE 4 p 0 (fromIntegral wid))) body
+      addWorker token pid cpu = do
+        wid <- nextId
+        received <- newIORef noPeerStats
+        sender <- newSender (packetPolicyOf cfg) (entryOut wid)
+        let info = hostInfo { infoId = wid, infoPid = fromIntegral pid
+                            , infoCpu = if cpu == noCpu then Nothing else Just (fromIntegral cpu) }
+            end = do
+              known <- atomicModifyIORef' members (\m -> (M.delete wid m, M.member wid m))
+              when known $ control (StopWorker (fromIntegral wid))
+            link = WorkerLink sender (lhBacklog handle) (Just (hid, hostSender)) end (pure ())
+        modifyIORef' members (M.insert wid received)
+        -- the number goes out before anything the core sends the worker
+        control (WorkerAdded token (fromIntegral wid))
+        added <- addWorkerLink sh wid info link received (pure ())
+        when (not added) $ modifyIORef' members (M.delete wid)
+        bumpCounter sh (\c -> c { countJoined = countJoined c + 1 })
+      onControl body = case decodeHostControl body of
+        Left why -> pure (Left ("bad host control message: " ++ why))
+        Right (AddWorker token pid cpu) -> Right <$> addWorker token pid cpu
+        Right (WorkerGone w reason) -> do
+          let wid = fromIntegral w
+          known <- M.member wid <$> readIORef members
+          when known $ shellStep sh True [LinkDown wid (goneFault reason)]
+          pure (Right ())
+        Right other -> pure (Left ("a host agent sent " ++ show other ++ ", which only the master sends"))
+      onEntry entry = case decodeEntry entry of
+        Left why -> pure (Left why)
+        Right (slot, body)
+          | slot == controlSlot -> onControl body
+          | otherwise -> do
+              let wid = fromIntegral slot
+              found <- M.lookup wid <$> readIORef members
+              case found of
+                -- dropped already, its packets still on the way
+                Nothing -> pure (Right ())
+                Just received -> do
+                  ok <- deliver sh wid conn received body
+                  -- a bad packet breaks that worker alone: the core drops it
+                  pure (either (const (Right ())) Right ok)
+      onPacket packet = case splitPacket (configMaxFrameBytes cfg `div` 5) packet of
+        Left why -> pure (Left (renderFault (BadPacket (connPeer conn) why)))
+        Right entries -> go entries
+          where go [] = pure (Right ())
+                go (e : es) = onEntry e >>= either (pure . Left) (const (go es))
+  atomically $ modifyTVar' (shHosts sh) (M.insert hid closeHost)
+  readerAdd reader hid conn onPacket loseAll
+  where
+    goneFault reason = case reason of
+      GoneDied why -> PeerLost (T.unpack why)
+      GoneMemory used limit -> MemoryExceeded (fromIntegral used) (fromIntegral limit)
