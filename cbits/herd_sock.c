@@ -67,3 +67,12 @@ int herd_wait_writable(int fd)
     int rc = poll(&p, 1, 1000);
     return rc < 0 ? -errno : rc == 0 ? 0 : 1;
 }
+
+/* Whether a send on the socket would make progress now (no wait):
+   1 yes, 0 no, -errno on error. */
+int herd_writable_now(int fd)
+{
+    struct pollfd p = { fd, POLLOUT, 0 };
+    int rc = poll(&p, 1, 0);
+    return rc < 0 ? -errno : rc == 0 ? 0 : 1;
+}

@@ -200,7 +200,7 @@ runLatency o = do
         ("c-blocking", ShmTransport) -> "poll on eventfd, no spin"
         ("c-blocking", _) -> "blocking read, no spin"
         ("herd-iomanager", _) -> "GHC IO manager (epoll, thread wake-up)"
-        ("herd-tls", _) -> "TLS, relayed by two threads over a socket pair"
+        ("herd-tls", _) -> "TLS records sealed and opened inside the link"
         (_, ShmTransport) -> spin ++ "poll on eventfd"
         _ -> spin ++ "blocking recv on its own OS thread"
       spin = "spin " ++ show (spinNanos `div` 1000) ++ " us, then "

@@ -87,34 +87,36 @@ joinHost sh nextId hid conn hostInfo = do
         added <- addWorkerLink sh wid info link received (pure ())
         when (not added) $ modifyIORef' members (M.delete wid)
         bumpCounter sh (\c -> c { countJoined = countJoined c + 1 })
-      onControl body = case decodeHostControl body of
+      -- a control message is acted on in order: the workers' events
+      -- gathered before it are stepped first
+      onControl pending body = case decodeHostControl body of
         Left why -> pure (Left ("bad host control message: " ++ why))
-        Right (AddWorker token pid cpu) -> Right <$> addWorker token pid cpu
+        Right (AddWorker token pid cpu) -> Right [] <$ (deliverEvents sh (reverse pending) >> addWorker token pid cpu)
         Right (WorkerGone w reason) -> do
           let wid = fromIntegral w
           known <- M.member wid <$> readIORef members
-          when known $ shellStep sh True [LinkDown wid (goneFault reason)]
-          pure (Right ())
+          pure (Right (if known then LinkDown wid (goneFault reason) : pending else pending))
         Right other -> pure (Left ("a host agent sent " ++ show other ++ ", which only the master sends"))
-      onEntry entry = case decodeEntry entry of
+      onEntry pending entry = case decodeEntry entry of
         Left why -> pure (Left why)
         Right (slot, body)
-          | slot == controlSlot -> onControl body
+          | slot == controlSlot -> onControl pending body
           | otherwise -> do
               let wid = fromIntegral slot
               found <- M.lookup wid <$> readIORef members
               case found of
                 -- dropped already, its packets still on the way
-                Nothing -> pure (Right ())
+                Nothing -> pure (Right pending)
                 Just received -> do
-                  ok <- deliver sh wid conn received body
+                  decoded <- packetEvents sh wid conn received body
                   -- a bad packet breaks that worker alone: the core drops it
-                  pure (either (const (Right ())) Right ok)
+                  pure (Right (either (\fault -> [LinkBroken wid fault]) reverse decoded ++ pending))
+      -- all the entries' events in one step of the core
       onPacket packet = case splitPacket (configMaxFrameBytes cfg `div` 5) packet of
         Left why -> pure (Left (renderFault (BadPacket (connPeer conn) why)))
-        Right entries -> go entries
-          where go [] = pure (Right ())
-                go (e : es) = onEntry e >>= either (pure . Left) (const (go es))
+        Right entries -> go [] entries
+          where go pending [] = Right () <$ deliverEvents sh (reverse pending)
+                go pending (e : es) = onEntry pending e >>= either (\why -> deliverEvents sh (reverse pending) >> pure (Left why)) (\p -> go p es)
   atomically $ modifyTVar' (shHosts sh) (M.insert hid closeHost)
   readerAdd reader hid conn onPacket loseAll
   where

@@ -30,6 +30,8 @@ module Herd.Master.Shell
   , joinLink
   , addWorkerLink
   , deliver
+  , deliverEvents
+  , packetEvents
   , afterRound
   , shutdownShell
   , shellWorkers
@@ -155,13 +157,33 @@ addWorkerLink sh wid info link received startReading =
 -- | One packet from a worker: check its structure, count it, and step
 -- the core with its messages ('Left': it was bad, and the core was told).
 deliver :: Shell -> WorkerId -> Connection -> IORef PeerStats -> OnPacket
-deliver sh wid conn received packet =
-  case splitPacket (configMaxFrameBytes (shConfig sh) `div` 5) packet of
-    Left why -> do
+deliver sh wid conn received packet = do
+  decoded <- packetEvents sh wid conn received packet
+  case decoded of
+    Left fault -> do
       -- a broken protocol, not a death: nothing that ran there is charged
-      let fault = BadPacket (connPeer conn) why
       shellStep sh True [LinkBroken wid fault]
       pure (Left (renderFault fault))
+    Right events -> do
+      -- the callers that were handed farm news run before the next packet
+      handed <- stepUnderLock sh False NoRegistration events
+      when handed yield
+      pure (Right ())
+
+-- | Step the core with events of many workers' packets at once (a host
+-- link's packet): one hold of the lock for them all.
+deliverEvents :: Shell -> [Event] -> IO ()
+deliverEvents _ [] = pure ()
+deliverEvents sh events = do
+  handed <- stepUnderLock sh False NoRegistration events
+  when handed yield
+
+-- | A worker's packet as the core's events, checked and counted; a packet
+-- that fails the packet layer's checks is the fault returned.
+packetEvents :: Shell -> WorkerId -> Connection -> IORef PeerStats -> B.ByteString -> IO (Either LinkFault [Event])
+packetEvents sh wid conn received packet =
+  case splitPacket (configMaxFrameBytes (shConfig sh) `div` 5) packet of
+    Left why -> pure (Left (BadPacket (connPeer conn) why))
     Right msgs -> do
       let n = length msgs
           events = decodeAll msgs
@@ -173,10 +195,7 @@ deliver sh wid conn received packet =
           traceHerd ("herd batch " ++ show bid ++ " done by worker " ++ show wid ++ ", busy " ++ show (ns `div` 1000) ++ " us")
         _ -> pure ()
       bumpCounter sh (\c -> c { countWorkerMessages = countWorkerMessages c + n })
-      -- the callers that were handed farm news run before the next packet
-      handed <- stepUnderLock sh False NoRegistration events
-      when handed yield
-      pure (Right ())
+      pure (Right events)
   where
     valuesOf ev = case ev of
       Received _ (Results k _) -> fromIntegral k
