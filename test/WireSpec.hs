@@ -25,9 +25,11 @@ import Herd.Wire.Value (valueEncoder)
 import CodecSpec (allocationOf)
 import TestTasks (runningSumProcess, squareTask, unitTask)
 import Herd.Core.Wire
+import Herd.Core.Wire.Host
 import Herd.Wire.Encode
 import Herd.Core.Wire.Codec (buildStrict, putWord32, putWord64, putWord8)
 import Test.Hspec
+import Test.Hspec.QuickCheck (prop)
 import Test.QuickCheck hiding (Args)
 
 ref :: TaskRef
@@ -84,6 +86,19 @@ spec = describe "Herd.Core.Wire" $ do
        === ( Right (StreamIn (unW sid) (fromIntegral (length args)) all')
            , Right (StreamOut (unW sid) (fromIntegral (length args)) all')
            , Right (Args (fromIntegral (length args)) all'), Right (Results (fromIntegral (length args)) squares) )
+  prop "round-trips a host link's control messages, and refuses their truncations" $ \token wid pid used limit (NonNegative cut) ->
+    let why = T.pack (show (token, wid))
+        cs = [ AddWorker token pid wid, WorkerAdded token wid, WorkerGone wid (GoneDied why)
+             , WorkerGone wid (GoneMemory used limit), StopWorker wid, CloseHost ]
+    in conjoin [ decodeHostControl (encodeHostControl c) === Right c
+                 .&&. (let bytes = encodeHostControl c
+                           short = B.take (cut `mod` B.length bytes) bytes
+                       in counterexample (show short) (either (const True) (const False) (decodeHostControl short)))
+               | c <- cs ]
+  it "splits a host entry into its slot and the body, and names a short one" $ do
+    decodeEntry (encodeEntryHeader 7 <> B.pack [1, 2, 3]) `shouldBe` Right (7, B.pack [1, 2, 3])
+    decodeEntry (encodeEntryHeader controlSlot) `shouldBe` Right (controlSlot, B.empty)
+    either id (const "") (decodeEntry (B.pack [0, 0, 1])) `shouldSatisfy` ("no slot" `isInfixOf`)
   it "round-trips the handshake" $ do
     let hello = WorkerHello protocolVersion (B.replicate 32 7) 1234 (T.pack "host") (T.pack "ssh:host") ShmLink 3
     decodeWorkerHello (encodeWorkerHello hello) `shouldBe` Right hello

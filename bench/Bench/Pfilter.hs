@@ -180,13 +180,6 @@ measure o cfg setup hosts = do
       master1 <- getCPUTime
       stats1 <- masterStats
       calls <- readIORef stats
-      forM_ (reverse calls) $ \c -> do
-        let bs = M.elems (esBusy c)
-            mx = maximum (0 : bs)
-            mn = if null bs then 0 else minimum bs
-        hPutStrLn stderr ("DEBUG call " ++ fixed 3 (esSeconds c) ++ " s, busy max " ++ fixed 3 mx ++ " min " ++ fixed 3 mn
-                          ++ " workers " ++ show (length bs) ++ " over " ++ show (length (filter (> mn + 0.015) bs))
-                          ++ " moved " ++ show (esMoved c) ++ " evolved " ++ show (esEvolved c))
       callSecs <- readIORef inCalls
       let evolved = sum (runEvolved result)
           busyTotal = sum (concatMap (M.elems . esBusy) calls)

@@ -28,7 +28,8 @@ module Herd.Worker
   ) where
 
 import Herd.Log (logToStderr)
-import Herd.Core.Config.Parse (parseHostPortFrom, parseSimulatedCount)
+import Herd.Core.Config.Parse (parseSimulatedCount)
+import Herd.Worker.Address
 import Herd.Trace (tracing)
 import Control.Exception
 import Control.Concurrent (forkIO, myThreadId)
@@ -42,7 +43,7 @@ import Herd.Launch.Topology (physicalCores)
 import Herd.Sys (exitWhenStdinCloses, niceProcessThreads, pinProcessThreads)
 import Herd.Transport
 import Herd.Transport.Tcp (connectTcp)
-import Herd.Transport.Unix (connectUnix, unixAddressName)
+import Herd.Transport.Unix (connectUnix)
 import Herd.Transport.Shm (upgradeWorker)
 import Herd.Transport.Tls (tlsConnect)
 import Herd.Core.Wire
@@ -65,34 +66,6 @@ data WorkerOptions = WorkerOptions
   , workerGroup      :: String        -- ^ the launch it belongs to (empty: by hand)
   } deriving (Eq, Show)
 
--- | Where a worker finds its master, and so the transport of its link.
-data MasterAddress
-  = TcpAddress String Int  -- ^ @HOST:PORT@: TCP
-  | TlsAddress String Int  -- ^ @tls:HOST:PORT@: TLS over TCP ("Herd.Transport.Tls")
-  | UnixAddress String     -- ^ @unix:NAME@: the master's abstract Unix socket
-  | ShmAddress String      -- ^ @shm:NAME@: that socket, then shared-memory rings
-  deriving (Eq, Show)
-
--- | Parse @HOST:PORT@, @tls:HOST:PORT@, @unix:NAME@ or @shm:NAME@,
--- naming what is wrong.
-parseMasterAddress :: String -> Either String MasterAddress
-parseMasterAddress s = case break (== ':') s of
-  ("unix", ':' : name) -> UnixAddress <$> unixAddressName name
-  ("shm", ':' : name) -> ShmAddress <$> unixAddressName name
-  ("tls", ':' : rest) -> uncurry TlsAddress <$> parseHostPort rest
-  _ -> uncurry TcpAddress <$> parseHostPort s
-
--- | The form 'parseMasterAddress' reads.
-showMasterAddress :: MasterAddress -> String
-showMasterAddress a = case a of
-  TcpAddress h p -> (if ':' `elem` h then "[" ++ h ++ "]" else h) ++ ":" ++ show p
-  TlsAddress h p -> "tls:" ++ showMasterAddress (TcpAddress h p)
-  UnixAddress n -> "unix:" ++ n
-  ShmAddress n -> "shm:" ++ n
-
--- | Parse @HOST:PORT@, naming what is wrong.
-parseHostPort :: String -> Either String (String, Int)
-parseHostPort = parseHostPortFrom 1
 
 -- | If this process was started as a herd worker (or as the per-host agent
 -- of an ssh launch), serve the master and exit without returning;

@@ -22,8 +22,8 @@ grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}[+-][0
   || fail "the worker's log line has no ISO 8601 time: $err"
 
 # a host joins a running master by hand with herd agent: its workers are
-# kept up (one killed mid-run is restarted), the run completes, and the
-# agent exits once its workers have ended
+# kept up (one killed mid-run is restarted), the run completes over the
+# agent's one host link, and the agent exits once the master is done
 secret=$(mktemp)
 chmod 600 "$secret"
 head -c 32 /dev/urandom | base64 > "$secret"
@@ -47,6 +47,7 @@ grep -q "complete and correct" "$out" || fail "results incomplete: $(cat "$out")
 wait "$agent_timeout" || fail "the agent did not exit by itself once its workers ended: $(cat "$agent_err")"
 grep -q "herd agent: local worker.*was killed by signal 9; restarting it" "$agent_err" \
   || fail "the agent did not restart its worker: $(cat "$agent_err")"
-grep -q "herd agent: every worker has ended; exiting" "$agent_err" || fail "the agent's end: $(cat "$agent_err")"
+grep -Eq "herd agent: (every worker has ended|the master closed its cluster); exiting" "$agent_err" \
+  || fail "the agent's end: $(cat "$agent_err")"
 
 echo "cli: ok"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # herd over ssh: a real sshd from Debian's openssh-server on a high loopback
 # port, with a key made for the test. Checks that workers start through it
-# (at the same path, and shipped with --ship), that a host that cannot be
-# reached stops the run with an error naming it (or is skipped with
-# --allow-partial), that a bad hosts entry is named, and that no worker
-# process is left behind.
+# (at the same path, and shipped with --ship), that an agent restarts a
+# killed worker and an agent killed mid-run loses its workers as one (their
+# tasks run on the other host, none of its processes is left), that a host
+# that cannot be reached stops the run with an error naming it (or is
+# skipped with --allow-partial), that a bad hosts entry is named, and that
+# no worker process is left behind.
 source "$(dirname "$0")/lib.sh"
 need_root
 
@@ -71,6 +73,29 @@ wait $DEMO || fail "the run failed after a worker was killed: $(cat "$WORK/err")
 grep -q "complete and correct" "$WORK/out" || fail "results not complete after the kill: $(cat "$WORK/out")"
 grep -q "herd agent: local worker.*was killed by signal 9; restarting it" "$WORK/err" \
   || fail "the agent did not restart its worker: $(cat "$WORK/err")"
+
+log "an agent killed mid-run loses its workers as one: their tasks run on the other host, nothing of it is left"
+timeout 120 "$HERD_BIN" demo --fib 32 --tasks 300 --secret-file "$WORK/secret" --ssh "$SSH" \
+  --start-timeout 20 --hosts root@127.0.0.1:2,root@localhost:2 >"$WORK/out" 2>"$WORK/err" &
+DEMO=$!
+for i in $(seq 200); do grep -q "starting with 4 workers" "$WORK/err" && break; sleep 0.05; done
+grep -q "starting with 4 workers" "$WORK/err" || fail "workers did not join: $(cat "$WORK/err")"
+agents=()
+for p in $(pgrep -f -- "$HERD_BIN" || true); do
+  if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -q '^HERD_AGENT='; then agents+=("$p"); fi
+done
+[ "${#agents[@]}" -eq 2 ] || fail "expected two agents, found ${#agents[@]}"
+doomed=${agents[0]}
+its_workers=$(pgrep -P "$doomed" | tr '\n' ' ')
+[ -n "$its_workers" ] || fail "the agent to kill has no worker"
+kill -9 "$doomed"
+wait $DEMO || fail "the run failed after an agent was killed: $(cat "$WORK/err")"
+grep -q "complete and correct" "$WORK/out" || fail "results not complete after the agent's kill: $(cat "$WORK/out")"
+grep -q "its host agent's link was lost" "$WORK/err" || fail "the master did not see the host link's loss: $(cat "$WORK/err")"
+for w in $its_workers; do
+  for i in $(seq 40); do kill -0 "$w" 2>/dev/null || break; sleep 0.05; done
+  kill -0 "$w" 2>/dev/null && fail "worker $w of the killed agent is still running"
+done
 
 log "a host that cannot be reached stops the run, naming it"
 if run_demo --hosts root@127.0.0.1:1,nohost.invalid:1 >"$WORK/out" 2>"$WORK/err"; then

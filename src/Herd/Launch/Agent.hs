@@ -34,6 +34,8 @@ import System.IO
 import Control.Concurrent (threadDelay)
 import Herd.Core.Launch.Backoff (defaultBackoff)
 import Herd.Launch.Supervise
+import Herd.Launch.HostAgent (HostEnd (..), withHostLink)
+import Herd.Worker.Address (MasterAddress (..), parseMasterAddress)
 
 -- | The line the agent prints once its workers are started, followed by
 -- their count.
@@ -54,22 +56,42 @@ runAgent :: String -> Maybe Int -> String -> Secret -> IO ()
 runAgent address count group secret = do
   rc <- exitWhenStdinCloses
   when (rc /= 0) $ logToStderr ("herd agent: cannot watch the ssh session (error " ++ show rc ++ ")")
-  (n, _) <- superviseWorkers address count group secret
-  putStrLn (agentReadyPrefix ++ show n)
-  hFlush stdout
-  -- the supervisor holds every worker's handles (its standard input is its
-  -- lifeline: it exits with code 70 when that pipe closes, so the handles
-  -- must stay reachable while it runs), and the agent lives until the ssh
-  -- session closes, which ends it and its workers
-  forever (threadDelay 1000000000)
+  viaHostLink address group secret $ \local -> do
+    (n, _) <- superviseWorkers local count group secret
+    putStrLn (agentReadyPrefix ++ show n)
+    hFlush stdout
+    -- the supervisor holds every worker's handles (its standard input is its
+    -- lifeline: it exits with code 70 when that pipe closes, so the handles
+    -- must stay reachable while it runs), and the agent lives until the ssh
+    -- session closes or the host link is lost, which ends it and its workers
+    forever (threadDelay 1000000000)
+
+-- Run the agent's work with the address its workers join at: the local
+-- end of one host link to the master ("Herd.Launch.HostAgent") when the
+-- master is reached over TCP or TLS, else the master's own address. The
+-- agent exits, and its workers with it, when the host link is lost.
+viaHostLink :: String -> String -> Secret -> (String -> IO ()) -> IO ()
+viaHostLink address group secret work = case parseMasterAddress address of
+  Right master@(TcpAddress _ _) -> linked master
+  Right master@(TlsAddress _ _) -> linked master
+  _ -> work address
+  where
+    linked master = do
+      r <- withHostLink master secret group work
+      case r of
+        Right () -> pure ()
+        Left MasterClosed -> logToStderr "herd agent: the master closed its cluster; exiting"
+        Left (LinkLost why) -> do
+          logToStderr ("herd agent: the host link to the master was lost (" ++ why ++ "); exiting, and its workers with it")
+          exitWith (ExitFailure 3)
 
 -- | Run as an agent started by hand (@herd agent --connect HOST:PORT@):
 -- start this host's workers, keep them up, and end once every one has
 -- ended for good (its master finished, or could not be reached). Killing
 -- the agent ends its workers.
 runAgentByHand :: String -> Maybe Int -> String -> Secret -> IO ()
-runAgentByHand address count group secret = do
-  (n, sup) <- superviseWorkers address count group secret
+runAgentByHand address count group secret = viaHostLink address group secret $ \local -> do
+  (n, sup) <- superviseWorkers local count group secret
   logToStderr ("herd agent: started " ++ show n ++ " worker" ++ (if n == 1 then "" else "s") ++ " for " ++ address)
   let wait = do
         threadDelay 200000

@@ -18,7 +18,9 @@ module Herd.Master.HostLink
   ) where
 
 import Control.Concurrent.STM
-import Control.Monad (when)
+import Control.Concurrent (forkIO)
+import Control.Monad (void, when)
+import System.Timeout (timeout)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M
@@ -61,7 +63,16 @@ joinHost sh nextId hid conn hostInfo = do
         shellStep sh True [ LinkDown w (PeerLost ("its host agent's link was lost: " ++ why)) | w <- gone ]
   handle <- openLinkWith (hostPolicy cfg) cfg conn loseAll
   let hostSender = lhSender handle
-      closeHost = readerRemove reader hid conn >> closeConnection conn >> stopWriting handle
+      -- the cluster is closing: the host hears so after its workers' last
+      -- messages, and the link closes once the writer has sent them (or
+      -- after two seconds)
+      closeHost = do
+        _ <- trySync (control CloseHost >> flushIdle hostSender)
+        stopWriting handle
+        void $ forkIO $ do
+          _ <- timeout 2000000 (atomically (readTVar (lhBacklog handle) >>= \b -> when (b > 0) retry))
+          readerRemove reader hid conn
+          closeConnection conn
       control c = sendMessageTail hostSender Urgent (encodeBytes (encodeEntryHeader controlSlot)) (encodeHostControl c)
       -- a worker's packets become entries of the host's (the first part
       -- is the worker sender's own buffer and its frame length, dropped)

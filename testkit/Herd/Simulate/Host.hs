@@ -147,6 +147,7 @@ readLink host j = do
         | slot == controlSlot = case decodeHostControl body of
             Right (WorkerAdded _ wid) -> added (fromIntegral wid)
             Right (StopWorker wid) -> dropSim host (fromIntegral wid) ""
+            Right CloseHost -> writeIORef (hSims host) IM.empty >> writeIORef (hPending host) 0
             Right other -> logToStderr ("herd simulated host: unexpected " ++ show other)
             Left why -> logToStderr ("herd simulated host: bad control message: " ++ why)
         | otherwise = withSim host (fromIntegral slot) $ \s ->

@@ -47,6 +47,9 @@ data HostControl
     -- ^ host to master: this worker is gone, and why
   | StopWorker !Word32
     -- ^ master to host: the master dropped this worker; end it
+  | CloseHost
+    -- ^ master to host: the cluster is closing (its workers were told to
+    -- stop just before); the host's end is a clean one
   deriving (Eq, Show)
 
 -- | Why a host's worker is gone.
@@ -78,6 +81,7 @@ encodeHostControl c = buildStrict $ case c of
   WorkerGone wid (GoneDied why) -> putWord8 2 <> putWord32 wid <> putWord8 0 <> putText why
   WorkerGone wid (GoneMemory used limit) -> putWord8 2 <> putWord32 wid <> putWord8 1 <> putWord64 used <> putWord64 limit
   StopWorker wid -> putWord8 3 <> putWord32 wid
+  CloseHost -> putWord8 4
 
 -- | Decode a control message; trailing bytes are an error.
 decodeHostControl :: B.ByteString -> Either String HostControl
@@ -94,4 +98,5 @@ decodeHostControl = runGet $ do
         1 -> GoneMemory <$> getWord64 <*> getWord64
         _ -> failGet ("unknown reason " ++ show kind ++ " for a gone worker")
     3 -> StopWorker <$> getWord32
+    4 -> pure CloseHost
     _ -> failGet ("unknown host control tag " ++ show tag)
