@@ -14,6 +14,8 @@ import qualified Data.Set as S
 import Test.QuickCheck
 import System.Posix.Process (getProcessID)
 import Test.Hspec
+import System.Environment (getEnvironment, getExecutablePath)
+import System.Process (CreateProcess (..), StdStream (..), proc, terminateProcess, withCreateProcess)
 import TestTasks (memoryHogTask)
 
 spec :: Spec
@@ -68,3 +70,38 @@ spec = describe "worker memory limits" $ do
       live <- poll 50
       live `shouldSatisfy` (not . null)
       live `shouldSatisfy` all (< 200 * 1024 * 1024)
+
+  it "a host agent governs its workers the same way, over its one link: the task is named, the rest finish" $ do
+    let secret = "memory-spec-agent-secret-0123456789"
+        cfg = defaultConfig { configWorkers = Just 0, configWorkerMemoryLimit = MemoryLimitMiB 200
+                            , configSecret = SecretValue (BC.pack secret) }
+    withCluster cfg $ \cluster -> do
+      let (_, port) = clusterAddress cluster
+      exe <- getExecutablePath
+      env0 <- getEnvironment
+      let env = ("HERD_AGENT", "2") : ("HERD_WORKER", "127.0.0.1:" ++ show port) : ("HERD_SECRET", secret)
+                : filter ((`notElem` ["HERD_AGENT", "HERD_WORKER", "HERD_SECRET"]) . fst) env0
+          waitFor k cond = do
+            ok <- cond
+            if ok || k <= (0 :: Int) then pure ok else threadDelay 100000 >> waitFor (k - 1) cond
+      withCreateProcess (proc exe []) { env = Just env, std_err = Inherit } $ \_ _ _ agent -> do
+        waitFor 200 ((== 2) <$> clusterWorkerCount cluster) `shouldReturn` True
+        statusLinks <$> clusterStatus cluster `shouldReturn` 1
+        answers <- farmEither cluster memoryHogTask ([1 .. 10] ++ [-400] ++ [11 .. 20])
+        [ y | Right y <- answers ] `shouldBe` [1 .. 20]
+        case answers !! 10 of
+          Left (TaskKilledWorkers 10 _ deaths why) -> do
+            deaths `shouldBe` configMaxTaskDeaths defaultConfig
+            why `shouldSatisfy` ("exceeded its memory limit" `isInfixOf`)
+          other -> expectationFailure ("task 10 should be named for killing its workers, got " ++ show other)
+        -- the agent restarted what it killed, and reports its workers' memory
+        waitFor 200 ((== 2) <$> clusterWorkerCount cluster) `shouldReturn` True
+        let live = do
+              after <- clusterStatus cluster
+              pure [ m | r <- statusWorkers after, rowState r /= Lost, Just m <- [rowMemory r] ]
+        waitFor 50 ((== 2) . length <$> live) `shouldReturn` True
+        live >>= (`shouldSatisfy` all (< 200 * 1024 * 1024))
+        answers' <- farm cluster memoryHogTask [1 .. 8]
+        answers' `shouldBe` [1 .. 8]
+        terminateProcess agent
+

@@ -8,6 +8,13 @@
 -- round of the agent's single epoll reader ("Herd.Master.EpollReader"),
 -- and each entry from the master goes to its worker as a frame of its own.
 --
+-- The agent also governs its workers' memory against the cluster's limit
+-- (the master sends it, 'HostMemoryLimit'), as the master does for its
+-- own ("Herd.Launch.Memory"): readings go to the master for the
+-- dashboard, a worker above the soft share is held, and one above the
+-- limit is reported gone for memory, then killed (its supervisor starts
+-- it again).
+--
 -- Promises: a worker is welcomed only after it proved the secret and the
 -- master numbered it; a worker's end (its process, its link) is told to
 -- the master at once ('WorkerGone'), and a worker the master stops loses
@@ -24,7 +31,14 @@ import Control.Concurrent
 import Control.Concurrent.Async (race, withAsync)
 import Control.Concurrent.STM
 import Control.Exception
-import Control.Monad (forM_, forever, void, when)
+import Control.Monad (forM, forM_, forever, unless, void, when)
+import Data.Maybe (catMaybes)
+import qualified Data.Set as S
+import Herd.Config (MemoryLimit (..))
+import Herd.Core.Fault (LinkFault (..), renderFault)
+import Herd.Core.Launch.MemoryPolicy (MemoryVerdict (..), memoryVerdict)
+import Herd.Launch.Memory (memoryWatchPeriod, resolveMemoryLimit, residentBytes)
+import System.Posix.Signals (sigKILL, signalProcess)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Lazy as BL
 import Data.IORef
@@ -56,7 +70,11 @@ import System.Timeout (timeout)
 
 -- One worker as the relay sees it.
 data Local = Local
-  { localConn  :: !Connection
+  { localLink  :: !(IORef (Maybe Connection))
+    -- ^ its link, once its handshake is done: until then (the master may
+    -- send to it as soon as it numbered it) frames wait for its writer
+  , localReady :: !(TMVar Connection)        -- ^ the same, for its writer thread
+  , localPid   :: !Int                       -- ^ its process, as its hello said
   , localOut   :: !(TQueue [B.ByteString])  -- ^ frames for its writer thread
   , localQueued :: !(TVar Int)               -- ^ frames waiting there
   }
@@ -103,9 +121,11 @@ serveHost secret build j conn action = do
       workerCap = joinedMaxFrame j - 1024
   hostSender <- newSender hostPolicy (sendRawParts conn)
   locals <- newIORef (M.empty :: M.Map Int Local)
-  pending <- newIORef (M.empty :: M.Map Word32 (MVar Word32))
+  pending <- newIORef (M.empty :: M.Map Word32 (Int, MVar (Int, Local)))
   tokens <- newIORef (0 :: Word32)
   lost <- newEmptyMVar
+  limitRef <- newIORef NoHostLimit
+  heldRef <- newIORef S.empty
   (reader, release) <- newEpollReader (joinedMaxFrame j + 1024) (void (try (flushIdle hostSender) :: IO (Either SomeException ())))
   let control c = sendMessageTail hostSender Urgent (encodeBytes (encodeEntryHeader controlSlot)) (encodeHostControl c)
       hostLost why = void (tryPutMVar lost (Just why))
@@ -113,27 +133,43 @@ serveHost secret build j conn action = do
       toLocal l body = do
         let parts = [B.pack (bytesBE 4 (fromIntegral (B.length body))), body]
         waiting <- readTVarIO (localQueued l)
-        if waiting > 0 then queue l parts else do
-          left <- try (sendAvailableParts (localConn l) parts)
-          case left of
-            Left (_ :: SomeException) -> pure ()   -- its loss is reported by the reader
-            Right [] -> pure ()
-            Right rest -> queue l rest
+        linked <- readIORef (localLink l)
+        case linked of
+          Just c | waiting == 0 -> do
+            left <- try (sendAvailableParts c parts)
+            case left of
+              Left (_ :: SomeException) -> pure ()   -- its loss is reported by the reader
+              Right [] -> pure ()
+              Right rest -> queue l rest
+          _ -> queue l parts
       queue l parts = atomically $ modifyTVar' (localQueued l) (+ 1) >> writeTQueue (localOut l) parts
       dropLocal wid = do
         gone <- atomicModifyIORef' locals (\m -> (M.delete wid m, M.lookup wid m))
-        forM_ gone $ \l -> do
-          readerRemove reader wid (localConn l)
-          closeConnection (localConn l)
+        forM_ gone $ \l -> readIORef (localLink l) >>= mapM_ (\c -> do
+          readerRemove reader wid c
+          closeConnection c)
+      -- the master numbered a worker: from now on its frames are kept for it
+      numbered token wid = do
+        waiter <- atomicModifyIORef' pending (\m -> (M.delete token m, M.lookup token m))
+        forM_ waiter $ \(pid, mv) -> do
+          l <- Local <$> newIORef Nothing <*> newEmptyTMVarIO <*> pure pid <*> newTQueueIO <*> newTVarIO 0
+          let writer = do
+                link <- atomically (readTMVar (localReady l))
+                forever $ do
+                  parts <- atomically (readTQueue (localOut l))
+                  sendRawParts link parts
+                  atomically (modifyTVar' (localQueued l) (subtract 1))
+          _ <- forkIO (void (try writer :: IO (Either SomeException ())))
+          modifyIORef' locals (M.insert (fromIntegral wid) l)
+          putMVar mv (fromIntegral wid, l)
       onHostEntry entry = case decodeEntry entry of
         Left why -> logToStderr ("herd agent: bad entry from the master: " ++ why)
         Right (slot, body)
           | slot == controlSlot -> case decodeHostControl body of
-              Right (WorkerAdded token wid) -> do
-                waiter <- atomicModifyIORef' pending (\m -> (M.delete token m, M.lookup token m))
-                forM_ waiter $ \mv -> putMVar mv wid
+              Right (WorkerAdded token wid) -> numbered token wid
               Right (StopWorker wid) -> dropLocal (fromIntegral wid)
               Right CloseHost -> void (tryPutMVar lost Nothing)
+              Right (HostMemoryLimit l) -> writeIORef limitRef l
               Right other -> logToStderr ("herd agent: the master sent " ++ show other ++ ", which only a host sends")
               Left why -> logToStderr ("herd agent: bad control message from the master: " ++ why)
           | otherwise -> M.lookup (fromIntegral slot) <$> readIORef locals >>= mapM_ (`toLocal` body)
@@ -177,31 +213,60 @@ serveHost secret build j conn action = do
           Right (Just (Right hello)) -> do
             token <- atomicModifyIORef' tokens (\t -> (t + 1, t))
             waiter <- newEmptyMVar
-            modifyIORef' pending (M.insert token waiter)
+            modifyIORef' pending (M.insert token (fromIntegral (helloPid hello), waiter))
             control (AddWorker token (helloPid hello) (helloCpu hello)) >> flushIdle hostSender
-            numbered <- timeout (30 * 1000000) (takeMVar waiter)
-            case numbered of
+            answer <- timeout (30 * 1000000) (takeMVar waiter)
+            case answer of
               Nothing -> refuse "the master did not number it within 30 s"
-              Just wid -> do
-                sendFrame local (BL.fromStrict (encodeMasterReply (Welcome build wid (fromIntegral workerCap)
+              Just (wid, l) -> do
+                sendFrame local (BL.fromStrict (encodeMasterReply (Welcome build (fromIntegral wid) (fromIntegral workerCap)
                   (round (joinedLiveness j * 1000)) (policyChunking policy) (fromIntegral (policyCapacity policy))
                   (round (policyTimeout policy * 1e6)) (fromIntegral (joinedWindow j)))))
                 link <- if helloLink hello == ShmLink then upgradeMaster 10 local else pure local
-                out <- newTQueueIO
-                queued <- newTVarIO 0
-                let l = Local link out queued
-                    writer = forever $ do
-                      parts <- atomically (readTQueue out)
-                      sendRawParts link parts
-                      atomically (modifyTVar' queued (subtract 1))
-                _ <- forkIO (void (try writer :: IO (Either SomeException ())))
-                modifyIORef' locals (M.insert (fromIntegral wid) l)
-                readerAdd reader (fromIntegral wid) link (onLocalPacket (fromIntegral wid)) (onLocalLost (fromIntegral wid))
+                -- what came for it meanwhile goes first, by its writer
+                atomically (putTMVar (localReady l) link)
+                writeIORef (localLink l) (Just link)
+                still <- M.member wid <$> readIORef locals
+                if still then readerAdd reader wid link (onLocalPacket wid) (onLocalLost wid)
+                else closeConnection link
+  -- memory governance, as the master's for its own workers ("Herd.Launch.Memory"):
+  -- readings to the master, holds above the soft share, a kill above the limit
+  let watchMemory = do
+        ls <- M.toList <$> readIORef locals
+        readings <- fmap catMaybes $ forM ls $ \(w, l) -> fmap ((,) w) <$> residentBytes (localPid l)
+        setting <- readIORef limitRef
+        limit <- case setting of
+          NoHostLimit -> pure Nothing
+          HostLimitBytes b -> pure (Just (fromIntegral b))
+          HostLimitAuto -> resolveMemoryLimit MemoryLimitAuto (length ls)
+        was <- readIORef heldRef
+        let verdict = memoryVerdict limit was (S.fromList (map fst ls)) readings
+        writeIORef heldRef (verdictHeld verdict)
+        unless (null readings) $
+          control (WorkerMemory [ (fromIntegral w, fromIntegral b) | (w, b) <- readings ])
+        forM_ (verdictHold verdict) $ \w -> control (WorkerHold (fromIntegral w) True)
+        forM_ (verdictRelease verdict) $ \w -> control (WorkerHold (fromIntegral w) False)
+        forM_ [ (w, rss, cap) | Just cap <- [limit], (w, rss) <- verdictKill verdict ] $ \(w, rss, cap) -> do
+          victim <- M.lookup w <$> readIORef locals
+          forM_ victim $ \l -> do
+            logToStderr ("herd agent: killing worker " ++ show w ++ " (pid " ++ show (localPid l) ++ "): "
+                         ++ renderFault (MemoryExceeded rss cap))
+            -- the master first, so the death is charged to memory, not to a closed link
+            dropLocal w
+            control (WorkerGone (fromIntegral w) (GoneMemory (fromIntegral rss) (fromIntegral cap)))
+            flushIdle hostSender
+            void (try (signalProcess sigKILL (fromIntegral (localPid l))) :: IO (Either IOException ()))
+        flushIdle hostSender
+      watching = forever $ do
+        r <- try watchMemory
+        either (\(e :: SomeException) -> hostLost ("cannot send to the master: " ++ displayException e)) pure r
+        threadDelay (round (memoryWatchPeriod * 1e6))
   readerAdd reader 0 conn onHostPacket hostLost
   -- the reader's descriptors are released once its thread has stopped
   outcome <- flip finally release $ bracket (listenUnix 0) (close . fst) $ \(lsock, name) ->
     withAsync (readerRun reader `catch` \(e :: SomeException) -> hostLost ("the relay stopped: " ++ displayException e)) $ \_ ->
     withAsync (forever (acceptUnix lsock >>= \c -> forkIO (admit c))) $ \_ ->
+    withAsync watching $ \_ ->
       race (takeMVar lost) (action ("shm:" ++ name))
   pure $ case outcome of
     Left (Just why) -> Left (LinkLost why)

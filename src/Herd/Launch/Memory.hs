@@ -92,7 +92,9 @@ withMemoryWatch cfg sh localWorkers body = do
       workers <- readTVarIO (shellWorkers sh)
       let pids = M.map infoPid (M.filter ((== "local") . infoGroup) workers)
       readings <- fmap catMaybes $ forM (M.toList pids) $ \(w, pid) -> fmap ((,) w) <$> residentBytes pid
-      atomically (modifyTVar' (shMemory sh) (\(l, _) -> (l, M.fromList readings)))
+      -- host agents report their own workers' readings beside these
+      atomically (modifyTVar' (shMemory sh) (\(l, m) -> (l, M.union (M.fromList readings)
+                                                               (M.filterWithKey (\w _ -> M.member w workers && not (M.member w pids)) m))))
       was <- readIORef held
       let verdict = memoryVerdict limit was (M.keysSet workers) readings
           changes = map (`WorkerHeld` True) (verdictHold verdict) ++ map (`WorkerHeld` False) (verdictRelease verdict)

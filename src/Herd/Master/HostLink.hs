@@ -107,6 +107,15 @@ joinHost sh nextId hid conn hostInfo = do
           let wid = fromIntegral w
           known <- M.member wid <$> readIORef members
           pure (Right (if known then LinkDown wid (goneFault reason) : pending else pending))
+        Right (WorkerHold w held) -> do
+          let wid = fromIntegral w
+          known <- M.member wid <$> readIORef members
+          pure (Right (if known then WorkerHeld wid held : pending else pending))
+        Right (WorkerMemory readings) -> do
+          mine <- readIORef members
+          let known = M.fromList [ (fromIntegral w, fromIntegral b) | (w, b) <- readings, M.member (fromIntegral w) mine ]
+          atomically $ modifyTVar' (shMemory sh) (\(l, m) -> (l, M.union known m))
+          pure (Right pending)
         Right other -> pure (Left ("a host agent sent " ++ show other ++ ", which only the master sends"))
       onEntry pending entry = case decodeEntry entry of
         Left why -> pure (Left why)
@@ -129,8 +138,14 @@ joinHost sh nextId hid conn hostInfo = do
           where go pending [] = Right () <$ deliverEvents sh (reverse pending)
                 go pending (e : es) = onEntry pending e >>= either (\why -> deliverEvents sh (reverse pending) >> pure (Left why)) (\p -> go p es)
   atomically $ modifyTVar' (shHosts sh) (M.insert hid closeHost)
+  -- the host watches its workers' memory against the cluster's limit
+  _ <- trySync (control (HostMemoryLimit (hostLimit (configWorkerMemoryLimit cfg))) >> flushIdle hostSender)
   readerAdd reader hid conn onPacket loseAll
   where
+    hostLimit l = case l of
+      NoMemoryLimit -> NoHostLimit
+      MemoryLimitAuto -> HostLimitAuto
+      MemoryLimitMiB mib -> HostLimitBytes (fromIntegral mib * 1024 * 1024)
     goneFault reason = case reason of
       GoneDied why -> PeerLost (T.unpack why)
       GoneMemory used limit -> MemoryExceeded (fromIntegral used) (fromIntegral limit)

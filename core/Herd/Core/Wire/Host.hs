@@ -15,12 +15,14 @@ module Herd.Core.Wire.Host
   , entryHeaderBytes
   , HostControl (..)
   , GoneReason (..)
+  , HostLimit (..)
   , encodeEntryHeader
   , decodeEntry
   , encodeHostControl
   , decodeHostControl
   ) where
 
+import Control.Monad (replicateM)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Unsafe as BU
 import Data.Bits (shiftL, (.|.))
@@ -50,6 +52,20 @@ data HostControl
   | CloseHost
     -- ^ master to host: the cluster is closing (its workers were told to
     -- stop just before); the host's end is a clean one
+  | HostMemoryLimit !HostLimit
+    -- ^ master to host: the resident memory each of its workers may hold
+  | WorkerHold !Word32 !Bool
+    -- ^ host to master: this worker is above the soft share of its limit
+    -- (give it no new work), or back below it
+  | WorkerMemory ![(Word32, Word64)]
+    -- ^ host to master: its workers' resident bytes, as last read
+  deriving (Eq, Show)
+
+-- | A host's memory limit for each of its workers.
+data HostLimit
+  = NoHostLimit            -- ^ none
+  | HostLimitAuto          -- ^ 90% of the host's memory, shared among its workers
+  | HostLimitBytes !Word64 -- ^ this many bytes
   deriving (Eq, Show)
 
 -- | Why a host's worker is gone.
@@ -82,6 +98,12 @@ encodeHostControl c = buildStrict $ case c of
   WorkerGone wid (GoneMemory used limit) -> putWord8 2 <> putWord32 wid <> putWord8 1 <> putWord64 used <> putWord64 limit
   StopWorker wid -> putWord8 3 <> putWord32 wid
   CloseHost -> putWord8 4
+  HostMemoryLimit NoHostLimit -> putWord8 5 <> putWord8 0
+  HostMemoryLimit HostLimitAuto -> putWord8 5 <> putWord8 1
+  HostMemoryLimit (HostLimitBytes b) -> putWord8 5 <> putWord8 2 <> putWord64 b
+  WorkerHold wid held -> putWord8 6 <> putWord32 wid <> putWord8 (if held then 1 else 0)
+  WorkerMemory readings -> putWord8 7 <> putWord32 (fromIntegral (length readings))
+    <> foldMap (\(w, b) -> putWord32 w <> putWord64 b) readings
 
 -- | Decode a control message; trailing bytes are an error.
 decodeHostControl :: B.ByteString -> Either String HostControl
@@ -99,4 +121,16 @@ decodeHostControl = runGet $ do
         _ -> failGet ("unknown reason " ++ show kind ++ " for a gone worker")
     3 -> StopWorker <$> getWord32
     4 -> pure CloseHost
+    5 -> getWord8 >>= \kind -> HostMemoryLimit <$> case kind of
+      0 -> pure NoHostLimit
+      1 -> pure HostLimitAuto
+      2 -> HostLimitBytes <$> getWord64
+      _ -> failGet ("unknown memory limit kind " ++ show kind)
+    6 -> WorkerHold <$> getWord32 <*> (getWord8 >>= \b -> case b of
+      0 -> pure False
+      1 -> pure True
+      _ -> failGet ("bad hold flag " ++ show b))
+    7 -> do
+      n <- getCount 12
+      WorkerMemory <$> replicateM n ((,) <$> getWord32 <*> getWord64)
     _ -> failGet ("unknown host control tag " ++ show tag)
