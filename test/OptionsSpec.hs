@@ -27,7 +27,7 @@ spec = describe "Herd.Options" $ do
   it "turns the flags into the configuration they name" $ do
     let Right (flags, _) = parseArgs [ "--workers", "3", "--hosts", "a:2,b", "--listen", "0.0.0.0:7000"
                                      , "--tls", "--transport", "tcp", "--dashboard", "127.0.0.1:0"
-                                     , "--liveness", "6", "--secret-file", "/tmp/s" ]
+                                     , "--liveness", "6", "--secret-file", "/tmp/s", "--memory-limit", "300" ]
     cfg <- configFromFlags flags defaultConfig
     configWorkers cfg `shouldBe` Just 3
     map hostTarget (configHosts cfg) `shouldBe` ["a", "b"]
@@ -37,6 +37,10 @@ spec = describe "Herd.Options" $ do
     configDashboard cfg `shouldBe` Just "127.0.0.1:0"
     configLivenessTimeout cfg `shouldBe` 6
     configSecret cfg `shouldBe` SecretFile "/tmp/s"
+    configWorkerMemoryLimit cfg `shouldBe` MemoryLimitMiB 300
+    let limitOf args = either (const (pure Nothing)) (\(f, _) -> Just . configWorkerMemoryLimit <$> configFromFlags f defaultConfig) (parseArgs args)
+    limitOf ["--memory-limit", "none"] `shouldReturn` Just NoMemoryLimit
+    limitOf [] `shouldReturn` Just MemoryLimitAuto
   it "starts no local worker when the workers come from elsewhere, unless --workers says so" $ do
     let workersOf args = either (const (pure Nothing)) (\(f, _) -> configWorkers <$> configFromFlags f defaultConfig) (parseArgs args)
     workersOf ["--slurm"] `shouldReturn` Just 0
@@ -51,6 +55,8 @@ spec = describe "Herd.Options" $ do
     refused ["--dashboard", "nowhere"] "--dashboard" `shouldBe` True
     refused ["--hosts", "a:x"] "a:x" `shouldBe` True
     refused ["--liveness", "0"] "seconds" `shouldBe` True
+    refused ["--memory-limit", "8"] "MiB from 16, auto or none" `shouldBe` True
+    refused ["--memory-limit", "lots"] "--memory-limit" `shouldBe` True
     refused ["--bogus"] "--bogus" `shouldBe` True
   it "reads a hosts file, and names --hosts-file when it does not parse" $ do
     dir <- getTemporaryDirectory

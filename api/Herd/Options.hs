@@ -57,6 +57,7 @@ data ClusterFlags = ClusterFlags
   , flagTransport    :: Maybe TransportKind  -- ^ @--transport tcp|unix|shm@
   , flagTls          :: Bool                 -- ^ @--tls@
   , flagDashboard    :: Maybe String         -- ^ @--dashboard HOST:PORT@
+  , flagMemoryLimit  :: Maybe MemoryLimit    -- ^ @--memory-limit MIB|auto|none@: each worker's resident memory
   } deriving (Eq, Show)
 
 -- | The cluster flags, each validated as it is parsed.
@@ -90,6 +91,18 @@ clusterFlags = ClusterFlags
   <*> optional (option (eitherReader (\s -> s <$ parseDashboardAddress s)) (long "dashboard" <> metavar "HOST:PORT"
         <> help "serve a live dashboard there (e.g. 127.0.0.1:8787; port 0: a free one, logged): \
                 \the page at /, JSON at /api/status, Prometheus metrics at /metrics"))
+  <*> optional (option (eitherReader parseMemoryLimit) (long "memory-limit" <> metavar "MIB|auto|none"
+        <> help "resident memory each worker may hold: above it the worker is killed and its task charged, \
+                \above 80% it gets no new work (default auto: 90% of its host's memory shared among its workers)"))
+
+-- | Parse @--memory-limit@: a whole number of MiB from 16, @auto@ or
+-- @none@, naming what is wrong.
+parseMemoryLimit :: String -> Either String MemoryLimit
+parseMemoryLimit s = case s of
+  "auto" -> Right MemoryLimitAuto
+  "none" -> Right NoMemoryLimit
+  _ | not (null s), all isDigit s, length s < 9, read s >= (16 :: Int) -> Right (MemoryLimitMiB (read s))
+    | otherwise -> Left ("expected MiB from 16, auto or none, got " ++ show s)
 
 -- | Whether the flags ask for workers from elsewhere than this host's own
 -- processes (ssh, SLURM, or workers joining by hand): then no local worker
@@ -128,6 +141,7 @@ configFromFlags f base = do
     , configTransport = maybe (configTransport base) Just (flagTransport f)
     , configTls = configTls base || flagTls f
     , configDashboard = maybe (configDashboard base) Just (flagDashboard f)
+    , configWorkerMemoryLimit = maybe (configWorkerMemoryLimit base) id (flagMemoryLimit f)
     }
 
 -- | Wait for the workers @--wait-workers@ asked for (at least one), for up

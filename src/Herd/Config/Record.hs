@@ -22,7 +22,7 @@ import Herd.Core.Config.Parse
 
 -- | How much memory a worker the master starts may hold.
 data MemoryLimit
-  = MemoryLimitAuto     -- ^ 90% of this host's memory shared out among its local workers (default)
+  = MemoryLimitAuto     -- ^ 90% of each host's memory shared out among that host's workers (default)
   | MemoryLimitMiB Int  -- ^ this many MiB of resident memory each
   | NoMemoryLimit       -- ^ no limit: a runaway task meets the kernel's out-of-memory killer
   deriving (Eq, Show)

@@ -123,6 +123,7 @@ joinHost sh nextId hid conn hostInfo = do
           | slot == controlSlot -> onControl pending body
           | otherwise -> do
               let wid = fromIntegral slot
+              -- INV-HOST-ROUTE: only the workers numbered on this link
               found <- M.lookup wid <$> readIORef members
               case found of
                 -- dropped already, its packets still on the way
