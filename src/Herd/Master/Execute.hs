@@ -19,7 +19,8 @@ module Herd.Master.Execute
 import Control.Concurrent.MVar
 import Control.Concurrent.STM
 import Control.Exception
-import Control.Monad (foldM, forM_, unless, void)
+import Control.Monad (foldM, forM_, unless, void, when)
+import Data.Maybe (isJust)
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Herd.Config
@@ -162,11 +163,13 @@ handOverStreams ss
 flushTouched :: ShellState -> IO ShellState
 flushTouched ss = do
   unless (S.null (ssTouched ss)) $ do
-    hosts <- foldM (\hs w -> case M.lookup w (ssLinks ss) of
-      Nothing -> pure hs
+    hosted <- foldM (\anyHost w -> case M.lookup w (ssLinks ss) of
+      Nothing -> pure anyHost
       Just l -> do
         void (trySync (flushIdle (wlSender l)))
-        pure (maybe hs (\(h, s) -> M.insert h s hs) (wlHost l))) M.empty (S.toList (ssTouched ss))
+        pure (anyHost || isJust (wlHost l))) False (S.toList (ssTouched ss))
     -- a host link's packet gathers what its workers' senders just gave it
-    forM_ (M.elems hosts) $ \s -> void (trySync (flushIdle s))
+    when hosted $ do
+      let hosts = M.fromList [ h | w <- S.toList (ssTouched ss), Just l <- [M.lookup w (ssLinks ss)], Just h <- [wlHost l] ]
+      forM_ (M.elems hosts) $ \s -> void (trySync (flushIdle s))
   pure ss { ssTouched = S.empty }
