@@ -13,6 +13,8 @@ libraries=(
   # TLS on TCP links (configTls): the tls package and what herd uses of its
   # certificates
   libghc-tls-dev libghc-x509-dev libghc-asn1-types-dev libghc-hourglass-dev libghc-data-default-class-dev
+  # and its records, sealed and opened with OpenSSL's AES-GCM
+  libssl-dev
   libghc-hspec-dev libghc-quickcheck2-dev
   # the dashboard's test talks to a browser over the DevTools protocol (a
   # websocket); the suite builds with them whether or not it runs that test

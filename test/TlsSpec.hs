@@ -11,6 +11,7 @@ import Control.Exception
 import Control.Monad
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as BC
+import Data.Bits (xor)
 import Data.IORef
 import Herd
 import Herd.Transport (closeConnection, recvFrame, sendFrameStrict)
@@ -112,3 +113,46 @@ spec = describe "TLS on TCP links" $ do
         -- clear: the master gives up after its handshake timeout
         eventually (logsContain logs "TLS handshake") `shouldReturn` True
         clusterWorkerCount cluster `shouldReturn` 0
+
+  it "carries frames both ways in sealed records, and refuses a record changed on the way" $
+    bracket (listenTcp "127.0.0.1" 0) close $ \lsock -> do
+      port <- listenPort lsock
+      identity <- newTlsIdentity
+      tamper <- newIORef False
+      -- a relay that flips one byte of what the client sends once told to
+      bracket (listenTcp "127.0.0.1" 0) close $ \rsock -> do
+        relayPort <- listenPort rsock
+        let pump from to mayTamper = do
+              let loop = do
+                    bytes <- NSB.recv from 65536
+                    unless (B.null bytes) $ do
+                      flip' <- if mayTamper then atomicModifyIORef' tamper (\t -> (False, t)) else pure False
+                      let out = if flip' then B.take 10 bytes <> B.map (`xor` 1) (B.take 1 (B.drop 10 bytes)) <> B.drop 11 bytes else bytes
+                      NSB.sendAll to out
+                      loop
+              void (try loop :: IO (Either SomeException ()))
+              void (try (shutdown to ShutdownSend) :: IO (Either SomeException ()))
+            relay = do
+              (client, _) <- accept rsock
+              addr : _ <- getAddrInfo Nothing (Just "127.0.0.1") (Just (show port))
+              upstream <- socket (addrFamily addr) Stream defaultProtocol
+              connect upstream (addrAddress addr)
+              concurrently_ (pump client upstream True) (pump upstream client False)
+        withAsync relay $ \_ -> do
+          result <- newEmptyMVar
+          withAsync (acceptTcp lsock >>= tlsAccept identity >>= putMVar result . fst) $ \_ -> do
+            (client, _) <- connectTcp "127.0.0.1" relayPort >>= tlsConnect "127.0.0.1"
+            server <- takeMVar result
+            let big = B.replicate 200000 7
+            sendFrameStrict client (BC.pack "hello")
+            recvFrame 1000000 server `shouldReturn` Just (BC.pack "hello")
+            sendFrameStrict server big
+            recvFrame 1000000 client `shouldReturn` Just big
+            writeIORef tamper True
+            sendFrameStrict client (BC.replicate 100 'x')
+            refused <- try (recvFrame 1000000 server)
+            case refused of
+              Left (e :: SomeException) -> displayException e `shouldContain` "did not authenticate"
+              Right got -> expectationFailure ("a changed record was taken: " ++ show got)
+            closeConnection client
+            closeConnection server
