@@ -60,13 +60,13 @@ entries =
       ["mandelbrot"] ["mandelbrot", "--size", "64", "--iterations", "200"] Nothing
   , Entry "Particle filter, 2000 states" "FP Complete's particle filter on the evolve API with simulated step costs (30 ms a state), over worker counts and both master loops."
       ["pfilter", "--simulate", "--cost", "30ms", "--states", "2000"] ["pfilter", "--simulate", "--cost", "30ms", "--workers", "2,4", "--states", "40", "--steps", "2"] (Just "pfilter.svg")
-  , Entry "Particle filter, thousands of workers" "The same on 512 and 2048 simulated workers played by four processes: how the master scales."
-      ["pfilter", "--simulate", "--cost", "30ms", "--states", "8192", "--workers", "512,2048", "--sim-hosts", "4"]
+  , Entry "Particle filter, thousands of workers" "The same on 512, 2048 and 8192 simulated workers played by four simulated hosts, each with one host link to the master: how the master scales."
+      ["pfilter", "--simulate", "--cost", "30ms", "--states", "8192", "--workers", "512,2048,8192", "--sim-hosts", "4"]
       ["pfilter", "--simulate", "--cost", "30ms", "--workers", "16", "--states", "64", "--steps", "2", "--sim-hosts", "2", "--master", "epoll"] (Just "pfilter-sim.svg")
-  , Entry "Latency" "Round trip of one small message between the master and one worker, per transport, beside a C floor over the same transport."
-      ["latency", "--transport", "tcp,unix,shm"] ["latency", "--rounds", "2000"] (Just "latency.svg")
-  , Entry "Bandwidth" "MiB per second of a stream of 1 MiB messages from the master to one worker, per transport, beside a C floor."
-      ["bandwidth"] ["bandwidth", "--total-mib", "64", "--passes", "1"] Nothing
+  , Entry "Latency" "Round trip of one small message between the master and one worker, per transport (TCP also under TLS), beside a C floor over the same transport."
+      ["latency", "--transport", "tcp,unix,shm", "--tls"] ["latency", "--rounds", "2000"] (Just "latency.svg")
+  , Entry "Bandwidth" "MiB per second of a stream of 1 MiB messages from the master to one worker, per transport (TCP also under TLS), beside a C floor."
+      ["bandwidth", "--tls"] ["bandwidth", "--total-mib", "64", "--passes", "1"] Nothing
   , Entry "Robustness: fuzzing" "Mutated frames of every message type sent at a master and at a worker, per transport: every receiver must drop the peer, never crash or hang."
       ["fuzz"] ["fuzz", "--frames", "200"] Nothing
   , Entry "Robustness: chaos" "Farm, stream and evolve jobs while workers are killed and stopped at random; every result is checked."
