@@ -6,6 +6,7 @@ import Data.List (isInfixOf, sort)
 import Herd.Config (listenHostFor, parseHostList, parseHostsFile, validateConfig)
 import Herd.Launch.Agent (parseAgentCount)
 import Herd.Launch.Slurm (slurmTaskCount)
+import Herd.Core.Config.Parse (parseTasksPerNode)
 import Herd.Launch.Ssh (remoteAgentCommand)
 import Herd.Launch.Topology (parseCpuList)
 import Herd.Worker (parseHostPort)
@@ -62,6 +63,12 @@ spec = do
       parseHostList "" `shouldSatisfy` isLeft
       parseHostList "-oProxyCommand=x" `shouldSatisfy` isLeft
       parseHostList "a;rm:2" `shouldSatisfy` isLeft
+    it "reads SLURM's tasks per node, and names a bad list" $ do
+      parseTasksPerNode "2(x3),1" `shouldBe` Right [2, 2, 2, 1]
+      parseTasksPerNode "4" `shouldBe` Right [4]
+      parseTasksPerNode "2(x3" `shouldSatisfy` either ("2(x3" `isInfixOf`) (const False)
+      parseTasksPerNode "0" `shouldSatisfy` isLeft
+      parseTasksPerNode "" `shouldSatisfy` isLeft
     it "read a hosts file with comments, naming a bad line" $ do
       parseHostsFile "# cluster\nnode1 8\n\nnode2:4  # spare\nnode3\n" `shouldBe`
         Right [HostSpec "node1" (Just 8), HostSpec "node2" (Just 4), HostSpec "node3" Nothing]

@@ -28,7 +28,7 @@ module Herd.Worker
   ) where
 
 import Herd.Log (logToStderr)
-import Herd.Core.Config.Parse (parseSimulatedCount)
+import Herd.Core.Config.Parse (parseSimulatedCount, parseTasksPerNode)
 import Herd.Worker.Address
 import Herd.Trace (tracing)
 import Control.Exception
@@ -118,7 +118,8 @@ serveIfWorkerWith player = do
       simulated <- lookupEnv envSimulated
       case (agent, simulated) of
         (Just countText, _) -> do
-          count <- either (die' . ((envAgent ++ ": ") ++)) pure (parseAgentCount countText)
+          count <- if countText /= "slurm" then either (die' . ((envAgent ++ ": ") ++)) pure (parseAgentCount countText)
+                   else slurmNodeTasks >>= either (die' . ((envAgent ++ "=slurm: ") ++)) (pure . Just)
           secret <- loadSecret source >>= either (die' . ("no usable secret: " ++)) pure
           -- an ssh launch hands the secret over the session, which is the
           -- agent's lifeline; an agent started by hand lives while its
@@ -148,6 +149,17 @@ serveIfWorkerWith player = do
         (Nothing, Nothing) -> runWorker (WorkerOptions address cpu' watch source group)
       exitSuccess
   where die' msg = logToStderr ("herd worker: " ++ msg) >> exitWith (ExitFailure 2)
+
+-- Under srun, as a node's agent: the allocation's tasks on this node.
+slurmNodeTasks :: IO (Either String Int)
+slurmNodeTasks = do
+  counts <- maybe (Left (envSlurmTasks ++ " is not set")) parseTasksPerNode <$> lookupEnv envSlurmTasks
+  node <- (>>= readMaybe) <$> lookupEnv "SLURM_NODEID"
+  pure $ case (counts, node) of
+    (Left why, _) -> Left why
+    (_, Nothing) -> Left "SLURM_NODEID is not set"
+    (Right cs, Just i) | i >= 0, i < length cs -> Right (cs !! i)
+                       | otherwise -> Left ("SLURM_NODEID " ++ show i ++ " is beyond the allocation's " ++ show (length cs) ++ " nodes")
 
 -- Under srun: the physical core numbered by this task's SLURM_LOCALID among
 -- those the allocation lets it use.

@@ -77,7 +77,9 @@ viaHostLink address group secret work = case parseMasterAddress address of
   _ -> work address
   where
     linked master = do
-      r <- withHostLink master secret group work
+      r <- withHostLink master secret group $ \local -> do
+        logToStderr ("herd agent: this host's workers are carried on one link to " ++ address)
+        work local
       case r of
         Right () -> pure ()
         Left MasterClosed -> logToStderr "herd agent: the master closed its cluster; exiting"

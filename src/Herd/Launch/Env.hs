@@ -9,6 +9,7 @@ module Herd.Launch.Env
   , envSecretStdin
   , envGroup
   , envAgent
+  , envSlurmTasks
   , envBuildHint
   , envNice
   , envSimulated
@@ -37,10 +38,16 @@ envSecretStdin = "HERD_SECRET_STDIN"
 envGroup :: String
 envGroup = "HERD_GROUP"
 
--- | A worker count or @auto@: run as the per-host agent that starts that
--- many local workers (see "Herd.Launch.Agent").
+-- | A worker count, @auto@ or @slurm@: run as the per-host agent that
+-- starts that many local workers (see "Herd.Launch.Agent"); @slurm@: the
+-- allocation's tasks on this node ('envSlurmTasks', @SLURM_NODEID@).
 envAgent :: String
 envAgent = "HERD_AGENT"
+
+-- | The allocation's @SLURM_TASKS_PER_NODE@, passed to the agents srun
+-- starts (whose own step has one task per node).
+envSlurmTasks :: String
+envSlurmTasks = "HERD_SLURM_TASKS"
 
 -- | The launcher's build identity and the identity of its executable file
 -- (see "Herd.BuildId"), so a worker started from the very same file need
@@ -64,4 +71,4 @@ envHeapReserve = "HERD_WORKER_HEAP_RESERVE"
 
 -- | Every variable above, to strip from an inherited environment.
 herdVariables :: [String]
-herdVariables = [envConnect, envCpu, envWatchStdin, envSecretStdin, envGroup, envAgent, envBuildHint, envNice, envSimulated, envHeapReserve]
+herdVariables = [envConnect, envCpu, envWatchStdin, envSecretStdin, envGroup, envAgent, envSlurmTasks, envBuildHint, envNice, envSimulated, envHeapReserve]

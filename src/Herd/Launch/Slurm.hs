@@ -2,10 +2,11 @@
 -- | Starting workers inside a SLURM allocation.
 --
 -- Run the master inside @salloc@ or an @sbatch@ script: it reads the
--- allocation from @SLURM_*@ variables and starts one worker per allocated
--- task with a single @srun@, the same executable on every node. Each
--- worker pins itself to a physical core chosen by its @SLURM_LOCALID@
--- among the CPUs SLURM lets it use. The secret reaches every task through
+-- allocation from @SLURM_*@ variables and starts, with a single @srun@,
+-- one host agent on every node of it (the same executable), which starts
+-- that node's share of the allocated tasks as workers pinned to its
+-- physical cores, keeps them up, watches their memory, and carries them
+-- on one link to the master. The secret reaches every task through
 -- @srun@'s standard input (broadcast to all tasks), never a command line;
 -- when the master ends, that input closes and every worker exits with it.
 module Herd.Launch.Slurm
@@ -20,6 +21,7 @@ import Control.Monad (unless, void)
 import qualified Data.ByteString as B
 import Data.Char (isDigit)
 import Herd.Auth (Secret, secretToLine)
+import Herd.Core.Config.Parse (parseTasksPerNode)
 import Herd.Launch.Env
 import Herd.Launch.Process
 import System.Environment (getArgs, getEnvironment, getExecutablePath)
@@ -49,18 +51,29 @@ slurmTaskCount env = case lookup "SLURM_JOB_ID" env of
       | not (null n), all isDigit n, length n < 7, read n >= (1 :: Int) = Right (read n)
       | otherwise = Left (var ++ " is not a task count: " ++ show n)
 
--- | Start one worker per task with @srun@.
+-- | Start one host agent per node with @srun@, each starting as many
+-- workers as the allocation has tasks on its node and carrying them on
+-- one host link ("Herd.Launch.HostAgent"); with no per-node task counts
+-- in the environment, one worker per task, as before.
 startSlurmLaunch :: SlurmLaunch -> Int -> IO Launch
 startSlurmLaunch cfg tasks = do
   exe <- getExecutablePath
   args <- getArgs
-  baseEnv <- filter (\(k, _) -> k `notElem` ("GHCRTS" : herdVariables)) <$> getEnvironment
-  let env = baseEnv ++
+  outer <- getEnvironment
+  let baseEnv = filter (\(k, _) -> k `notElem` ("GHCRTS" : herdVariables)) outer
+      perNode = lookup "SLURM_TASKS_PER_NODE" outer >>= either (const Nothing) Just . parseTasksPerNode
+      common =
         [ (envConnect, slurmAddress cfg), (envSecretStdin, "1"), (envWatchStdin, "1")
         , (envGroup, "slurm"), ("GHCRTS", unwords (slurmRtsOptions cfg))
         , (envHeapReserve, show (slurmHeapReserve cfg)) ]
-      srunArgs = [ "--ntasks=" ++ show tasks, "--kill-on-bad-exit=0", "--input=all"
-                 , "--job-name=herd-workers", exe ] ++ args
+      (env, srunArgs) = case perNode of
+        Just counts | sum counts == tasks ->
+          ( baseEnv ++ common ++ [ (envAgent, "slurm"), (envSlurmTasks, maybe "" id (lookup "SLURM_TASKS_PER_NODE" outer)) ]
+          , [ "--nodes=" ++ show (length counts), "--ntasks=" ++ show (length counts), "--ntasks-per-node=1"
+            , "--kill-on-bad-exit=0", "--input=all", "--job-name=herd-agents", exe ] ++ args )
+        _ -> ( baseEnv ++ common
+             , [ "--ntasks=" ++ show tasks, "--kill-on-bad-exit=0", "--input=all"
+               , "--job-name=herd-workers", exe ] ++ args )
   lp <- startLogged (slurmLog cfg) "slurm" "srun" (proc "srun" srunArgs) { env = Just env }
   -- Workers print nothing, but drain srun's output so it can never block.
   let drain = B.hGetSome (loggedStdout lp) 65536 >>= \b -> unless (B.null b) drain

@@ -10,6 +10,7 @@ module Herd.Core.Config.Parse
   , parseDashboardAddress
   , maxSimulatedPerHost
   , parseSimulatedCount
+  , parseTasksPerNode
   ) where
 
 import Data.Char (isDigit, isSpace)
@@ -96,3 +97,20 @@ splitOn :: Char -> String -> [String]
 splitOn c s = case break (== c) s of
   (a, []) -> [a]
   (a, _ : rest) -> a : splitOn c rest
+
+-- | Parse SLURM's @SLURM_TASKS_PER_NODE@ (@2(x3),1@: three nodes of two
+-- tasks, then one of one) into each node's task count, in node order.
+parseTasksPerNode :: String -> Either String [Int]
+parseTasksPerNode s = concat <$> mapM group (splitOn ',' s)
+  where
+    group g = case break (== '(') g of
+      (n, "") -> (: []) <$> count n
+      (n, '(' : 'x' : rest) | not (null rest), last rest == ')' -> replicate <$> count (init rest) <*> count n
+      _ -> bad
+    count n | not (null n), all isDigit n, length n < 7, read n >= (1 :: Int) = Right (read n)
+            | otherwise = bad
+    bad = Left ("expected task counts like 2(x3),1, got " ++ show s)
+    splitOn c xs = case break (== c) xs of
+      (a, []) -> [a]
+      (a, _ : rest) -> a : splitOn c rest
+
