@@ -167,7 +167,14 @@ serveHost secret build j conn action = do
         Right (slot, body)
           | slot == controlSlot -> case decodeHostControl body of
               Right (WorkerAdded token wid) -> numbered token wid
-              Right (StopWorker wid) -> dropLocal (fromIntegral wid)
+              Right (StopWorker wid) -> do
+                -- as the master's own supervisor does: a worker still there
+                -- two seconds after its link was closed (stopped, say) is killed
+                victim <- M.lookup (fromIntegral wid) <$> readIORef locals
+                dropLocal (fromIntegral wid)
+                forM_ victim $ \l -> forkIO $ do
+                  threadDelay 2000000
+                  void (try (signalProcess sigKILL (fromIntegral (localPid l))) :: IO (Either IOException ()))
               Right CloseHost -> void (tryPutMVar lost Nothing)
               Right (HostMemoryLimit l) -> writeIORef limitRef l
               Right other -> logToStderr ("herd agent: the master sent " ++ show other ++ ", which only a host sends")
