@@ -51,7 +51,7 @@ import Herd.Core.Bytes (bytesBE)
 import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.Core.Wire
 import Herd.Core.Wire.Host
-import Herd.Encoder (encodeBytes, encodeWithTail)
+import Herd.Wire.HostEntry (controlEncoder, entryEncoder)
 import Herd.Log (logToStderr)
 import Herd.Master.EpollReader (newEpollReader)
 import Herd.Master.Reader
@@ -114,12 +114,10 @@ serveHost :: Secret -> B.ByteString -> Joined -> Connection -> (String -> IO a) 
 serveHost secret build j conn action = do
   _ <- setLiveness (joinedLiveness j) conn
   let policy = joinedPolicy j
-      hostPolicy = policy { policyCapacity = max (policyCapacity policy)
-                                                 (min (joinedMaxFrame j `div` 2) (4 * policyCapacity policy)) }
       -- a worker's frames travel inside the host link's: it is told a cap
       -- that leaves room for the entry around them
       workerCap = joinedMaxFrame j - 1024
-  hostSender <- newSender hostPolicy (sendRawParts conn)
+  hostSender <- newSender (hostLinkPolicy (joinedMaxFrame j) policy) (sendRawParts conn)
   locals <- newIORef (M.empty :: M.Map Int Local)
   pending <- newIORef (M.empty :: M.Map Word32 (Int, MVar (Int, Local)))
   tokens <- newIORef (0 :: Word32)
@@ -127,7 +125,7 @@ serveHost secret build j conn action = do
   limitRef <- newIORef NoHostLimit
   heldRef <- newIORef S.empty
   (reader, release) <- newEpollReader (joinedMaxFrame j + 1024) (void (try (flushIdle hostSender) :: IO (Either SomeException ())))
-  let control c = sendMessageTail hostSender Urgent (encodeBytes (encodeEntryHeader controlSlot)) (encodeHostControl c)
+  let control c = sendMessageTail hostSender Urgent (controlEncoder c) B.empty
       hostLost why = void (tryPutMVar lost (Just why))
       -- a frame to a worker: now if its ring takes it, else by its writer
       toLocal l body = do
@@ -186,8 +184,7 @@ serveHost secret build j conn action = do
       -- a worker's packet, as it came, becomes an entry of the host link's
       onLocalPacket :: Int -> OnPacket
       onLocalPacket wid packet = do
-        r <- try (sendMessageHeld hostSender Bulk
-                    (encodeWithTail (encodeBytes (encodeEntryHeader (fromIntegral wid))) packet) B.empty)
+        r <- try (sendMessageHeld hostSender Bulk (entryEncoder (fromIntegral wid) packet) B.empty)
         case r of
           Left (e :: SomeException) -> hostLost ("cannot send to the master: " ++ displayException e)
           Right () -> pure ()

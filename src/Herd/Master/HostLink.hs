@@ -14,7 +14,6 @@
 -- named to its host ('StopWorker'), which ends it.
 module Herd.Master.HostLink
   ( joinHost
-  , hostPolicy
   ) where
 
 import Control.Concurrent.STM
@@ -28,11 +27,11 @@ import qualified Data.Text as T
 import Herd.Config
 import Herd.Core.Fault (LinkFault (..), renderFault)
 import Herd.Core.Master.Events (Event (..))
-import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
+import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Scheduler (WorkerId)
 import Herd.Core.Wire (noCpu)
 import Herd.Core.Wire.Host
-import Herd.Encoder (encodeWithTail, pokeBE)
+import Herd.Wire.HostEntry (controlEncoder, sentPacketEntry)
 import Herd.Master.Link
 import Herd.Master.Reader
 import Herd.Master.Shell
@@ -40,13 +39,6 @@ import Herd.Master.ShellState (Shell (..))
 import Herd.Master.Types
 import Herd.Packet
 import Herd.Transport
-
--- | The packets of a host link: as a worker's, but four times as large,
--- so that one carries many workers' packets (bounded by the frame cap).
-hostPolicy :: Config -> PacketPolicy
-hostPolicy cfg =
-  let p = packetPolicyOf cfg
-  in p { policyCapacity = max (policyCapacity p) (min (configMaxFrameBytes cfg `div` 2) (4 * policyCapacity p)) }
 
 -- | A host agent passed the handshake on this connection (numbered like
 -- a worker, from the same count): serve its link. The action gives each
@@ -61,7 +53,7 @@ joinHost sh nextId hid conn hostInfo = do
         atomically $ modifyTVar' (shHosts sh) (M.delete hid)
         -- one event for the host: all its workers' work runs elsewhere
         shellStep sh True [ LinkDown w (PeerLost ("its host agent's link was lost: " ++ why)) | w <- gone ]
-  handle <- openLinkWith (hostPolicy cfg) cfg conn loseAll
+  handle <- openLinkWith (hostLinkPolicy (configMaxFrameBytes cfg) (packetPolicyOf cfg)) cfg conn loseAll
   let hostSender = lhSender handle
       -- the cluster is closing: the host hears so after its workers' last
       -- messages, and the link closes once the writer has sent them (or
@@ -73,15 +65,10 @@ joinHost sh nextId hid conn hostInfo = do
           _ <- timeout 2000000 (atomically (readTVar (lhBacklog handle) >>= \b -> when (b > 0) retry))
           readerRemove reader hid conn
           closeConnection conn
-      control c = sendMessageTail hostSender Urgent (encodeBytes (encodeEntryHeader controlSlot)) (encodeHostControl c)
+      control c = sendMessageTail hostSender Urgent (controlEncoder c) B.empty
       -- a worker's packets become entries of the host's (the first part
       -- is the worker sender's own buffer and its frame length, dropped)
-      entryOut wid parts = case parts of
-        [] -> pure ()
-        (first : rest) -> do
-          let body = B.drop 4 first
-          sendMessageTail hostSender Bulk (headed wid body) (B.concat rest)
-      headed wid body = encodeWithTail (Encoder entryHeaderBytes (\p -> pokeBE 4 p 0 (fromIntegral wid))) body
+      entryOut wid parts = mapM_ (uncurry (sendMessageTail hostSender Bulk)) (sentPacketEntry (fromIntegral wid) parts)
       addWorker token pid cpu = do
         wid <- nextId
         received <- newIORef noPeerStats

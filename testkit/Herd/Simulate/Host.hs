@@ -43,11 +43,10 @@ import Herd.Clock (monotonicSeconds)
 import Herd.Epoll
 import Herd.Core.Evolve.Held
 import Herd.HeapReserve (heapReserveBytes, reserveHeap)
-import qualified Data.ByteString as B
-import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
+import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Wire.Host
 import Herd.Log (logToStderr)
-import Herd.Encoder (encodeBytes, encodeWithTail)
+import Herd.Wire.HostEntry (sentPacketEntry)
 import Herd.Packet (flushIdle, newSender, sendMessageHeld, splitPacket)
 import Herd.WorkCost (beginSimulatedHost, sleepOsThread)
 import Herd.Simulate.Play
@@ -79,11 +78,7 @@ runSimulatedHost opts = do
   -- the host's collections would otherwise first-touch their pages during
   -- the calls, while the master waits for the host's answers
   reserveHeap (heapReserveBytes Nothing (simWorkers opts))
-  let policy = joinedPolicy j
-      -- as the master's host links: a packet carries many workers' packets
-      hostPolicy = policy { policyCapacity = max (policyCapacity policy)
-                                                 (min (joinedMaxFrame j `div` 2) (4 * policyCapacity policy)) }
-  sender <- newSender hostPolicy (sendRawParts conn)
+  sender <- newSender (hostLinkPolicy (joinedMaxFrame j) (joinedPolicy j)) (sendRawParts conn)
   bracket epollCreate epollClose $ \ep -> flip finally (closeConnection conn) $ do
     host <- Host conn sender <$> newIORef (simWorkers opts) <*> newIORef IM.empty <*> newIORef (newWheel 1e-4)
                  <*> newIORef IS.empty <*> pure ep <*> newScratch <*> newIORef M.empty <*> newIORef M.empty <*> newIORef 0
@@ -165,11 +160,7 @@ readLink host j = do
       added wid = do
         let mine = j { joinedId = fromIntegral wid }
             -- its packets become entries of the host link's ('Herd.Master.HostLink')
-            out parts = case parts of
-              [] -> pure ()
-              (first : rest) -> sendMessageHeld (hSender host) Bulk
-                                  (encodeWithTail (encodeBytes (encodeEntryHeader (fromIntegral wid))) (B.drop 4 first))
-                                  (B.concat rest)
+            out parts = mapM_ (uncurry (sendMessageHeld (hSender host) Bulk)) (sentPacketEntry (fromIntegral wid) parts)
         s <- Sim mine <$> newIORef noBatch <*> newIORef (newHeld (fromIntegral wid)) <*> newIORef (Farm False Seq.empty)
                       <*> newSender (joinedPolicy j) out <*> newIORef 0
         modifyIORef' (hSims host) (IM.insert wid s)

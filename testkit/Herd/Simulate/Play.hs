@@ -48,6 +48,7 @@ import Herd.Task (Runner (..), TaskRef (..), lookupRunner)
 import Herd.Transport
 import Herd.Core.Wire
 import Herd.Core.Wire.Host
+import Herd.Wire.HostEntry (controlEncoder)
 import Herd.Wire.Encode
 import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, resultsEncoder, resultsFitting, scratchCount)
 import Herd.Worker.Join
@@ -237,7 +238,7 @@ dropSim host tag why = withSim host tag $ \_ -> do
 -- | Queue a control message to the master on the host link.
 hostControl :: Host -> HostControl -> IO ()
 hostControl host c = do
-  r <- try (sendMessageHeld (hSender host) Bulk (encodeBytes (encodeEntryHeader controlSlot)) (encodeHostControl c))
+  r <- try (sendMessageHeld (hSender host) Bulk (controlEncoder c) B.empty)
   case r of
     Left (e :: SomeException) -> logToStderr ("herd simulated host: cannot send to the master: " ++ displayException e)
     Right () -> pure ()

@@ -20,6 +20,7 @@ module Herd.Core.Wire.Host
   , decodeEntry
   , encodeHostControl
   , decodeHostControl
+  , hostLinkPolicy
   ) where
 
 import Control.Monad (replicateM)
@@ -28,6 +29,7 @@ import qualified Data.ByteString.Unsafe as BU
 import Data.Bits (shiftL, (.|.))
 import Data.Text (Text)
 import Data.Word (Word32, Word64)
+import Herd.Core.Packet.Policy (PacketPolicy (..))
 import Herd.Core.Wire.Codec
 
 -- | The slot of control entries; never a worker's number.
@@ -134,3 +136,12 @@ decodeHostControl = runGet $ do
       n <- getCount 12
       WorkerMemory <$> replicateM n ((,) <$> getWord32 <*> getWord64)
     _ -> failGet ("unknown host control tag " ++ show tag)
+
+-- | How a host link gathers its packets, given a worker's policy and the
+-- frame cap: as a worker's, but four times as large (at most half a
+-- frame), so that one packet carries many workers' packets. The master,
+-- the agents and the simulated hosts all use this one.
+hostLinkPolicy :: Int -> PacketPolicy -> PacketPolicy
+hostLinkPolicy maxFrame p =
+  p { policyCapacity = max (policyCapacity p) (min (maxFrame `div` 2) (4 * policyCapacity p)) }
+

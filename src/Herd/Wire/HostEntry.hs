@@ -1,0 +1,32 @@
+-- | Writing host-link entries ("Herd.Core.Wire.Host"): a worker's packet
+-- behind its slot, and control messages, as the packet layer's encoders.
+-- The master ("Herd.Master.HostLink"), the agents ("Herd.Launch.HostAgent")
+-- and the simulated hosts write their entries only through these.
+module Herd.Wire.HostEntry
+  ( entryEncoder
+  , sentPacketEntry
+  , controlEncoder
+  ) where
+
+import qualified Data.ByteString as B
+import Data.Word (Word32)
+import Herd.Core.Wire.Host
+import Herd.Encoder (Encoder (..), encodeBytes, encodeWithTail, pokeBE)
+
+-- | One worker's packet (its count and messages, no frame length) as an
+-- entry; the packet is copied when the entry is written.
+entryEncoder :: Word32 -> B.ByteString -> Encoder
+entryEncoder slot = encodeWithTail (Encoder entryHeaderBytes (\p -> pokeBE 4 p 0 (fromIntegral slot)))
+
+-- | What a worker's packet sender hands its output function (a frame's
+-- parts: the first the sender's own buffer, with the frame length first)
+-- as an entry and a tail: the buffer's bytes are copied into the entry,
+-- the other parts (values, a large message's tail) stay as they are.
+-- 'Nothing' for no parts.
+sentPacketEntry :: Word32 -> [B.ByteString] -> Maybe (Encoder, B.ByteString)
+sentPacketEntry _ [] = Nothing
+sentPacketEntry slot (first : rest) = Just (entryEncoder slot (B.drop 4 first), B.concat rest)
+
+-- | A control message as an entry of the control slot.
+controlEncoder :: HostControl -> Encoder
+controlEncoder c = encodeBytes (encodeEntryHeader controlSlot <> encodeHostControl c)
