@@ -18,6 +18,19 @@ import System.Environment (getEnvironment, getExecutablePath)
 import System.Process (CreateProcess (..), StdStream (..), proc, terminateProcess, withCreateProcess)
 import TestTasks (memoryHogTask)
 
+-- A farm where task 10 holds 400 MiB, twice the limit, on every worker it
+-- runs on: that task is named for killing its workers after the limit of
+-- deaths, saying why, and every other task gives its result.
+hogNamed :: Cluster -> Expectation
+hogNamed cluster = do
+  answers <- farmEither cluster memoryHogTask ([1 .. 10] ++ [-400] ++ [11 .. 20])
+  [ y | Right y <- answers ] `shouldBe` [1 .. 20]
+  case answers !! 10 of
+    Left (TaskKilledWorkers 10 _ deaths why) -> do
+      deaths `shouldBe` configMaxTaskDeaths defaultConfig
+      why `shouldSatisfy` ("exceeded its memory limit" `isInfixOf`)
+    other -> expectationFailure ("task 10 should be named for killing its workers, got " ++ show other)
+
 spec :: Spec
 spec = describe "worker memory limits" $ do
   it "holds exactly the workers between the soft share and the limit, kills those over it, and names only changes" $
@@ -51,14 +64,7 @@ spec = describe "worker memory limits" $ do
     withCluster cfg $ \cluster -> do
       status <- clusterStatus cluster
       statusMemoryLimit status `shouldBe` Just (200 * 1024 * 1024)
-      -- task 10 holds 400 MiB, twice the limit, on every worker it runs on
-      answers <- farmEither cluster memoryHogTask ([1 .. 10] ++ [-400] ++ [11 .. 20])
-      [ y | Right y <- answers ] `shouldBe` [1 .. 20]
-      case answers !! 10 of
-        Left (TaskKilledWorkers 10 _ deaths why) -> do
-          deaths `shouldBe` configMaxTaskDeaths defaultConfig
-          why `shouldSatisfy` ("exceeded its memory limit" `isInfixOf`)
-        other -> expectationFailure ("task 10 should be named for killing its workers, got " ++ show other)
+      hogNamed cluster
       -- the workers' memory is on the dashboard's rows, below the limit
       -- (a replacement is read at the watcher's next pass)
       let readings = do
@@ -87,13 +93,7 @@ spec = describe "worker memory limits" $ do
       withCreateProcess (proc exe []) { env = Just env, std_err = Inherit } $ \_ _ _ agent -> do
         waitFor 200 ((== 2) <$> clusterWorkerCount cluster) `shouldReturn` True
         statusLinks <$> clusterStatus cluster `shouldReturn` 1
-        answers <- farmEither cluster memoryHogTask ([1 .. 10] ++ [-400] ++ [11 .. 20])
-        [ y | Right y <- answers ] `shouldBe` [1 .. 20]
-        case answers !! 10 of
-          Left (TaskKilledWorkers 10 _ deaths why) -> do
-            deaths `shouldBe` configMaxTaskDeaths defaultConfig
-            why `shouldSatisfy` ("exceeded its memory limit" `isInfixOf`)
-          other -> expectationFailure ("task 10 should be named for killing its workers, got " ++ show other)
+        hogNamed cluster
         -- the agent restarted what it killed, and reports its workers' memory
         waitFor 200 ((== 2) <$> clusterWorkerCount cluster) `shouldReturn` True
         let live = do

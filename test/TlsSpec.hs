@@ -30,15 +30,18 @@ import TestTasks
 withRelay :: Int -> (Int -> IORef [B.ByteString] -> IO a) -> IO a
 withRelay target body = do
   seen <- newIORef []
+  withRelayVia target (\bytes -> bytes <$ atomicModifyIORef' seen (\bs -> (bytes : bs, ()))) (\port -> body port seen)
+
+-- A relay on loopback to this port whose client-to-server bytes pass
+-- through the action (which may keep or change them); returns its port.
+withRelayVia :: Int -> (B.ByteString -> IO B.ByteString) -> (Int -> IO a) -> IO a
+withRelayVia target upward body =
   bracket (listenTcp "127.0.0.1" 0) close $ \lsock -> do
     port <- listenPort lsock
-    let pump from to record = do
+    let pump from to through = do
           let loop = do
                 bytes <- NSB.recv from 65536
-                unless (B.null bytes) $ do
-                  when record $ atomicModifyIORef' seen (\bs -> (bytes : bs, ()))
-                  NSB.sendAll to bytes
-                  loop
+                unless (B.null bytes) $ through bytes >>= NSB.sendAll to >> loop
           void (try loop :: IO (Either SomeException ()))
           void (try (shutdown to ShutdownSend) :: IO (Either SomeException ()))
         serveOne = do
@@ -46,9 +49,9 @@ withRelay target body = do
           addr : _ <- getAddrInfo Nothing (Just "127.0.0.1") (Just (show target))
           upstream <- socket (addrFamily addr) Stream defaultProtocol
           connect upstream (addrAddress addr)
-          void $ forkIO $ concurrently_ (pump client upstream True) (pump upstream client False)
+          void $ forkIO $ concurrently_ (pump client upstream upward) (pump upstream client pure)
     tid <- forkIO (forever serveOne)
-    body port seen `finally` killThread tid
+    body port `finally` killThread tid
 
 -- Run a farm of large one-letter results through a worker that reaches the
 -- master through the relay; the bytes it sent.
@@ -120,25 +123,10 @@ spec = describe "TLS on TCP links" $ do
       identity <- newTlsIdentity
       tamper <- newIORef False
       -- a relay that flips one byte of what the client sends once told to
-      bracket (listenTcp "127.0.0.1" 0) close $ \rsock -> do
-        relayPort <- listenPort rsock
-        let pump from to mayTamper = do
-              let loop = do
-                    bytes <- NSB.recv from 65536
-                    unless (B.null bytes) $ do
-                      flip' <- if mayTamper then atomicModifyIORef' tamper (\t -> (False, t)) else pure False
-                      let out = if flip' then B.take 10 bytes <> B.map (`xor` 1) (B.take 1 (B.drop 10 bytes)) <> B.drop 11 bytes else bytes
-                      NSB.sendAll to out
-                      loop
-              void (try loop :: IO (Either SomeException ()))
-              void (try (shutdown to ShutdownSend) :: IO (Either SomeException ()))
-            relay = do
-              (client, _) <- accept rsock
-              addr : _ <- getAddrInfo Nothing (Just "127.0.0.1") (Just (show port))
-              upstream <- socket (addrFamily addr) Stream defaultProtocol
-              connect upstream (addrAddress addr)
-              concurrently_ (pump client upstream True) (pump upstream client False)
-        withAsync relay $ \_ -> do
+      let flipOnce bytes = do
+            now <- atomicModifyIORef' tamper (\t -> (False, t))
+            pure (if now then B.take 10 bytes <> B.map (`xor` 1) (B.take 1 (B.drop 10 bytes)) <> B.drop 11 bytes else bytes)
+      withRelayVia port flipOnce $ \relayPort -> do
           result <- newEmptyMVar
           withAsync (acceptTcp lsock >>= tlsAccept identity >>= putMVar result . fst) $ \_ -> do
             (client, _) <- connectTcp "127.0.0.1" relayPort >>= tlsConnect "127.0.0.1"

@@ -11,48 +11,18 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 
-tag=$$
-M=herd-hm-$tag; A=herd-ha-$tag; B=herd-hb-$tag
-for ns in $M $A $B; do
-  ip netns add $ns
-  cleanup "ip netns del $ns"
-  ip -n $ns link set lo up
-done
-ip link add va-$tag netns $M type veth peer name veth0 netns $A
-ip link add vb-$tag netns $M type veth peer name veth0 netns $B
-ip -n $M addr add 10.232.1.1/24 dev va-$tag
-ip -n $A addr add 10.232.1.2/24 dev veth0
-ip -n $M addr add 10.232.2.1/24 dev vb-$tag
-ip -n $B addr add 10.232.2.2/24 dev veth0
-ip -n $M link set va-$tag up; ip -n $M link set vb-$tag up
-ip -n $A link set veth0 up; ip -n $B link set veth0 up
 # both hosts reach the master at the address it advertises (10.232.1.1)
-ip -n $A route add default via 10.232.1.1
-ip -n $B route add default via 10.232.2.1
+make_two_hosts 232
 
-mkdir -p /run/sshd
-ssh-keygen -q -t ed25519 -N '' -f "$WORK/host_key"
-ssh-keygen -q -t ed25519 -N '' -f "$WORK/user_key"
-cp "$WORK/user_key.pub" "$WORK/authorized_keys"
-if [ "$(getent shadow root | cut -d: -f2)" = "!" ]; then usermod -p '*' root; fi
+make_ssh_keys
 for h in a b; do
   if [ $h = a ]; then ns=$A; addr=10.232.1.2; else ns=$B; addr=10.232.2.2; fi
-  cat > "$WORK/sshd_$h" <<CONF
-ListenAddress $addr
-HostKey $WORK/host_key
-PidFile $WORK/sshd_$h.pid
-AuthorizedKeysFile $WORK/authorized_keys
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-CONF
+  write_sshd_config "$WORK/sshd_$h" $addr
   ip netns exec $ns /usr/sbin/sshd -D -e -f "$WORK/sshd_$h" -p 22 2>"$WORK/sshd_$h.log" &
   pid=$!
   cleanup "kill $pid"
 done
-SSH="ssh -i $WORK/user_key -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=5"
+SSH="ssh $SSH_OPTIONS -o ConnectTimeout=5"
 for addr in 10.232.1.2 10.232.2.2; do
   ok=""
   for i in $(seq 100); do

@@ -56,3 +56,55 @@ make_secret() {
   head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$WORK/secret"
   chmod 600 "$WORK/secret"
 }
+
+# Keys for an sshd the test starts ($WORK/host_key, $WORK/user_key) and
+# root login by key; SSH_OPTIONS holds the client options that use them.
+make_ssh_keys() {
+  mkdir -p /run/sshd
+  ssh-keygen -q -t ed25519 -N '' -f "$WORK/host_key"
+  ssh-keygen -q -t ed25519 -N '' -f "$WORK/user_key"
+  cp "$WORK/user_key.pub" "$WORK/authorized_keys"
+  # A root account whose password field is '!' is "locked" and refused even with a key.
+  if [ "$(getent shadow root | cut -d: -f2)" = "!" ]; then usermod -p '*' root; fi
+  SSH_OPTIONS="-i $WORK/user_key -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+}
+
+# Write to $1 the config of an sshd listening at address $2 with the
+# test's keys (its pid file is $1.pid).
+write_sshd_config() {
+  cat > "$1" <<CONF
+ListenAddress $2
+HostKey $WORK/host_key
+PidFile $1.pid
+AuthorizedKeysFile $WORK/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+CONF
+}
+
+# Three network namespaces joined by veth pairs, removed when the test
+# exits: the master's, $M (10.$1.1.1 and 10.$1.2.1), and two hosts', $A
+# (10.$1.1.2) and $B (10.$1.2.2), each routing to the master. $1 picks the
+# subnet, so that tests do not share addresses.
+make_two_hosts() {
+  local net=$1 tag=$$ ns
+  M=herd-m$net-$tag; A=herd-a$net-$tag; B=herd-b$net-$tag
+  for ns in $M $A $B; do
+    ip netns add $ns
+    cleanup "ip netns del $ns"
+    ip -n $ns link set lo up
+  done
+  ip link add va-$tag netns $M type veth peer name veth0 netns $A
+  ip link add vb-$tag netns $M type veth peer name veth0 netns $B
+  ip -n $M addr add 10.$net.1.1/24 dev va-$tag
+  ip -n $A addr add 10.$net.1.2/24 dev veth0
+  ip -n $M addr add 10.$net.2.1/24 dev vb-$tag
+  ip -n $B addr add 10.$net.2.2/24 dev veth0
+  ip -n $M link set va-$tag up; ip -n $M link set vb-$tag up
+  ip -n $A link set veth0 up; ip -n $B link set veth0 up
+  ip -n $A route add default via 10.$net.1.1
+  ip -n $B route add default via 10.$net.2.1
+}

@@ -8,21 +8,7 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 
-tag=$$
-M=herd-m-$tag; A=herd-a-$tag; B=herd-b-$tag
-for ns in $M $A $B; do
-  ip netns add $ns
-  cleanup "ip netns del $ns"
-  ip -n $ns link set lo up
-done
-ip link add va-$tag netns $M type veth peer name veth0 netns $A
-ip link add vb-$tag netns $M type veth peer name veth0 netns $B
-ip -n $M addr add 10.231.1.1/24 dev va-$tag
-ip -n $A addr add 10.231.1.2/24 dev veth0
-ip -n $M addr add 10.231.2.1/24 dev vb-$tag
-ip -n $B addr add 10.231.2.2/24 dev veth0
-ip -n $M link set va-$tag up; ip -n $M link set vb-$tag up
-ip -n $A link set veth0 up; ip -n $B link set veth0 up
+make_two_hosts 231
 make_secret
 PORT=7411
 

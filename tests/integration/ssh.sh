@@ -10,29 +10,14 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 
-mkdir -p /run/sshd
-ssh-keygen -q -t ed25519 -N '' -f "$WORK/host_key"
-ssh-keygen -q -t ed25519 -N '' -f "$WORK/user_key"
-cp "$WORK/user_key.pub" "$WORK/authorized_keys"
+make_ssh_keys
 PORT=$(free_port)
-cat > "$WORK/sshd_config" <<CONF
-ListenAddress 127.0.0.1
-HostKey $WORK/host_key
-PidFile $WORK/sshd.pid
-AuthorizedKeysFile $WORK/authorized_keys
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-CONF
-# A root account whose password field is '!' is "locked" and refused even with a key.
-if [ "$(getent shadow root | cut -d: -f2)" = "!" ]; then usermod -p '*' root; fi
+write_sshd_config "$WORK/sshd_config" 127.0.0.1
 /usr/sbin/sshd -D -e -f "$WORK/sshd_config" -p "$PORT" 2>"$WORK/sshd.log" &
 SSHD=$!
 cleanup "kill $SSHD; wait $SSHD"
 wait_port "$PORT" 10 || fail "sshd did not start: $(cat "$WORK/sshd.log")"
-SSH="ssh -p $PORT -i $WORK/user_key -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+SSH="ssh -p $PORT $SSH_OPTIONS"
 $SSH root@127.0.0.1 true || fail "ssh with the test key does not work: $(cat "$WORK/sshd.log")"
 make_secret
 before=$(herd_processes | wc -l)
