@@ -108,6 +108,15 @@ module Herd
   , farmWithStats
   , farmAsCompleted
   , farmEither
+    -- * Shared values: sent once to every worker, taken by handle
+    -- | 'share' sends a value to every worker once (and to every worker
+    -- that joins later); tasks take the 'Shared' handle in their argument
+    -- and read the value with 'sharedValue', decoded once per worker.
+  , Shared
+  , sharedValue
+  , share
+  , unshare
+  , withShared
     -- * Stream processes: a list function on a worker, element by element
   , Process
   , process
@@ -184,6 +193,7 @@ import Herd.Core.Monitor.Status (JobRow (..), Status (..), WorkerRow (..), Worke
 import Herd.Packet (PeerStats (..), meanPerPacket)
 import Herd.Core.Packet.Policy (FlushReason (..))
 import Herd.WorkCost (simulatedWork)
+import Herd.Shared
 import Herd.Stats
 import Herd.Stream
 import Herd.Task

@@ -14,6 +14,7 @@ import qualified Bench.Mandelbrot as Mandelbrot
 import qualified Bench.Pfilter as Pfilter
 import qualified Bench.EvolveCore as EvolveCore
 import qualified Bench.Skew as Skew
+import qualified Bench.KMeans as KMeans
 import qualified Bench.Bandwidth as Bandwidth
 import qualified Bench.Latency as Latency
 import qualified Bench.Fuzz as Fuzz
@@ -47,6 +48,7 @@ data Command
   | BenchPfilter Pfilter.Options
   | BenchEvolveCore EvolveCore.Options
   | BenchSkew Skew.Options
+  | BenchKMeans KMeans.Options
   | BenchLatency Latency.LatencyOptions
   | BenchFuzz Fuzz.Options
   | BenchChaos Chaos.Options
@@ -78,6 +80,7 @@ run = do
     BenchPfilter o -> Pfilter.run o
     BenchEvolveCore o -> EvolveCore.run o
     BenchSkew o -> Skew.run o
+    BenchKMeans o -> KMeans.run o
     BenchLatency o -> Latency.runLatency o
     BenchFuzz o -> Fuzz.run o
     BenchChaos o -> Chaos.run o
@@ -139,6 +142,8 @@ benchCommands = hsubparser
       (progDesc "The master's core alone on evolve calls with simulated workers: its CPU and bytes per state, per worker count"))
  <> command "skew" (info (BenchSkew <$> skewOptions)
       (progDesc "FP Complete's skew case: nine 1 s states and one 10 s state on two workers, evolved repeatedly"))
+ <> command "kmeans" (info (BenchKMeans <$> kmeansOptions)
+      (progDesc "k-means with its points shared once against the same job resending them every iteration"))
  <> command "fuzz" (info (BenchFuzz <$> fuzzOptions)
       (progDesc "Mutated frames of every message type at a master and at a worker, per transport: crashes, hangs, drops"))
  <> command "chaos" (info (BenchChaos <$> chaosOptions)
@@ -297,6 +302,20 @@ skewOptions = Skew.Options
                           <> help "threaded or epoll (default: epoll)"))
   <*> switch (long "json" <> help "end with one line of JSON")
   <*> dashboardOption
+
+kmeansOptions :: Parser KMeans.Options
+kmeansOptions = KMeans.Options
+  <$> option (positiveInt "a point count" 100000000) (long "points" <> metavar "N" <> value 2000000 <> showDefault
+                          <> help "points in the plane")
+  <*> option (positiveInt "an iteration count" 10000) (long "iterations" <> metavar "N" <> value 20 <> showDefault
+                          <> help "k-means iterations")
+  <*> option (positiveInt "a cluster count" 1000) (long "k" <> metavar "K" <> value 8 <> showDefault
+                          <> help "centroids")
+  <*> option (positiveInt "a task count" 100000) (long "chunks" <> metavar "N" <> value 16 <> showDefault
+                          <> help "tasks per iteration")
+  <*> option (positiveInt "a worker count" 4096) (long "workers" <> metavar "N" <> value 2 <> showDefault
+                          <> help "local workers")
+  <*> switch (long "json" <> help "end with one line of JSON")
 
 -- The items of a comma-separated list (spaces also separate).
 commaItems :: String -> [String]

@@ -16,6 +16,7 @@ import qualified CallerThreadSpec
 import qualified OptionsSpec
 import qualified DocsSpec
 import qualified MemorySpec
+import qualified SharedSpec
 import qualified DashboardSpec
 import qualified LogSpec
 import qualified EvolveScheduleSpec
@@ -58,6 +59,7 @@ main = do
       AuthSpec.spec
       SchedulerSpec.spec
       CoreSpec.spec
+      SharedSpec.spec
       WorkerStepSpec.spec
       PacketSpec.spec
       PacketRunSpec.spec

@@ -29,13 +29,15 @@ toWorkerIndex m = case m of
   RunBatch {} -> 0; Args {} -> 1; Shutdown -> 2; StreamOpen {} -> 3; StreamIn {} -> 4; StreamEnd {} -> 5
   StreamCredit {} -> 6; StreamClose {} -> 7; StatesReset -> 8; StateAdd {} -> 9; EvolveWith {} -> 10
   EvolveState {} -> 11; StateRelease {} -> 12; StateReplay {} -> 13; Ping {} -> 14
+  SharePart {} -> 15; ShareDrop {} -> 16
 
 fromWorkerIndex :: FromWorker -> Int
 fromWorkerIndex m = case m of
   Results {} -> 0; BatchDone {} -> 1; TaskThrew {} -> 2; BatchRejected {} -> 3; StreamOut {} -> 4
   StreamDone {} -> 5; StreamAborted {} -> 6; StreamTaken {} -> 7; StateEvolved {} -> 8; EvolveThrew {} -> 9
   EvolveRejected {} -> 10; StateReleased {} -> 11; StateKept {} -> 12; StateMissing {} -> 13
-  StatesCleared -> 14; StateReplayed {} -> 15; Pong {} -> 16
+  StatesCleared -> 14; StateReplayed {} -> 15; Pong {} -> 16; ShareHeld {} -> 17
+  ShareDropped {} -> 18
 
 bytes :: Gen B.ByteString
 bytes = B.pack <$> resize 40 arbitrary
@@ -55,7 +57,7 @@ genToWorker = oneof
   , StateAdd <$> arbitrary <*> bytes, EvolveWith <$> ref, EvolveState <$> arbitrary <*> bytes
   , StateRelease <$> arbitrary
   , StateReplay <$> arbitrary <*> bytes <*> resize 4 (listOf ((,,) <$> ref <*> bytes <*> arbitrary))
-  , Ping <$> arbitrary <*> bytes ]
+  , Ping <$> arbitrary <*> bytes, SharePart <$> arbitrary <*> arbitrary <*> bytes, ShareDrop <$> arbitrary ]
 
 genFromWorker :: Gen FromWorker
 genFromWorker = oneof
@@ -65,7 +67,7 @@ genFromWorker = oneof
   , StateEvolved <$> arbitrary <*> arbitrary <*> resize 5 (listOf ((,) <$> arbitrary <*> bytes))
   , EvolveThrew <$> arbitrary <*> text, EvolveRejected <$> text, StateReleased <$> arbitrary <*> bytes
   , StateKept <$> arbitrary, StateMissing <$> arbitrary, pure StatesCleared, StateReplayed <$> arbitrary
-  , Pong <$> arbitrary ]
+  , Pong <$> arbitrary, ShareHeld <$> arbitrary, ShareDropped <$> arbitrary ]
 
 spec :: Spec
 spec = describe "every protocol message" $ do
@@ -99,8 +101,8 @@ spec = describe "every protocol message" $ do
   it "has a generator for every constructor" $ do
     ts <- generate (vectorOf 3000 genToWorker)
     fs <- generate (vectorOf 3000 genFromWorker)
-    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 14]
-    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 16]
+    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 16]
+    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 18]
 
 -- The report as the general decoder reads it (tag byte skipped).
 generalEvolved :: Get (Word64, Word64, [(Word64, B.ByteString)])

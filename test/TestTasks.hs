@@ -19,6 +19,7 @@ module TestTasks
   , memoryHogTask
   , slowToDecodeTask
   , exitEvolver
+  , sharedIndexTask
   ) where
 
 import Control.Concurrent (threadDelay)
@@ -193,3 +194,10 @@ exitStep s _
 -- | 'exitStep' as an evolve function.
 exitEvolver :: StaticPtr (Evolver Int Int Int)
 exitEvolver = static (evolver exitStep)
+
+-- | A task that reads a shared table: its byte at the position, plus the position.
+sharedIndex :: (Shared B.ByteString, Int) -> Int
+sharedIndex (table, i) = fromIntegral (B.index (sharedValue table) i) + i
+
+sharedIndexTask :: StaticPtr (Task (Shared B.ByteString, Int) Int)
+sharedIndexTask = static (named "sharedIndex" (task sharedIndex))

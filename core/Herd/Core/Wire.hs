@@ -103,6 +103,8 @@ decodeToWorkerSlow = runGet $ do
           n <- getCount 60
           StateReplay sid root <$> replicateM n ((,,) <$> getRef <*> getSizedBytes <*> getWord32)
       | tag == tagPing -> Ping <$> getWord64 <*> getRest
+      | tag == tagSharePart -> SharePart <$> getWord64 <*> getWord64 <*> getRest
+      | tag == tagShareDrop -> ShareDrop <$> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 
 -- | Decode one message to the master (a value inside is a slice of the input).
@@ -142,5 +144,7 @@ decodeFromWorkerSlow = runGet $ do
       | tag == tagStatesCleared -> pure StatesCleared
       | tag == tagStateReplayed -> StateReplayed <$> getWord64
       | tag == tagPong -> Pong <$> getWord64
+      | tag == tagShareHeld -> ShareHeld <$> getWord64
+      | tag == tagShareDropped -> ShareDropped <$> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 

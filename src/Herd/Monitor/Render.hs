@@ -44,6 +44,9 @@ statusJson s = renderJson $ JObject
   , ("log", JArray [ JObject [("t", JNumber t), ("line", JString l)] | (t, l) <- statusLog s ])
   , ("worker_memory_limit_bytes", maybe JNull int (statusMemoryLimit s))
   , ("links", int (statusLinks s))
+  , ("shared_values", int (statusShared s))
+  , ("shared_sends_total", int (statusSharedSends s))
+  , ("shared_bytes_sent_total", int (statusSharedBytes s))
   ]
   where
     int = JInt . fromIntegral
@@ -69,6 +72,7 @@ statusJson s = renderJson $ JObject
            , ("states", int (rowStates r))
            , ("lost_why", maybe JNull (JString . departedWhy) (accountLeft a))
            , ("memory_bytes", maybe JNull int (rowMemory r))
+           , ("shared", int (rowShared r))
            ] ++ maybe [] link (rowLink r)
     link p =
       [ ("packets_sent", int (packetsSent p)), ("messages_sent", int (messagesSent p))
@@ -131,6 +135,11 @@ prometheusText s = concat
       [ ([], fromIntegral m) | Just m <- [statusMemoryLimit s] ]
   , metric "herd_links_open" "gauge" "Links the master keeps open (a host agent's carries all its workers)."
       [ ([], fromIntegral (statusLinks s)) ]
+  , metric "herd_shared_values" "gauge" "Shared values live now." [ ([], fromIntegral (statusShared s)) ]
+  , metric "herd_shared_sends_total" "counter" "Times a shared value was sent to a worker."
+      [ ([], fromIntegral (statusSharedSends s)) ]
+  , perWorker "herd_worker_shared_values" "gauge" "Shared values the worker said it holds."
+      (fromIntegral . rowShared)
   , perLink "herd_packets_sent_total" "Packets the master sent to the worker." packetsSent
   , perLink "herd_messages_sent_total" "Messages the master sent to the worker." messagesSent
   , perLink "herd_bytes_sent_total" "Bytes the master sent to the worker." bytesSent

@@ -38,6 +38,8 @@ toWorkerParts msg = case msg of
   EvolveState sid v -> (taggedHead tagEvolveState sid, v)
   StateAdd sid v -> (taggedHead tagStateAdd sid, v)
   StateRelease sid -> (taggedHead tagStateRelease sid, B.empty)
+  SharePart n total piece -> (built' (putWord8 tagSharePart <> putWord64 n <> putWord64 total), piece)
+  ShareDrop n -> (taggedHead tagShareDrop n, B.empty)
   Args k v -> built (putWord8 tagArgs <> putWord32 k <> BB.byteString v)
   StreamIn sid k v -> built (putWord8 tagStreamIn <> putWord64 sid <> putWord32 k <> BB.byteString v)
   RunBatch bid ref count -> built (putWord8 tagRunBatch <> putWord64 bid <> putRef ref <> putWord32 count)
@@ -51,7 +53,8 @@ toWorkerParts msg = case msg of
   StateReplay sid root path -> built (putWord8 tagStateReplay <> putWord64 sid <> putSizedBytes root
     <> putWord32 (fromIntegral (length path))
     <> foldMap (\(ref, input, k) -> putRef ref <> putSizedBytes input <> putWord32 k) path)
-  where built b = (encodeBytes (buildStrict b), B.empty)
+  where built b = (built' b, B.empty)
+        built' = encodeBytes . buildStrict
 
 -- | The encoder of a message to the master.
 encodeFromWorker :: FromWorker -> Encoder
@@ -74,6 +77,8 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   StateMissing sid -> putWord8 tagStateMissing <> putWord64 sid
   StatesCleared -> putWord8 tagStatesCleared
   StateReplayed sid -> putWord8 tagStateReplayed <> putWord64 sid
+  ShareHeld n -> putWord8 tagShareHeld <> putWord64 n
+  ShareDropped n -> putWord8 tagShareDropped <> putWord64 n
 
 taggedStream :: Word8 -> Word64 -> Encoder -> Encoder
 taggedStream tag sid (Encoder n write) = Encoder (n + 9) $ \p -> do

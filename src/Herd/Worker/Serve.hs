@@ -28,6 +28,7 @@ import Data.Word (Word64)
 import Herd.Clock (monotonicSeconds)
 import Herd.Closure (cachedLookup)
 import Herd.Evolve.Holder (Holder, holderMessage, newHolder, stopHolder)
+import Herd.Shared.Table (Assembly, dropShared, newAssembly, receivePiece)
 import Herd.Packet
 import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..), policyEarlyCapacity)
 import Herd.Process (ProcessRunner (..), lookupProcess)
@@ -63,6 +64,7 @@ data Serving = Serving
   , svWindow  :: !Int
   , svHolder  :: !Holder  -- ^ evolve states ("Herd.Evolve.Holder")
   , svScratch :: !Scratch -- ^ the results of the run of arguments in progress
+  , svShares  :: !Assembly -- ^ shared values arriving ("Herd.Shared.Table")
   }
 
 -- | Serve the master's packets on a joined link (this worker's number,
@@ -77,6 +79,7 @@ serve conn wid maxFrame policy window = do
   holder <- newHolder wid (\m -> sendMessage sender (fromWorkerUrgency m) (encodeFromWorker m))
   sv <- Serving sender <$> newIORef M.empty <*> newIORef M.empty <*> newIORef noBatch
                        <*> newIORef M.empty <*> newIORef 0 <*> pure window <*> pure holder <*> newScratch
+                       <*> newAssembly
   let loop = do
         frame <- recvFrame maxFrame conn `catch` \(e :: SomeException) ->
           failWith 4 ("connection to master broke: " ++ displayException e)
@@ -130,6 +133,8 @@ keepsBytes msg = case msg of
   StreamEnd {} -> False
   StreamCredit {} -> False
   StreamClose {} -> False
+  SharePart {} -> False   -- its piece is copied
+  ShareDrop {} -> False
   _ -> True
 
 handleMessage :: Serving -> Pending -> ToWorker -> IO ()
@@ -175,6 +180,13 @@ handleMessage sv pending msg = case msg of
   StreamClose sid -> withSlot sid $ \slot -> do
     modifyIORef' (svSlots sv) (M.delete sid)
     tryReadMVar (slotThread slot) >>= mapM_ killThread
+  SharePart n total piece -> do
+    whole <- receivePiece (svShares sv) n (fromIntegral total) piece
+    case whole of
+      Left why -> failWith 4 why
+      Right True -> send Bulk (ShareHeld n)
+      Right False -> pure ()
+  ShareDrop n -> dropShared (svShares sv) n >> send Urgent (ShareDropped n)
   _ -> holderMessage (svHolder sv) msg
   where
     send u m = sendMessage (svSender sv) u (encodeFromWorker m)

@@ -24,14 +24,16 @@ toMasterCorpus =
   [ Results 1 (word 7), Results 3 (B.concat (map word [1, 2, 3])), BatchDone 1 1000, TaskThrew 1 0 (T.pack "boom")
   , BatchRejected 1 (T.pack "unknown"), StreamOut 1 1 (word 5), StreamDone 1, StreamAborted 1 (T.pack "x")
   , StreamTaken 1 1, StateEvolved 1 100 [(2, word 9)], EvolveThrew 1 (T.pack "x"), EvolveRejected (T.pack "x")
-  , StateReleased 1 (word 4), StateKept 1, StateMissing 1, StatesCleared, StateReplayed 1, Pong 1 ]
+  , StateReleased 1 (word 4), StateKept 1, StateMissing 1, StatesCleared, StateReplayed 1, Pong 1
+  , ShareHeld 1, ShareDropped 1 ]
 
 -- | One message of every kind a master sends, naming this function.
 toWorkerCorpus :: TaskRef -> [ToWorker]
 toWorkerCorpus ref =
   [ RunBatch 1 ref 2, Args 2 (B.concat [word 1, word 2]), Shutdown, StreamOpen 1 ref, StreamIn 1 1 (word 3)
   , StreamEnd 1, StreamCredit 1 4, StreamClose 1, StatesReset, StateAdd 1 (word 5), EvolveWith ref
-  , EvolveState 1 (word 6), StateRelease 1, StateReplay 1 (word 5) [(ref, word 1, 0)], Ping 1 B.empty ]
+  , EvolveState 1 (word 6), StateRelease 1, StateReplay 1 (word 5) [(ref, word 1, 0)], Ping 1 B.empty
+  , SharePart 1 8 (word 2), ShareDrop 1 ]
 
 -- An Int as store encodes it (8 bytes, little-endian).
 word :: Word64 -> B.ByteString

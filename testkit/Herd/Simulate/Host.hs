@@ -38,6 +38,7 @@ import qualified Data.Map.Strict as M
 import qualified Data.Sequence as Seq
 import qualified Data.Text as T
 import Foreign.Marshal.Array (allocaArray, peekArray)
+import Herd.Shared.Table (newAssembly)
 import Herd.BuildId (buildIdentity)
 import Herd.Clock (monotonicSeconds)
 import Herd.Epoll
@@ -162,7 +163,7 @@ readLink host j = do
             -- its packets become entries of the host link's ('Herd.Master.HostLink')
             out parts = mapM_ (uncurry (sendMessageHeld (hSender host) Bulk)) (sentPacketEntry (fromIntegral wid) parts)
         s <- Sim mine <$> newIORef noBatch <*> newIORef (newHeld (fromIntegral wid)) <*> newIORef (Farm False Seq.empty)
-                      <*> newSender (joinedPolicy j) out <*> newIORef 0
+                      <*> newSender (joinedPolicy j) out <*> newIORef 0 <*> newAssembly
         modifyIORef' (hSims host) (IM.insert wid s)
         modifyIORef' (hPending host) (subtract 1)
   r <- try (drain False)

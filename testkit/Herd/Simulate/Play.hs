@@ -44,6 +44,7 @@ import Herd.Packet (Sender, sendMessageHeld)
 import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.WorkCost (takeSimulatedCost)
 import Herd.Simulate.Wheel
+import Herd.Shared.Table (Assembly, dropShared, receivePiece)
 import Herd.Task (Runner (..), TaskRef (..), lookupRunner)
 import Herd.Transport
 import Herd.Core.Wire
@@ -66,6 +67,7 @@ data Sim = Sim
   , sFarm    :: !(IORef Farm)
   , sSender  :: !Sender               -- ^ gathers its answers into packets, flushed at the end of the round
   , sFedAt   :: !(IORef Double)     -- ^ when the master's latest message to it was read
+  , sShares  :: !Assembly           -- ^ shared values arriving ("Herd.Shared.Table")
   }
 
 -- | A timer's event: a worker's evolve job or farm run is done.
@@ -143,6 +145,13 @@ deliver host tag s msg = do
     StreamEnd _ -> pure ()
     StreamCredit _ _ -> pure ()
     StreamClose _ -> pure ()
+    SharePart n total piece -> do
+      whole <- receivePiece (sShares s) n (fromIntegral total) piece
+      case whole of
+        Left why -> dropSim host tag why
+        Right True -> say host tag s (ShareHeld n)
+        Right False -> pure ()
+    ShareDrop n -> dropShared (sShares s) n >> say host tag s (ShareDropped n)
     _ -> do
       found <- case msg of
         EvolveWith ref -> Just <$> cachedLookup (hEvolvers host) lookupEvolver ref

@@ -17,6 +17,8 @@
 -- * INV-ONCE: each farm job, stream and session is answered exactly once
 --   ('JobDone', 'StreamEnded', 'SessionEnded'), also when its workers are
 --   lost or the cluster stops.
+-- * INV-SHARE-BEFORE: a worker that joins is sent every shared value
+--   ("Herd.Core.Shared") before any other message of the core.
 -- * INV-ROUTE: a worker's message reaches only the job, stream or session
 --   it belongs to; a message for one that ended is dropped quietly, a
 --   message that belongs to nothing it was sent is a protocol error.
@@ -33,6 +35,7 @@ module Herd.Core.Master.Core
   , coreJobView
   , coreStreamCount
   , coreSessionView
+  , coreShares
   ) where
 
 import Data.List (sortOn)
@@ -51,6 +54,7 @@ import Herd.Core.Monitor.Ledger
 import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Base (WorkerId, rangeSize)
 import Herd.Core.Scheduler (outstandingFor)
+import Herd.Core.Shared
 import qualified Herd.Core.Scheduler as S
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 
@@ -72,10 +76,13 @@ advance now ev core = case ev of
   LinkUp w
     | coreStopping core || M.member w (coreLinks core) -> (core, [])
     | otherwise ->
-        let (core1, out1) = sched now (S.WorkerJoined w) core { coreLinks = M.insert w noneExpected (coreLinks core)
-                                                             , coreLedger = ledgerJoin now w (coreLedger core) }
+        -- INV-SHARE-BEFORE: the shared values go first
+        let (shares, shared) = shareJoined w (coreShares core)
+            (core1, out1) = sched now (S.WorkerJoined w) core { coreLinks = M.insert w noneExpected (coreLinks core)
+                                                             , coreLedger = ledgerJoin now w (coreLedger core)
+                                                             , coreShares = shares }
             (core2, out2) = sessionJoined now w core1
-        in (core2, out1 ++ out2)
+        in (core2, [ SendAll w shared | not (null shared) ] ++ out1 ++ out2)
   LinkDown w why -> linkDown now w True why core
   LinkBroken w why -> linkDown now w False why core
   WorkersAwaited n -> let (core1, out1) = sched now (S.WorkersAwaited n) core
@@ -125,6 +132,14 @@ advance now ev core = case ev of
     -- answers are dropped as those of an ended session
     | isJust (coreSession core), coreSessionOf core == sid -> (core { coreSession = Nothing }, [])
     | otherwise -> (core, [])
+  ShareValue n bytes
+    | coreStopping core -> (core, [])
+    | otherwise ->
+        let (shares, sends) = shareAdd n bytes (M.keys (coreLinks core)) (coreShares core)
+        in (core { coreShares = shares }, [ SendAll w ms | (w, ms) <- sends ])
+  Unshare n ->
+    let (shares, sends) = shareRemove n (M.keys (coreLinks core)) (coreShares core)
+    in (core { coreShares = shares }, [ Send w Urgent m | (w, m) <- sends ])
   Stop ->
     let farms = [ JobDone jid (Left ClusterClosed) | jid <- M.keys (coreFarms core) ]
         streams = [ StreamEnded sid (Just StreamClusterClosed) | sid <- M.keys (coreStreams core) ]
@@ -162,6 +177,7 @@ linkDown now w died fault core
                  | not (coreStopping core) ]
           ends = [ StreamEnded sid (Just (StreamWorkerLost w fault)) | sid <- M.keys broken ]
           core1 = core { coreLinks = M.delete w (coreLinks core), coreStreams = kept
+                       , coreShares = shareLost w (coreShares core)
                        , coreLedger = ledgerLose now w why (coreLedger core)
                        , coreRequeued = [ (w, now, unfinished) | not (null unfinished), not (coreStopping core) ]
                                         ++ coreRequeued core }
@@ -200,6 +216,8 @@ received now w msg core = case msg of
     (core { coreStreams = M.delete sid (coreStreams core) }, [StreamEnded sid (Just (StreamProcessFailed (T.unpack why)))])
   StreamTaken sid n -> ownStream sid $ \_ -> (core, [StreamGrant sid (fromIntegral n)])
   Pong _ -> (core, [])
+  ShareHeld _ -> (core { coreShares = shareAnswer w msg (coreShares core) }, [])
+  ShareDropped _ -> (core { coreShares = shareAnswer w msg (coreShares core) }, [])
   StateEvolved _ busyNs _ ->
     sessionMessage now w msg core { coreLedger = ledgerCredit w 0 0 1 (fromIntegral busyNs / 1e9) (coreLedger core) }
   _ | isEvolveMessage msg -> sessionMessage now w msg core

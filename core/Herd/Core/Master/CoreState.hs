@@ -21,6 +21,7 @@ import Herd.Core.Master.Events (FarmJob (..))
 import Herd.Core.Master.Expect (Expected)
 import Herd.Core.Master.Session (Hosted, SessionView, hostView)
 import Herd.Core.Monitor.Ledger (Ledger, emptyLedger)
+import Herd.Core.Shared (Shares, emptyShares)
 import Herd.Core.Scheduler (Sched, emptySched)
 import qualified Herd.Core.Scheduler as S
 
@@ -42,11 +43,12 @@ data Core = Core
   , coreStopping :: !Bool   -- ^ the cluster is stopping: no new link or job is taken
   , coreRequeued :: ![(WorkerId, Double, [Range])]  -- ^ a lost worker's tasks not yet re-sent, for the log
   , coreLedger   :: !Ledger  -- ^ what each worker has done since it joined, for watching the cluster
+  , coreShares   :: !Shares  -- ^ the shared values, and who holds them ("Herd.Core.Shared")
   }
 
 -- | No links, no jobs.
 emptyCore :: Core
-emptyCore = Core emptySched M.empty M.empty M.empty Nothing 0 Nothing False [] emptyLedger
+emptyCore = Core emptySched M.empty M.empty M.empty Nothing 0 Nothing False [] emptyLedger emptyShares
 
 -- | The farm jobs running.
 coreFarmJobs :: Core -> [JobId]

@@ -49,6 +49,8 @@ data Event
   | CloseStream !Word64                 -- ^ the caller wants no more output
   | SessionStart !Word64 !SessionRequest  -- ^ an evolve session, under its caller's number
   | SessionCancel !Word64               -- ^ its caller gave up (no answer is due)
+  | ShareValue !Word64 !B.ByteString     -- ^ hold this encoded value on every worker under this number ("Herd.Core.Shared")
+  | Unshare !Word64                     -- ^ drop it everywhere
   | Stop                                -- ^ the cluster stops: answer everyone, stop the workers
   deriving (Eq, Show)
 
@@ -96,4 +98,6 @@ eventKind ev = case ev of
   CloseStream _ -> "stream closed"
   SessionStart _ _ -> "session started"
   SessionCancel _ -> "session cancelled"
+  ShareValue _ _ -> "value shared"
+  Unshare _ -> "value unshared"
   Stop -> "stop"

@@ -29,6 +29,7 @@ import Herd.Core.Monitor.Ledger
 import Herd.Core.Packet.Policy (FlushReason, allFlushReasons)
 import Herd.Core.Packet.Stats (PeerStats (..))
 import qualified Herd.Core.Scheduler as S
+import Herd.Core.Shared (sharesHeldBy, sharesLive, sharesSentBytes, sharesSentCount)
 
 -- | What a worker is doing.
 data WorkerState
@@ -56,6 +57,7 @@ data WorkerRow = WorkerRow
   , rowStates    :: !Int                 -- ^ states of the running evolve call held there
   , rowLink      :: !(Maybe PeerStats)   -- ^ its link's packet statistics (connected workers)
   , rowMemory    :: !(Maybe Int)         -- ^ its resident memory in bytes, as last read (workers the master watches)
+  , rowShared    :: !Int                 -- ^ shared values it said it holds
   } deriving (Eq, Show)
 
 -- | One running farm job.
@@ -87,6 +89,9 @@ data Status = Status
   , statusLog       :: ![(Double, String)]    -- ^ recent log lines, oldest first, with seconds since the start
   , statusMemoryLimit :: !(Maybe Int)   -- ^ the resident bytes a watched worker may hold
   , statusLinks     :: !Int             -- ^ links the master keeps open: a host agent's carries all its workers
+  , statusShared    :: !Int             -- ^ shared values live now ("Herd.Core.Shared")
+  , statusSharedSends :: !Int           -- ^ times a shared value was sent to a worker, since the start
+  , statusSharedBytes :: !Int           -- ^ the bytes of those sends
   } deriving (Eq, Show)
 
 -- | What a snapshot is built from.
@@ -123,10 +128,14 @@ buildStatus i = Status
   , statusLog = inLog i
   , statusMemoryLimit = inMemoryLimit i
   , statusLinks = inLinksOpen i
+  , statusShared = length (sharesLive shares)
+  , statusSharedSends = sharesSentCount shares
+  , statusSharedBytes = sharesSentBytes shares
   }
   where
     core = inCore i
     ledger = coreLedger core
+    shares = coreShares core
     streams = coreStreamCount core
     session = coreSessionView core
     held = maybe M.empty (M.fromList . viewStates) session
@@ -148,7 +157,8 @@ buildStatus i = Status
            , rowStreams = nStreams
            , rowStates = nStates
            , rowLink = if lost then Nothing else M.lookup w (inLinks i)
-           , rowMemory = if lost then Nothing else M.lookup w (inMemory i) }
+           , rowMemory = if lost then Nothing else M.lookup w (inMemory i)
+           , rowShared = if lost then 0 else M.findWithDefault 0 w (sharesHeldBy shares) }
     job (name, p) =
       let elapsed = max 0 (inNow i - S.progressStarted p)
           done = S.progressDone p

@@ -49,6 +49,12 @@ data ToWorker
     -- function to its input and keep the child at the given position; hold
     -- the result under this id and answer 'StateReplayed'
   | Ping !Word64 !B.ByteString  -- ^ answer 'Pong' with the same number at once; the bytes are padding (latency and bandwidth probes)
+  | SharePart !Word64 !Word64 !B.ByteString
+    -- ^ the next piece of shared value number @n@, whose encoding is this
+    -- many bytes long in all ("Herd.Shared"); once they are all here, hold
+    -- the value and answer 'ShareHeld'
+  | ShareDrop !Word64
+    -- ^ forget this shared value (and any pieces of it) and answer 'ShareDropped'
   deriving (Eq, Show)
 
 -- | Messages from worker to master.
@@ -81,6 +87,8 @@ data FromWorker
   | StatesCleared                 -- ^ answers 'StatesReset': nothing is held or running now
   | StateReplayed !Word64         -- ^ a state asked for by 'StateReplay' is held now
   | Pong !Word64                  -- ^ answers 'Ping'
+  | ShareHeld !Word64             -- ^ every piece of this shared value came: it is held here
+  | ShareDropped !Word64          -- ^ answers 'ShareDrop': it is held here no more
   deriving (Eq, Show)
 
 -- | How soon a message to a worker must leave: control messages and the
@@ -94,6 +102,7 @@ toWorkerUrgency msg = case msg of
   StateAdd _ _ -> Bulk
   EvolveWith _ -> Bulk
   EvolveState _ _ -> Bulk
+  SharePart {} -> Bulk
   _ -> Urgent
 
 -- | How soon a message to the master must leave.

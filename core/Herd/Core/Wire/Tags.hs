@@ -6,11 +6,12 @@ module Herd.Core.Wire.Tags
   ( -- * Master to worker
     tagRunBatch, tagArgs, tagShutdown, tagStreamOpen, tagStreamIn, tagStreamEnd, tagStreamCredit
   , tagStreamClose, tagStatesReset, tagStateAdd, tagEvolveWith, tagEvolveState, tagStateRelease
-  , tagStateReplay, tagPing
+  , tagStateReplay, tagPing, tagSharePart, tagShareDrop
     -- * Worker to master
   , tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone
   , tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected
   , tagStateReleased, tagStateKept, tagStateMissing, tagStatesCleared, tagStateReplayed, tagPong
+  , tagShareHeld, tagShareDropped
   ) where
 
 import Data.Word (Word8)
@@ -18,7 +19,7 @@ import Data.Word (Word8)
 -- | Tags of the messages to a worker.
 tagRunBatch, tagArgs, tagShutdown, tagStreamOpen, tagStreamIn, tagStreamEnd, tagStreamCredit,
   tagStreamClose, tagStatesReset, tagStateAdd, tagEvolveWith, tagEvolveState, tagStateRelease,
-  tagStateReplay, tagPing :: Word8
+  tagStateReplay, tagPing, tagSharePart, tagShareDrop :: Word8
 tagRunBatch = 1
 tagArgs = 2
 tagShutdown = 3
@@ -34,11 +35,14 @@ tagEvolveState = 12
 tagStateRelease = 13
 tagStateReplay = 14
 tagPing = 15
+tagSharePart = 16
+tagShareDrop = 17
 
 -- | Tags of the messages to the master.
 tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone,
   tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected,
-  tagStateReleased, tagStateKept, tagStateMissing, tagStatesCleared, tagStateReplayed, tagPong :: Word8
+  tagStateReleased, tagStateKept, tagStateMissing, tagStatesCleared, tagStateReplayed, tagPong,
+  tagShareHeld, tagShareDropped :: Word8
 tagResults = 1
 tagBatchDone = 2
 tagTaskThrew = 3
@@ -56,3 +60,5 @@ tagStateMissing = 14
 tagStatesCleared = 15
 tagStateReplayed = 16
 tagPong = 17
+tagShareHeld = 18
+tagShareDropped = 19

@@ -1,0 +1,119 @@
+-- | Shared values as the master's core keeps them: values sent once to
+-- every worker and held there under a number, so that any number of tasks
+-- can name them instead of carrying them ("Herd.Shared" is the caller's
+-- side). Pure: what to send when a value is shared or unshared and when a
+-- worker joins, and what each worker said it holds.
+--
+-- Promises (checked by properties in "SharedSpec"):
+--
+-- * INV-SHARE-BEFORE: a worker is sent every live value before anything
+--   else the core sends it after it joined (the pieces come first in
+--   'shareJoined''s answer, and the core puts them before its other
+--   commands), so no task that names a value can reach a worker without
+--   it;
+-- * INV-SHARE-ONCE: a value is sent to each link once while both live;
+-- * a value unshared is dropped on every worker that was sent it, and a
+--   worker's word that it holds a value counts only while that value lives.
+module Herd.Core.Shared
+  ( Shares
+  , emptyShares
+  , shareAdd
+  , shareRemove
+  , shareJoined
+  , shareLost
+  , shareAnswer
+  , sharePieces
+  , sharePieceBytes
+  , sharesLive
+  , sharesHeldBy
+  , sharesSentCount
+  , sharesSentBytes
+  ) where
+
+import qualified Data.ByteString as B
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import Data.Word (Word64)
+import Herd.Core.Base (WorkerId)
+import Herd.Core.Wire (FromWorker (..), ToWorker (..))
+
+-- | The live shared values and who holds them.
+data Shares = Shares
+  { sharesValues :: !(M.Map Word64 B.ByteString)    -- ^ each live value, encoded
+  , sharesHeld   :: !(M.Map WorkerId (S.Set Word64)) -- ^ what each worker said it holds
+  , sharesCount  :: !Int   -- ^ values sent to a worker, since the start
+  , sharesBytes  :: !Int   -- ^ and their bytes
+  } deriving (Eq, Show)
+
+-- | None.
+emptyShares :: Shares
+emptyShares = Shares M.empty M.empty 0 0
+
+-- | The largest piece a value is sent in: big values cross the link in
+-- pieces, so no frame has to hold a whole one and other messages can
+-- go between them.
+sharePieceBytes :: Int
+sharePieceBytes = 1024 * 1024
+
+-- | A value's messages: its pieces, in order (one, empty, for an empty value).
+sharePieces :: Word64 -> B.ByteString -> [ToWorker]
+sharePieces n bytes = map (SharePart n total) (pieces bytes)
+  where
+    total = fromIntegral (B.length bytes)
+    pieces b | B.length b <= sharePieceBytes = [b]
+             | otherwise = let (h, t) = B.splitAt sharePieceBytes b in h : pieces t
+
+-- | Share a value under a new number with the workers now linked: each is
+-- sent its pieces. A number already live is left as it is.
+shareAdd :: Word64 -> B.ByteString -> [WorkerId] -> Shares -> (Shares, [(WorkerId, [ToWorker])])
+shareAdd n bytes workers sh
+  | M.member n (sharesValues sh) = (sh, [])
+  | otherwise =
+      ( counted (length workers) bytes sh { sharesValues = M.insert n bytes (sharesValues sh) }
+      , [ (w, sharePieces n bytes) | w <- workers ] )
+
+-- | Unshare a value: every linked worker is told to drop it (a worker
+-- still receiving it drops its pieces).
+shareRemove :: Word64 -> [WorkerId] -> Shares -> (Shares, [(WorkerId, ToWorker)])
+shareRemove n workers sh
+  | not (M.member n (sharesValues sh)) = (sh, [])
+  | otherwise = ( sh { sharesValues = M.delete n (sharesValues sh)
+                     , sharesHeld = M.map (S.delete n) (sharesHeld sh) }
+                , [ (w, ShareDrop n) | w <- workers ] )
+
+-- | A worker joined: every live value, to send before anything else.
+shareJoined :: WorkerId -> Shares -> (Shares, [ToWorker])
+shareJoined w sh =
+  ( foldr (\b s -> counted 1 b s) sh { sharesHeld = M.insert w S.empty (sharesHeld sh) } (M.elems (sharesValues sh))
+  , concat [ sharePieces n b | (n, b) <- M.toList (sharesValues sh) ] )
+
+-- | A worker's link is gone, and what it held with it.
+shareLost :: WorkerId -> Shares -> Shares
+shareLost w sh = sh { sharesHeld = M.delete w (sharesHeld sh) }
+
+-- | A worker's word about a value: it holds it now, or no more. A value
+-- no longer live is not counted as held (its drop is on the way).
+shareAnswer :: WorkerId -> FromWorker -> Shares -> Shares
+shareAnswer w msg sh = case msg of
+  ShareHeld n | M.member n (sharesValues sh) -> sh { sharesHeld = M.insertWith S.union w (S.singleton n) (sharesHeld sh) }
+  ShareDropped n -> sh { sharesHeld = M.adjust (S.delete n) w (sharesHeld sh) }
+  _ -> sh
+
+-- | The live values' numbers.
+sharesLive :: Shares -> [Word64]
+sharesLive = M.keys . sharesValues
+
+-- | How many live values each worker said it holds.
+sharesHeldBy :: Shares -> M.Map WorkerId Int
+sharesHeldBy = M.map S.size . sharesHeld
+
+-- | How many times a value was sent to a worker, since the start.
+sharesSentCount :: Shares -> Int
+sharesSentCount = sharesCount
+
+-- | The bytes of those sends.
+sharesSentBytes :: Shares -> Int
+sharesSentBytes = sharesBytes
+
+counted :: Int -> B.ByteString -> Shares -> Shares
+counted k b sh = sh { sharesCount = sharesCount sh + k, sharesBytes = sharesBytes sh + k * B.length b }

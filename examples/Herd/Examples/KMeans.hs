@@ -1,0 +1,118 @@
+{-# LANGUAGE BangPatterns, StaticPointers #-}
+-- | k-means on points in the plane, the iterative job of @herd bench
+-- kmeans@: every iteration assigns each point to its nearest centroid and
+-- moves the centroids to the means of their points. The points never
+-- change, only the centroids do, so the points can be shared once
+-- ('kmeansHeldTask': a task names its slice of the shared points) or
+-- sent again with every iteration ('kmeansSentTask': a task carries its
+-- slice). Both compute the same partial sums, so both runs give the same
+-- centroids.
+module Herd.Examples.KMeans
+  ( Points
+  , Centroids
+  , Partial
+  , makePoints
+  , initialCentroids
+  , assignPartial
+  , combinePartials
+  , nextCentroids
+  , chunkRanges
+  , kmeansHeldTask
+  , kmeansSentTask
+  ) where
+
+import Control.Monad.ST (runST)
+import Data.List (foldl')
+import qualified Data.Vector.Unboxed as VU
+import qualified Data.Vector.Unboxed.Mutable as VUM
+import GHC.StaticPtr (StaticPtr)
+import Herd
+
+-- | Points as x0, y0, x1, y1 ...
+type Points = VU.Vector Double
+
+-- | Centroids, laid out as points.
+type Centroids = VU.Vector Double
+
+-- | Per centroid: the sums of x and y of its points (laid out as points),
+-- and how many points it has.
+type Partial = (VU.Vector Double, VU.Vector Int)
+
+-- | This many points in k clusters, the same every run (a fixed hash,
+-- not a random generator).
+makePoints :: Int -> Int -> Points
+makePoints k n = VU.generate (2 * n) coordinate
+  where
+    coordinate j =
+      let i = j `div` 2
+          c = i `mod` k
+          centre = if even j then fromIntegral (c `mod` 4) * 10 else fromIntegral (c `div` 4) * 10
+      in centre + noise (j * 7919 + 13)
+    noise s = fromIntegral (hash s `mod` 2001) / 1000 - 1
+    hash :: Int -> Int
+    hash s = let a = (s * 2654435761) `mod` 4294967296 in (a * 40503 + 1) `mod` 2147483647
+
+-- | The first k points as the first centroids.
+initialCentroids :: Int -> Points -> Centroids
+initialCentroids k = VU.take (2 * k)
+
+-- | The partial sums of the points from index @lo@ (inclusive) to @hi@
+-- (exclusive) of these points: one pass, nothing allocated per point.
+assignPartial :: Centroids -> Points -> Int -> Int -> Partial
+assignPartial cs ps lo hi = runST $ do
+  sums <- VUM.replicate (2 * k) 0
+  counts <- VUM.replicate k 0
+  let loop !p
+        | p >= hi = pure ()
+        | otherwise = do
+            let !x = ps `VU.unsafeIndex` (2 * p)
+                !y = ps `VU.unsafeIndex` (2 * p + 1)
+                !c = nearest x y
+            VUM.unsafeModify sums (+ x) (2 * c)
+            VUM.unsafeModify sums (+ y) (2 * c + 1)
+            VUM.unsafeModify counts (+ 1) c
+            loop (p + 1)
+  loop lo
+  (,) <$> VU.unsafeFreeze sums <*> VU.unsafeFreeze counts
+  where
+    k = VU.length cs `div` 2
+    nearest !x !y = go 0 0 (1 / 0 :: Double)
+      where
+        go !c !best !bestD
+          | c >= k = best
+          | otherwise =
+              let dx = x - cs `VU.unsafeIndex` (2 * c)
+                  dy = y - cs `VU.unsafeIndex` (2 * c + 1)
+                  d = dx * dx + dy * dy
+              in if d < bestD then go (c + 1) c d else go (c + 1) best bestD
+
+-- | Add partial sums up.
+combinePartials :: [Partial] -> Partial
+combinePartials [] = (VU.empty, VU.empty)
+combinePartials (p : ps) = foldl' add p ps
+  where add (s1, c1) (s2, c2) = (VU.zipWith (+) s1 s2, VU.zipWith (+) c1 c2)
+
+-- | The means of the clusters (a centroid without points stays put).
+nextCentroids :: Centroids -> Partial -> Centroids
+nextCentroids old (sums, counts) = VU.generate (VU.length old) $ \j ->
+  let n = counts VU.! (j `div` 2)
+  in if n == 0 then old VU.! j else sums VU.! j / fromIntegral n
+
+-- | Split n points into this many ranges (lo, hi) of nearly equal size.
+chunkRanges :: Int -> Int -> [(Int, Int)]
+chunkRanges chunks n = [ (n * i `div` c, n * (i + 1) `div` c) | i <- [0 .. c - 1] ]
+  where c = max 1 chunks
+
+heldStep :: (Shared Points, (Int, Int), Centroids) -> Partial
+heldStep (points, (lo, hi), cs) = assignPartial cs (sharedValue points) lo hi
+
+sentStep :: (Points, Centroids) -> Partial
+sentStep (slice, cs) = assignPartial cs slice 0 (VU.length slice `div` 2)
+
+-- | One slice of the shared points, by index range, against the centroids.
+kmeansHeldTask :: StaticPtr (Task (Shared Points, (Int, Int), Centroids) Partial)
+kmeansHeldTask = static (named "kmeansHeld" (task heldStep))
+
+-- | One slice of points, carried in the argument, against the centroids.
+kmeansSentTask :: StaticPtr (Task (Points, Centroids) Partial)
+kmeansSentTask = static (named "kmeansSent" (task sentStep))
