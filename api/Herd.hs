@@ -117,6 +117,17 @@ module Herd
   , share
   , unshare
   , withShared
+    -- * Reductions combined on the workers
+    -- | 'farmReduce' combines the results with an associative function,
+    -- 'reduceByKey' per key; each worker combines whole groups of inputs,
+    -- so only one partial result per group comes back.
+  , Reducer
+  , reducer
+  , farmReduce
+  , KeyedReducer
+  , keyedReducer
+  , reduceByKey
+  , Combining
     -- * Stream processes: a list function on a worker, element by element
   , Process
   , process
@@ -194,6 +205,7 @@ import Herd.Packet (PeerStats (..), meanPerPacket)
 import Herd.Core.Packet.Policy (FlushReason (..))
 import Herd.WorkCost (simulatedWork)
 import Herd.Shared
+import Herd.Reduce
 import Herd.Stats
 import Herd.Stream
 import Herd.Task

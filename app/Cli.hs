@@ -15,6 +15,7 @@ import qualified Bench.Pfilter as Pfilter
 import qualified Bench.EvolveCore as EvolveCore
 import qualified Bench.Skew as Skew
 import qualified Bench.KMeans as KMeans
+import qualified Bench.WordCount as WordCount
 import qualified Bench.Bandwidth as Bandwidth
 import qualified Bench.Latency as Latency
 import qualified Bench.Fuzz as Fuzz
@@ -49,6 +50,7 @@ data Command
   | BenchEvolveCore EvolveCore.Options
   | BenchSkew Skew.Options
   | BenchKMeans KMeans.Options
+  | BenchWordCount WordCount.Options
   | BenchLatency Latency.LatencyOptions
   | BenchFuzz Fuzz.Options
   | BenchChaos Chaos.Options
@@ -81,6 +83,7 @@ run = do
     BenchEvolveCore o -> EvolveCore.run o
     BenchSkew o -> Skew.run o
     BenchKMeans o -> KMeans.run o
+    BenchWordCount o -> WordCount.run o
     BenchLatency o -> Latency.runLatency o
     BenchFuzz o -> Fuzz.run o
     BenchChaos o -> Chaos.run o
@@ -144,6 +147,8 @@ benchCommands = hsubparser
       (progDesc "FP Complete's skew case: nine 1 s states and one 10 s state on two workers, evolved repeatedly"))
  <> command "kmeans" (info (BenchKMeans <$> kmeansOptions)
       (progDesc "k-means with its points shared once against the same job resending them every iteration"))
+ <> command "wordcount" (info (BenchWordCount <$> wordCountOptions)
+      (progDesc "word counts summed on the workers against collecting every pair at the master"))
  <> command "fuzz" (info (BenchFuzz <$> fuzzOptions)
       (progDesc "Mutated frames of every message type at a master and at a worker, per transport: crashes, hangs, drops"))
  <> command "chaos" (info (BenchChaos <$> chaosOptions)
@@ -313,6 +318,18 @@ kmeansOptions = KMeans.Options
                           <> help "centroids")
   <*> option (positiveInt "a task count" 100000) (long "chunks" <> metavar "N" <> value 16 <> showDefault
                           <> help "tasks per iteration")
+  <*> option (positiveInt "a worker count" 4096) (long "workers" <> metavar "N" <> value 2 <> showDefault
+                          <> help "local workers")
+  <*> switch (long "json" <> help "end with one line of JSON")
+
+wordCountOptions :: Parser WordCount.Options
+wordCountOptions = WordCount.Options
+  <$> option (positiveInt "a document count" 1000000) (long "docs" <> metavar "N" <> value 100 <> showDefault
+                          <> help "documents, one task each")
+  <*> option (positiveInt "a word count" 10000000) (long "words" <> metavar "N" <> value 10000 <> showDefault
+                          <> help "words per document")
+  <*> option (positiveInt "a vocabulary size" 10000000) (long "vocabulary" <> metavar "N" <> value 5000 <> showDefault
+                          <> help "distinct words to draw from")
   <*> option (positiveInt "a worker count" 4096) (long "workers" <> metavar "N" <> value 2 <> showDefault
                           <> help "local workers")
   <*> switch (long "json" <> help "end with one line of JSON")

@@ -17,6 +17,7 @@ import qualified OptionsSpec
 import qualified DocsSpec
 import qualified MemorySpec
 import qualified SharedSpec
+import qualified ReduceSpec
 import qualified DashboardSpec
 import qualified LogSpec
 import qualified EvolveScheduleSpec
@@ -60,6 +61,7 @@ main = do
       SchedulerSpec.spec
       CoreSpec.spec
       SharedSpec.spec
+      ReduceSpec.spec
       WorkerStepSpec.spec
       PacketSpec.spec
       PacketRunSpec.spec

@@ -20,6 +20,9 @@ module TestTasks
   , slowToDecodeTask
   , exitEvolver
   , sharedIndexTask
+  , showReducer
+  , slowCountReducer
+  , slowCountPairs
   ) where
 
 import Control.Concurrent (threadDelay)
@@ -201,3 +204,16 @@ sharedIndex (table, i) = fromIntegral (B.index (sharedValue table) i) + i
 
 sharedIndexTask :: StaticPtr (Task (Shared B.ByteString, Int) Int)
 sharedIndexTask = static (named "sharedIndex" (task sharedIndex))
+
+-- | Concatenation: associative, not commutative, so an answer combined
+-- out of order shows.
+showReducer :: StaticPtr (Reducer Int String)
+showReducer = static (reducer (\x -> show x ++ ",") (++))
+
+-- | A document's pairs: two keys from its number, the second weighted by it.
+slowCountPairs :: (Int, Int) -> [(Int, Int)]
+slowCountPairs (doc, _) = [(doc `mod` 7, 1), (100 + doc `mod` 3, doc)]
+
+-- | 'slowCountPairs' after sleeping the milliseconds given, summed per key.
+slowCountReducer :: StaticPtr (KeyedReducer (Int, Int) Int Int)
+slowCountReducer = static (keyedReducer (\x@(_, ms) -> unsafePerformIO (threadDelay (ms * 1000)) `seq` slowCountPairs x) (+))

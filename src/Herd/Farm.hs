@@ -15,6 +15,10 @@ module Herd.Farm
   , farmWithStats
   , farmAsCompleted
   , FarmStats
+    -- * Farms of a function known by reference (for "Herd.Reduce")
+  , TaskFn (..)
+  , taskFn
+  , farmFn
   ) where
 
 import Control.Concurrent.STM
@@ -35,16 +39,31 @@ import Herd.Wire.InPlace (commitRanges, holdRun, newPending)
 -- waiting time.
 type FarmStats = JobStats
 
+-- | A task's function as a farm needs it: its reference for the workers
+-- and its codecs for the caller. A static task gives one ('taskFn'); so
+-- does any closure whose codecs hold a task's (a reducer's).
+data TaskFn a b = TaskFn !TaskRef (TaskCodecs a b)
+
+-- | The farm's view of a static task.
+taskFn :: StaticPtr (Task a b) -> TaskFn a b
+taskFn f = TaskFn (taskRef f) (taskCodecs f)
+
 -- | Apply the function to every element; results in input order.
 farm :: Cluster -> StaticPtr (Task a b) -> [a] -> IO [b]
 farm cluster f xs = fst <$> farmWithStats cluster f xs
 
+-- | 'farm' for a function known by reference.
+farmFn :: Cluster -> TaskFn a b -> [a] -> IO [b]
+farmFn cluster f xs = fst <$> farmFnWithStats cluster f xs
+
 -- | Like 'farm', also returning the job's statistics.
 farmWithStats :: Cluster -> StaticPtr (Task a b) -> [a] -> IO ([b], FarmStats)
-farmWithStats cluster f xs = do
+farmWithStats cluster = farmFnWithStats cluster . taskFn
+
+farmFnWithStats :: Cluster -> TaskFn a b -> [a] -> IO ([b], FarmStats)
+farmFnWithStats cluster f@(TaskFn _ codecs) xs = do
   table <- encodeAll f xs
   let n = argCount table
-      codecs = taskCodecs f
   case (resultWidth codecs, argsArena table) of
     -- results as wide as arguments of one width are written over them once
     -- final: one table of fresh memory, not two. Not with chunking off:
@@ -83,7 +102,8 @@ farmWithStats cluster f xs = do
 -- function no worker can run, or results that do not decode, still end
 -- the call with an exception: no task could succeed.)
 farmEither :: Cluster -> StaticPtr (Task a b) -> [a] -> IO [Either HerdError b]
-farmEither cluster f xs = do
+farmEither cluster ptr xs = do
+  let f = taskFn ptr
   table <- encodeAll f xs
   let n = argCount table
   out <- newArray n (Left (AllWorkersLost "herd: a task was neither answered nor failed"))
@@ -102,7 +122,8 @@ elementsOf done n = go 0
 -- once). The callback runs on the calling thread; the results of other
 -- tasks keep arriving meanwhile.
 farmAsCompleted :: Cluster -> StaticPtr (Task a b) -> [a] -> (Int -> b -> IO ()) -> IO FarmStats
-farmAsCompleted cluster f xs callback = do
+farmAsCompleted cluster ptr xs callback = do
+  let f = taskFn ptr
   table <- encodeAll f xs
   queue <- newTQueueIO
   staged <- newArray (argCount table) (error "Herd.Farm: result not staged")
@@ -123,27 +144,27 @@ farmAsCompleted cluster f xs callback = do
 
 -- Evaluate and encode every argument before anything is sent: an
 -- argument that throws ends the call with 'ArgumentError' naming it.
-encodeAll :: StaticPtr (Task a b) -> [a] -> IO ArgTable
-encodeAll f xs = do
-  built <- encodeArgs (taskCodecs f) xs
-  either (\(i, why) -> throwIO (ArgumentError i (refName (taskRef f)) why)) pure built
+encodeAll :: TaskFn a b -> [a] -> IO ArgTable
+encodeAll (TaskFn ref codecs) xs = do
+  built <- encodeArgs codecs xs
+  either (\(i, why) -> throwIO (ArgumentError i (refName ref) why)) pure built
 
 -- Run a farm job: stage each decoded result, and report each batch's task
 -- indices once its results are final. With a failure callback the job
 -- keeps going past failed tasks.
-runFarm :: Maybe (Int -> HerdError -> IO ()) -> Cluster -> StaticPtr (Task a b) -> ArgTable -> (Int -> b -> IO ())
+runFarm :: Maybe (Int -> HerdError -> IO ()) -> Cluster -> TaskFn a b -> ArgTable -> (Int -> b -> IO ())
         -> ([Int] -> IO ()) -> IO FarmStats
-runFarm failed cluster f table stage accept =
-  runStaged failed cluster f table (decodeResults (taskCodecs f) stage) (accept . rangeIndices)
+runFarm failed cluster f@(TaskFn _ codecs) table stage accept =
+  runStaged failed cluster f table (decodeResults codecs stage) (accept . rangeIndices)
 
 -- Run a farm job whose runs of results go to the given stage, told which
 -- tasks' results are final (an exception from that ends the job).
-runStaged :: Maybe (Int -> HerdError -> IO ()) -> Cluster -> StaticPtr (Task a b) -> ArgTable
+runStaged :: Maybe (Int -> HerdError -> IO ()) -> Cluster -> TaskFn a b -> ArgTable
           -> ([Range] -> B.ByteString -> IO (Either (Int, String) ())) -> ([Range] -> IO ()) -> IO FarmStats
-runStaged failed cluster f table stage accept = do
+runStaged failed cluster (TaskFn ref _) table stage accept = do
   let spec = JobSpec
         { specTasks = argCount table
-        , specRef = taskRef f
+        , specRef = ref
         , specArgs = table
         , specKeepGoing = maybe False (const True) failed
         }

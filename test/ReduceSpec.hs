@@ -1,0 +1,47 @@
+-- | Reductions on the workers ("Herd.Reduce"): groups cut in order, the
+-- answer a single process gives (also for a combining function that is
+-- not commutative), and exact keyed counts when a worker is killed
+-- mid-job.
+module ReduceSpec (spec) where
+
+import Control.Concurrent (threadDelay)
+import Control.Concurrent.Async (withAsync, wait)
+import qualified Data.ByteString.Char8 as BC
+import qualified Data.Map.Strict as M
+import Herd
+import Herd.Reduce (reduceGroups)
+import System.Posix.Signals (sigKILL, signalProcess)
+import Test.Hspec
+import Test.QuickCheck
+import TestTasks (showReducer, slowCountPairs, slowCountReducer)
+
+spec :: Spec
+spec = describe "reductions on the workers" $ do
+  it "cut the inputs in order into at most four non-empty groups per worker" $
+    property $ \(NonNegative w) (xs :: [Int]) ->
+      let gs = reduceGroups w xs
+      in conjoin [ concat gs === xs, property (all (not . null) gs)
+                 , property (length gs <= max 1 (4 * max 1 w)), property (null xs || not (null gs)) ]
+
+  it "combine in input order, on the workers and then at the master, and say Nothing for no input" $ do
+    let cfg = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "reduce-spec-secret-0123456789") }
+    withCluster cfg $ \cluster -> do
+      True <- waitForWorkers cluster 2 30
+      farmReduce cluster showReducer [1 .. 500] `shouldReturn` Just (concatMap (\x -> show x ++ ",") [1 .. 500 :: Int])
+      farmReduce cluster showReducer [] `shouldReturn` Nothing
+      farmReduce cluster showReducer [7] `shouldReturn` Just "7,"
+
+  it "gives the exact counts per key when a worker is killed mid-job" $ do
+    let cfg = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "reduce-spec-secret-0123456789") }
+        docs = [ (d, 20) | d <- [1 .. 80] ]
+        expected = M.fromListWith (+) (concatMap slowCountPairs docs)
+    withCluster cfg $ \cluster -> do
+      True <- waitForWorkers cluster 2 30
+      withAsync (reduceByKey cluster slowCountReducer docs) $ \job -> do
+        threadDelay 300000
+        victim : _ <- clusterWorkerInfo cluster
+        signalProcess sigKILL (fromIntegral (infoPid victim))
+        counts <- wait job
+        counts `shouldBe` expected
+      lost <- statusLostTotal <$> clusterStatus cluster
+      lost `shouldBe` 1
