@@ -165,6 +165,8 @@ command w cmd = case cmd of
     | otherwise -> problem ("an answer to unknown session " ++ show sid)
   Drop x _ -> pure w { wWorkers = M.delete x (wWorkers w) }
   Note _ -> pure w
+  ShareTo x n _ -> problem ("worker " ++ show x ++ " was sent shared value " ++ show n ++ ", which nobody shared")
+  Unshared n -> problem ("shared value " ++ show n ++ " was unshared, which nobody shared")
   where
     toWorker x item = deliverTo x item w
     problem p = pure w { wProblems = p : wProblems w }

@@ -15,7 +15,9 @@ import Data.Word (Word64)
 import Herd
 import Herd.Core.Shared
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
+import System.Environment (getEnvironment, getExecutablePath)
 import System.Posix.Signals (sigKILL, signalProcess)
+import System.Process (CreateProcess (..), StdStream (..), proc, terminateProcess, withCreateProcess)
 import Test.Hspec
 import Test.QuickCheck
 import TestTasks (sharedIndexTask)
@@ -44,7 +46,7 @@ run m op = case op of
   Add ->
     let n = mNext m
         (sh, sends) = shareAdd n (valueOf n) (M.keys (mWorkers m)) (mShares m)
-    in (send sends m) { mShares = sh, mLive = M.insert n (valueOf n) (mLive m), mNext = n + 1 }
+    in (send [ (w, sharePieces n (valueOf n)) | w <- sends ] m) { mShares = sh, mLive = M.insert n (valueOf n) (mLive m), mNext = n + 1 }
   Remove k | M.null (mLive m) -> m
            | otherwise ->
     let n = M.keys (mLive m) !! (k `mod` M.size (mLive m))
@@ -53,7 +55,7 @@ run m op = case op of
   Join w | M.member w (mWorkers m) -> m
          | otherwise ->
              let (sh, msgs) = shareJoined w (mShares m)
-             in m { mShares = sh, mWorkers = M.insert w (W msgs M.empty M.empty) (mWorkers m) }
+             in m { mShares = sh, mWorkers = M.insert w (W (concatMap (uncurry sharePieces) msgs) M.empty M.empty) (mWorkers m) }
   Lose w -> m { mShares = shareLost w (mShares m), mWorkers = M.delete w (mWorkers m) }
   Deliver w -> case M.lookup w (mWorkers m) of
     Just x | msg : rest <- wInbox x ->
@@ -122,6 +124,37 @@ spec = describe "shared values" $ do
       case late of
         [Left e] -> show e `shouldSatisfy` ("is not held here" `isInfixOf`)
         other -> expectationFailure ("a task naming an unshared value should fail, got " ++ show other)
+
+  it "a host agent is sent a table once for all its workers, and gives it to a worker it restarts" $ do
+    let secret = "shared-spec-agent-secret-0123456789"
+        cfg = defaultConfig { configWorkers = Just 0, configSecret = SecretValue (BC.pack secret) }
+        table = B.pack (take (2 * 1024 * 1024 + 3) (cycle [0 .. 250]))
+        keys = [0, 2000 .. 1999999]
+        expected = [ fromIntegral (B.index table i) + i | i <- keys ]
+    withCluster cfg $ \cluster -> do
+      let (_, port) = clusterAddress cluster
+      exe <- getExecutablePath
+      env0 <- getEnvironment
+      let env = ("HERD_AGENT", "2") : ("HERD_WORKER", "127.0.0.1:" ++ show port) : ("HERD_SECRET", secret)
+                : filter ((`notElem` ["HERD_AGENT", "HERD_WORKER", "HERD_SECRET"]) . fst) env0
+      withCreateProcess (proc exe []) { env = Just env, std_err = Inherit } $ \_ _ _ agent -> do
+        True <- waitForWorkers cluster 2 30
+        statusLinks <$> clusterStatus cluster `shouldReturn` 1
+        shared <- share cluster table
+        farm cluster sharedIndexTask [ (shared, i) | i <- keys ] `shouldReturn` expected
+        s1 <- clusterStatus cluster
+        (statusSharedSends s1, statusSharedBytes s1) `shouldBe` (1, 8 + B.length table)
+        waitUntil (\s -> length (live s) == 2 && all ((== 1) . rowShared) (live s)) cluster `shouldReturn` True
+        -- a worker killed: its agent restarts it and hands it the table itself
+        victim : _ <- clusterWorkerInfo cluster
+        signalProcess sigKILL (fromIntegral (infoPid victim))
+        waitUntil (\s -> statusLostTotal s == 1 && length (live s) == 2 && all ((== 1) . rowShared) (live s)) cluster
+          `shouldReturn` True
+        farm cluster sharedIndexTask [ (shared, i) | i <- keys ] `shouldReturn` expected
+        statusSharedSends <$> clusterStatus cluster `shouldReturn` 1
+        unshare cluster shared
+        waitUntil (\s -> all ((== 0) . rowShared) (live s)) cluster `shouldReturn` True
+        terminateProcess agent
   where
     live s = [ r | r <- statusWorkers s, rowState r /= Lost ]
     waitUntil cond cluster = go (100 :: Int)

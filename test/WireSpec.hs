@@ -89,7 +89,8 @@ spec = describe "Herd.Core.Wire" $ do
   prop "round-trips a host link's control messages, and refuses their truncations" $ \token wid pid used limit (NonNegative cut) ->
     let why = T.pack (show (token, wid))
         cs = [ AddWorker token pid wid, WorkerAdded token wid, WorkerGone wid (GoneDied why)
-             , WorkerGone wid (GoneMemory used limit), StopWorker wid, CloseHost ]
+             , WorkerGone wid (GoneMemory used limit), StopWorker wid, CloseHost
+             , HostShare used limit (B.pack (map fromIntegral [token, pid, wid])), HostUnshare used ]
     in conjoin [ decodeHostControl (encodeHostControl c) === Right c
                  .&&. (let bytes = encodeHostControl c
                            short = B.take (cut `mod` B.length bytes) bytes

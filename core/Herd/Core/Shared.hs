@@ -11,7 +11,9 @@
 --   'shareJoined''s answer, and the core puts them before its other
 --   commands), so no task that names a value can reach a worker without
 --   it;
--- * INV-SHARE-ONCE: a value is sent to each link once while both live;
+-- * INV-SHARE-ONCE: a value is asked of each worker once while both live
+--   (the shell sends it once per link: a host agent's carries it once for
+--   all its workers, "Herd.Master.Execute");
 -- * a value unshared is dropped on every worker that was sent it, and a
 --   worker's word that it holds a value counts only while that value lives.
 module Herd.Core.Shared
@@ -26,8 +28,6 @@ module Herd.Core.Shared
   , sharePieceBytes
   , sharesLive
   , sharesHeldBy
-  , sharesSentCount
-  , sharesSentBytes
   ) where
 
 import qualified Data.ByteString as B
@@ -41,13 +41,11 @@ import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 data Shares = Shares
   { sharesValues :: !(M.Map Word64 B.ByteString)    -- ^ each live value, encoded
   , sharesHeld   :: !(M.Map WorkerId (S.Set Word64)) -- ^ what each worker said it holds
-  , sharesCount  :: !Int   -- ^ values sent to a worker, since the start
-  , sharesBytes  :: !Int   -- ^ and their bytes
   } deriving (Eq, Show)
 
 -- | None.
 emptyShares :: Shares
-emptyShares = Shares M.empty M.empty 0 0
+emptyShares = Shares M.empty M.empty
 
 -- | The largest piece a value is sent in: big values cross the link in
 -- pieces, so no frame has to hold a whole one and other messages can
@@ -63,14 +61,12 @@ sharePieces n bytes = map (SharePart n total) (pieces bytes)
     pieces b | B.length b <= sharePieceBytes = [b]
              | otherwise = let (h, t) = B.splitAt sharePieceBytes b in h : pieces t
 
--- | Share a value under a new number with the workers now linked: each is
--- sent its pieces. A number already live is left as it is.
-shareAdd :: Word64 -> B.ByteString -> [WorkerId] -> Shares -> (Shares, [(WorkerId, [ToWorker])])
+-- | Share a value under a new number with the workers now linked: the
+-- workers that must be sent it. A number already live is left as it is.
+shareAdd :: Word64 -> B.ByteString -> [WorkerId] -> Shares -> (Shares, [WorkerId])
 shareAdd n bytes workers sh
   | M.member n (sharesValues sh) = (sh, [])
-  | otherwise =
-      ( counted (length workers) bytes sh { sharesValues = M.insert n bytes (sharesValues sh) }
-      , [ (w, sharePieces n bytes) | w <- workers ] )
+  | otherwise = (sh { sharesValues = M.insert n bytes (sharesValues sh) }, workers)
 
 -- | Unshare a value: every linked worker is told to drop it (a worker
 -- still receiving it drops its pieces).
@@ -82,10 +78,8 @@ shareRemove n workers sh
                 , [ (w, ShareDrop n) | w <- workers ] )
 
 -- | A worker joined: every live value, to send before anything else.
-shareJoined :: WorkerId -> Shares -> (Shares, [ToWorker])
-shareJoined w sh =
-  ( foldr (\b s -> counted 1 b s) sh { sharesHeld = M.insert w S.empty (sharesHeld sh) } (M.elems (sharesValues sh))
-  , concat [ sharePieces n b | (n, b) <- M.toList (sharesValues sh) ] )
+shareJoined :: WorkerId -> Shares -> (Shares, [(Word64, B.ByteString)])
+shareJoined w sh = (sh { sharesHeld = M.insert w S.empty (sharesHeld sh) }, M.toList (sharesValues sh))
 
 -- | A worker's link is gone, and what it held with it.
 shareLost :: WorkerId -> Shares -> Shares
@@ -107,13 +101,3 @@ sharesLive = M.keys . sharesValues
 sharesHeldBy :: Shares -> M.Map WorkerId Int
 sharesHeldBy = M.map S.size . sharesHeld
 
--- | How many times a value was sent to a worker, since the start.
-sharesSentCount :: Shares -> Int
-sharesSentCount = sharesCount
-
--- | The bytes of those sends.
-sharesSentBytes :: Shares -> Int
-sharesSentBytes = sharesBytes
-
-counted :: Int -> B.ByteString -> Shares -> Shares
-counted k b sh = sh { sharesCount = sharesCount sh + k, sharesBytes = sharesBytes sh + k * B.length b }

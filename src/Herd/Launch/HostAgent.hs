@@ -1,4 +1,4 @@
-{-# LANGUAGE ScopedTypeVariables #-}
+{-# LANGUAGE BangPatterns, ScopedTypeVariables #-}
 -- | The host agent's link: ONE connection from a worker host to the
 -- master ("Herd.Core.Wire.Host"), carrying the traffic of every worker on
 -- the host. The agent answers its own workers' handshakes as a master
@@ -44,14 +44,14 @@ import qualified Data.ByteString.Lazy as BL
 import Data.IORef
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
-import Data.Word (Word32)
+import Data.Word (Word32, Word64)
 import Herd.Auth
 import Herd.BuildId (buildIdentity)
 import Herd.Core.Bytes (bytesBE)
 import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.Core.Wire
 import Herd.Core.Wire.Host
-import Herd.Wire.HostEntry (controlEncoder, entryEncoder)
+import Herd.Wire.HostEntry (controlEncoder, entryEncoder, heldSharePackets)
 import Herd.Log (logToStderr)
 import Herd.Master.EpollReader (newEpollReader)
 import Herd.Master.Reader
@@ -123,6 +123,10 @@ serveHost secret build j conn action = do
   tokens <- newIORef (0 :: Word32)
   lost <- newEmptyMVar
   limitRef <- newIORef NoHostLimit
+  -- shared values ("Herd.Core.Shared"): those whole, as their packets to a
+  -- worker, and those arriving (size, bytes so far, pieces newest first)
+  sharesRef <- newIORef (M.empty :: M.Map Word64 [B.ByteString])
+  arrivingRef <- newIORef (M.empty :: M.Map Word64 (Int, Int, [B.ByteString]))
   heldRef <- newIORef S.empty
   (reader, release) <- newEpollReader (joinedMaxFrame j + 1024) (void (try (flushIdle hostSender) :: IO (Either SomeException ())))
   let control c = sendMessageTail hostSender Urgent (controlEncoder c) B.empty
@@ -158,6 +162,8 @@ serveHost secret build j conn action = do
                   sendRawParts link parts
                   atomically (modifyTVar' (localQueued l) (subtract 1))
           _ <- forkIO (void (try writer :: IO (Either SomeException ())))
+          -- the shared values first, before any frame the master sends it
+          readIORef sharesRef >>= mapM_ (toLocal l) . concat . M.elems
           modifyIORef' locals (M.insert (fromIntegral wid) l)
           putMVar mv (fromIntegral wid, l)
       onHostEntry entry = case decodeEntry entry of
@@ -175,6 +181,22 @@ serveHost secret build j conn action = do
                   void (try (signalProcess sigKILL (fromIntegral (localPid l))) :: IO (Either IOException ()))
               Right CloseHost -> void (tryPutMVar lost Nothing)
               Right (HostMemoryLimit l) -> writeIORef limitRef l
+              Right (HostShare n total piece) -> do
+                let !kept = B.copy piece   -- the packet's buffer is reused
+                (size, got, pieces) <- M.findWithDefault (fromIntegral total, 0, []) n <$> readIORef arrivingRef
+                let got' = got + B.length kept
+                if size /= fromIntegral total || got' > size
+                  then hostLost ("the master sent a piece of shared value " ++ show n ++ " that does not fit its size")
+                  else if got' < size
+                    then modifyIORef' arrivingRef (M.insert n (size, got', kept : pieces))
+                    else do
+                      modifyIORef' arrivingRef (M.delete n)
+                      packets <- heldSharePackets n size (reverse (kept : pieces))
+                      modifyIORef' sharesRef (M.insert n packets)
+                      readIORef locals >>= mapM_ (\l -> mapM_ (toLocal l) packets) . M.elems
+              Right (HostUnshare n) -> do
+                modifyIORef' sharesRef (M.delete n)
+                modifyIORef' arrivingRef (M.delete n)
               Right other -> logToStderr ("herd agent: the master sent " ++ show other ++ ", which only a host sends")
               Left why -> logToStderr ("herd agent: bad control message from the master: " ++ why)
           | otherwise -> M.lookup (fromIntegral slot) <$> readIORef locals >>= mapM_ (`toLocal` body)

@@ -37,6 +37,10 @@ import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Scheduler (Range (..), WorkerId, rangeSize)
 import Herd.Core.Wire
 import Herd.Wire.Encode
+import Herd.Wire.HostEntry (controlEncoder)
+import Herd.Core.Wire.Host (HostControl (..))
+import Herd.Core.Shared (sharePieces)
+import qualified Data.ByteString as B
 import Herd.Wire.Batch (ArgTable, argsEncoder, argsFitting)
 
 -- | Carry out one command; events it feeds back are collected, newest first.
@@ -100,8 +104,25 @@ execute sh (ss, fed) cmd = case cmd of
         -- kept for the dashboard's row of the lost worker
         mapM_ (\i -> modifyTVar' (shDeparted sh) (trim . M.insert w i)) info
       pure (ss { ssLinks = M.delete w (ssLinks ss), ssTouched = S.delete w (ssTouched ss) }, fed)
+  -- INV-SHARE-ONCE on the wire: a worker of its own link is sent the
+  -- value; a host agent's workers get it from their agent, which is sent
+  -- it once and keeps it for the workers it starts later
+  ShareTo w n bytes -> withLink w $ \l -> case wlHost l of
+    Nothing -> sent bytes <$> send w (sendMessagesHeld (wlSender l) (map toWorkerParts (sharePieces n bytes)))
+    Just (hid, hostSender)
+      | maybe False (S.member n . snd) (M.lookup hid (ssHostShares ss)) -> pure (ss, fed)
+      | otherwise -> do
+          (ss1, fed1) <- send w $ sendMessagesHeld hostSender
+            [ (controlEncoder (HostShare n total piece), B.empty) | SharePart _ total piece <- sharePieces n bytes ]
+          let kept = M.insertWith (\_ (s, ns) -> (s, S.insert n ns)) hid (hostSender, S.singleton n) (ssHostShares ss1)
+          pure (sent bytes (ss1 { ssHostShares = kept }, fed1))
+  Unshared n -> do
+    forM_ [ s | (s, ns) <- M.elems (ssHostShares ss), S.member n ns ] $ \s ->
+      trySync (sendMessageTail s Urgent (controlEncoder (HostUnshare n)) B.empty)
+    pure (ss { ssHostShares = M.map (fmap (S.delete n)) (ssHostShares ss) }, fed)
   Note line -> configLog (shConfig sh) line >> pure (ss, fed)
   where
+    sent bytes (s, f) = let (k, b) = ssShareSends s in (s { ssShareSends = (k + 1, b + B.length bytes) }, f)
     withLink w act = maybe (pure (ss, fed)) act (M.lookup w (ssLinks ss))
     tell jid news = case M.lookup jid (ssFarms ss) of
       Just (_, queue) -> pure (gather queue news, fed)

@@ -47,6 +47,11 @@ data ShellState = ShellState
   , ssOpening  :: !(M.Map Word64 (MVar (Either HerdError (Sender, TVar Int))))  -- ^ streams being opened
   , ssTouched  :: !(S.Set WorkerId)             -- ^ links with buffered messages
   , ssGathered :: !(M.Map Word64 [(Int, B.ByteString)])  -- ^ stream output runs of this step, newest first
+  , ssHostShares :: !(M.Map Int (Sender, S.Set Word64))
+    -- ^ per host link (by number): its sender, and the shared values its agent was sent
+  , ssShareSends :: !(Int, Int)
+    -- ^ shared values put on a link (a worker's own, or a host's once for
+    -- all its workers) since the start, and their bytes
   }
 
 -- | The shell of one cluster.
@@ -89,7 +94,7 @@ data Registration
 -- | A shell with no links; its reader is set with 'setReader' before any
 -- link joins.
 newShell :: Config -> IO Shell
-newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty)
+newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty M.empty (0, 0))
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
                          <*> newIORef noCounters <*> newIORef noLossHooks <*> newTVarIO (Nothing, M.empty) <*> newTVarIO M.empty
   where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ()) (pure 0)

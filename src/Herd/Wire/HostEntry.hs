@@ -6,12 +6,17 @@ module Herd.Wire.HostEntry
   ( entryEncoder
   , sentPacketEntry
   , controlEncoder
+  , workerPacket
+  , heldSharePackets
   ) where
 
 import qualified Data.ByteString as B
-import Data.Word (Word32)
+import Data.Word (Word32, Word64)
 import Herd.Core.Wire.Host
-import Herd.Encoder (Encoder (..), encodeBytes, encodeWithTail, pokeBE)
+import Herd.Core.Bytes (bytesBE)
+import Herd.Core.Wire (ToWorker (..))
+import Herd.Encoder (Encoder (..), encodeBytes, encodeWithTail, encoderBytes, pokeBE)
+import Herd.Wire.Encode (encodeToWorker)
 
 -- | One worker's packet (its count and messages, no frame length) as an
 -- entry; the packet is copied when the entry is written.
@@ -30,3 +35,15 @@ sentPacketEntry slot (first : rest) = Just (entryEncoder slot (B.drop 4 first), 
 -- | A control message as an entry of the control slot.
 controlEncoder :: HostControl -> Encoder
 controlEncoder c = encodeBytes (encodeEntryHeader controlSlot <> encodeHostControl c)
+
+-- | A worker's packet of these messages (its count, then each message
+-- behind its length), as a host agent writes one of its own to a worker.
+workerPacket :: [B.ByteString] -> B.ByteString
+workerPacket msgs = B.concat (B.pack (bytesBE 4 (fromIntegral (length msgs)))
+                              : concat [ [B.pack (bytesBE 4 (fromIntegral (B.length m))), m] | m <- msgs ])
+
+-- | A shared value a host agent holds, as the packets that give it to a
+-- worker: one 'SharePart' each, in order.
+heldSharePackets :: Word64 -> Int -> [B.ByteString] -> IO [B.ByteString]
+heldSharePackets n total pieces =
+  mapM (\p -> workerPacket . (: []) <$> encoderBytes (encodeToWorker (SharePart n (fromIntegral total) p))) pieces

@@ -30,6 +30,7 @@ module Herd.Simulate.Host
   ) where
 
 import Control.Exception
+import qualified Data.ByteString as B
 import Control.Monad (forM_, when)
 import Data.IORef
 import qualified Data.IntMap.Strict as IM
@@ -82,7 +83,8 @@ runSimulatedHost opts = do
   sender <- newSender (hostLinkPolicy (joinedMaxFrame j) (joinedPolicy j)) (sendRawParts conn)
   bracket epollCreate epollClose $ \ep -> flip finally (closeConnection conn) $ do
     host <- Host conn sender <$> newIORef (simWorkers opts) <*> newIORef IM.empty <*> newIORef (newWheel 1e-4)
-                 <*> newIORef IS.empty <*> pure ep <*> newScratch <*> newIORef M.empty <*> newIORef M.empty <*> newIORef 0
+                 <*> newIORef IS.empty <*> pure ep <*> newScratch <*> newIORef M.empty <*> newIORef M.empty <*> newIORef M.empty
+                 <*> newIORef 0
     fds <- connWaitFds conn
     forM_ fds $ \fd -> epollAdd ep fd 0 False
     forM_ [1 .. simWorkers opts] $ \token ->
@@ -144,6 +146,13 @@ readLink host j = do
             Right (WorkerAdded _ wid) -> added (fromIntegral wid)
             Right (StopWorker wid) -> dropSim host (fromIntegral wid) ""
             Right CloseHost -> writeIORef (hSims host) IM.empty >> writeIORef (hPending host) 0
+            Right (HostShare n total piece) -> do
+              let kept = B.copy piece
+              _ <- evaluate kept
+              modifyIORef' (hShares host) (M.insertWith (++) n [(total, kept)])
+              sims <- IM.toList <$> readIORef (hSims host)
+              forM_ sims $ \(tag, s) -> deliver host tag s (SharePart n total kept)
+            Right (HostUnshare n) -> modifyIORef' (hShares host) (M.delete n)
             Right other -> logToStderr ("herd simulated host: unexpected " ++ show other)
             Left why -> logToStderr ("herd simulated host: bad control message: " ++ why)
         | otherwise = withSim host (fromIntegral slot) $ \s ->
@@ -166,6 +175,10 @@ readLink host j = do
                       <*> newSender (joinedPolicy j) out <*> newIORef 0 <*> newAssembly
         modifyIORef' (hSims host) (IM.insert wid s)
         modifyIORef' (hPending host) (subtract 1)
+        -- the shared values the host holds, before anything the master sends it
+        held <- readIORef (hShares host)
+        forM_ (M.toList held) $ \(n, pieces) ->
+          forM_ (reverse pieces) $ \(total, piece) -> deliver host wid s (SharePart n total piece)
   r <- try (drain False)
   case r of
     Left (e :: SomeException) -> pure (Just ("its link broke: " ++ displayException e))

@@ -24,6 +24,7 @@ module Herd.Simulate.Play
 
 import Control.Exception
 import Control.Monad (forM_)
+import Data.Word (Word64)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.IntMap.Strict as IM
@@ -90,6 +91,9 @@ data Host = Host
   , hScratch  :: !Scratch
   , hRunners  :: !(IORef (M.Map TaskRef (Either String Runner)))
   , hEvolvers :: !(IORef (M.Map TaskRef (Either String EvolveRunner)))
+  , hShares   :: !(IORef (M.Map Word64 [(Word64, B.ByteString)]))
+    -- ^ the shared values' pieces the master sent the host, newest first:
+    -- every worker gets them, those added later too
   , hClock    :: !(IORef Double)
     -- ^ when what is being handled happened: a worker's next job starts
     -- then, not when this one thread got round to it, so the host's own

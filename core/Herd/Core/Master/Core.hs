@@ -82,7 +82,7 @@ advance now ev core = case ev of
                                                              , coreLedger = ledgerJoin now w (coreLedger core)
                                                              , coreShares = shares }
             (core2, out2) = sessionJoined now w core1
-        in (core2, [ SendAll w shared | not (null shared) ] ++ out1 ++ out2)
+        in (core2, [ ShareTo w n bytes | (n, bytes) <- shared ] ++ out1 ++ out2)
   LinkDown w why -> linkDown now w True why core
   LinkBroken w why -> linkDown now w False why core
   WorkersAwaited n -> let (core1, out1) = sched now (S.WorkersAwaited n) core
@@ -136,10 +136,10 @@ advance now ev core = case ev of
     | coreStopping core -> (core, [])
     | otherwise ->
         let (shares, sends) = shareAdd n bytes (M.keys (coreLinks core)) (coreShares core)
-        in (core { coreShares = shares }, [ SendAll w ms | (w, ms) <- sends ])
+        in (core { coreShares = shares }, [ ShareTo w n bytes | w <- sends ])
   Unshare n ->
     let (shares, sends) = shareRemove n (M.keys (coreLinks core)) (coreShares core)
-    in (core { coreShares = shares }, [ Send w Urgent m | (w, m) <- sends ])
+    in (core { coreShares = shares }, [ Send w Urgent m | (w, m) <- sends ] ++ [ Unshared n | n `elem` sharesLive (coreShares core) ])
   Stop ->
     let farms = [ JobDone jid (Left ClusterClosed) | jid <- M.keys (coreFarms core) ]
         streams = [ StreamEnded sid (Just StreamClusterClosed) | sid <- M.keys (coreStreams core) ]

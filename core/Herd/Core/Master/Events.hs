@@ -74,6 +74,10 @@ data Command
   | StreamEnded !Word64 !(Maybe StreamBreak) -- ^ finished ('Nothing') or broken, with why
   | SessionEnded !Word64 !(Either HerdError SessionOutcome)
     -- ^ the session under this number ended (or could not start): tell its caller
+  | ShareTo !WorkerId !Word64 !B.ByteString
+    -- ^ this worker must hold this shared value ("Herd.Core.Shared") before
+    -- anything sent after: send it, or see that its host agent has it
+  | Unshared !Word64                    -- ^ the value is dropped everywhere: host agents may forget it
   | Drop !WorkerId !LinkFault           -- ^ close this link; stop reading it
   | Note !String                        -- ^ a line for the log
   deriving (Eq, Show)

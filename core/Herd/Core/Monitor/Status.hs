@@ -29,7 +29,7 @@ import Herd.Core.Monitor.Ledger
 import Herd.Core.Packet.Policy (FlushReason, allFlushReasons)
 import Herd.Core.Packet.Stats (PeerStats (..))
 import qualified Herd.Core.Scheduler as S
-import Herd.Core.Shared (sharesHeldBy, sharesLive, sharesSentBytes, sharesSentCount)
+import Herd.Core.Shared (sharesHeldBy, sharesLive)
 
 -- | What a worker is doing.
 data WorkerState
@@ -90,7 +90,7 @@ data Status = Status
   , statusMemoryLimit :: !(Maybe Int)   -- ^ the resident bytes a watched worker may hold
   , statusLinks     :: !Int             -- ^ links the master keeps open: a host agent's carries all its workers
   , statusShared    :: !Int             -- ^ shared values live now ("Herd.Core.Shared")
-  , statusSharedSends :: !Int           -- ^ times a shared value was sent to a worker, since the start
+  , statusSharedSends :: !Int           -- ^ times a shared value was put on a link (a host agent's once for all its workers), since the start
   , statusSharedBytes :: !Int           -- ^ the bytes of those sends
   } deriving (Eq, Show)
 
@@ -108,6 +108,7 @@ data Inputs = Inputs
   , inMemory    :: !(M.Map WorkerId Int)  -- ^ the watched workers' resident bytes, as last read
   , inMemoryLimit :: !(Maybe Int)         -- ^ what each may hold
   , inLinksOpen :: !Int                   -- ^ links the master keeps open
+  , inShareSends :: !(Int, Int)           -- ^ shared values put on links since the start, and their bytes
   }
 
 -- | Build the snapshot.
@@ -129,8 +130,8 @@ buildStatus i = Status
   , statusMemoryLimit = inMemoryLimit i
   , statusLinks = inLinksOpen i
   , statusShared = length (sharesLive shares)
-  , statusSharedSends = sharesSentCount shares
-  , statusSharedBytes = sharesSentBytes shares
+  , statusSharedSends = fst (inShareSends i)
+  , statusSharedBytes = snd (inShareSends i)
   }
   where
     core = inCore i

@@ -61,6 +61,12 @@ data HostControl
     -- (give it no new work), or back below it
   | WorkerMemory ![(Word32, Word64)]
     -- ^ host to master: its workers' resident bytes, as last read
+  | HostShare !Word64 !Word64 !B.ByteString
+    -- ^ master to host: the next piece of shared value @n@, whose encoding
+    -- is this many bytes in all ("Herd.Core.Shared"); the host keeps the
+    -- value and hands it to each of its workers, now and as they join
+  | HostUnshare !Word64
+    -- ^ master to host: forget that value (its workers are told apart)
   deriving (Eq, Show)
 
 -- | A host's memory limit for each of its workers.
@@ -106,6 +112,8 @@ encodeHostControl c = buildStrict $ case c of
   WorkerHold wid held -> putWord8 6 <> putWord32 wid <> putWord8 (if held then 1 else 0)
   WorkerMemory readings -> putWord8 7 <> putWord32 (fromIntegral (length readings))
     <> foldMap (\(w, b) -> putWord32 w <> putWord64 b) readings
+  HostShare n total piece -> putWord8 8 <> putWord64 n <> putWord64 total <> putSizedBytes piece
+  HostUnshare n -> putWord8 9 <> putWord64 n
 
 -- | Decode a control message; trailing bytes are an error.
 decodeHostControl :: B.ByteString -> Either String HostControl
@@ -135,6 +143,8 @@ decodeHostControl = runGet $ do
     7 -> do
       n <- getCount 12
       WorkerMemory <$> replicateM n ((,) <$> getWord32 <*> getWord64)
+    8 -> HostShare <$> getWord64 <*> getWord64 <*> getSizedBytes
+    9 -> HostUnshare <$> getWord64
     _ -> failGet ("unknown host control tag " ++ show tag)
 
 -- | How a host link gathers its packets, given a worker's policy and the
