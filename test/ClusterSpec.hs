@@ -362,10 +362,16 @@ spec = describe "a cluster of local worker processes" $ do
     withTestCluster 1 $ \logs cluster -> do
       conn <- joinByHand (snd (clusterAddress cluster)) "sloppy"
       sloppy <- forkIO $ do
-        Just packet <- recvFrame 100000000 conn   -- its first batch: answer every task, plus one byte
-        let count = head ([ k | Right msgs <- [splitPacket 100000 (B.drop 4 packet)], m <- msgs
-                              , Right (RunBatch _ _ k) <- [decodeToWorker m] ] ++ [1])
-            values = B.concat [ encode (0 :: Int) | _ <- [1 .. count] ]
+        -- its first batch (after what comes before: its budget for shared
+        -- values, say): answer every task, plus one byte
+        let firstBatch = do
+              Just packet <- recvFrame 100000000 conn
+              case [ k | Right msgs <- [splitPacket 100000 packet], m <- msgs
+                       , Right (RunBatch _ _ k) <- [decodeToWorker m] ] of
+                k : _ -> pure k
+                [] -> firstBatch
+        count <- firstBatch
+        let values = B.concat [ encode (0 :: Int) | _ <- [1 .. count] ]
         bad <- packetOf [encodeFromWorker (Results count (values <> B.singleton 7))]
         sendFrameStrict conn bad
         threadDelay 5000000

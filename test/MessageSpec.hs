@@ -29,7 +29,7 @@ toWorkerIndex m = case m of
   RunBatch {} -> 0; Args {} -> 1; Shutdown -> 2; StreamOpen {} -> 3; StreamIn {} -> 4; StreamEnd {} -> 5
   StreamCredit {} -> 6; StreamClose {} -> 7; StatesReset -> 8; StateAdd {} -> 9; EvolveWith {} -> 10
   EvolveState {} -> 11; StateRelease {} -> 12; StateReplay {} -> 13; Ping {} -> 14
-  SharePart {} -> 15; ShareDrop {} -> 16
+  SharePart {} -> 15; ShareDrop {} -> 16; HoldBudget {} -> 17
 
 fromWorkerIndex :: FromWorker -> Int
 fromWorkerIndex m = case m of
@@ -57,7 +57,7 @@ genToWorker = oneof
   , StateAdd <$> arbitrary <*> bytes, EvolveWith <$> ref, EvolveState <$> arbitrary <*> bytes
   , StateRelease <$> arbitrary
   , StateReplay <$> arbitrary <*> bytes <*> resize 4 (listOf ((,,) <$> ref <*> bytes <*> arbitrary))
-  , Ping <$> arbitrary <*> bytes, SharePart <$> arbitrary <*> arbitrary <*> bytes, ShareDrop <$> arbitrary ]
+  , Ping <$> arbitrary <*> bytes, SharePart <$> arbitrary <*> arbitrary <*> bytes, ShareDrop <$> arbitrary, HoldBudget <$> arbitrary ]
 
 genFromWorker :: Gen FromWorker
 genFromWorker = oneof
@@ -101,7 +101,7 @@ spec = describe "every protocol message" $ do
   it "has a generator for every constructor" $ do
     ts <- generate (vectorOf 3000 genToWorker)
     fs <- generate (vectorOf 3000 genFromWorker)
-    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 16]
+    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 17]
     sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 18]
 
 -- The report as the general decoder reads it (tag byte skipped).

@@ -15,7 +15,9 @@ import Data.Word (Word64)
 import Herd
 import Herd.Core.Shared
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
+import System.Directory (getTemporaryDirectory, listDirectory)
 import System.Environment (getEnvironment, getExecutablePath)
+import System.FilePath ((</>))
 import System.Posix.Signals (sigKILL, signalProcess)
 import System.Process (CreateProcess (..), StdStream (..), proc, terminateProcess, withCreateProcess)
 import Test.Hspec
@@ -155,6 +157,30 @@ spec = describe "shared values" $ do
         unshare cluster shared
         waitUntil (\s -> all ((== 0) . rowShared) (live s)) cluster `shouldReturn` True
         terminateProcess agent
+
+  it "values that outgrow a worker's memory limit spill to its disk, and the job completes" $ do
+    -- twelve 24 MiB values (288 MiB) for workers limited to 256 MiB: each
+    -- keeps two in memory (64 MiB of budget) and spills the rest
+    let cfg = defaultConfig { configWorkers = Just 2, configWorkerMemoryLimit = MemoryLimitMiB 256
+                            , configSecret = SecretValue (BC.pack "shared-spec-secret-0123456789") }
+        size = 24 * 1024 * 1024
+        values = [ B.replicate size (fromIntegral k) | k <- [1 .. 12 :: Int] ]
+        probes = [ (k, i) | k <- [0 .. 11], i <- [0, size `div` 3, size - 1] ]
+    withCluster cfg $ \cluster -> do
+      True <- waitForWorkers cluster 2 30
+      handles <- mapM (share cluster) values
+      answers <- farm cluster sharedIndexTask [ (handles !! k, i) | (k, i) <- probes ]
+      answers `shouldBe` [ k + 1 + i | (k, i) <- probes ]
+      statusLostTotal <$> clusterStatus cluster `shouldReturn` 0
+      -- the spilled values are files in each worker's spill directory
+      pids <- map infoPid <$> clusterWorkerInfo cluster
+      tmp <- getTemporaryDirectory
+      spilled <- mapM (\p -> length <$> listDirectory (tmp </> ("herd-spill-" ++ show p))) pids
+      spilled `shouldSatisfy` all (>= 9)
+      mapM_ (unshare cluster) handles
+      waitUntil (\s -> all ((== 0) . rowShared) (live s)) cluster `shouldReturn` True
+      after <- mapM (\p -> length <$> listDirectory (tmp </> ("herd-spill-" ++ show p))) pids
+      after `shouldBe` map (const 0) pids
   where
     live s = [ r | r <- statusWorkers s, rowState r /= Lost ]
     waitUntil cond cluster = go (100 :: Int)

@@ -35,7 +35,9 @@ import Data.Word (Word64)
 import Herd.Core.Master.Events (Event (..))
 import Herd.Master.Cluster (Cluster (..), freshId)
 import Herd.Master.Shell (shellStep)
-import Herd.Shared.Table (dropShared, holdLocal, newAssembly, resolveShared)
+import Herd.Master.ShellState (Shell (shShared))
+import Control.Concurrent.STM (atomically, modifyTVar')
+import Herd.Shared.Table (dropShared, heldBytesOf, holdLocal, newAssembly, resolveShared)
 import System.IO.Unsafe (unsafePerformIO)
 
 -- | A handle to a value held on every worker. Put it in a task's
@@ -68,6 +70,7 @@ share cluster x = do
   let bytes = encode x
   _ <- pure $! B.length bytes
   holdLocal n bytes x
+  atomically (modifyTVar' (shShared (clShell cluster)) (+ B.length bytes))
   shellStep (clShell cluster) True [ShareValue n bytes]
   pure (Shared n x)
 
@@ -75,7 +78,9 @@ share cluster x = do
 -- name it; the handle's 'sharedValue' still works on the master.
 unshare :: Cluster -> Shared a -> IO ()
 unshare cluster s = do
+  size <- heldBytesOf (sharedNumber s)
   shellStep (clShell cluster) True [Unshare (sharedNumber s)]
+  atomically (modifyTVar' (shShared (clShell cluster)) (subtract size))
   assembly <- newAssembly
   dropShared assembly (sharedNumber s)
 

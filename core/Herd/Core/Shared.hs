@@ -14,8 +14,10 @@
 -- * INV-SHARE-ONCE: a value is asked of each worker once while both live
 --   (the shell sends it once per link: a host agent's carries it once for
 --   all its workers, "Herd.Master.Execute");
--- * a value unshared is dropped on every worker that was sent it, and a
---   worker's word that it holds a value counts only while that value lives.
+-- * a value unshared is dropped on every worker that was sent it; a worker
+--   counts as holding a value from its word that it holds it (while the
+--   value lives) to its word that it dropped it, so what a watcher sees
+--   held is what the workers hold.
 module Herd.Core.Shared
   ( Shares
   , emptyShares
@@ -69,12 +71,12 @@ shareAdd n bytes workers sh
   | otherwise = (sh { sharesValues = M.insert n bytes (sharesValues sh) }, workers)
 
 -- | Unshare a value: every linked worker is told to drop it (a worker
--- still receiving it drops its pieces).
+-- still receiving it drops its pieces); each counts as holding it until
+-- it says it dropped it.
 shareRemove :: Word64 -> [WorkerId] -> Shares -> (Shares, [(WorkerId, ToWorker)])
 shareRemove n workers sh
   | not (M.member n (sharesValues sh)) = (sh, [])
-  | otherwise = ( sh { sharesValues = M.delete n (sharesValues sh)
-                     , sharesHeld = M.map (S.delete n) (sharesHeld sh) }
+  | otherwise = ( sh { sharesValues = M.delete n (sharesValues sh) }
                 , [ (w, ShareDrop n) | w <- workers ] )
 
 -- | A worker joined: every live value, to send before anything else.

@@ -105,6 +105,7 @@ decodeToWorkerSlow = runGet $ do
       | tag == tagPing -> Ping <$> getWord64 <*> getRest
       | tag == tagSharePart -> SharePart <$> getWord64 <*> getWord64 <*> getRest
       | tag == tagShareDrop -> ShareDrop <$> getWord64
+      | tag == tagHoldBudget -> HoldBudget <$> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 
 -- | Decode one message to the master (a value inside is a slice of the input).

@@ -36,7 +36,7 @@ import Data.Maybe (catMaybes)
 import qualified Data.Set as S
 import Herd.Config (MemoryLimit (..))
 import Herd.Core.Fault (LinkFault (..), renderFault)
-import Herd.Core.Launch.MemoryPolicy (MemoryVerdict (..), memoryVerdict)
+import Herd.Core.Launch.MemoryPolicy (MemoryVerdict (..), heldBudget, memoryVerdict)
 import Herd.Launch.Memory (memoryWatchPeriod, resolveMemoryLimit, residentBytes)
 import System.Posix.Signals (sigKILL, signalProcess)
 import qualified Data.ByteString as B
@@ -51,7 +51,7 @@ import Herd.Core.Bytes (bytesBE)
 import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.Core.Wire
 import Herd.Core.Wire.Host
-import Herd.Wire.HostEntry (controlEncoder, entryEncoder, heldSharePackets)
+import Herd.Wire.HostEntry (controlEncoder, entryEncoder, heldSharePackets, workerPacketOf)
 import Herd.Log (logToStderr)
 import Herd.Master.EpollReader (newEpollReader)
 import Herd.Master.Reader
@@ -150,6 +150,15 @@ serveHost secret build j conn action = do
         forM_ gone $ \l -> readIORef (localLink l) >>= mapM_ (\c -> do
           readerRemove reader wid c
           closeConnection c)
+      -- the budget for shared values of a worker among this many, as a
+      -- packet to it ('Nothing': no limit, no budget)
+      budgetPacket n = do
+        setting <- readIORef limitRef
+        limit <- case setting of
+          NoHostLimit -> pure Nothing
+          HostLimitBytes b -> pure (Just (fromIntegral b))
+          HostLimitAuto -> resolveMemoryLimit MemoryLimitAuto (max 1 n)
+        traverse (\lim -> workerPacketOf (HoldBudget (fromIntegral (heldBudget lim)))) limit
       -- the master numbered a worker: from now on its frames are kept for it
       numbered token wid = do
         waiter <- atomicModifyIORef' pending (\m -> (M.delete token m, M.lookup token m))
@@ -162,7 +171,10 @@ serveHost secret build j conn action = do
                   sendRawParts link parts
                   atomically (modifyTVar' (localQueued l) (subtract 1))
           _ <- forkIO (void (try writer :: IO (Either SomeException ())))
-          -- the shared values first, before any frame the master sends it
+          -- its budget and the shared values first, before any frame the
+          -- master sends it
+          n <- M.size <$> readIORef locals
+          budgetPacket (n + 1) >>= mapM_ (toLocal l)
           readIORef sharesRef >>= mapM_ (toLocal l) . concat . M.elems
           modifyIORef' locals (M.insert (fromIntegral wid) l)
           putMVar mv (fromIntegral wid, l)
@@ -180,7 +192,10 @@ serveHost secret build j conn action = do
                   threadDelay 2000000
                   void (try (signalProcess sigKILL (fromIntegral (localPid l))) :: IO (Either IOException ()))
               Right CloseHost -> void (tryPutMVar lost Nothing)
-              Right (HostMemoryLimit l) -> writeIORef limitRef l
+              Right (HostMemoryLimit l) -> do
+                writeIORef limitRef l
+                ls <- M.elems <$> readIORef locals
+                budgetPacket (length ls) >>= mapM_ (\p -> mapM_ (`toLocal` p) ls)
               Right (HostShare n total piece) -> do
                 let !kept = B.copy piece   -- the packet's buffer is reused
                 (size, got, pieces) <- M.findWithDefault (fromIntegral total, 0, []) n <$> readIORef arrivingRef

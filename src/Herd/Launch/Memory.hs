@@ -40,7 +40,7 @@ import Herd.Core.Launch.MemoryPolicy (MemoryVerdict (..), memoryVerdict)
 import Data.IORef
 import Herd.Core.Master.Events (Event (..))
 import Herd.Core.Master.Workers (WorkerInfo (..))
-import Herd.Master.Shell (Shell, shellStep, shellWorkers)
+import Herd.Master.Shell (Shell, shellHoldBudgets, shellStep, shellWorkers)
 import Herd.Master.ShellState (Shell (shMemory))
 import System.Posix.Signals (sigKILL, signalProcess)
 
@@ -84,6 +84,9 @@ withMemoryWatch :: Config -> Shell -> Int -> IO a -> IO a
 withMemoryWatch cfg sh localWorkers body = do
   limit <- resolveMemoryLimit (configWorkerMemoryLimit cfg) localWorkers
   atomically (modifyTVar' (shMemory sh) (\(_, m) -> (limit, m)))
+  -- the workers linked already learn their budget for shared values
+  -- (those linking later learn it as they link)
+  mapM_ (shellHoldBudgets sh) limit
   held <- newIORef S.empty
   if localWorkers <= 0 then body else withAsync (forever (watchOnce held limit >> pause)) (const body)
   where

@@ -53,7 +53,7 @@ joinHost sh nextId hid conn hostInfo = do
         atomically $ modifyTVar' (shHosts sh) (M.delete hid)
         -- one event for the host: all its workers' work runs elsewhere
         shellStep sh True [ LinkDown w (PeerLost ("its host agent's link was lost: " ++ why)) | w <- gone ]
-  handle <- openLinkWith (hostLinkPolicy (configMaxFrameBytes cfg) (packetPolicyOf cfg)) cfg conn loseAll
+  handle <- openLinkWith (hostLinkPolicy (configMaxFrameBytes cfg) (packetPolicyOf cfg)) cfg (shShared sh) conn loseAll
   let hostSender = lhSender handle
       -- the cluster is closing: the host hears so after its workers' last
       -- messages, and the link closes once the writer has sent them (or

@@ -6,7 +6,9 @@
 --
 -- Promises: sending never blocks the caller; packets leave in the order
 -- they were made; a send that fails, or more than 64 MiB (or twice the
--- frame cap) waiting for a worker that stopped reading, breaks the link,
+-- frame cap) waiting for a worker that stopped reading, beyond an
+-- allowance for shared values (whose pieces wait as slices of the values
+-- the master holds anyway, so they cost no memory), breaks the link,
 -- and the writer thread reports it once through the action given; closing
 -- lets the writer drain what waits and end.
 module Herd.Master.Link
@@ -58,13 +60,16 @@ data WorkerLink = WorkerLink
 -- | Set up a link's sender and start its writer thread; the action is
 -- called from that thread, once, if the link breaks.
 openLink :: Config -> Connection -> (String -> IO ()) -> IO LinkHandle
-openLink cfg = openLinkWith (packetPolicyOf cfg) cfg
+openLink cfg conn onBroken = do
+  none <- newTVarIO 0
+  openLinkWith (packetPolicyOf cfg) cfg none conn onBroken
 
 -- | 'openLink' with packets gathered by this policy (a host link's are
--- larger than a worker's: they carry many workers' packets).
-openLinkWith :: PacketPolicy -> Config -> Connection -> (String -> IO ()) -> IO LinkHandle
-openLinkWith policy cfg conn onBroken = do
-  let cap = max (64 * 1024 * 1024) (2 * configMaxFrameBytes cfg)
+-- larger than a worker's: they carry many workers' packets), and the
+-- bytes of shared values live now, which may wait beyond the cap.
+openLinkWith :: PacketPolicy -> Config -> TVar Int -> Connection -> (String -> IO ()) -> IO LinkHandle
+openLinkWith policy cfg allowance conn onBroken = do
+  let base = max (64 * 1024 * 1024) (2 * configMaxFrameBytes cfg)
   outbox <- newTQueueIO
   failed <- newTVarIO Nothing
   queued <- newTVarIO (0 :: Int)
@@ -74,6 +79,7 @@ openLinkWith policy cfg conn onBroken = do
         let size = sum (map B.length parts)
         over <- atomically $ do
           q <- (+ size) <$> readTVar queued
+          cap <- (+ base) <$> readTVar allowance
           writeTVar queued q
           if q > cap then pure (Just q) else Nothing <$ writeTQueue outbox (Just parts)
         mapM_ (\q -> breakLink ("stopped reading: " ++ show q ++ " bytes waiting to be sent to it")) over

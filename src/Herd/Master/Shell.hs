@@ -29,6 +29,7 @@ module Herd.Master.Shell
   , shellRegister
   , joinLink
   , addWorkerLink
+  , shellHoldBudgets
   , deliver
   , deliverEvents
   , packetEvents
@@ -72,6 +73,9 @@ import Herd.Packet
 import Herd.Core.Scheduler (WorkerId)
 import Herd.Transport
 import Herd.Core.Wire
+import Herd.Core.Launch.MemoryPolicy (heldBudget)
+import Herd.Core.Packet.Policy (Urgency (..))
+import Herd.Wire.Encode (toWorkerParts)
 
 -- | Step the core with these events. With 'True' every link with buffered
 -- messages is flushed afterwards; with 'False' they wait for the reader's
@@ -130,7 +134,7 @@ newsHandOver = 64
 joinLink :: Shell -> WorkerId -> Connection -> WorkerInfo -> IO ()
 joinLink sh wid conn info = do
   received <- newIORef noPeerStats
-  handle <- openLink (shConfig sh) conn (\why -> shellStep sh True [LinkDown wid (PeerLost why)])
+  handle <- openLinkWith (packetPolicyOf (shConfig sh)) (shConfig sh) (shShared sh) conn (\why -> shellStep sh True [LinkDown wid (PeerLost why)])
   reader <- readIORef (shReader sh)
   let link = WorkerLink (lhSender handle) (lhBacklog handle) Nothing
                         (readerRemove reader wid conn >> closeConnection conn >> stopWriting handle)
@@ -150,9 +154,25 @@ addWorkerLink sh wid info link received startReading =
         modifyTVar' (shWorkers sh) (M.insert wid info)
         modifyTVar' (shPeers sh) (M.insert wid (wlSender link, received))
       startReading
+      -- a worker on a link of its own hears its budget for shared values
+      -- from the master, before any value (a host agent tells its own)
+      (limit, _) <- readTVarIO (shMemory sh)
+      case (wlHost link, limit) of
+        (Nothing, Just l) -> void (trySync (sendHoldBudget link l))
+        _ -> pure ()
       t <- monotonicSeconds
       ss' <- runEvents sh t ss { ssLinks = M.insert wid link (ssLinks ss) } [LinkUp wid] >>= handOver >>= flushTouched
       pure (ss', True)
+
+-- | Tell every worker on a link of its own the budget for the shared
+-- values it keeps in memory under this memory limit ('heldBudget').
+shellHoldBudgets :: Shell -> Int -> IO ()
+shellHoldBudgets sh limit = withMVar (shState sh) $ \ss ->
+  forM_ [ l | l <- M.elems (ssLinks ss), Nothing <- [wlHost l] ] $ \l -> trySync (sendHoldBudget l limit)
+
+sendHoldBudget :: WorkerLink -> Int -> IO ()
+sendHoldBudget l limit =
+  let (enc, tl) = toWorkerParts (HoldBudget (fromIntegral (heldBudget limit))) in sendMessageTail (wlSender l) Urgent enc tl
 
 -- | One packet from a worker: check its structure, count it, and step
 -- the core with its messages ('Left': it was bad, and the core was told).

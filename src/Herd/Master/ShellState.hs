@@ -68,6 +68,9 @@ data Shell = Shell
     -- ^ the resident bytes a watched worker may hold, and each watched worker's, as last read
   , shHosts    :: !(TVar (M.Map Int (IO ())))
     -- ^ each open host link, by its number, with what closes it
+  , shShared   :: !(TVar Int)
+    -- ^ the bytes of the shared values live now: a link's writer may hold
+    -- that much more than its cap ("Herd.Master.Link")
   }
 
 -- | What the shell asks of whoever restarts lost workers
@@ -97,6 +100,7 @@ newShell :: Config -> IO Shell
 newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty M.empty (0, 0))
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
                          <*> newIORef noCounters <*> newIORef noLossHooks <*> newTVarIO (Nothing, M.empty) <*> newTVarIO M.empty
+                         <*> newTVarIO 0
   where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ()) (pure 0)
 
 -- | Give the shell its reader.

@@ -40,6 +40,7 @@ toWorkerParts msg = case msg of
   StateRelease sid -> (taggedHead tagStateRelease sid, B.empty)
   SharePart n total piece -> (built' (putWord8 tagSharePart <> putWord64 n <> putWord64 total), piece)
   ShareDrop n -> (taggedHead tagShareDrop n, B.empty)
+  HoldBudget b -> (taggedHead tagHoldBudget b, B.empty)
   Args k v -> built (putWord8 tagArgs <> putWord32 k <> BB.byteString v)
   StreamIn sid k v -> built (putWord8 tagStreamIn <> putWord64 sid <> putWord32 k <> BB.byteString v)
   RunBatch bid ref count -> built (putWord8 tagRunBatch <> putWord64 bid <> putRef ref <> putWord32 count)

@@ -8,6 +8,7 @@ module Herd.Wire.HostEntry
   , controlEncoder
   , workerPacket
   , heldSharePackets
+  , workerPacketOf
   ) where
 
 import qualified Data.ByteString as B
@@ -47,3 +48,7 @@ workerPacket msgs = B.concat (B.pack (bytesBE 4 (fromIntegral (length msgs)))
 heldSharePackets :: Word64 -> Int -> [B.ByteString] -> IO [B.ByteString]
 heldSharePackets n total pieces =
   mapM (\p -> workerPacket . (: []) <$> encoderBytes (encodeToWorker (SharePart n (fromIntegral total) p))) pieces
+
+-- | A worker's packet of one message (a host agent's own word to it).
+workerPacketOf :: ToWorker -> IO B.ByteString
+workerPacketOf msg = workerPacket . (: []) <$> encoderBytes (encodeToWorker msg)

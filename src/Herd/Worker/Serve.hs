@@ -28,7 +28,7 @@ import Data.Word (Word64)
 import Herd.Clock (monotonicSeconds)
 import Herd.Closure (cachedLookup)
 import Herd.Evolve.Holder (Holder, holderMessage, newHolder, stopHolder)
-import Herd.Shared.Table (Assembly, dropShared, newAssembly, receivePiece)
+import Herd.Shared.Table (Assembly, dropShared, newAssembly, receivePiece, removeSpills, setHoldBudget)
 import Herd.Packet
 import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..), policyEarlyCapacity)
 import Herd.Process (ProcessRunner (..), lookupProcess)
@@ -101,6 +101,7 @@ serve conn wid maxFrame policy window = do
                 loop
   loop `finally` do
     stopHolder holder
+    removeSpills
     readIORef (svSlots sv) >>= mapM_ (\sl -> tryReadMVar (slotThread sl) >>= mapM_ killThread)
 
 -- Input runs of each stream gathered from one packet, newest first.
@@ -135,6 +136,7 @@ keepsBytes msg = case msg of
   StreamClose {} -> False
   SharePart {} -> False   -- its piece is copied
   ShareDrop {} -> False
+  HoldBudget {} -> False
   _ -> True
 
 handleMessage :: Serving -> Pending -> ToWorker -> IO ()
@@ -187,6 +189,7 @@ handleMessage sv pending msg = case msg of
       Right True -> send Bulk (ShareHeld n)
       Right False -> pure ()
   ShareDrop n -> dropShared (svShares sv) n >> send Urgent (ShareDropped n)
+  HoldBudget b -> setHoldBudget (fromIntegral b)
   _ -> holderMessage (svHolder sv) msg
   where
     send u m = sendMessage (svSender sv) u (encodeFromWorker m)

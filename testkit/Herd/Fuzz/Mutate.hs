@@ -33,7 +33,7 @@ toWorkerCorpus ref =
   [ RunBatch 1 ref 2, Args 2 (B.concat [word 1, word 2]), Shutdown, StreamOpen 1 ref, StreamIn 1 1 (word 3)
   , StreamEnd 1, StreamCredit 1 4, StreamClose 1, StatesReset, StateAdd 1 (word 5), EvolveWith ref
   , EvolveState 1 (word 6), StateRelease 1, StateReplay 1 (word 5) [(ref, word 1, 0)], Ping 1 B.empty
-  , SharePart 1 8 (word 2), ShareDrop 1 ]
+  , SharePart 1 8 (word 2), ShareDrop 1, HoldBudget 1024 ]
 
 -- An Int as store encodes it (8 bytes, little-endian).
 word :: Word64 -> B.ByteString

@@ -156,6 +156,7 @@ deliver host tag s msg = do
         Right True -> say host tag s (ShareHeld n)
         Right False -> pure ()
     ShareDrop n -> dropShared (sShares s) n >> say host tag s (ShareDropped n)
+    HoldBudget _ -> pure ()   -- simulated workers share one process: nothing is spilled
     _ -> do
       found <- case msg of
         EvolveWith ref -> Just <$> cachedLookup (hEvolvers host) lookupEvolver ref

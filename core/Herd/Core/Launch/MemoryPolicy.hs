@@ -11,6 +11,7 @@ module Herd.Core.Launch.MemoryPolicy
   ( MemoryVerdict (..)
   , memoryVerdict
   , softShare
+  , heldBudget
   ) where
 
 import qualified Data.Set as S
@@ -19,6 +20,13 @@ import Herd.Core.Base (WorkerId)
 -- | The share of its limit above which a worker gets no new work: 0.8.
 softShare :: Double
 softShare = 0.8
+
+-- | The bytes of shared values (encoded) a worker with this memory limit
+-- keeps in memory before it spills them to disk ("Herd.Shared.Table"): a
+-- quarter of the limit. A value read by a task is kept decoded too, about
+-- as large again, which leaves half the limit for the tasks' own work.
+heldBudget :: Int -> Int
+heldBudget limit = limit `div` 4
 
 -- | One round's decisions.
 data MemoryVerdict = MemoryVerdict

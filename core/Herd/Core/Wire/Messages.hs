@@ -55,6 +55,10 @@ data ToWorker
     -- the value and answer 'ShareHeld'
   | ShareDrop !Word64
     -- ^ forget this shared value (and any pieces of it) and answer 'ShareDropped'
+  | HoldBudget !Word64
+    -- ^ keep at most this many bytes of shared values in memory, spilling
+    -- the rest to local disk (0: no bound); sent by whoever watches the
+    -- worker's memory
   deriving (Eq, Show)
 
 -- | Messages from worker to master.

@@ -6,7 +6,7 @@ module Herd.Core.Wire.Tags
   ( -- * Master to worker
     tagRunBatch, tagArgs, tagShutdown, tagStreamOpen, tagStreamIn, tagStreamEnd, tagStreamCredit
   , tagStreamClose, tagStatesReset, tagStateAdd, tagEvolveWith, tagEvolveState, tagStateRelease
-  , tagStateReplay, tagPing, tagSharePart, tagShareDrop
+  , tagStateReplay, tagPing, tagSharePart, tagShareDrop, tagHoldBudget
     -- * Worker to master
   , tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone
   , tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected
@@ -19,7 +19,7 @@ import Data.Word (Word8)
 -- | Tags of the messages to a worker.
 tagRunBatch, tagArgs, tagShutdown, tagStreamOpen, tagStreamIn, tagStreamEnd, tagStreamCredit,
   tagStreamClose, tagStatesReset, tagStateAdd, tagEvolveWith, tagEvolveState, tagStateRelease,
-  tagStateReplay, tagPing, tagSharePart, tagShareDrop :: Word8
+  tagStateReplay, tagPing, tagSharePart, tagShareDrop, tagHoldBudget :: Word8
 tagRunBatch = 1
 tagArgs = 2
 tagShutdown = 3
@@ -37,6 +37,7 @@ tagStateReplay = 14
 tagPing = 15
 tagSharePart = 16
 tagShareDrop = 17
+tagHoldBudget = 18
 
 -- | Tags of the messages to the master.
 tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone,
