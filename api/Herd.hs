@@ -117,6 +117,26 @@ module Herd
   , share
   , unshare
   , withShared
+    -- * Results that stay on the workers
+    -- | 'farmRefs' leaves each result on the worker that made it, behind a
+    -- 'Ref' ('putRefs' holds values as they are); 'mapRefs' runs a function
+    -- where each value lives and leaves its result there; 'queryRefs' brings
+    -- the result back; 'fetchMany' brings values back; 'release' drops them. A value lost with its
+    -- worker is recomputed from the task and input that made it.
+  , Ref
+  , RefTask
+  , RefCodecs
+  , refTask
+  , putRefs
+  , farmRefs
+  , mapRefs
+  , RefQuery
+  , QueryCodecs
+  , refQuery
+  , queryRefs
+  , fetch
+  , fetchMany
+  , release
     -- * Reductions combined on the workers
     -- | 'farmReduce' combines the results with an associative function,
     -- 'reduceByKey' per key; each worker combines whole groups of inputs,
@@ -206,6 +226,7 @@ import Herd.Core.Packet.Policy (FlushReason (..))
 import Herd.WorkCost (simulatedWork)
 import Herd.Shared
 import Herd.Reduce
+import Herd.Refs
 import Herd.Stats
 import Herd.Stream
 import Herd.Task

@@ -18,6 +18,7 @@ import qualified DocsSpec
 import qualified MemorySpec
 import qualified SharedSpec
 import qualified ReduceSpec
+import qualified RefsSpec
 import qualified DashboardSpec
 import qualified LogSpec
 import qualified EvolveScheduleSpec
@@ -62,6 +63,7 @@ main = do
       CoreSpec.spec
       SharedSpec.spec
       ReduceSpec.spec
+      RefsSpec.spec
       WorkerStepSpec.spec
       PacketSpec.spec
       PacketRunSpec.spec

@@ -23,6 +23,9 @@ module TestTasks
   , showReducer
   , slowCountReducer
   , slowCountPairs
+  , refSquare
+  , refSlowInc
+  , refPlus
   ) where
 
 import Control.Concurrent (threadDelay)
@@ -217,3 +220,15 @@ slowCountPairs (doc, _) = [(doc `mod` 7, 1), (100 + doc `mod` 3, doc)]
 -- | 'slowCountPairs' after sleeping the milliseconds given, summed per key.
 slowCountReducer :: StaticPtr (KeyedReducer (Int, Int) Int Int)
 slowCountReducer = static (keyedReducer (\x@(_, ms) -> unsafePerformIO (threadDelay (ms * 1000)) `seq` slowCountPairs x) (+))
+
+-- | A square whose result stays on its worker.
+refSquare :: StaticPtr (RefTask Int Int)
+refSquare = static (named "refSquare" (refTask (\x -> x * x)))
+
+-- | One more, after 20 ms.
+refSlowInc :: StaticPtr (RefTask Int Int)
+refSlowInc = static (named "refSlowInc" (refTask (\x -> unsafePerformIO (threadDelay 20000) `seq` x + 1)))
+
+-- | A held value plus the argument, brought back.
+refPlus :: StaticPtr (RefQuery Int Int Int)
+refPlus = static (named "refPlus" (refQuery (+)))

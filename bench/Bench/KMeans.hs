@@ -1,19 +1,20 @@
 -- | @herd bench kmeans@: an iterative job whose data does not change. The
--- same k-means run twice on one cluster: @held@ shares the points once
--- ("Herd.Shared") and sends each iteration only the centroids and index
--- ranges; @resent@ sends every task its slice of points again at every
--- iteration, as a farm without shared values must. A row gives the
+-- same k-means run three ways on one cluster: @held@ shares the points
+-- once ("Herd.Shared") and sends each iteration only the centroids and
+-- index ranges; @refs@ holds the slices on the workers ("Herd.Refs") and
+-- runs each iteration's step where its slice is; @resent@ sends every task
+-- its slice of points again at every iteration, as a farm alone must. A row gives the
 -- seconds (the share included) and the bytes through the master's links,
 -- in all and per iteration (the share not included).
 --
--- Promise: both modes end with the same centroids, bit for bit (the bench
--- fails otherwise): they add the same points in the same order.
+-- Promise: every mode ends with the same centroids, bit for bit (the
+-- bench fails otherwise): they add the same points in the same order.
 module Bench.KMeans
   ( Options (..)
   , run
   ) where
 
-import Control.Monad (foldM, unless, when)
+import Control.Monad (foldM, forM_, unless, when)
 import qualified Data.Vector.Unboxed as VU
 import Bench.Common (timed)
 import Herd
@@ -63,6 +64,15 @@ run o = do
       b1 <- masterBytes cluster
       unshare cluster shared
       pure (cs, b1 - b0)
+    refs <- measure cluster "refs" $ do
+      slices <- putRefs cluster [ slice lo hi | (lo, hi) <- ranges ]
+      b0 <- masterBytes cluster
+      cs <- foldM (\cs _ -> nextCentroids cs . combinePartials
+                              <$> queryRefs cluster kmeansRefQuery [ (s, cs) | s <- slices ])
+                  start [1 .. optIterations o]
+      b1 <- masterBytes cluster
+      release cluster slices
+      pure (cs, b1 - b0)
     resent <- measure cluster "resent" $ do
       b0 <- masterBytes cluster
       cs <- foldM (\cs _ -> nextCentroids cs . combinePartials
@@ -70,10 +80,10 @@ run o = do
                   start [1 .. optIterations o]
       b1 <- masterBytes cluster
       pure (cs, b1 - b0)
-    pure [held, resent]
-  let [held, resent] = rows
-  unless (rowResult held == rowResult resent) $
-    die ("kmeans: the modes disagree: " ++ show (rowResult held) ++ " against " ++ show (rowResult resent))
+    pure [held, refs, resent]
+  let [held, _, resent] = rows
+  forM_ rows $ \r -> unless (rowResult r == rowResult held) $
+    die ("kmeans: the modes disagree: " ++ rowMode r ++ " gives " ++ show (rowResult r) ++ ", held " ++ show (rowResult held))
   putStr $ renderTable ["mode", "seconds", "master MB", "master KB/iteration", "x held"]
     [ [ rowMode r, fixed 3 (rowSeconds r), fixed 1 (fromIntegral (rowBytes r) / 1e6), fixed 1 (rowPerIter r / 1e3)
       , fixed 2 (rowSeconds r / rowSeconds held) ]

@@ -43,6 +43,10 @@ module Herd.Evolve
   , evolveManyWith
   , EvolveStats (..)
   , populationSize
+    -- * For values held on the workers ("Herd.Refs")
+  , evolveRaw
+  , addStatesRaw
+  , releaseStatesRaw
   ) where
 
 import Herd.Trace (markHerd)
@@ -50,6 +54,9 @@ import Control.Concurrent.MVar
 import Control.Exception
 import Control.Monad (forM, unless)
 import qualified Data.Map.Strict as M
+import qualified Data.ByteString as B
+import Data.List (foldl')
+import Data.Word (Word64)
 import Data.Typeable (Typeable)
 import GHC.StaticPtr (StaticPtr)
 import Herd.Clock (monotonicSeconds)
@@ -58,14 +65,14 @@ import Herd.Core.Error
 import Herd.Evolve.Function
 import Herd.Core.Evolve.Call
 import Herd.Core.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
-import Herd.Core.Evolve.Registry (placedAt)
+import Herd.Core.Evolve.Registry (Placed (..), placedAt)
 import Herd.Core.Evolve.Checkpoint (applyCheckpoint, checkpointStart, deepStates)
 import Herd.Core.Evolve.Schedule
 import qualified Herd.Core.Evolve.StateMap as SM
 import qualified Data.Set as S
 import Herd.Master
 import Herd.Core.Master.Session
-import Herd.Encoder (encoderBytes)
+import Herd.Encoder (Encoder, encoderBytes)
 import Herd.Task (TaskRef (..), tryUser)
 import Herd.Core.Wire
 
@@ -207,11 +214,17 @@ checkLoop opts cluster = case evolveLoop opts of
 -- function gave them.
 evolveManyWith :: forall s i o. EvolveOptions -> Cluster -> StaticPtr (Evolver s i o) -> M.Map StateId i
                -> IO (M.Map StateId [(StateId, o)], EvolveStats)
-evolveManyWith opts cluster fn inputs = do
-  let ref = evolverRef fn
+evolveManyWith opts cluster fn =
+  evolveRaw opts cluster (evolverRef fn) (evolverInputEncoder fn) (evolverOutputDecoder fn)
+
+-- | 'evolveManyWith' for a function known by its reference, its input's
+-- encoder and its output's decoder.
+evolveRaw :: EvolveOptions -> Cluster -> TaskRef -> (i -> Encoder) -> (B.ByteString -> IO o) -> M.Map StateId i
+          -> IO (M.Map StateId [(StateId, o)], EvolveStats)
+evolveRaw opts cluster ref encodeInput decodeOutput inputs = do
   markHerd ("herd evolve " ++ refName ref ++ ": " ++ show (M.size inputs) ++ " states")
   encodedInputs <- fmap SM.fromList $ forM (zip [0 :: Int ..] (M.toList inputs)) $ \(k, (sid, x)) -> do
-    r <- tryUser (evaluate (evolverInputEncoder fn x) >>= encoderBytes)
+    r <- tryUser (evaluate (encodeInput x) >>= encoderBytes)
     either (throwIO . ArgumentError k (refName ref)) (\b -> pure (sid, b)) r
   checkLoop opts cluster
   result <- modifyMVar (clusterRegistry cluster) $ \reg -> do
@@ -245,8 +258,60 @@ evolveManyWith opts cluster fn inputs = do
           pure (reg'', Right (SM.toMap (callOutputs call), stats))
   (raw, stats) <- either throwIO pure result
   decoded <- forM raw $ \children -> forM children $ \(child, bytes) -> do
-    out <- tryUser (evolverOutputDecoder fn bytes)
+    out <- tryUser (decodeOutput bytes)
     case out of
       Right o -> pure (child, o)
       Left why -> throwIO (EvolveFailed (refName ref) (show child) ("its output does not decode: " ++ why))
   pure (decoded, stats)
+
+-- | Upload encoded states beside those the workers hold (nothing is
+-- reset), spread round robin over the live workers (up to the options'
+-- limit). Returns their ids, in order. Throws 'NoWorkers' with no worker.
+addStatesRaw :: EvolveOptions -> Cluster -> [B.ByteString] -> IO [StateId]
+addStatesRaw _ _ [] = pure []
+addStatesRaw opts cluster encoded = do
+  checkLoop opts cluster
+  modifyMVar (clusterRegistry cluster) $ \reg -> do
+    let ids = [ StateId k | k <- [regNextId reg .. regNextId reg + fromIntegral (length encoded) - 1] ]
+    placed <- session cluster "hold" (evolveWorkerLimit opts) $ \ws -> case ws of
+      [] -> Left NoWorkers
+      _ -> let placement = zip3 ids encoded (cycle ws)
+           in Right ( Machine (\_ _ _ p -> (p, [])) (\_ _ _ p -> (p, [])) (\_ _ p -> (p, [])) (\p -> (p, [])) (const True) (const Nothing)
+                    , placement, [ SendTo w (StateAdd k bytes) | (StateId k, bytes, w) <- placement ] )
+    let placement = endState placed
+        lost = M.fromList (endLost placed)
+        kept = [ (i, bytes, w) | (i, bytes, w) <- placement, not (M.member w lost) ]
+    -- a state whose worker was lost while it was sent is uploaded again
+    -- by the caller's retry; here it is simply not registered
+    pure ( reg { regStates = foldl' (\m (i, _, w) -> SM.insert i (Placed w 0) m) (regStates reg) kept
+               , regOrigin = foldl' (\m (i, bytes, _) -> SM.insert i (Seen bytes) m) (regOrigin reg) kept
+               , regNextId = regNextId reg + fromIntegral (length encoded) }
+         , [ i | (i, _, _) <- kept ] )
+
+-- | Drop these states from the population and from the workers holding
+-- them (each gives its state back, and the bytes are discarded). States
+-- not in the population are ignored.
+releaseStatesRaw :: Cluster -> [StateId] -> IO ()
+releaseStatesRaw cluster sids = modifyMVar_ (clusterRegistry cluster) $ \reg -> do
+  let held = [ (sid, placedOn p) | sid <- sids, Just p <- [SM.lookup sid (regStates reg)] ]
+      waiting = M.fromListWith (++) [ (w, [k]) | (StateId k, w) <- held ]
+  if null held then pure reg else do
+    _ <- try (session cluster "release" Nothing $ \ws ->
+      let here = M.filterWithKey (\w _ -> w `elem` ws) waiting
+      in Right (releaseMachine, here, [ SendTo w (StateRelease k) | (w, ks) <- M.toList here, k <- ks ]))
+      :: IO (Either SomeException (SessionEnd (M.Map WorkerId [Word64])))
+    pure reg { regStates = foldl' (flip SM.delete) (regStates reg) (map fst held) }
+  where
+    releaseMachine = Machine
+      { machineMessage = \_ wid msg pending -> case msg of
+          StateReleased k _ -> (answered wid k pending, [])
+          StateKept k -> (answered wid k pending, [])
+          StateMissing k -> (answered wid k pending, [])
+          _ -> (pending, [])
+      , machineLost = \_ wid _ pending -> (M.delete wid pending, [])
+      , machineDone = M.null
+      , machineJoined = \_ _ st -> (st, [])
+      , machineStarved = \st -> (st, [])
+      , machineView = const Nothing
+      }
+    answered wid k = M.update (\ks -> case filter (/= k) ks of { [] -> Nothing; rest -> Just rest }) wid

@@ -5,8 +5,9 @@
 -- change, only the centroids do, so the points can be shared once
 -- ('kmeansHeldTask': a task names its slice of the shared points) or
 -- sent again with every iteration ('kmeansSentTask': a task carries its
--- slice). Both compute the same partial sums, so both runs give the same
--- centroids.
+-- slice), or held as slices on the workers ('kmeansRefQuery': each
+-- runs where its slice is). All compute the same partial sums, so all runs
+-- give the same centroids.
 module Herd.Examples.KMeans
   ( Points
   , Centroids
@@ -19,6 +20,7 @@ module Herd.Examples.KMeans
   , chunkRanges
   , kmeansHeldTask
   , kmeansSentTask
+  , kmeansRefQuery
   ) where
 
 import Control.Monad.ST (runST)
@@ -112,6 +114,11 @@ sentStep (slice, cs) = assignPartial cs slice 0 (VU.length slice `div` 2)
 -- | One slice of the shared points, by index range, against the centroids.
 kmeansHeldTask :: StaticPtr (Task (Shared Points, (Int, Int), Centroids) Partial)
 kmeansHeldTask = static (named "kmeansHeld" (task heldStep))
+
+-- | One slice of points held on a worker ("Herd.Refs"), against the
+-- centroids given.
+kmeansRefQuery :: StaticPtr (RefQuery Points Centroids Partial)
+kmeansRefQuery = static (named "kmeansRef" (refQuery (\slice cs -> assignPartial cs slice 0 (VU.length slice `div` 2))))
 
 -- | One slice of points, carried in the argument, against the centroids.
 kmeansSentTask :: StaticPtr (Task (Points, Centroids) Partial)

@@ -1,0 +1,63 @@
+-- | Results that stay on the workers ("Herd.Refs"): kept where they were
+-- made, used where they live, fetched unchanged, recomputed exactly when
+-- their worker is killed, and gone once released.
+module RefsSpec (spec) where
+
+import Control.Concurrent (threadDelay)
+import Control.Concurrent.Async (wait, withAsync)
+import Control.Exception (try)
+import qualified Data.ByteString.Char8 as BC
+import Herd
+import System.Posix.Signals (sigKILL, signalProcess)
+import Test.Hspec
+import TestTasks (refPlus, refSlowInc, refSquare)
+
+config :: Config
+config = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "refs-spec-secret-0123456789") }
+
+spec :: Spec
+spec = describe "results that stay on the workers" $ do
+  it "are kept where made, used where they live, fetched unchanged, and gone once released" $
+    withCluster config $ \cluster -> do
+      True <- waitForWorkers cluster 2 30
+      squares <- farmRefs cluster refSquare [1 .. 200]
+      populationSize cluster `shouldReturn` 200
+      incs <- mapRefs cluster refSlowInc squares
+      fetchMany cluster incs `shouldReturn` [ x * x + 1 | x <- [1 .. 200] ]
+      -- the inputs are still there, unchanged
+      fetchMany cluster squares `shouldReturn` [ x * x | x <- [1 .. 200] ]
+      fetch cluster (head incs) `shouldReturn` 2
+      populationSize cluster `shouldReturn` 400
+      release cluster squares
+      populationSize cluster `shouldReturn` 200
+      r <- try (fetch cluster (head squares))
+      case r of
+        Left (UnknownStates _) -> pure ()
+        other -> expectationFailure ("a released Ref should be refused, got " ++ show (either show show other))
+      fetchMany cluster incs `shouldReturn` [ x * x + 1 | x <- [1 .. 200] ]
+
+  it "answer queries where they are held, keep their values, and refuse a Ref named twice in one call" $
+    withCluster config $ \cluster -> do
+      True <- waitForWorkers cluster 2 30
+      held <- putRefs cluster [10, 20 .. 500 :: Int]
+      queryRefs cluster refPlus (zip held [1 ..]) `shouldReturn` zipWith (+) [10, 20 .. 500] [1 ..]
+      queryRefs cluster refPlus [ (r, 7) | r <- held ] `shouldReturn` map (+ 7) [10, 20 .. 500]
+      fetchMany cluster held `shouldReturn` [10, 20 .. 500]
+      r <- try (queryRefs cluster refPlus [(head held, 1), (head held, 2)])
+      case r of
+        Left (ArgumentError 1 _ why) -> why `shouldContain` "named twice"
+        other -> expectationFailure ("a Ref named twice should be refused, got " ++ show (either show show other))
+
+  it "give exactly the results of a run without kills when a worker holding them is killed mid-job" $
+    withCluster config $ \cluster -> do
+      True <- waitForWorkers cluster 2 30
+      squares <- farmRefs cluster refSquare [1 .. 60]
+      -- a worker holding half of them killed while the next step runs
+      withAsync (mapRefs cluster refSlowInc squares) $ \job -> do
+        threadDelay 200000
+        victim : _ <- clusterWorkerInfo cluster
+        signalProcess sigKILL (fromIntegral (infoPid victim))
+        incs <- wait job
+        fetchMany cluster incs `shouldReturn` [ x * x + 1 | x <- [1 .. 60] ]
+      fetchMany cluster squares `shouldReturn` [ x * x | x <- [1 .. 60 :: Int] ]
+      statusLostTotal <$> clusterStatus cluster `shouldReturn` 1
