@@ -42,7 +42,7 @@ instance Exception TlsRefused where
     NoTrafficSecret -> "the TLS handshake gave no traffic secret"
     RecordRefused -> "a TLS record did not authenticate, or was malformed"
 
--- The TCP link's own calls as the TLS context's backend: sends go out
+-- | The TCP link's own calls as the TLS context's backend: sends go out
 -- whole (waiting for room when the kernel takes part), receives take the
 -- bytes asked for, waiting for them; bytes read past what was asked wait
 -- in the link's raw buffer for the next record.
@@ -58,6 +58,7 @@ data Raw = Raw
 rawChunk :: Int
 rawChunk = 256 * 1024
 
+-- | The backend's state for this link, nothing received yet.
 newRaw :: Connection -> IO Raw
 newRaw conn = Raw (connEndpoint conn) <$> newIORef B.empty <*> newIORef False <*> mallocForeignPtrBytes rawChunk
                    <*> newIORef 0
@@ -88,6 +89,9 @@ recordsIn = go 0
     go !k b | B.length b < 5 = k
             | otherwise = go (k + 1) (B.drop (5 + fromIntegral (BU.unsafeIndex b 3) * 256 + fromIntegral (BU.unsafeIndex b 4)) b)
 
+-- | The @tls@ package's backend over the link: sends counted in records
+-- (the server skips the sequence numbers of those it sent past the
+-- handshake), receives taken from the raw buffer.
 rawBackend :: Raw -> Backend
 rawBackend raw = Backend
   { backendFlush = pure ()

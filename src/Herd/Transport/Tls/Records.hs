@@ -79,7 +79,7 @@ recordOverhead = 5 + 1 + 16
 maxRecord = 5 + 16384 + 256
 inboxBytes = 64 * 1024
 
--- The connection over a TLS session inside the link: after the tls
+-- | The connection over a TLS session inside the link: after the tls
 -- package's handshake, records are sealed and opened here, with
 -- OpenSSL's AES-GCM, on herd's own buffers and on the caller's own thread
 -- (no relay thread, no second socket). A send that finds the kernel's
