@@ -15,7 +15,9 @@ import Data.Word (Word64)
 import Herd
 import Herd.Core.Shared
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
-import System.Directory (getTemporaryDirectory, listDirectory)
+import System.Directory (doesDirectoryExist, doesFileExist, getTemporaryDirectory, listDirectory)
+import System.Posix.Process (getProcessID)
+import Herd.Shared.Table (dropShared, newAssembly, receivePiece)
 import System.Environment (getEnvironment, getExecutablePath)
 import System.FilePath ((</>))
 import System.Posix.Signals (sigKILL, signalProcess)
@@ -95,6 +97,19 @@ spec = describe "shared values" $ do
     length parts `shouldBe` 3
     B.concat [ b | SharePart 7 total b <- parts, total == fromIntegral (B.length big) ] `shouldBe` big
     sharePieces 8 B.empty `shouldBe` [SharePart 8 0 B.empty]
+
+  it "refuses a value claiming more than a worker takes, and sends one larger than memory to disk" $ do
+    assembly <- newAssembly
+    r <- receivePiece assembly 77 (2 ^ (62 :: Int)) (BC.pack "abc")
+    either (`shouldContain` "claims") (const (expectationFailure "a 4 EiB value was taken")) r
+    -- 512 GiB: no allocation of that size is tried (it would end the process)
+    receivePiece assembly 78 (2 ^ (39 :: Int)) (BC.pack "abc") `shouldReturn` Right False
+    tmp <- getTemporaryDirectory
+    pid <- getProcessID
+    let file = tmp </> ("herd-spill-" ++ show pid) </> "78"
+    doesFileExist file `shouldReturn` True
+    dropShared assembly 78
+    doesFileExist file `shouldReturn` False
 
   it "a table used by 1,000 tasks is sent to each worker once, again to a restarted one, and unshare drops it everywhere" $ do
     let cfg = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "shared-spec-secret-0123456789") }
@@ -177,10 +192,15 @@ spec = describe "shared values" $ do
       tmp <- getTemporaryDirectory
       spilled <- mapM (\p -> length <$> listDirectory (tmp </> ("herd-spill-" ++ show p))) pids
       spilled `shouldSatisfy` all (>= 9)
+      -- a worker killed cannot clean up: its supervisor removes what it spilled
+      let victim : others = pids
+      signalProcess sigKILL (fromIntegral victim)
+      waitUntil (\s -> statusLostTotal s == 1 && length (live s) == 2) cluster `shouldReturn` True
+      doesDirectoryExist (tmp </> ("herd-spill-" ++ show victim)) `shouldReturn` False
       mapM_ (unshare cluster) handles
       waitUntil (\s -> all ((== 0) . rowShared) (live s)) cluster `shouldReturn` True
-      after <- mapM (\p -> length <$> listDirectory (tmp </> ("herd-spill-" ++ show p))) pids
-      after `shouldBe` map (const 0) pids
+      after <- mapM (\p -> length <$> listDirectory (tmp </> ("herd-spill-" ++ show p))) others
+      after `shouldBe` map (const 0) others
   where
     live s = [ r | r <- statusWorkers s, rowState r /= Lost ]
     waitUntil cond cluster = go (100 :: Int)

@@ -34,6 +34,7 @@ import qualified Data.IntMap.Strict as IM
 import Herd.Clock (monotonicSeconds)
 import Herd.Core.Launch.Backoff
 import Herd.Launch.Local (LocalWorker (..), stopLocalWorkers)
+import Herd.Shared.Table (removeSpillsOf)
 import System.Exit (ExitCode (..))
 import System.Posix.Signals (sigKILL, signalProcess)
 import System.Process (getPid, getProcessExitCode)
@@ -116,6 +117,9 @@ stopSupervisor sup = do
 watch :: SuperviseHooks -> Supervisor -> Int -> IO ()
 watch hooks sup i = do
   code <- waitExit
+  -- a worker killed cannot remove the shared values it spilled: its
+  -- supervisor does ("Herd.Shared.Table")
+  (slotPid . (IM.! i) <$> readTVarIO (supSlots sup)) >>= mapM_ removeSpillsOf
   stopping <- halted
   if stopping then pure () else if not (hookRestarts hooks code) then
     atomically $ modifyTVar' (supSlots sup) (IM.adjust (\s -> s { slotAwaited = False, slotDown = True }) i)

@@ -30,6 +30,8 @@ module Herd.Shared.Table
   , setHoldBudget
   , spilledCount
   , removeSpills
+  , removeSpillsOf
+  , maxSharedBytes
   ) where
 
 import Control.Exception (ErrorCall (..), IOException, throwIO, try)
@@ -55,6 +57,7 @@ import System.FilePath ((</>))
 import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Process (getProcessID)
 import Unsafe.Coerce (unsafeCoerce)
+import Herd.Launch.Memory (hostMemoryBytes)
 
 -- One held value.
 data Entry
@@ -80,6 +83,10 @@ table = unsafePerformIO (newIORef (Table M.empty 0 0 M.empty))
 -- and where they go.
 newtype Assembly = Assembly (IORef (M.Map Word64 (Int, Int, Target)))
 
+-- | The largest shared value a worker takes: 1 TiB.
+maxSharedBytes :: Int
+maxSharedBytes = 2 ^ (40 :: Int)
+
 -- Where an arriving value's bytes go: a buffer of its size, or (when it
 -- would not fit the budget) straight to its file on disk.
 data Target = ToMemory !(ForeignPtr Word8) | ToDisk !Handle !FilePath
@@ -92,8 +99,13 @@ newAssembly = Assembly <$> newIORef M.empty
 -- value is whole (and held), 'Left' why the piece does not fit. The piece
 -- is copied where the value is kept, so the frame it came in can be
 -- reused, and a value is never held twice while it arrives.
-receivePiece :: Assembly -> Word64 -> Int -> B.ByteString -> IO (Either String Bool)
-receivePiece (Assembly ref) n total piece = do
+receivePiece :: Assembly -> Word64 -> Word64 -> B.ByteString -> IO (Either String Bool)
+receivePiece (Assembly ref) n claimed piece
+  | claimed > fromIntegral maxSharedBytes =
+      pure (Left ("shared value " ++ show n ++ " claims " ++ show claimed ++ " bytes, more than a worker takes ("
+                  ++ show maxSharedBytes ++ ")"))
+  | otherwise = do
+  let total = fromIntegral claimed
   parts <- readIORef ref
   (size, got, target) <- maybe (start) pure (M.lookup n parts)
   let got' = got + B.length piece
@@ -119,8 +131,12 @@ receivePiece (Assembly ref) n total piece = do
   where
     start = do
       t <- readIORef table
+      memory <- maybe maxSharedBytes id <$> hostMemoryBytes
       let inMemory = sum [ B.length b | InMemory b _ <- M.elems (tValues t) ]
-      target <- if tBudget t > 0 && inMemory + total > tBudget t
+          total = fromIntegral claimed
+      -- a value past the budget, or too large for this host's memory (the
+      -- allocation would end the process), goes to disk as it comes
+      target <- if (tBudget t > 0 && inMemory + total > tBudget t) || total > memory `div` 2
         then do
           dir <- spillDir
           let path = dir </> show n
@@ -196,11 +212,20 @@ enforceBudget = do
 -- This process's directory of spilled values.
 spillDir :: IO FilePath
 spillDir = do
-  tmp <- getTemporaryDirectory
-  pid <- getProcessID
-  let dir = tmp </> ("herd-spill-" ++ show pid)
+  dir <- getProcessID >>= spillDirOf . fromIntegral
   createDirectoryIfMissing True dir
   pure dir
+
+-- The directory of a process's spilled values.
+spillDirOf :: Int -> IO FilePath
+spillDirOf pid = (</> ("herd-spill-" ++ show pid)) <$> getTemporaryDirectory
+
+-- | Remove what another process of this host spilled (a worker that was
+-- killed before it could), if anything.
+removeSpillsOf :: Int -> IO ()
+removeSpillsOf pid = do
+  dir <- spillDirOf pid
+  void (try (removeDirectoryRecursive dir) :: IO (Either IOException ()))
 
 -- | Remove this process's spilled values from disk (a worker's last act).
 removeSpills :: IO ()

@@ -183,7 +183,7 @@ handleMessage sv pending msg = case msg of
     modifyIORef' (svSlots sv) (M.delete sid)
     tryReadMVar (slotThread slot) >>= mapM_ killThread
   SharePart n total piece -> do
-    whole <- receivePiece (svShares sv) n (fromIntegral total) piece
+    whole <- receivePiece (svShares sv) n total piece
     case whole of
       Left why -> failWith 4 why
       Right True -> send Bulk (ShareHeld n)

@@ -150,7 +150,7 @@ deliver host tag s msg = do
     StreamCredit _ _ -> pure ()
     StreamClose _ -> pure ()
     SharePart n total piece -> do
-      whole <- receivePiece (sShares s) n (fromIntegral total) piece
+      whole <- receivePiece (sShares s) n total piece
       case whole of
         Left why -> dropSim host tag why
         Right True -> say host tag s (ShareHeld n)
