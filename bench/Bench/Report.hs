@@ -63,7 +63,7 @@ entries =
   , Entry "Particle filter, thousands of workers" "The same on 512, 2048 and 8192 simulated workers played by four simulated hosts, each with one host link to the master: how the master scales."
       ["pfilter", "--simulate", "--cost", "30ms", "--states", "8192", "--workers", "512,2048,8192", "--sim-hosts", "4"]
       ["pfilter", "--simulate", "--cost", "30ms", "--workers", "16", "--states", "64", "--steps", "2", "--sim-hosts", "2", "--master", "epoll"] (Just "pfilter-sim.svg")
-  , Entry "Shared points: k-means" "k-means on points in the plane, the points shared once (held) against resending each task its slice at every iteration; seconds and bytes through the master's links."
+  , Entry "Shared points: k-means" "k-means on points in the plane: the points shared once (held), held as slices on the workers and stepped where they are (refs), or resent to each task at every iteration; seconds and bytes through the master's links."
       ["kmeans", "--points", "2000000", "--iterations", "20"] ["kmeans", "--points", "20000", "--iterations", "3"] Nothing
   , Entry "Reductions: word count" "Word counts summed on the workers (reduceByKey) against collecting every (word, 1) pair at the master; seconds and bytes through the master's links."
       ["wordcount"] ["wordcount", "--docs", "10", "--words", "1000"] Nothing
