@@ -53,9 +53,16 @@ read -r est truth < <(sed -n 's/^step 20: seen *[-0-9.]*, estimated *\([-0-9.]*\
 awk -v e="$est" -v t="$truth" 'BEGIN { d = e - t; if (d < 0) d = -d; exit !(d < 1.0) }' \
   || fail "the filter lost the object: estimated $est, truly $truth"
 
+# word counts: stop words shared, counts summed on the workers
+for _ in $(seq 300); do echo "The cat sat on the mat."; done >"$plan/text"
+for _ in $(seq 100); do echo "A dog, and a Cat!"; done >>"$plan/text"
+out=$("$(bin herd-example-words)" --workers 2 --top 4 "$plan/text")
+[[ "$out" == "$(printf '1100 words, 4 different\n    400 cat\n    300 mat\n    300 sat\n    100 dog')" ]] \
+  || fail "words printed: $out"
+
 # a bad flag is refused with the program's own usage
 if err=$("$(bin herd-example-pi)" --samples ten 2>&1); then fail "pi accepted --samples ten"; fi
 grep -q "expected a whole number of samples" <<<"$err" || fail "pi's refusal: $err"
 grep -q "Usage: herd-example-pi" <<<"$err" || fail "pi's refusal shows no usage: $err"
 
-echo "examples: ok (starter, starter with an agent, pi, sweep, pipeline, particles)"
+echo "examples: ok (starter, starter with an agent, pi, sweep, pipeline, particles, words)"
