@@ -10,7 +10,7 @@ import qualified Data.ByteString.Char8 as BC
 import Herd
 import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec
-import TestTasks (refPlus, refSlowInc, refSquare)
+import TestTasks (refFailAt13, refPlus, refSlowInc, refSquare)
 
 config :: Config
 config = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "refs-spec-secret-0123456789") }
@@ -47,6 +47,27 @@ spec = describe "results that stay on the workers" $ do
       case r of
         Left (ArgumentError 1 _ why) -> why `shouldContain` "named twice"
         other -> expectationFailure ("a Ref named twice should be refused, got " ++ show (either show show other))
+
+  it "lose only the inputs of a call whose function threw; the others stay" $
+    withCluster config $ \cluster -> do
+      True <- waitForWorkers cluster 2 30
+      kept <- putRefs cluster [100 .. 119 :: Int]
+      doomed <- putRefs cluster [1 .. 20 :: Int]
+      _ <- mapRefs cluster refSquare kept   -- the workers know refSquare now
+      r <- try (mapRefs cluster refFailAt13 doomed)
+      case r of
+        Left (EvolveFailed _ _ why) -> why `shouldContain` "unlucky thirteen"
+        other -> expectationFailure ("a throwing step should fail the call, got " ++ show (either show (const "results") other))
+      -- the failed call told the workers its own function: the next call
+      -- with refSquare tells them refSquare again
+      squares <- mapRefs cluster refSquare kept
+      fetchMany cluster squares `shouldReturn` [ x * x | x <- [100 .. 119] ]
+      fetchMany cluster kept `shouldReturn` [100 .. 119]
+      populationSize cluster `shouldReturn` 60
+      r2 <- try (fetch cluster (head doomed))
+      case r2 of
+        Left (UnknownStates _) -> pure ()
+        other -> expectationFailure ("a Ref of the failed call should be refused, got " ++ show (either show show other))
 
   it "give exactly the results of a run without kills when a worker holding them is killed mid-job" $
     withCluster config $ \cluster -> do

@@ -26,6 +26,7 @@ module TestTasks
   , refSquare
   , refSlowInc
   , refPlus
+  , refFailAt13
   ) where
 
 import Control.Concurrent (threadDelay)
@@ -232,3 +233,7 @@ refSlowInc = static (named "refSlowInc" (refTask (\x -> unsafePerformIO (threadD
 -- | A held value plus the argument, brought back.
 refPlus :: StaticPtr (RefQuery Int Int Int)
 refPlus = static (named "refPlus" (refQuery (+)))
+
+-- | Throws on 13, keeps the rest.
+refFailAt13 :: StaticPtr (RefTask Int Int)
+refFailAt13 = static (named "refFailAt13" (refTask failAt13))

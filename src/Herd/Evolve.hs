@@ -24,8 +24,10 @@
 -- an unknown 'StateId' is refused before anything runs ('UnknownStates');
 -- a call never hangs: a lost worker ends it with 'StatesLost' naming the
 -- states that were on it, and a throwing step with 'EvolveFailed'. After
--- either, the population is gone and must be reset. States not given an
--- input stay where they are, unchanged.
+-- either, the states the call was given are gone (asking for them again
+-- is refused with 'UnknownStates'), and so are those whose worker left;
+-- the others stay where they are, unchanged, as do states not given an
+-- input in a call that succeeds.
 module Herd.Evolve
   ( -- * Evolve functions
     Evolve
@@ -240,9 +242,13 @@ evolveRaw opts cluster ref encodeInput decodeOutput inputs = do
     outcome <- try (session cluster (refName ref) (evolveWorkerLimit opts) begin)
     finished <- monotonicSeconds
     case outcome of
-      Left (e :: SomeException) ->
-        -- the population is in an unknown state: forget it
-        pure (emptyRegistry { regNextId = regNextId reg }, Left e)
+      Left (e :: SomeException) -> do
+        -- the call's states are in an unknown state, and so are those of
+        -- workers that left; the others were not touched. Which workers
+        -- know which function is unknown too: the next call tells them all
+        live <- S.fromList . map infoId <$> clusterWorkerInfo cluster
+        let untouched = SM.filterWithKey (\sid p -> not (M.member sid inputs) && S.member (placedOn p) live) (regStates reg)
+        pure (reg { regStates = untouched, regTold = Nothing }, Left e)
       Right end -> do
           let call = endState end
               evolvedN = SM.size (callOutputs call)

@@ -24,9 +24,9 @@
 -- when the worker holding it was killed meanwhile (it is recomputed from
 -- the task and input that made it, as evolve states are); a released
 -- 'Ref' is gone from its worker, and using it throws 'UnknownStates';
--- calls that use Refs take turns with evolve calls on the cluster, and a
--- call that fails (a throwing function) forgets the cluster's population,
--- its Refs with it, as a failed 'Herd.Evolve.evolveMany' does.
+-- calls that use Refs take turns with evolve calls on the cluster; a call
+-- that fails (a throwing function) loses the Refs it was given (they are
+-- refused afterwards), and every other Ref stays.
 module Herd.Refs
   ( Ref
   , RefTask
