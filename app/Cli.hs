@@ -146,7 +146,7 @@ benchCommands = hsubparser
  <> command "skew" (info (BenchSkew <$> skewOptions)
       (progDesc "FP Complete's skew case: nine 1 s states and one 10 s state on two workers, evolved repeatedly"))
  <> command "kmeans" (info (BenchKMeans <$> kmeansOptions)
-      (progDesc "k-means with its points shared once against the same job resending them every iteration"))
+      (progDesc "k-means with its points shared once, held as slices on the workers, or resent every iteration"))
  <> command "wordcount" (info (BenchWordCount <$> wordCountOptions)
       (progDesc "word counts summed on the workers against collecting every pair at the master"))
  <> command "fuzz" (info (BenchFuzz <$> fuzzOptions)
