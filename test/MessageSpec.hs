@@ -37,7 +37,7 @@ fromWorkerIndex m = case m of
   StreamDone {} -> 5; StreamAborted {} -> 6; StreamTaken {} -> 7; StateEvolved {} -> 8; EvolveThrew {} -> 9
   EvolveRejected {} -> 10; StateReleased {} -> 11; StateKept {} -> 12; StateMissing {} -> 13
   StatesCleared -> 14; StateReplayed {} -> 15; Pong {} -> 16; ShareHeld {} -> 17
-  ShareDropped {} -> 18
+  ShareDropped {} -> 18; ShareSpilled {} -> 19
 
 bytes :: Gen B.ByteString
 bytes = B.pack <$> resize 40 arbitrary
@@ -67,7 +67,8 @@ genFromWorker = oneof
   , StateEvolved <$> arbitrary <*> arbitrary <*> resize 5 (listOf ((,) <$> arbitrary <*> bytes))
   , EvolveThrew <$> arbitrary <*> text, EvolveRejected <$> text, StateReleased <$> arbitrary <*> bytes
   , StateKept <$> arbitrary, StateMissing <$> arbitrary, pure StatesCleared, StateReplayed <$> arbitrary
-  , Pong <$> arbitrary, ShareHeld <$> arbitrary, ShareDropped <$> arbitrary ]
+  , Pong <$> arbitrary, ShareHeld <$> arbitrary, ShareDropped <$> arbitrary
+  , ShareSpilled <$> arbitrary ]
 
 spec :: Spec
 spec = describe "every protocol message" $ do
@@ -102,7 +103,7 @@ spec = describe "every protocol message" $ do
     ts <- generate (vectorOf 3000 genToWorker)
     fs <- generate (vectorOf 3000 genFromWorker)
     sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 17]
-    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 18]
+    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 19]
 
 -- The report as the general decoder reads it (tag byte skipped).
 generalEvolved :: Get (Word64, Word64, [(Word64, B.ByteString)])

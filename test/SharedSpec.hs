@@ -192,6 +192,8 @@ spec = describe "shared values" $ do
       tmp <- getTemporaryDirectory
       spilled <- mapM (\p -> length <$> listDirectory (tmp </> ("herd-spill-" ++ show p))) pids
       spilled `shouldSatisfy` all (>= 9)
+      -- and on the workers' rows, by their own word
+      waitUntil (\s -> length (live s) == 2 && all ((>= 9) . rowSpilled) (live s)) cluster `shouldReturn` True
       -- a worker killed cannot clean up: its supervisor removes what it spilled
       let victim : others = pids
       signalProcess sigKILL (fromIntegral victim)

@@ -30,6 +30,7 @@ module Herd.Core.Shared
   , sharePieceBytes
   , sharesLive
   , sharesHeldBy
+  , sharesSpilledBy
   ) where
 
 import qualified Data.ByteString as B
@@ -43,11 +44,13 @@ import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 data Shares = Shares
   { sharesValues :: !(M.Map Word64 B.ByteString)    -- ^ each live value, encoded
   , sharesHeld   :: !(M.Map WorkerId (S.Set Word64)) -- ^ what each worker said it holds
+  , sharesSpilled :: !(M.Map WorkerId (S.Set Word64))
+    -- ^ of those, what each said it keeps on its disk
   } deriving (Eq, Show)
 
 -- | None.
 emptyShares :: Shares
-emptyShares = Shares M.empty M.empty
+emptyShares = Shares M.empty M.empty M.empty
 
 -- | The largest piece a value is sent in: big values cross the link in
 -- pieces, so no frame has to hold a whole one and other messages can
@@ -85,19 +88,26 @@ shareJoined w sh = (sh { sharesHeld = M.insert w S.empty (sharesHeld sh) }, M.to
 
 -- | A worker's link is gone, and what it held with it.
 shareLost :: WorkerId -> Shares -> Shares
-shareLost w sh = sh { sharesHeld = M.delete w (sharesHeld sh) }
+shareLost w sh = sh { sharesHeld = M.delete w (sharesHeld sh), sharesSpilled = M.delete w (sharesSpilled sh) }
 
 -- | A worker's word about a value: it holds it now, or no more. A value
 -- no longer live is not counted as held (its drop is on the way).
 shareAnswer :: WorkerId -> FromWorker -> Shares -> Shares
 shareAnswer w msg sh = case msg of
   ShareHeld n | M.member n (sharesValues sh) -> sh { sharesHeld = M.insertWith S.union w (S.singleton n) (sharesHeld sh) }
-  ShareDropped n -> sh { sharesHeld = M.adjust (S.delete n) w (sharesHeld sh) }
+  ShareDropped n -> sh { sharesHeld = M.adjust (S.delete n) w (sharesHeld sh)
+                       , sharesSpilled = M.adjust (S.delete n) w (sharesSpilled sh) }
+  ShareSpilled n | maybe False (S.member n) (M.lookup w (sharesHeld sh)) ->
+    sh { sharesSpilled = M.insertWith S.union w (S.singleton n) (sharesSpilled sh) }
   _ -> sh
 
 -- | The live values' numbers.
 sharesLive :: Shares -> [Word64]
 sharesLive = M.keys . sharesValues
+
+-- | How many of the values it holds each worker said it keeps on disk.
+sharesSpilledBy :: Shares -> M.Map WorkerId Int
+sharesSpilledBy = M.map S.size . sharesSpilled
 
 -- | How many live values each worker said it holds.
 sharesHeldBy :: Shares -> M.Map WorkerId Int

@@ -147,5 +147,6 @@ decodeFromWorkerSlow = runGet $ do
       | tag == tagPong -> Pong <$> getWord64
       | tag == tagShareHeld -> ShareHeld <$> getWord64
       | tag == tagShareDropped -> ShareDropped <$> getWord64
+      | tag == tagShareSpilled -> ShareSpilled <$> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 

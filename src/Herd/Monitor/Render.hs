@@ -73,6 +73,7 @@ statusJson s = renderJson $ JObject
            , ("lost_why", maybe JNull (JString . departedWhy) (accountLeft a))
            , ("memory_bytes", maybe JNull int (rowMemory r))
            , ("shared", int (rowShared r))
+           , ("shared_spilled", int (rowSpilled r))
            ] ++ maybe [] link (rowLink r)
     link p =
       [ ("packets_sent", int (packetsSent p)), ("messages_sent", int (messagesSent p))
@@ -140,6 +141,8 @@ prometheusText s = concat
       [ ([], fromIntegral (statusSharedSends s)) ]
   , perWorker "herd_worker_shared_values" "gauge" "Shared values the worker said it holds."
       (fromIntegral . rowShared)
+  , perWorker "herd_worker_shared_spilled" "gauge" "Shared values the worker said it keeps on its disk."
+      (fromIntegral . rowSpilled)
   , perLink "herd_packets_sent_total" "Packets the master sent to the worker." packetsSent
   , perLink "herd_messages_sent_total" "Messages the master sent to the worker." messagesSent
   , perLink "herd_bytes_sent_total" "Bytes the master sent to the worker." bytesSent

@@ -32,6 +32,7 @@ module Herd.Shared.Table
   , removeSpills
   , removeSpillsOf
   , maxSharedBytes
+  , takeSpilled
   ) where
 
 import Control.Exception (ErrorCall (..), IOException, throwIO, try)
@@ -73,10 +74,11 @@ data Table = Table
   , tBudget :: !Int
   , tOrder  :: !Word64
   , tCame   :: !(M.Map Word64 Word64)
+  , tSpilledNew :: ![Word64]   -- ^ values spilled since 'takeSpilled' last looked
   }
 
 table :: IORef Table
-table = unsafePerformIO (newIORef (Table M.empty 0 0 M.empty))
+table = unsafePerformIO (newIORef (Table M.empty 0 0 M.empty []))
 {-# NOINLINE table #-}
 
 -- | One link's values in arrival: for each, its size, the bytes so far,
@@ -126,7 +128,10 @@ receivePiece (Assembly ref) n claimed piece
               cache <- newIORef Nothing
               insert n (InMemory (BI.fromForeignPtr fp 0 total) cache)
               enforceBudget
-            ToDisk h path -> hClose h >> insert n (OnDisk path total)
+            ToDisk h path -> do
+              hClose h
+              insert n (OnDisk path total)
+              atomicModifyIORef' table (\t -> (t { tSpilledNew = n : tSpilledNew t }, ()))
           pure (Right True)
   where
     start = do
@@ -186,6 +191,11 @@ spilledCount :: IO Int
 spilledCount = length . filter onDisk . M.elems . tValues <$> readIORef table
   where onDisk e = case e of { OnDisk {} -> True; _ -> False }
 
+-- | The values spilled since this was last asked, oldest first (for the
+-- worker to tell its master).
+takeSpilled :: IO [Word64]
+takeSpilled = atomicModifyIORef' table (\t -> (t { tSpilledNew = [] }, reverse (tSpilledNew t)))
+
 -- | Keep at most this many bytes of values in memory (0: no bound),
 -- spilling the newest to disk until they fit.
 setHoldBudget :: Int -> IO ()
@@ -207,7 +217,8 @@ enforceBudget = do
     forM_ (spill (total - tBudget t) newestFirst) $ \(n, bytes) -> do
       let path = dir </> show n
       B.writeFile path bytes
-      atomicModifyIORef' table (\t' -> (t' { tValues = M.adjust (const (OnDisk path (B.length bytes))) n (tValues t') }, ()))
+      atomicModifyIORef' table (\t' -> (t' { tValues = M.adjust (const (OnDisk path (B.length bytes))) n (tValues t')
+                                            , tSpilledNew = n : tSpilledNew t' }, ()))
 
 -- This process's directory of spilled values.
 spillDir :: IO FilePath

@@ -80,6 +80,7 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   StateReplayed sid -> putWord8 tagStateReplayed <> putWord64 sid
   ShareHeld n -> putWord8 tagShareHeld <> putWord64 n
   ShareDropped n -> putWord8 tagShareDropped <> putWord64 n
+  ShareSpilled n -> putWord8 tagShareSpilled <> putWord64 n
 
 taggedStream :: Word8 -> Word64 -> Encoder -> Encoder
 taggedStream tag sid (Encoder n write) = Encoder (n + 9) $ \p -> do

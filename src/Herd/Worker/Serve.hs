@@ -28,7 +28,7 @@ import Data.Word (Word64)
 import Herd.Clock (monotonicSeconds)
 import Herd.Closure (cachedLookup)
 import Herd.Evolve.Holder (Holder, holderMessage, newHolder, stopHolder)
-import Herd.Shared.Table (Assembly, dropShared, newAssembly, receivePiece, removeSpills, setHoldBudget)
+import Herd.Shared.Table (Assembly, dropShared, newAssembly, receivePiece, removeSpills, setHoldBudget, takeSpilled)
 import Herd.Packet
 import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..), policyEarlyCapacity)
 import Herd.Process (ProcessRunner (..), lookupProcess)
@@ -186,10 +186,10 @@ handleMessage sv pending msg = case msg of
     whole <- receivePiece (svShares sv) n total piece
     case whole of
       Left why -> failWith 4 why
-      Right True -> send Bulk (ShareHeld n)
+      Right True -> send Bulk (ShareHeld n) >> tellSpilled
       Right False -> pure ()
   ShareDrop n -> dropShared (svShares sv) n >> send Urgent (ShareDropped n)
-  HoldBudget b -> setHoldBudget (fromIntegral b)
+  HoldBudget b -> setHoldBudget (fromIntegral b) >> tellSpilled
   _ -> holderMessage (svHolder sv) msg
   where
     send u m = sendMessage (svSender sv) u (encodeFromWorker m)
@@ -206,6 +206,8 @@ handleMessage sv pending msg = case msg of
       Reply u m -> send u m
       Broken why -> failWith 4 why
       Apply {} -> failWith 4 "a function call asked for outside a run of arguments"
+    -- values that went to disk: the master shows them on the worker's row
+    tellSpilled = takeSpilled >>= mapM_ (send Bulk . ShareSpilled)
     -- the step reads the time only at a batch's first argument and its
     -- end: the clock is read only if it does
     lazyClock = unsafeInterleaveIO monotonicSeconds

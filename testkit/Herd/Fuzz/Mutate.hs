@@ -25,7 +25,7 @@ toMasterCorpus =
   , BatchRejected 1 (T.pack "unknown"), StreamOut 1 1 (word 5), StreamDone 1, StreamAborted 1 (T.pack "x")
   , StreamTaken 1 1, StateEvolved 1 100 [(2, word 9)], EvolveThrew 1 (T.pack "x"), EvolveRejected (T.pack "x")
   , StateReleased 1 (word 4), StateKept 1, StateMissing 1, StatesCleared, StateReplayed 1, Pong 1
-  , ShareHeld 1, ShareDropped 1 ]
+  , ShareHeld 1, ShareDropped 1, ShareSpilled 1 ]
 
 -- | One message of every kind a master sends, naming this function.
 toWorkerCorpus :: TaskRef -> [ToWorker]

@@ -218,6 +218,7 @@ received now w msg core = case msg of
   Pong _ -> (core, [])
   ShareHeld _ -> (core { coreShares = shareAnswer w msg (coreShares core) }, [])
   ShareDropped _ -> (core { coreShares = shareAnswer w msg (coreShares core) }, [])
+  ShareSpilled _ -> (core { coreShares = shareAnswer w msg (coreShares core) }, [])
   StateEvolved _ busyNs _ ->
     sessionMessage now w msg core { coreLedger = ledgerCredit w 0 0 1 (fromIntegral busyNs / 1e9) (coreLedger core) }
   _ | isEvolveMessage msg -> sessionMessage now w msg core

@@ -29,7 +29,7 @@ import Herd.Core.Monitor.Ledger
 import Herd.Core.Packet.Policy (FlushReason, allFlushReasons)
 import Herd.Core.Packet.Stats (PeerStats (..))
 import qualified Herd.Core.Scheduler as S
-import Herd.Core.Shared (sharesHeldBy, sharesLive)
+import Herd.Core.Shared (sharesHeldBy, sharesLive, sharesSpilledBy)
 
 -- | What a worker is doing.
 data WorkerState
@@ -58,6 +58,7 @@ data WorkerRow = WorkerRow
   , rowLink      :: !(Maybe PeerStats)   -- ^ its link's packet statistics (connected workers)
   , rowMemory    :: !(Maybe Int)         -- ^ its resident memory in bytes, as last read (workers the master watches)
   , rowShared    :: !Int                 -- ^ shared values it said it holds
+  , rowSpilled   :: !Int                 -- ^ of those, the ones it keeps on its disk
   } deriving (Eq, Show)
 
 -- | One running farm job.
@@ -159,7 +160,8 @@ buildStatus i = Status
            , rowStates = nStates
            , rowLink = if lost then Nothing else M.lookup w (inLinks i)
            , rowMemory = if lost then Nothing else M.lookup w (inMemory i)
-           , rowShared = if lost then 0 else M.findWithDefault 0 w (sharesHeldBy shares) }
+           , rowShared = if lost then 0 else M.findWithDefault 0 w (sharesHeldBy shares)
+           , rowSpilled = if lost then 0 else M.findWithDefault 0 w (sharesSpilledBy shares) }
     job (name, p) =
       let elapsed = max 0 (inNow i - S.progressStarted p)
           done = S.progressDone p

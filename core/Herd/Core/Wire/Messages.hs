@@ -93,6 +93,7 @@ data FromWorker
   | Pong !Word64                  -- ^ answers 'Ping'
   | ShareHeld !Word64             -- ^ every piece of this shared value came: it is held here
   | ShareDropped !Word64          -- ^ answers 'ShareDrop': it is held here no more
+  | ShareSpilled !Word64          -- ^ this shared value is held on the worker's disk now, past its budget ('HoldBudget')
   deriving (Eq, Show)
 
 -- | How soon a message to a worker must leave: control messages and the

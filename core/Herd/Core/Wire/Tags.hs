@@ -11,7 +11,7 @@ module Herd.Core.Wire.Tags
   , tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone
   , tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected
   , tagStateReleased, tagStateKept, tagStateMissing, tagStatesCleared, tagStateReplayed, tagPong
-  , tagShareHeld, tagShareDropped
+  , tagShareHeld, tagShareDropped, tagShareSpilled
   ) where
 
 import Data.Word (Word8)
@@ -43,7 +43,7 @@ tagHoldBudget = 18
 tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone,
   tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected,
   tagStateReleased, tagStateKept, tagStateMissing, tagStatesCleared, tagStateReplayed, tagPong,
-  tagShareHeld, tagShareDropped :: Word8
+  tagShareHeld, tagShareDropped, tagShareSpilled :: Word8
 tagResults = 1
 tagBatchDone = 2
 tagTaskThrew = 3
@@ -63,3 +63,4 @@ tagStateReplayed = 16
 tagPong = 17
 tagShareHeld = 18
 tagShareDropped = 19
+tagShareSpilled = 20
