@@ -27,6 +27,7 @@ import TestTasks (runningSumProcess, squareTask, unitTask)
 import Herd.Core.Wire
 import Herd.Core.Wire.Host
 import Herd.Wire.Encode
+import Herd.Wire.HostEntry (hostSharePiece)
 import Herd.Core.Wire.Codec (buildStrict, putWord32, putWord64, putWord8)
 import Test.Hspec
 import Test.Hspec.QuickCheck (prop)
@@ -96,6 +97,12 @@ spec = describe "Herd.Core.Wire" $ do
                            short = B.take (cut `mod` B.length bytes) bytes
                        in counterexample (show short) (either (const True) (const False) (decodeHostControl short)))
                | c <- cs ]
+  prop "writes a shared value's piece for a host as the whole message would be, the piece as its tail" $ \n total (bytes :: [Word8]) ->
+    let piece = B.pack bytes
+        (enc, tl) = hostSharePiece n total piece
+    in ioProperty $ do
+         written <- encoderBytes enc
+         pure ((written <> tl) === (encodeEntryHeader controlSlot <> encodeHostControl (HostShare n total piece)))
   it "splits a host entry into its slot and the body, and names a short one" $ do
     decodeEntry (encodeEntryHeader 7 <> B.pack [1, 2, 3]) `shouldBe` Right (7, B.pack [1, 2, 3])
     decodeEntry (encodeEntryHeader controlSlot) `shouldBe` Right (controlSlot, B.empty)

@@ -37,7 +37,7 @@ import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Scheduler (Range (..), WorkerId, rangeSize)
 import Herd.Core.Wire
 import Herd.Wire.Encode
-import Herd.Wire.HostEntry (controlEncoder)
+import Herd.Wire.HostEntry (controlEncoder, hostSharePiece)
 import Herd.Core.Wire.Host (HostControl (..))
 import Herd.Core.Shared (sharePieces)
 import qualified Data.ByteString as B
@@ -113,7 +113,7 @@ execute sh (ss, fed) cmd = case cmd of
       | maybe False (S.member n . snd) (M.lookup hid (ssHostShares ss)) -> pure (ss, fed)
       | otherwise -> do
           (ss1, fed1) <- send w $ sendMessagesHeld hostSender
-            [ (controlEncoder (HostShare n total piece), B.empty) | SharePart _ total piece <- sharePieces n bytes ]
+            [ hostSharePiece n total piece | SharePart _ total piece <- sharePieces n bytes ]
           let kept = M.insertWith (\_ (s, ns) -> (s, S.insert n ns)) hid (hostSender, S.singleton n) (ssHostShares ss1)
           pure (sent bytes (ss1 { ssHostShares = kept }, fed1))
   Unshared n -> do

@@ -6,6 +6,7 @@ module Herd.Wire.HostEntry
   ( entryEncoder
   , sentPacketEntry
   , controlEncoder
+  , hostSharePiece
   , workerPacket
   , heldSharePackets
   , workerPacketOf
@@ -36,6 +37,14 @@ sentPacketEntry slot (first : rest) = Just (entryEncoder slot (B.drop 4 first), 
 -- | A control message as an entry of the control slot.
 controlEncoder :: HostControl -> Encoder
 controlEncoder c = encodeBytes (encodeEntryHeader controlSlot <> encodeHostControl c)
+
+-- | A piece of a shared value as a control entry, and its tail: the piece
+-- itself, which the packet layer sends as it is, uncopied (a value goes
+-- to every host, and copying each piece for each host held as many copies
+-- of the value as there are hosts until the kernel took them).
+hostSharePiece :: Word64 -> Word64 -> B.ByteString -> (Encoder, B.ByteString)
+hostSharePiece n total piece =
+  (encodeBytes (encodeEntryHeader controlSlot <> hostShareHead n total (B.length piece)), piece)
 
 -- | A worker's packet of these messages (its count, then each message
 -- behind its length), as a host agent writes one of its own to a worker.

@@ -19,6 +19,7 @@ module Herd.Core.Wire.Host
   , encodeEntryHeader
   , decodeEntry
   , encodeHostControl
+  , hostShareHead
   , decodeHostControl
   , hostLinkPolicy
   ) where
@@ -114,6 +115,11 @@ encodeHostControl c = buildStrict $ case c of
     <> foldMap (\(w, b) -> putWord32 w <> putWord64 b) readings
   HostShare n total piece -> putWord8 8 <> putWord64 n <> putWord64 total <> putSizedBytes piece
   HostUnshare n -> putWord8 9 <> putWord64 n
+
+-- | A 'HostShare' message without its piece: its encoding is these bytes,
+-- then the piece's (so a sender can pass the piece on without copying it).
+hostShareHead :: Word64 -> Word64 -> Int -> B.ByteString
+hostShareHead n total pieceBytes = buildStrict (putWord8 8 <> putWord64 n <> putWord64 total <> putWord32 (fromIntegral pieceBytes))
 
 -- | Decode a control message; trailing bytes are an error.
 decodeHostControl :: B.ByteString -> Either String HostControl
