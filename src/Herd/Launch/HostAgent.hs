@@ -125,15 +125,17 @@ serveHost secret build j conn action = do
   limitRef <- newIORef NoHostLimit
   -- shared values ("Herd.Core.Shared"): those whole, as their packets to a
   -- worker, and those arriving (size, bytes so far, pieces newest first)
-  sharesRef <- newIORef (M.empty :: M.Map Word64 [B.ByteString])
+  sharesRef <- newIORef (M.empty :: M.Map Word64 [[B.ByteString]])
   arrivingRef <- newIORef (M.empty :: M.Map Word64 (Int, Int, [B.ByteString]))
   heldRef <- newIORef S.empty
   (reader, release) <- newEpollReader (joinedMaxFrame j + 1024) (void (try (flushIdle hostSender) :: IO (Either SomeException ())))
   let control c = sendMessageTail hostSender Urgent (controlEncoder c) B.empty
       hostLost why = void (tryPutMVar lost (Just why))
       -- a frame to a worker: now if its ring takes it, else by its writer
-      toLocal l body = do
-        let parts = [B.pack (bytesBE 4 (fromIntegral (B.length body))), body]
+      toLocal l body = toLocalParts l [body]
+      -- a frame of a packet in parts (a shared value's piece stays uncopied)
+      toLocalParts l packet = do
+        let parts = B.pack (bytesBE 4 (fromIntegral (sum (map B.length packet)))) : packet
         waiting <- readTVarIO (localQueued l)
         linked <- readIORef (localLink l)
         case linked of
@@ -175,7 +177,7 @@ serveHost secret build j conn action = do
           -- master sends it
           n <- M.size <$> readIORef locals
           budgetPacket (n + 1) >>= mapM_ (toLocal l)
-          readIORef sharesRef >>= mapM_ (toLocal l) . concat . M.elems
+          readIORef sharesRef >>= mapM_ (toLocalParts l) . concat . M.elems
           modifyIORef' locals (M.insert (fromIntegral wid) l)
           putMVar mv (fromIntegral wid, l)
       onHostEntry entry = case decodeEntry entry of
@@ -208,7 +210,7 @@ serveHost secret build j conn action = do
                       modifyIORef' arrivingRef (M.delete n)
                       packets <- heldSharePackets n size (reverse (kept : pieces))
                       modifyIORef' sharesRef (M.insert n packets)
-                      readIORef locals >>= mapM_ (\l -> mapM_ (toLocal l) packets) . M.elems
+                      readIORef locals >>= mapM_ (\l -> mapM_ (toLocalParts l) packets) . M.elems
               Right (HostUnshare n) -> do
                 modifyIORef' sharesRef (M.delete n)
                 modifyIORef' arrivingRef (M.delete n)

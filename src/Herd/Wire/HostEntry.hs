@@ -18,7 +18,7 @@ import Herd.Core.Wire.Host
 import Herd.Core.Bytes (bytesBE)
 import Herd.Core.Wire (ToWorker (..))
 import Herd.Encoder (Encoder (..), encodeBytes, encodeWithTail, encoderBytes, pokeBE)
-import Herd.Wire.Encode (encodeToWorker)
+import Herd.Wire.Encode (encodeToWorker, toWorkerParts)
 
 -- | One worker's packet (its count and messages, no frame length) as an
 -- entry; the packet is copied when the entry is written.
@@ -53,10 +53,13 @@ workerPacket msgs = B.concat (B.pack (bytesBE 4 (fromIntegral (length msgs)))
                               : concat [ [B.pack (bytesBE 4 (fromIntegral (B.length m))), m] | m <- msgs ])
 
 -- | A shared value a host agent holds, as the packets that give it to a
--- worker: one 'SharePart' each, in order.
-heldSharePackets :: Word64 -> Int -> [B.ByteString] -> IO [B.ByteString]
-heldSharePackets n total pieces =
-  mapM (\p -> workerPacket . (: []) <$> encoderBytes (encodeToWorker (SharePart n (fromIntegral total) p))) pieces
+-- worker: one 'SharePart' each, in order, each in two parts, the packet's
+-- head and the piece itself (kept as it is, not copied).
+heldSharePackets :: Word64 -> Int -> [B.ByteString] -> IO [[B.ByteString]]
+heldSharePackets n total = mapM $ \piece -> do
+  let (headEnc, tl) = toWorkerParts (SharePart n (fromIntegral total) piece)
+  h <- encoderBytes headEnc
+  pure [ B.concat [B.pack (bytesBE 4 1), B.pack (bytesBE 4 (fromIntegral (B.length h + B.length tl))), h], tl ]
 
 -- | A worker's packet of one message (a host agent's own word to it).
 workerPacketOf :: ToWorker -> IO B.ByteString
