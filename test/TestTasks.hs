@@ -27,6 +27,7 @@ module TestTasks
   , refSlowInc
   , refPlus
   , refFailAt13
+  , refSlowFailAt13
   ) where
 
 import Control.Concurrent (threadDelay)
@@ -237,3 +238,8 @@ refPlus = static (named "refPlus" (refQuery (+)))
 -- | Throws on 13, keeps the rest.
 refFailAt13 :: StaticPtr (RefTask Int Int)
 refFailAt13 = static (named "refFailAt13" (refTask failAt13))
+
+-- | 'refFailAt13' after 20 ms each: when 13 throws, its worker still has
+-- others of the call queued.
+refSlowFailAt13 :: StaticPtr (RefTask Int Int)
+refSlowFailAt13 = static (named "refSlowFailAt13" (refTask (\x -> unsafePerformIO (threadDelay 20000) `seq` failAt13 x)))

@@ -248,7 +248,9 @@ evolveRaw opts cluster ref encodeInput decodeOutput inputs = do
         -- know which function is unknown too: the next call tells them all
         live <- S.fromList . map infoId <$> clusterWorkerInfo cluster
         let untouched = SM.filterWithKey (\sid p -> not (M.member sid inputs) && S.member (placedOn p) live) (regStates reg)
-        pure (reg { regStates = untouched, regTold = Nothing }, Left e)
+        pure ( reg { regStates = untouched, regTold = Nothing
+                   , regAbandoned = S.union (regAbandoned reg) (S.fromList (M.keys inputs)) }
+             , Left e )
       Right end -> do
           let call = endState end
               evolvedN = SM.size (callOutputs call)

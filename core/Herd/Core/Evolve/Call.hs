@@ -60,6 +60,9 @@ data Call = Call
     -- ^ states that were being evolved on workers that were lost, and how many
   , callMaxDeaths :: !Int
     -- ^ a state whose step was running on this many lost workers fails the call
+  , callAbandoned :: !(S.Set StateId)
+    -- ^ states of failed calls ('regAbandoned'): a worker may still report
+    -- on them, which is not this call's business
   } deriving (Eq, Show)
 
 -- | Seconds of steps each worker answered in this call ('planBusy').
@@ -70,6 +73,9 @@ callBusy = planBusy . callPlan
 callMachine :: String -> Machine Call
 callMachine name = Machine
   { machineMessage = \now wid msg call -> case msg of
+      -- a failed call's state its worker went on with
+      StateEvolved parent _ _ | S.member (StateId parent) (callAbandoned call) -> (call, [])
+      EvolveThrew sid _ | S.member (StateId sid) (callAbandoned call) -> (call, [])
       StateEvolved parent busyNs children -> evolved now wid (StateId parent) (fromIntegral busyNs / 1e9) children call
       StateReleased sid bytes ->
         -- the master has seen its bytes: a lineage can start here now

@@ -52,6 +52,9 @@ data Registry = Registry
     -- have it: a call names it only to the others (a worker keeps its
     -- function, and telling 2048 workers again each call cost the first
     -- dispatch 2048 messages)
+  , regAbandoned :: !(S.Set StateId)
+    -- ^ states of calls that failed: their workers may still be evolving
+    -- them, and later calls ignore what they say of them
   } deriving (Eq, Show)
 
 -- | Where a live state is, and the measured time of the step that made
@@ -75,7 +78,7 @@ costOr fallback _ = fallback
 
 -- | No states.
 emptyRegistry :: Registry
-emptyRegistry = Registry SM.empty Nothing Nothing 1 SM.empty 0 0 Nothing
+emptyRegistry = Registry SM.empty Nothing Nothing 1 SM.empty 0 0 Nothing S.empty
 
 -- | How a state came to be, so that it can be made again if its worker is
 -- lost: the master saw its bytes (uploaded, or moved through the master),

@@ -59,7 +59,7 @@ startCall st workers = Right (call2, opening ++ outs ++ recover)
                                    , settingsRoundTrip = regRoundTrip reg }
     (plan, cmds) = startPlan (startTime st) settings holdings
     call0 = Call plan ref (startInputs st) SM.empty (regStates reg) (regOrigin reg) SM.empty
-                 0 0 0 (maybe 0 id mean) [] "" SM.empty (startMaxDeaths st)
+                 0 0 0 (maybe 0 id mean) [] "" SM.empty (startMaxDeaths st) (regAbandoned reg)
     opening = [ SendTo w (EvolveWith ref) | w <- workers, needsTelling ref reg w ]
     (call1, outs) = commandsToOuts call0 cmds
     (call2, recover) = recoverStates "their worker is no longer connected" stranded call1
