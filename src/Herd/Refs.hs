@@ -56,7 +56,8 @@ import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
 import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
 import Herd.Closure
 import Herd.Core.Error (HerdError (..))
-import Herd.Evolve (StateId, addStatesRaw, defaultEvolveOptions, evolveRaw, releaseStatesRaw)
+import Herd.Evolve (StateId, defaultEvolveOptions, evolveRaw)
+import Herd.Evolve.Population (addStatesRaw, releaseStatesRaw)
 import Herd.Evolve.Function (EvolveRunner (..))
 import Herd.Master (Cluster)
 import Herd.Wire.Value (decodeValueIO, valueEncoder)
@@ -135,7 +136,7 @@ refQuery f = Closure
 -- anything (Ray's @put@).
 putRefs :: Store a => Cluster -> [a] -> IO [Ref a]
 putRefs cluster xs = do
-  ids <- addStatesRaw defaultEvolveOptions cluster (map encode xs)
+  ids <- addStatesRaw Nothing cluster (map encode xs)
   mapM (newIORef . Just) ids >>= pure . map Ref
 
 -- | Run the function on each referenced value with its argument, where the
@@ -156,7 +157,7 @@ queryRefs cluster f pairs = do
 farmRefs :: Cluster -> StaticPtr (RefTask a b) -> [a] -> IO [Ref b]
 farmRefs cluster f xs = do
   let RefCodecs enc = closureCodecs (deRefStaticPtr f)
-  ids <- addStatesRaw defaultEvolveOptions cluster (map enc xs)
+  ids <- addStatesRaw Nothing cluster (map enc xs)
   (out, _) <- evolveRaw defaultEvolveOptions cluster (closureRef f) valueEncoder (\_ -> pure ())
                         (M.fromList [ (i, False) | i <- ids ])
   forM ids $ \i -> case M.lookup i out of

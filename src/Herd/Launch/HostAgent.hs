@@ -44,14 +44,15 @@ import qualified Data.ByteString.Lazy as BL
 import Data.IORef
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
-import Data.Word (Word32, Word64)
+import Data.Word (Word32)
 import Herd.Auth
 import Herd.BuildId (buildIdentity)
 import Herd.Core.Bytes (bytesBE)
 import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.Core.Wire
 import Herd.Core.Wire.Host
-import Herd.Wire.HostEntry (controlEncoder, entryEncoder, heldSharePackets, workerPacketOf)
+import Herd.Wire.HostEntry (controlEncoder, entryEncoder, workerPacketOf)
+import Herd.Launch.AgentShares
 import Herd.Log (logToStderr)
 import Herd.Master.EpollReader (newEpollReader)
 import Herd.Master.Reader
@@ -123,10 +124,7 @@ serveHost secret build j conn action = do
   tokens <- newIORef (0 :: Word32)
   lost <- newEmptyMVar
   limitRef <- newIORef NoHostLimit
-  -- shared values ("Herd.Core.Shared"): those whole, as their packets to a
-  -- worker, and those arriving (size, bytes so far, pieces newest first)
-  sharesRef <- newIORef (M.empty :: M.Map Word64 [[B.ByteString]])
-  arrivingRef <- newIORef (M.empty :: M.Map Word64 (Int, Int, [B.ByteString]))
+  shares <- newAgentShares   -- shared values, for its workers ("Herd.Core.Shared")
   heldRef <- newIORef S.empty
   (reader, release) <- newEpollReader (joinedMaxFrame j + 1024) (void (try (flushIdle hostSender) :: IO (Either SomeException ())))
   let control c = sendMessageTail hostSender Urgent (controlEncoder c) B.empty
@@ -177,7 +175,7 @@ serveHost secret build j conn action = do
           -- master sends it
           n <- M.size <$> readIORef locals
           budgetPacket (n + 1) >>= mapM_ (toLocal l)
-          readIORef sharesRef >>= mapM_ (toLocalParts l) . concat . M.elems
+          heldShares shares >>= mapM_ (toLocalParts l)
           modifyIORef' locals (M.insert (fromIntegral wid) l)
           putMVar mv (fromIntegral wid, l)
       onHostEntry entry = case decodeEntry entry of
@@ -198,22 +196,11 @@ serveHost secret build j conn action = do
                 writeIORef limitRef l
                 ls <- M.elems <$> readIORef locals
                 budgetPacket (length ls) >>= mapM_ (\p -> mapM_ (`toLocal` p) ls)
-              Right (HostShare n total piece) -> do
-                let !kept = B.copy piece   -- the packet's buffer is reused
-                (size, got, pieces) <- M.findWithDefault (fromIntegral total, 0, []) n <$> readIORef arrivingRef
-                let got' = got + B.length kept
-                if size /= fromIntegral total || got' > size
-                  then hostLost ("the master sent a piece of shared value " ++ show n ++ " that does not fit its size")
-                  else if got' < size
-                    then modifyIORef' arrivingRef (M.insert n (size, got', kept : pieces))
-                    else do
-                      modifyIORef' arrivingRef (M.delete n)
-                      packets <- heldSharePackets n size (reverse (kept : pieces))
-                      modifyIORef' sharesRef (M.insert n packets)
-                      readIORef locals >>= mapM_ (\l -> mapM_ (toLocalParts l) packets) . M.elems
-              Right (HostUnshare n) -> do
-                modifyIORef' sharesRef (M.delete n)
-                modifyIORef' arrivingRef (M.delete n)
+              Right (HostShare n total piece) -> sharePieceCame shares n total piece >>= \came -> case came of
+                Left why -> hostLost why
+                Right (Just packets) -> readIORef locals >>= mapM_ (\l -> mapM_ (toLocalParts l) packets) . M.elems
+                Right Nothing -> pure ()
+              Right (HostUnshare n) -> forgetShare shares n
               Right other -> logToStderr ("herd agent: the master sent " ++ show other ++ ", which only a host sends")
               Left why -> logToStderr ("herd agent: bad control message from the master: " ++ why)
           | otherwise -> M.lookup (fromIntegral slot) <$> readIORef locals >>= mapM_ (`toLocal` body)

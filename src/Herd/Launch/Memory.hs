@@ -25,6 +25,7 @@ module Herd.Launch.Memory
   ) where
 
 import Control.Concurrent (threadDelay)
+import Control.Concurrent.MVar (withMVar)
 import Control.Concurrent.Async (withAsync)
 import Control.Concurrent.STM
 import Control.Exception (IOException, try)
@@ -40,8 +41,9 @@ import Herd.Core.Launch.MemoryPolicy (MemoryVerdict (..), memoryVerdict)
 import Data.IORef
 import Herd.Core.Master.Events (Event (..))
 import Herd.Core.Master.Workers (WorkerInfo (..))
-import Herd.Master.Shell (Shell, shellHoldBudgets, shellStep, shellWorkers)
-import Herd.Master.ShellState (Shell (shMemory))
+import Herd.Master.Shell (Shell, shellStep, shellWorkers)
+import Herd.Master.Link (WorkerLink (..), sendHoldBudget, trySync)
+import Herd.Master.ShellState (Shell (..), ShellState (..))
 import System.Posix.Signals (sigKILL, signalProcess)
 
 -- | How often each watched worker's memory is read: 0.2 s.
@@ -111,3 +113,10 @@ withMemoryWatch cfg sh localWorkers body = do
           shellStep sh True [LinkDown w fault]
           _ <- try (signalProcess sigKILL (fromIntegral pid)) :: IO (Either IOException ())
           pure ()
+
+-- Tell every worker on a link of its own the budget for the shared values
+-- it keeps in memory under this memory limit (those linking later hear
+-- it as they link, "Herd.Master.Shell").
+shellHoldBudgets :: Shell -> Int -> IO ()
+shellHoldBudgets sh limit = withMVar (shState sh) $ \ss ->
+  forM_ [ l | l <- M.elems (ssLinks ss), Nothing <- [wlHost l] ] $ \l -> trySync (sendHoldBudget l limit)

@@ -18,6 +18,7 @@ module Herd.Master.Link
   , WorkerLink (..)
   , stopWriting
   , trySync
+  , sendHoldBudget
   ) where
 
 import Control.Concurrent (forkIO)
@@ -28,6 +29,10 @@ import qualified Data.ByteString as B
 import Herd.Config
 import Herd.Core.Packet.Policy (PacketPolicy)
 import Herd.Packet
+import Herd.Core.Launch.MemoryPolicy (heldBudget)
+import Herd.Core.Packet.Policy (Urgency (..))
+import Herd.Core.Wire (ToWorker (..))
+import Herd.Wire.Encode (toWorkerParts)
 import Herd.Transport
 
 -- | A worker's link as the shell drives it.
@@ -130,3 +135,9 @@ trySync act = do
   case r of
     Left e | Just (_ :: SomeAsyncException) <- fromException e -> throwIO e
     _ -> pure r
+
+-- | Tell a worker on a link of its own its budget for the shared values
+-- it keeps in memory under this memory limit ('heldBudget').
+sendHoldBudget :: WorkerLink -> Int -> IO ()
+sendHoldBudget l limit =
+  let (enc, tl) = toWorkerParts (HoldBudget (fromIntegral (heldBudget limit))) in sendMessageTail (wlSender l) Urgent enc tl

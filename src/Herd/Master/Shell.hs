@@ -29,7 +29,6 @@ module Herd.Master.Shell
   , shellRegister
   , joinLink
   , addWorkerLink
-  , shellHoldBudgets
   , deliver
   , deliverEvents
   , packetEvents
@@ -73,9 +72,6 @@ import Herd.Packet
 import Herd.Core.Scheduler (WorkerId)
 import Herd.Transport
 import Herd.Core.Wire
-import Herd.Core.Launch.MemoryPolicy (heldBudget)
-import Herd.Core.Packet.Policy (Urgency (..))
-import Herd.Wire.Encode (toWorkerParts)
 
 -- | Step the core with these events. With 'True' every link with buffered
 -- messages is flushed afterwards; with 'False' they wait for the reader's
@@ -163,16 +159,6 @@ addWorkerLink sh wid info link received startReading =
       t <- monotonicSeconds
       ss' <- runEvents sh t ss { ssLinks = M.insert wid link (ssLinks ss) } [LinkUp wid] >>= handOver >>= flushTouched
       pure (ss', True)
-
--- | Tell every worker on a link of its own the budget for the shared
--- values it keeps in memory under this memory limit ('heldBudget').
-shellHoldBudgets :: Shell -> Int -> IO ()
-shellHoldBudgets sh limit = withMVar (shState sh) $ \ss ->
-  forM_ [ l | l <- M.elems (ssLinks ss), Nothing <- [wlHost l] ] $ \l -> trySync (sendHoldBudget l limit)
-
-sendHoldBudget :: WorkerLink -> Int -> IO ()
-sendHoldBudget l limit =
-  let (enc, tl) = toWorkerParts (HoldBudget (fromIntegral (heldBudget limit))) in sendMessageTail (wlSender l) Urgent enc tl
 
 -- | One packet from a worker: check its structure, count it, and step
 -- the core with its messages ('Left': it was bad, and the core was told).
