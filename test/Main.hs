@@ -18,6 +18,7 @@ import qualified DocsSpec
 import qualified MemorySpec
 import qualified SharedSpec
 import qualified ReduceSpec
+import qualified KMeansSpec
 import qualified RefsSpec
 import qualified DashboardSpec
 import qualified LogSpec
@@ -63,6 +64,7 @@ main = do
       CoreSpec.spec
       SharedSpec.spec
       ReduceSpec.spec
+      KMeansSpec.spec
       RefsSpec.spec
       WorkerStepSpec.spec
       PacketSpec.spec
