@@ -167,6 +167,7 @@ command w cmd = case cmd of
   Note _ -> pure w
   ShareTo x n _ -> problem ("worker " ++ show x ++ " was sent shared value " ++ show n ++ ", which nobody shared")
   Unshared n -> problem ("shared value " ++ show n ++ " was unshared, which nobody shared")
+  ExchangeEnded x _ -> problem ("keyed reduction " ++ show x ++ " ended, which nobody started")
   where
     toWorker x item = deliverTo x item w
     problem p = pure w { wProblems = p : wProblems w }

@@ -19,6 +19,7 @@ import qualified MemorySpec
 import qualified SharedSpec
 import qualified ReduceSpec
 import qualified KMeansSpec
+import qualified ExchangeSpec
 import qualified RefsSpec
 import qualified DashboardSpec
 import qualified LogSpec
@@ -65,6 +66,7 @@ main = do
       SharedSpec.spec
       ReduceSpec.spec
       KMeansSpec.spec
+      ExchangeSpec.spec
       RefsSpec.spec
       WorkerStepSpec.spec
       PacketSpec.spec

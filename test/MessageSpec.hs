@@ -30,6 +30,7 @@ toWorkerIndex m = case m of
   StreamCredit {} -> 6; StreamClose {} -> 7; StatesReset -> 8; StateAdd {} -> 9; EvolveWith {} -> 10
   EvolveState {} -> 11; StateRelease {} -> 12; StateReplay {} -> 13; Ping {} -> 14
   SharePart {} -> 15; ShareDrop {} -> 16; HoldBudget {} -> 17
+  GroupRun {} -> 18; PartIn {} -> 19; PartitionCombine {} -> 20; ExchangeEnd {} -> 21
 
 fromWorkerIndex :: FromWorker -> Int
 fromWorkerIndex m = case m of
@@ -38,6 +39,8 @@ fromWorkerIndex m = case m of
   EvolveRejected {} -> 10; StateReleased {} -> 11; StateKept {} -> 12; StateMissing {} -> 13
   StatesCleared -> 14; StateReplayed {} -> 15; Pong {} -> 16; ShareHeld {} -> 17
   ShareDropped {} -> 18; ShareSpilled {} -> 19
+  Forward {} -> 20; GroupSent {} -> 21; GroupThrew {} -> 22; PartHeld {} -> 23; PartitionDone {} -> 24
+  PartitionThrew {} -> 25
 
 bytes :: Gen B.ByteString
 bytes = B.pack <$> resize 40 arbitrary
@@ -57,7 +60,10 @@ genToWorker = oneof
   , StateAdd <$> arbitrary <*> bytes, EvolveWith <$> ref, EvolveState <$> arbitrary <*> bytes
   , StateRelease <$> arbitrary
   , StateReplay <$> arbitrary <*> bytes <*> resize 4 (listOf ((,,) <$> ref <*> bytes <*> arbitrary))
-  , Ping <$> arbitrary <*> bytes, SharePart <$> arbitrary <*> arbitrary <*> bytes, ShareDrop <$> arbitrary, HoldBudget <$> arbitrary ]
+  , Ping <$> arbitrary <*> bytes, SharePart <$> arbitrary <*> arbitrary <*> bytes, ShareDrop <$> arbitrary, HoldBudget <$> arbitrary
+  , GroupRun <$> arbitrary <*> arbitrary <*> ref <*> arbitrary <*> resize 5 (listOf arbitrary) <*> bytes
+  , PartIn <$> arbitrary <*> arbitrary <*> arbitrary <*> bytes
+  , PartitionCombine <$> arbitrary <*> arbitrary <*> ref <*> arbitrary, ExchangeEnd <$> arbitrary ]
 
 genFromWorker :: Gen FromWorker
 genFromWorker = oneof
@@ -68,7 +74,10 @@ genFromWorker = oneof
   , EvolveThrew <$> arbitrary <*> text, EvolveRejected <$> text, StateReleased <$> arbitrary <*> bytes
   , StateKept <$> arbitrary, StateMissing <$> arbitrary, pure StatesCleared, StateReplayed <$> arbitrary
   , Pong <$> arbitrary, ShareHeld <$> arbitrary, ShareDropped <$> arbitrary
-  , ShareSpilled <$> arbitrary ]
+  , ShareSpilled <$> arbitrary
+  , Forward <$> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary <*> bytes, GroupSent <$> arbitrary <*> arbitrary
+  , GroupThrew <$> arbitrary <*> arbitrary <*> text, PartHeld <$> arbitrary <*> arbitrary <*> arbitrary
+  , PartitionDone <$> arbitrary <*> arbitrary <*> bytes, PartitionThrew <$> arbitrary <*> arbitrary <*> text ]
 
 spec :: Spec
 spec = describe "every protocol message" $ do
@@ -102,8 +111,8 @@ spec = describe "every protocol message" $ do
   it "has a generator for every constructor" $ do
     ts <- generate (vectorOf 3000 genToWorker)
     fs <- generate (vectorOf 3000 genFromWorker)
-    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 17]
-    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 19]
+    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 21]
+    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 25]
 
 -- The report as the general decoder reads it (tag byte skipped).
 generalEvolved :: Get (Word64, Word64, [(Word64, B.ByteString)])

@@ -13,7 +13,9 @@ import Herd.Reduce (reduceGroups)
 import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec
 import Test.QuickCheck
-import TestTasks (showReducer, slowCountPairs, slowCountReducer)
+import TestTasks (orderedKeyedReducer, showReducer, slowCountPairs, slowCountReducer, throwingKeyedReducer)
+import Control.Exception (try)
+import Data.List (isInfixOf)
 
 spec :: Spec
 spec = describe "reductions on the workers" $ do
@@ -30,6 +32,24 @@ spec = describe "reductions on the workers" $ do
       farmReduce cluster showReducer [1 .. 500] `shouldReturn` Just (concatMap (\x -> show x ++ ",") [1 .. 500 :: Int])
       farmReduce cluster showReducer [] `shouldReturn` Nothing
       farmReduce cluster showReducer [7] `shouldReturn` Just "7,"
+
+  it "exchanges keyed parts between the workers and combines each key's values in input order" $ do
+    let cfg = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "reduce-spec-secret-0123456789") }
+    withCluster cfg $ \cluster -> do
+      True <- waitForWorkers cluster 2 30
+      let xs = [1 .. 300 :: Int]
+      reduceByKey cluster orderedKeyedReducer xs
+        `shouldReturn` M.fromListWith (flip (++)) [ (x `mod` 3, show x ++ ",") | x <- xs ]
+      reduceByKey cluster orderedKeyedReducer [] `shouldReturn` M.empty
+      outcome <- try (reduceByKey cluster throwingKeyedReducer [1 .. 100])
+      case outcome of
+        Left (TaskFailed i _ why) -> do
+          -- 37 is input 36: its group (2 workers, 8 groups of 12 or 13) starts at input 25
+          i `shouldBe` 25
+          why `shouldSatisfy` ("no 37 here" `isInfixOf`)
+        other -> expectationFailure ("expected the throw to fail the call, got " ++ show other)
+      -- the cluster is whole for the next call
+      reduceByKey cluster orderedKeyedReducer [4, 5] `shouldReturn` M.fromList [(1, "4,"), (2, "5,")]
 
   it "gives the exact counts per key when a worker is killed mid-job" $ do
     let cfg = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "reduce-spec-secret-0123456789") }

@@ -23,6 +23,8 @@ module TestTasks
   , showReducer
   , slowCountReducer
   , slowCountPairs
+  , orderedKeyedReducer
+  , throwingKeyedReducer
   , refSquare
   , refSlowInc
   , refPlus
@@ -222,6 +224,15 @@ slowCountPairs (doc, _) = [(doc `mod` 7, 1), (100 + doc `mod` 3, doc)]
 -- | 'slowCountPairs' after sleeping the milliseconds given, summed per key.
 slowCountReducer :: StaticPtr (KeyedReducer (Int, Int) Int Int)
 slowCountReducer = static (keyedReducer (\x@(_, ms) -> unsafePerformIO (threadDelay (ms * 1000)) `seq` slowCountPairs x) (+))
+
+-- | Each input's text under its residue mod 3, joined in input order: a
+-- combining function that is associative but not commutative.
+orderedKeyedReducer :: StaticPtr (KeyedReducer Int Int String)
+orderedKeyedReducer = static (keyedReducer (\x -> [(x `mod` 3, show x ++ ",")]) (++))
+
+-- | Counts inputs, but throws on 37.
+throwingKeyedReducer :: StaticPtr (KeyedReducer Int Int Int)
+throwingKeyedReducer = static (keyedReducer (\x -> if x == 37 then error "no 37 here" else [(x `mod` 5, 1)]) (+))
 
 -- | A square whose result stays on its worker.
 refSquare :: StaticPtr (RefTask Int Int)

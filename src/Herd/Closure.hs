@@ -31,7 +31,7 @@ import qualified Data.Map.Strict as M
 import Herd.Core.Base (TaskRef (..))
 
 -- | What a closure is for: the message that names it must agree.
-data ClosureKind = TaskClosure | ProcessClosure | EvolverClosure
+data ClosureKind = TaskClosure | ProcessClosure | EvolverClosure | ReducerClosure
   deriving (Eq, Show)
 
 -- | A function a worker can run: @c@ is the caller's side (codecs), @r@
@@ -91,6 +91,7 @@ describeClosureError e = case e of
       TaskClosure -> "task"
       ProcessClosure -> "stream process"
       EvolverClosure -> "evolve function"
+      ReducerClosure -> "keyed reducer"
 
 -- | Find the runner of a closure of this kind in this binary's static
 -- pointer table, checking its kind and its types. Sound because the

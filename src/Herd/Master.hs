@@ -52,6 +52,8 @@ module Herd.Master
     -- * Evolve sessions (used by "Herd.Evolve")
   , runSession
   , clusterRegistry
+    -- * Keyed reductions (used by "Herd.Reduce")
+  , runExchange
     -- * Raw links (for the latency benchmark)
   , withRawWorker
   ) where
@@ -73,6 +75,8 @@ import Herd.Launch.Process (Launch (..))
 import Herd.Launch.Slurm (slurmTaskCount)
 import Herd.Master.Accept
 import Herd.Core.Master.Events (Event (..), FarmJob (..))
+import Herd.Core.Exchange (ExchangeJob (..))
+import qualified Data.ByteString as B
 import Herd.Epoll (epollAvailable)
 import Herd.Master.EpollReader
 import Herd.HeapReserve (heapReserveBytes, reserveHeap)
@@ -95,7 +99,6 @@ import Herd.Task (TaskRef (..), tryUser)
 import Herd.Transport
 import Herd.Transport.Tcp
 import Herd.Transport.Tls (newTlsIdentity, tlsAccept)
-import qualified Data.ByteString as B
 import Herd.Transport.Unix (listenUnix, acceptUnix)
 import Herd.Worker (serveIfWorker)
 import Network.Socket (close)
@@ -279,6 +282,18 @@ runSession cluster req answer wait = do
   sid <- freshId cluster
   shellRegister (clShell cluster) True (RegisterSession sid answer) [SessionStart sid req]
   wait `onException` shellRegister (clShell cluster) True (ForgetSession sid) [SessionCancel sid]
+
+-- | Run a keyed reduction ("Herd.Core.Exchange") of these encoded groups
+-- with this reducer on the live workers, and wait for each partition's
+-- combined bytes. A caller interrupted while waiting cancels it.
+runExchange :: Cluster -> TaskRef -> [B.ByteString] -> IO (Either HerdError [B.ByteString])
+runExchange cluster ref groups = do
+  awaitSomeWorker cluster
+  xid <- freshId cluster
+  answer <- newEmptyMVar
+  let job = ExchangeJob ref groups (configMaxTaskDeaths (clConfig cluster))
+  shellRegister (clShell cluster) True (RegisterExchange xid (void . tryPutMVar answer)) [ExchangeStart xid job]
+  takeMVar answer `onException` shellRegister (clShell cluster) True (ForgetExchange xid) [ExchangeCancel xid]
 
 -- | Start a master with one local worker whose link is handed to the body
 -- instead of to the master's core: for measuring the link itself (the

@@ -1,13 +1,18 @@
 -- | Reductions combined on the workers: 'farmReduce' maps a function over
 -- a list and combines the results with an associative function, and
 -- 'reduceByKey' does the same per key (word counts, histograms, group-by
--- sums). Either way the inputs are cut into groups, a few per worker; a
--- worker maps and combines a whole group, so only one partial result per
--- group crosses back to the master, which combines those. A job whose
--- results are many small values that combine into few (a sum, counts over
--- a vocabulary) moves and merges a fraction of what collecting every
--- result at the master would, and the combining runs on every worker at
--- once.
+-- sums). Either way the inputs are cut into groups, a few per worker, and
+-- a worker maps and combines a whole group.
+--
+-- * 'farmReduce' sends each group's one partial result to the master,
+--   which combines those.
+-- * 'reduceByKey' exchanges between the workers ("Herd.Core.Exchange"):
+--   a worker cuts its group's map into one part per partition of the keys
+--   and sends each part straight to the worker that owns the partition
+--   (the master's links relay it; its core never reads the bytes); each
+--   owner combines its partition's parts, and only the final maps come to
+--   the caller, each key once. The combining runs on every worker at once
+--   and the master merges nothing.
 --
 -- > wordsOf :: Doc -> [(T.Text, Int)]
 -- > countTask :: StaticPtr (KeyedReducer Doc T.Text Int)
@@ -18,9 +23,9 @@
 -- Promises: the answer is the one a single process would give, for any
 -- associative combining function (a commutative one is not needed: groups
 -- are cut in input order and combined in that order); a lost worker's
--- groups run again elsewhere, as any farm task's, so kills change nothing
--- in the answer; an exception in the function fails the call naming the
--- group's first input.
+-- groups run again elsewhere and a lost owner's partitions are sent again
+-- to a live worker, so kills change nothing in the answer; an exception
+-- in the function fails the call naming the group's first input.
 module Herd.Reduce
   ( Reducer
   , Combining
@@ -32,6 +37,8 @@ module Herd.Reduce
   , reduceGroups
   ) where
 
+import Control.Exception (throwIO)
+import Control.Monad (forM)
 import Data.List (foldl', foldl1')
 import qualified Data.Map.Strict as M
 import Data.Store (Store)
@@ -39,7 +46,10 @@ import Data.Typeable (Typeable)
 import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
 import Herd.Closure (Closure (..), closureRef)
 import Herd.Farm (TaskFn (..), farmFn)
-import Herd.Master (Cluster, clusterWorkerCount)
+import Herd.Core.Error (HerdError (..))
+import Herd.Master (Cluster, clusterWorkerCount, runExchange)
+import Herd.Reduce.Keyed (KeyedCodecs (..), KeyedReducer, keyedReducer)
+import Herd.Task (TaskRef (..))
 import Herd.Task (Runner, TaskCodecs, task)
 
 -- | What the caller of a reduction needs: the group task's codecs and the
@@ -68,22 +78,27 @@ reducer f op = withCombining (task (\xs -> if null xs then Nothing else Just (fo
 farmReduce :: Cluster -> StaticPtr (Reducer a b) -> [a] -> IO (Maybe b)
 farmReduce = reduceWith Nothing
 
--- | A function from an input to (key, value) pairs and an associative way
--- to combine two values of one key, as a task over a group of inputs.
--- Build one with 'keyedReducer' inside a @static@ form.
-type KeyedReducer a k v = Closure (Combining a (M.Map k v)) Runner
-
--- | Each group's pairs combined by key on the worker that ran it.
-keyedReducer :: (Ord k, Store a, Store k, Store v, Typeable a, Typeable k, Typeable v)
-             => (a -> [(k, v)]) -> (v -> v -> v) -> KeyedReducer a k v
-keyedReducer f op = withCombining (task (foldl' (\m x -> foldl' add m (f x)) M.empty)) (M.unionWith op)
-  where add acc (k, v) = M.insertWith (flip op) k v acc
-{-# INLINE keyedReducer #-}
-
 -- | Every input's pairs, combined by key: each group on its worker, then
--- the groups' maps here, in input order.
-reduceByKey :: Cluster -> StaticPtr (KeyedReducer a k v) -> [a] -> IO (M.Map k v)
-reduceByKey = reduceWith M.empty
+-- each partition of the keys on the worker that owns it; the partitions'
+-- maps come back here.
+reduceByKey :: Ord k => Cluster -> StaticPtr (KeyedReducer a k v) -> [a] -> IO (M.Map k v)
+reduceByKey cluster ptr xs = do
+  let codecs = closureCodecs (deRefStaticPtr ptr)
+      ref = closureRef ptr
+      name = refName ref
+  workers <- clusterWorkerCount cluster
+  let groups = reduceGroups workers xs
+      firstInput = M.fromList (zip [0 ..] (scanl (+) 0 (map length groups)))
+      inputOf g = M.findWithDefault 0 g firstInput
+  if null groups then pure M.empty else do
+    encoded <- forM (zip [0 ..] groups) $ \(g, group) ->
+      encodeGroup codecs group >>= either (throwIO . ArgumentError (inputOf g) name) pure
+    answer <- runExchange cluster ref encoded
+    case answer of
+      Left (TaskFailed g _ why) -> throwIO (TaskFailed (inputOf g) name why)
+      Left (TaskKilledWorkers g _ n why) -> throwIO (TaskKilledWorkers (inputOf g) name n why)
+      Left err -> throwIO err
+      Right parts -> M.unions <$> mapM (either (throwIO . ResultDecodeError 0 name) pure . decodePartition codecs) parts
 
 -- A task with the combining function beside its codecs.
 withCombining :: Closure (TaskCodecs [a] b) Runner -> (b -> b -> b) -> Closure (Combining a b) Runner

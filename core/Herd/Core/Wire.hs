@@ -106,6 +106,17 @@ decodeToWorkerSlow = runGet $ do
       | tag == tagSharePart -> SharePart <$> getWord64 <*> getWord64 <*> getRest
       | tag == tagShareDrop -> ShareDrop <$> getWord64
       | tag == tagHoldBudget -> HoldBudget <$> getWord64
+      | tag == tagGroupRun -> do
+          xid <- getWord64
+          g <- getWord32
+          ref <- getRef
+          parts <- getWord32
+          n <- getCount 12
+          targets <- replicateM n ((,) <$> getWord32 <*> getWord64)
+          GroupRun xid g ref parts targets <$> getRest
+      | tag == tagPartIn -> PartIn <$> getWord64 <*> getWord32 <*> getWord32 <*> getRest
+      | tag == tagPartitionCombine -> PartitionCombine <$> getWord64 <*> getWord32 <*> getRef <*> getWord32
+      | tag == tagExchangeEnd -> ExchangeEnd <$> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 
 -- | Decode one message to the master (a value inside is a slice of the input).
@@ -148,5 +159,11 @@ decodeFromWorkerSlow = runGet $ do
       | tag == tagShareHeld -> ShareHeld <$> getWord64
       | tag == tagShareDropped -> ShareDropped <$> getWord64
       | tag == tagShareSpilled -> ShareSpilled <$> getWord64
+      | tag == tagForward -> Forward <$> getWord64 <*> getWord64 <*> getWord32 <*> getWord32 <*> getRest
+      | tag == tagGroupSent -> GroupSent <$> getWord64 <*> getWord32
+      | tag == tagGroupThrew -> GroupThrew <$> getWord64 <*> getWord32 <*> getText
+      | tag == tagPartHeld -> PartHeld <$> getWord64 <*> getWord32 <*> getWord32
+      | tag == tagPartitionDone -> PartitionDone <$> getWord64 <*> getWord32 <*> getRest
+      | tag == tagPartitionThrew -> PartitionThrew <$> getWord64 <*> getWord32 <*> getText
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 

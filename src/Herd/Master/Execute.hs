@@ -93,6 +93,11 @@ execute sh (ss, fed) cmd = case cmd of
       answer outcome
       pure (ss { ssSessions = M.delete sid (ssSessions ss) }, fed)
     Nothing -> pure (ss, fed)   -- its caller gave up
+  ExchangeEnded xid outcome -> case M.lookup xid (ssExchanges ss) of
+    Just answer -> do
+      answer outcome
+      pure (ss { ssExchanges = M.delete xid (ssExchanges ss) }, fed)
+    Nothing -> pure (ss, fed)   -- its caller gave up
   Drop w _ -> case M.lookup w (ssLinks ss) of
     Nothing -> pure (ss, fed)
     Just l -> do

@@ -72,6 +72,7 @@ import Herd.Packet
 import Herd.Core.Scheduler (WorkerId)
 import Herd.Transport
 import Herd.Core.Wire
+import Herd.Core.Packet.Policy (Urgency (..))
 
 -- | Step the core with these events. With 'True' every link with buffered
 -- messages is flushed afterwards; with 'False' they wait for the reader's
@@ -96,6 +97,8 @@ stepUnderLock sh flushNow reg events = modifyMVar (shState sh) $ \ss0 -> do
         RegisterFarm jid spec news -> ss0 { ssFarms = M.insert jid (spec, news) (ssFarms ss0) }
         RegisterSession sid answer -> ss0 { ssSessions = M.insert sid answer (ssSessions ss0) }
         ForgetSession sid -> ss0 { ssSessions = M.delete sid (ssSessions ss0) }
+        RegisterExchange xid answer -> ss0 { ssExchanges = M.insert xid answer (ssExchanges ss0) }
+        ForgetExchange xid -> ss0 { ssExchanges = M.delete xid (ssExchanges ss0) }
         RegisterStream sid ends reply -> ss0 { ssStreams = M.insert sid ends (ssStreams ss0)
                                              , ssOpening = M.insert sid reply (ssOpening ss0) }
         Forget jid sid -> ss0 { ssFarms = maybe id M.delete jid (ssFarms ss0)
@@ -250,6 +253,13 @@ runEvents sh t ss (LinkDown w why : es) | M.member w (ssLinks ss) = do
   n <- lossAwaited hooks
   ss1 <- runEvents1 sh t ss (WorkersAwaited n) []
   runEvents1 sh t ss1 (LinkDown w why) es
+runEvents sh t ss (Received _ (Forward dest xid g j part) : es) = do
+  -- a reduction's part for another worker: relayed by the link layer,
+  -- its bytes never reach the core; one for a worker gone is dropped
+  -- (the core sends the part again to the partition's next owner)
+  let to = fromIntegral dest
+  (ss', _) <- if M.member to (ssLinks ss) then execute sh (ss, []) (Send to Bulk (PartIn xid g j part)) else pure (ss, [])
+  runEvents sh t ss' es
 runEvents sh t ss (e : es) = runEvents1 sh t ss e es
 
 runEvents1 :: Shell -> Double -> ShellState -> Event -> [Event] -> IO ShellState

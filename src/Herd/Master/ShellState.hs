@@ -52,6 +52,8 @@ data ShellState = ShellState
   , ssShareSends :: !(Int, Int)
     -- ^ shared values put on a link (a worker's own, or a host's once for
     -- all its workers) since the start, and their bytes
+  , ssExchanges :: !(M.Map Word64 (Either HerdError [B.ByteString] -> IO ()))
+    -- ^ keyed reductions' callers' answers ("Herd.Core.Exchange")
   }
 
 -- | The shell of one cluster.
@@ -92,12 +94,14 @@ data Registration
   | RegisterSession !Word64 (Either HerdError SessionOutcome -> IO ())
   | Forget !(Maybe JobId) !(Maybe Word64)   -- ^ the caller of a farm or a stream went away
   | ForgetSession !Word64                   -- ^ the caller of a session went away
+  | RegisterExchange !Word64 (Either HerdError [B.ByteString] -> IO ())
+  | ForgetExchange !Word64                  -- ^ the caller of a keyed reduction went away
   | NoRegistration
 
 -- | A shell with no links; its reader is set with 'setReader' before any
 -- link joins.
 newShell :: Config -> IO Shell
-newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty M.empty (0, 0))
+newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty M.empty (0, 0) M.empty)
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
                          <*> newIORef noCounters <*> newIORef noLossHooks <*> newTVarIO (Nothing, M.empty) <*> newTVarIO M.empty
                          <*> newTVarIO 0

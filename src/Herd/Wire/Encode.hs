@@ -41,6 +41,13 @@ toWorkerParts msg = case msg of
   SharePart n total piece -> (built' (putWord8 tagSharePart <> putWord64 n <> putWord64 total), piece)
   ShareDrop n -> (taggedHead tagShareDrop n, B.empty)
   HoldBudget b -> (taggedHead tagHoldBudget b, B.empty)
+  GroupRun xid g ref parts targets args ->
+    ( built' (putWord8 tagGroupRun <> putWord64 xid <> putWord32 g <> putRef ref <> putWord32 parts
+              <> putWord32 (fromIntegral (length targets)) <> foldMap (\(j, w) -> putWord32 j <> putWord64 w) targets)
+    , args )
+  PartIn xid g j part -> (built' (putWord8 tagPartIn <> putWord64 xid <> putWord32 g <> putWord32 j), part)
+  PartitionCombine xid j ref groups -> built (putWord8 tagPartitionCombine <> putWord64 xid <> putWord32 j <> putRef ref <> putWord32 groups)
+  ExchangeEnd xid -> (taggedHead tagExchangeEnd xid, B.empty)
   Args k v -> built (putWord8 tagArgs <> putWord32 k <> BB.byteString v)
   StreamIn sid k v -> built (putWord8 tagStreamIn <> putWord64 sid <> putWord32 k <> BB.byteString v)
   RunBatch bid ref count -> built (putWord8 tagRunBatch <> putWord64 bid <> putRef ref <> putWord32 count)
@@ -81,6 +88,12 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   ShareHeld n -> putWord8 tagShareHeld <> putWord64 n
   ShareDropped n -> putWord8 tagShareDropped <> putWord64 n
   ShareSpilled n -> putWord8 tagShareSpilled <> putWord64 n
+  Forward dest xid g j part -> putWord8 tagForward <> putWord64 dest <> putWord64 xid <> putWord32 g <> putWord32 j <> BB.byteString part
+  GroupSent xid g -> putWord8 tagGroupSent <> putWord64 xid <> putWord32 g
+  GroupThrew xid g why -> putWord8 tagGroupThrew <> putWord64 xid <> putWord32 g <> putText why
+  PartHeld xid g j -> putWord8 tagPartHeld <> putWord64 xid <> putWord32 g <> putWord32 j
+  PartitionDone xid j v -> putWord8 tagPartitionDone <> putWord64 xid <> putWord32 j <> BB.byteString v
+  PartitionThrew xid j why -> putWord8 tagPartitionThrew <> putWord64 xid <> putWord32 j <> putText why
 
 taggedStream :: Word8 -> Word64 -> Encoder -> Encoder
 taggedStream tag sid (Encoder n write) = Encoder (n + 9) $ \p -> do

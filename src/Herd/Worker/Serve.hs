@@ -28,6 +28,7 @@ import Data.Word (Word64)
 import Herd.Clock (monotonicSeconds)
 import Herd.Closure (cachedLookup)
 import Herd.Evolve.Holder (Holder, holderMessage, newHolder, stopHolder)
+import Herd.Worker.Exchange (ExchangeTable, exchangeMessage, isExchangeMessage, newExchangeTable)
 import Herd.Shared.Table (Assembly, dropShared, newAssembly, receivePiece, removeSpills, setHoldBudget, takeSpilled)
 import Herd.Packet
 import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..), policyEarlyCapacity)
@@ -65,6 +66,7 @@ data Serving = Serving
   , svHolder  :: !Holder  -- ^ evolve states ("Herd.Evolve.Holder")
   , svScratch :: !Scratch -- ^ the results of the run of arguments in progress
   , svShares  :: !Assembly -- ^ shared values arriving ("Herd.Shared.Table")
+  , svExchange :: !ExchangeTable -- ^ keyed reductions' parts ("Herd.Worker.Exchange")
   }
 
 -- | Serve the master's packets on a joined link (this worker's number,
@@ -79,7 +81,7 @@ serve conn wid maxFrame policy window = do
   holder <- newHolder wid (\m -> sendMessage sender (fromWorkerUrgency m) (encodeFromWorker m))
   sv <- Serving sender <$> newIORef M.empty <*> newIORef M.empty <*> newIORef noBatch
                        <*> newIORef M.empty <*> newIORef 0 <*> pure window <*> pure holder <*> newScratch
-                       <*> newAssembly
+                       <*> newAssembly <*> newExchangeTable wid
   let loop = do
         frame <- recvFrame maxFrame conn `catch` \(e :: SomeException) ->
           failWith 4 ("connection to master broke: " ++ displayException e)
@@ -137,6 +139,10 @@ keepsBytes msg = case msg of
   SharePart {} -> False   -- its piece is copied
   ShareDrop {} -> False
   HoldBudget {} -> False
+  GroupRun {} -> False    -- its inputs are decoded and its parts encoded before it returns
+  PartIn {} -> False      -- its part is copied
+  PartitionCombine {} -> False
+  ExchangeEnd {} -> False
   _ -> True
 
 handleMessage :: Serving -> Pending -> ToWorker -> IO ()
@@ -190,7 +196,8 @@ handleMessage sv pending msg = case msg of
       Right False -> pure ()
   ShareDrop n -> dropShared (svShares sv) n >> send Urgent (ShareDropped n)
   HoldBudget b -> setHoldBudget (fromIntegral b) >> tellSpilled
-  _ -> holderMessage (svHolder sv) msg
+  _ | isExchangeMessage msg -> exchangeMessage (svExchange sv) send msg
+    | otherwise -> holderMessage (svHolder sv) msg
   where
     send u m = sendMessage (svSender sv) u (encodeFromWorker m)
     -- the new state is forced before its verdicts are carried out, so a

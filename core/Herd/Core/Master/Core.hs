@@ -50,6 +50,8 @@ import Herd.Core.Master.CoreState
 import Herd.Core.Master.Expect
 import Herd.Core.Master.Session
 import Herd.Core.Master.CoreFarm (endFarm, sched)
+import Herd.Core.Master.CoreExchange
+import Herd.Core.Exchange (exchangeOf)
 import Herd.Core.Monitor.Ledger
 import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Base (WorkerId, rangeSize)
@@ -82,12 +84,14 @@ advance now ev core = case ev of
                                                              , coreLedger = ledgerJoin now w (coreLedger core)
                                                              , coreShares = shares }
             (core2, out2) = sessionJoined now w core1
-        in (core2, [ ShareTo w n bytes | (n, bytes) <- shared ] ++ out1 ++ out2)
+            (core3, out3) = exchangesJoined w core2
+        in (core3, [ ShareTo w n bytes | (n, bytes) <- shared ] ++ out1 ++ out2 ++ out3)
   LinkDown w why -> linkDown now w True why core
   LinkBroken w why -> linkDown now w False why core
   WorkersAwaited n -> let (core1, out1) = sched now (S.WorkersAwaited n) core
                           (core2, out2) = sessionStarved now core1
-                      in (core2, out1 ++ out2)
+                          (core3, out3) = if n == 0 then exchangesStarved core2 else (core2, [])
+                      in (core3, out1 ++ out2 ++ out3)
   Tick | M.null (coreFarms core) -> (core, [])
        | otherwise -> sched now S.Tick core
   WorkerHeld w held
@@ -137,6 +141,8 @@ advance now ev core = case ev of
     | otherwise ->
         let (shares, sends) = shareAdd n bytes (M.keys (coreLinks core)) (coreShares core)
         in (core { coreShares = shares }, [ ShareTo w n bytes | w <- sends ])
+  ExchangeStart xid job -> startExchange xid job core
+  ExchangeCancel xid -> cancelExchange xid core
   Unshare n ->
     let (shares, sends) = shareRemove n (M.keys (coreLinks core)) (coreShares core)
     in (core { coreShares = shares }, [ Send w Urgent m | (w, m) <- sends ] ++ [ Unshared n | n `elem` sharesLive (coreShares core) ])
@@ -147,10 +153,11 @@ advance now ev core = case ev of
         (core1, ended) = case coreSession core of
           Just h -> (core { coreSession = Nothing }, [SessionEnded (coreSessionOf core) (Right (hostAbort ClusterClosed h))])
           Nothing -> (core, [])
-    in ( core1 { coreStopping = True, coreFarms = M.empty, coreStreams = M.empty
+        (core1', exchangesEnded) = stopExchanges core1
+    in ( core1' { coreStopping = True, coreFarms = M.empty, coreStreams = M.empty
                , coreSched = foldr (\jid s -> fst (S.step now (S.JobCancelled jid) s)) (coreSched core)
                                    (M.keys (coreFarms core)) }
-       , farms ++ streams ++ ended ++ stops )
+       , farms ++ streams ++ ended ++ exchangesEnded ++ stops )
   where
     withStream sid act = maybe (core, []) act (M.lookup sid (coreStreams core))
 
@@ -185,7 +192,9 @@ linkDown now w died fault core
           death = [ S.Death bid got why | died, Just (bid, got) <- [oldestDue (coreLinks core M.! w)] ]
           (core3, schedOut) = sched now (S.WorkerLost w (case death of { d : _ -> Just d; [] -> Nothing })) core2
           (core4, starvedOut) = sessionStarved now core3
-      in (core4, note ++ [Drop w fault] ++ ends ++ sessionOut ++ schedOut ++ starvedOut)
+          (core5, exchangeOut) = exchangesLost w died why core4
+          (core6, exStarvedOut) = if S.awaitedWorkers (coreSched core5) == 0 then exchangesStarved core5 else (core5, [])
+      in (core6, note ++ [Drop w fault] ++ ends ++ sessionOut ++ schedOut ++ starvedOut ++ exchangeOut ++ exStarvedOut)
 
 -- A message from a live worker.
 received :: Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
@@ -221,7 +230,8 @@ received now w msg core = case msg of
   ShareSpilled _ -> (core { coreShares = shareAnswer w msg (coreShares core) }, [])
   StateEvolved _ busyNs _ ->
     sessionMessage now w msg core { coreLedger = ledgerCredit w 0 0 1 (fromIntegral busyNs / 1e9) (coreLedger core) }
-  _ | isEvolveMessage msg -> sessionMessage now w msg core
+  _ | Just xid <- exchangeOf msg -> exchangeReceived xid w msg core
+    | isEvolveMessage msg -> sessionMessage now w msg core
     | otherwise -> (core, [])
   where
     link = M.findWithDefault noneExpected w (coreLinks core)

@@ -17,6 +17,7 @@ import Data.Maybe (isJust)
 import qualified Data.Map.Strict as M
 import Data.Word (Word64)
 import Herd.Core.Base (JobId, Range (..), TaskRef (..), WorkerId)
+import Herd.Core.Exchange (Exchange)
 import Herd.Core.Master.Events (FarmJob (..))
 import Herd.Core.Master.Expect (Expected)
 import Herd.Core.Master.Session (Hosted, SessionView, hostView)
@@ -44,11 +45,12 @@ data Core = Core
   , coreRequeued :: ![(WorkerId, Double, [Range])]  -- ^ a lost worker's tasks not yet re-sent, for the log
   , coreLedger   :: !Ledger  -- ^ what each worker has done since it joined, for watching the cluster
   , coreShares   :: !Shares  -- ^ the shared values, and who holds them ("Herd.Core.Shared")
+  , coreExchanges :: !(M.Map Word64 Exchange)  -- ^ the keyed reductions running ("Herd.Core.Exchange")
   }
 
 -- | No links, no jobs.
 emptyCore :: Core
-emptyCore = Core emptySched M.empty M.empty M.empty Nothing 0 Nothing False [] emptyLedger emptyShares
+emptyCore = Core emptySched M.empty M.empty M.empty Nothing 0 Nothing False [] emptyLedger emptyShares M.empty
 
 -- | The farm jobs running.
 coreFarmJobs :: Core -> [JobId]
@@ -67,6 +69,8 @@ coreStreamCount core = M.fromListWith (+) [ (streamWorker s, 1) | s <- M.elems (
 coreSessionView :: Core -> Maybe SessionView
 coreSessionView core = coreSession core >>= hostView
 
--- | Whether the cluster has work: a farm job, a stream or a session.
+-- | Whether the cluster has work: a farm job, a stream, a session or a
+-- reduction.
 hasWork :: Core -> Bool
 hasWork core = not (M.null (coreFarms core)) || not (M.null (coreStreams core)) || isJust (coreSession core)
+               || not (M.null (coreExchanges core))

@@ -13,6 +13,7 @@ import qualified Data.ByteString as B
 import Data.Word (Word64)
 import Herd.Core.Base (BatchId, Batching, JobId, Range, TaskRef, WorkerId)
 import Herd.Core.Error (HerdError)
+import Herd.Core.Exchange (ExchangeJob)
 import Herd.Core.Fault (LinkFault, StreamBreak)
 import Herd.Core.Master.Session (SessionOutcome, SessionRequest)
 import Herd.Core.Packet.Policy (Urgency)
@@ -51,6 +52,8 @@ data Event
   | SessionCancel !Word64               -- ^ its caller gave up (no answer is due)
   | ShareValue !Word64 !B.ByteString     -- ^ hold this encoded value on every worker under this number ("Herd.Core.Shared")
   | Unshare !Word64                     -- ^ drop it everywhere
+  | ExchangeStart !Word64 !ExchangeJob   -- ^ a keyed reduction ("Herd.Core.Exchange"), under its caller's number
+  | ExchangeCancel !Word64               -- ^ its caller gave up (no answer is due)
   | Stop                                -- ^ the cluster stops: answer everyone, stop the workers
   deriving (Eq, Show)
 
@@ -78,6 +81,9 @@ data Command
     -- ^ this worker must hold this shared value ("Herd.Core.Shared") before
     -- anything sent after: send it, or see that its host agent has it
   | Unshared !Word64                    -- ^ the value is dropped everywhere: host agents may forget it
+  | ExchangeEnded !Word64 !(Either HerdError [B.ByteString])
+    -- ^ the keyed reduction under this number ended: each partition's
+    -- combined bytes, in order, or why not; tell its caller
   | Drop !WorkerId !LinkFault           -- ^ close this link; stop reading it
   | Note !String                        -- ^ a line for the log
   deriving (Eq, Show)
@@ -104,4 +110,6 @@ eventKind ev = case ev of
   SessionCancel _ -> "session cancelled"
   ShareValue _ _ -> "value shared"
   Unshare _ -> "value unshared"
+  ExchangeStart _ _ -> "keyed reduction start"
+  ExchangeCancel _ -> "keyed reduction cancel"
   Stop -> "stop"

@@ -59,6 +59,19 @@ data ToWorker
     -- ^ keep at most this many bytes of shared values in memory, spilling
     -- the rest to local disk (0: no bound); sent by whoever watches the
     -- worker's memory
+  | GroupRun !Word64 !Word32 !TaskRef !Word32 ![(Word32, Word64)] !B.ByteString
+    -- ^ keyed reduction @x@ ("Herd.Core.Exchange"): map and combine this
+    -- group of inputs (the bytes) with the reducer, cut the result into
+    -- this many partitions of the keys, send each listed partition's part
+    -- to the worker given ('Forward'), and answer 'GroupSent'
+  | PartIn !Word64 !Word32 !Word32 !B.ByteString
+    -- ^ reduction @x@, group @g@'s part of partition @j@ (relayed from the
+    -- worker that made it): hold it and answer 'PartHeld'
+  | PartitionCombine !Word64 !Word32 !TaskRef !Word32
+    -- ^ combine the parts held of this partition, one from each of this
+    -- many groups, in group order, and answer 'PartitionDone'
+  | ExchangeEnd !Word64
+    -- ^ reduction @x@ is over: drop everything held for it
   deriving (Eq, Show)
 
 -- | Messages from worker to master.
@@ -94,6 +107,15 @@ data FromWorker
   | ShareHeld !Word64             -- ^ every piece of this shared value came: it is held here
   | ShareDropped !Word64          -- ^ answers 'ShareDrop': it is held here no more
   | ShareSpilled !Word64          -- ^ this shared value is held on the worker's disk now, past its budget ('HoldBudget')
+  | Forward !Word64 !Word64 !Word32 !Word32 !B.ByteString
+    -- ^ for the worker numbered first: reduction @x@, group @g@'s part
+    -- of partition @j@; the master relays it as a 'PartIn' without its
+    -- core reading the bytes
+  | GroupSent !Word64 !Word32     -- ^ the group ran and its parts were sent
+  | GroupThrew !Word64 !Word32 !Text  -- ^ the reducer threw on this group (or its inputs did not decode)
+  | PartHeld !Word64 !Word32 !Word32  -- ^ this group's part of this partition is held here
+  | PartitionDone !Word64 !Word32 !B.ByteString  -- ^ this partition's parts, combined
+  | PartitionThrew !Word64 !Word32 !Text  -- ^ combining this partition failed
   deriving (Eq, Show)
 
 -- | How soon a message to a worker must leave: control messages and the
@@ -108,6 +130,8 @@ toWorkerUrgency msg = case msg of
   EvolveWith _ -> Bulk
   EvolveState _ _ -> Bulk
   SharePart {} -> Bulk
+  GroupRun {} -> Bulk
+  PartIn {} -> Bulk
   _ -> Urgent
 
 -- | How soon a message to the master must leave.
@@ -116,4 +140,5 @@ fromWorkerUrgency msg = case msg of
   Results _ _ -> Bulk
   BatchDone _ _ -> Bulk
   StreamOut {} -> Bulk
+  Forward {} -> Bulk
   _ -> Urgent

@@ -7,11 +7,13 @@ module Herd.Core.Wire.Tags
     tagRunBatch, tagArgs, tagShutdown, tagStreamOpen, tagStreamIn, tagStreamEnd, tagStreamCredit
   , tagStreamClose, tagStatesReset, tagStateAdd, tagEvolveWith, tagEvolveState, tagStateRelease
   , tagStateReplay, tagPing, tagSharePart, tagShareDrop, tagHoldBudget
+  , tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd
     -- * Worker to master
   , tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone
   , tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected
   , tagStateReleased, tagStateKept, tagStateMissing, tagStatesCleared, tagStateReplayed, tagPong
   , tagShareHeld, tagShareDropped, tagShareSpilled
+  , tagForward, tagGroupSent, tagGroupThrew, tagPartHeld, tagPartitionDone, tagPartitionThrew
   ) where
 
 import Data.Word (Word8)
@@ -39,6 +41,12 @@ tagSharePart = 16
 tagShareDrop = 17
 tagHoldBudget = 18
 
+tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd :: Word8
+tagGroupRun = 19
+tagPartIn = 20
+tagPartitionCombine = 21
+tagExchangeEnd = 22
+
 -- | Tags of the messages to the master.
 tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone,
   tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected,
@@ -64,3 +72,11 @@ tagPong = 17
 tagShareHeld = 18
 tagShareDropped = 19
 tagShareSpilled = 20
+
+tagForward, tagGroupSent, tagGroupThrew, tagPartHeld, tagPartitionDone, tagPartitionThrew :: Word8
+tagForward = 21
+tagGroupSent = 22
+tagGroupThrew = 23
+tagPartHeld = 24
+tagPartitionDone = 25
+tagPartitionThrew = 26

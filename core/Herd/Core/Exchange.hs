@@ -1,0 +1,258 @@
+-- | Keyed reductions with an exchange between workers, as the master's
+-- core runs them ("Herd.Reduce" is the caller's side). The inputs are cut
+-- into groups; a worker maps and combines a group by key, cuts the
+-- result into one part per partition of the keys, and sends each part
+-- straight to the worker that owns the partition (the master's links
+-- relay it without the core seeing its bytes). An owner keeps one part
+-- per group; once every group's part reached it, it combines them in
+-- group order and only that partition's final map comes to the master.
+--
+-- Pure: the plan (which group runs where, which worker owns which
+-- partition, what is delivered) as a state machine over the workers'
+-- words, their losses and joins.
+--
+-- Promises (checked by properties in "ExchangeSpec" under random losses
+-- and joins):
+--
+-- * every partition is combined from exactly one part of every group, all
+--   delivered to the worker that combines it, so the answer is the one a
+--   single process gives;
+-- * a lost worker costs only what it held: the groups whose parts did not
+--   all reach their owners run again, and a lost owner's partitions go to
+--   live workers and are sent again by every group;
+-- * a group that was running on more than the allowed number of workers
+--   that died fails the reduction naming it; the exchange ends once, with
+--   every partition's bytes or an error.
+module Herd.Core.Exchange
+  ( ExchangeJob (..)
+  , Exchange
+  , XOut (..)
+  , exchangeStart
+  , exchangeMessage
+  , exchangeLost
+  , exchangeJoined
+  , exchangeStarved
+  , exchangeOf
+  , exchangeOwners
+  , exchangeDelivered
+  , exchangeRunning
+  , runsPerWorker
+  ) where
+
+import qualified Data.ByteString as B
+import Data.List (foldl', sortOn)
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import qualified Data.Text as T
+import Data.Word (Word64)
+import Herd.Core.Base (TaskRef (..), WorkerId)
+import Herd.Core.Error (HerdError (..))
+import Herd.Core.Wire (FromWorker (..), ToWorker (..))
+
+-- | A keyed reduction as the caller hands it to the core.
+data ExchangeJob = ExchangeJob
+  { xjRef       :: !TaskRef          -- ^ the reducer ("Herd.Reduce")
+  , xjGroups    :: ![B.ByteString]   -- ^ each group's inputs, encoded, in order
+  , xjMaxDeaths :: !Int              -- ^ workers one group may kill before the reduction fails
+  } deriving (Eq, Show)
+
+-- | What the core must do for an exchange.
+data XOut
+  = XSend !WorkerId !ToWorker
+  | XEnded !(Either HerdError [B.ByteString])
+    -- ^ the reduction is over: each partition's combined bytes, in order, or why not
+  deriving (Eq, Show)
+
+-- | One exchange's state.
+data Exchange = Exchange
+  { xId        :: !Word64
+  , xRef       :: !TaskRef
+  , xArgs      :: !(M.Map Int B.ByteString)          -- ^ group -> its inputs
+  , xParts     :: !Int                               -- ^ partitions of the keys
+  , xOwner     :: !(M.Map Int WorkerId)              -- ^ partition -> its owner (none while no worker is live)
+  , xDelivered :: !(M.Map Int (S.Set Int))           -- ^ partition -> groups whose part its owner holds
+  , xRuns      :: !(M.Map WorkerId [(Int, [(Int, WorkerId)])])
+    -- ^ per worker, the groups sent it to run, oldest first, with the
+    -- owners they were told to send each partition's part to
+  , xSent      :: !(S.Set (Int, Int, WorkerId))
+    -- ^ (group, partition, owner): the part went out after a finished
+    -- run, so it reaches that owner unless the owner is lost
+  , xCombining :: !(S.Set Int)                       -- ^ partitions whose owner was asked to combine
+  , xDone      :: !(M.Map Int B.ByteString)          -- ^ partitions combined
+  , xDeaths    :: !(M.Map Int Int)                   -- ^ group -> workers that died running it
+  , xLive      :: !(S.Set WorkerId)
+  , xMaxDeaths :: !Int
+  } deriving (Eq, Show)
+
+-- | Groups a worker is sent at most at once: one running, one waiting,
+-- so a worker never idles between groups and a lost one takes little.
+runsPerWorker :: Int
+runsPerWorker = 2
+
+-- | Start an exchange on these live workers: one partition per worker
+-- (at least one), partition @j@ owned by the @j@-th.
+exchangeStart :: Word64 -> ExchangeJob -> [WorkerId] -> Either HerdError (Exchange, [XOut])
+exchangeStart xid job workers
+  | null workers = Left NoWorkers
+  | otherwise = Right (dispatch x)
+  where
+    parts = max 1 (length workers)
+    x = Exchange
+      { xId = xid, xRef = xjRef job
+      , xArgs = M.fromList (zip [0 ..] (xjGroups job))
+      , xParts = parts
+      , xOwner = M.fromList (zip [0 .. parts - 1] (cycle workers))
+      , xDelivered = M.fromList [ (j, S.empty) | j <- [0 .. parts - 1] ]
+      , xRuns = M.empty, xSent = S.empty, xCombining = S.empty, xDone = M.empty, xDeaths = M.empty
+      , xLive = S.fromList workers, xMaxDeaths = xjMaxDeaths job }
+
+-- | The exchange a worker's message belongs to, if it is an exchange's.
+exchangeOf :: FromWorker -> Maybe Word64
+exchangeOf msg = case msg of
+  GroupSent xid _ -> Just xid
+  GroupThrew xid _ _ -> Just xid
+  PartHeld xid _ _ -> Just xid
+  PartitionDone xid _ _ -> Just xid
+  PartitionThrew xid _ _ -> Just xid
+  _ -> Nothing
+
+-- | Each partition's owner.
+exchangeOwners :: Exchange -> M.Map Int WorkerId
+exchangeOwners = xOwner
+
+-- | Each partition's groups whose part its owner holds.
+exchangeDelivered :: Exchange -> M.Map Int (S.Set Int)
+exchangeDelivered = xDelivered
+
+-- | The groups each worker was sent to run and has not finished.
+exchangeRunning :: Exchange -> M.Map WorkerId [Int]
+exchangeRunning = M.map (map fst) . xRuns
+
+-- | A worker's word. 'Nothing' when the exchange is over (its 'XEnded'
+-- is among the outs).
+exchangeMessage :: WorkerId -> FromWorker -> Exchange -> (Maybe Exchange, [XOut])
+exchangeMessage w msg x = case msg of
+  GroupSent _ g ->
+    let runs = M.findWithDefault [] w (xRuns x)
+        sent = case lookup (fromIntegral g) runs of
+          Just targets -> S.union (xSent x) (S.fromList [ (fromIntegral g, j, o) | (j, o) <- targets ])
+          Nothing -> xSent x
+    in continue (dispatch x { xRuns = M.adjust (dropFirst g) w (xRuns x), xSent = sent })
+  GroupThrew _ g why ->
+    end (Left (TaskFailed (fromIntegral g) (refName (xRef x)) (T.unpack why))) x
+  PartHeld _ g j
+    | M.lookup (fromIntegral j) (xOwner x) == Just w, M.member (fromIntegral g) (xArgs x) ->
+        continue (dispatch x { xDelivered = M.adjust (S.insert (fromIntegral g)) (fromIntegral j) (xDelivered x) })
+    | otherwise -> (Just x, [])   -- a part sent to an owner since lost, or again
+  PartitionDone _ j bytes
+    | M.lookup (fromIntegral j) (xOwner x) == Just w, S.member (fromIntegral j) (xCombining x) ->
+        let x1 = x { xDone = M.insert (fromIntegral j) bytes (xDone x), xCombining = S.delete (fromIntegral j) (xCombining x) }
+        in if M.size (xDone x1) == xParts x1 then end (Right (M.elems (xDone x1))) x1 else (Just x1, [])
+    | otherwise -> (Just x, [])
+  PartitionThrew _ j why ->
+    end (Left (TaskFailed 0 (refName (xRef x)) ("combining partition " ++ show j ++ ": " ++ T.unpack why))) x
+  _ -> (Just x, [])
+  where
+    continue (x', outs) = (Just x', outs)
+    dropFirst g runs = case break ((== fromIntegral g) . fst) runs of
+      (before, _ : after) -> before ++ after
+      (before, []) -> before
+
+-- | A worker was lost (@died@: its process or link died, so the group it
+-- was running is charged).
+exchangeLost :: WorkerId -> Bool -> String -> Exchange -> (Maybe Exchange, [XOut])
+exchangeLost w died why x0
+  | not (S.member w (xLive x0)) = (Just x0, [])
+  | otherwise =
+      let running = M.findWithDefault [] w (xRuns x0)
+          charged = [ g | died, (g, _) : _ <- [running] ]
+          deaths = foldl' (\m g -> M.insertWith (+) g 1 m) (xDeaths x0) charged
+          killer = [ (g, n) | g <- charged, let n = M.findWithDefault 0 g deaths, n > xMaxDeaths x0 ]
+          x1 = x0 { xLive = S.delete w (xLive x0), xRuns = M.delete w (xRuns x0), xDeaths = deaths
+                  , xSent = S.filter (\(_, _, o) -> o /= w) (xSent x0) }
+          orphaned = [ j | (j, o) <- M.toList (xOwner x1), o == w, not (M.member j (xDone x1)) ]
+          x2 = foldl' (\x j -> reown j x) x1 orphaned
+      in case killer of
+           (g, n) : _ -> end (Left (TaskKilledWorkers g (refName (xRef x0)) n why)) x2
+           [] -> let (x3, outs) = dispatch x2 in (Just x3, outs)
+  where
+    -- the partition's parts went with its owner: a live worker owns it
+    -- now, and every group sends its part again
+    reown j x = x { xOwner = maybe (M.delete j (xOwner x)) (\o -> M.insert j o (xOwner x)) (leastOwning x)
+                  , xDelivered = M.insert j S.empty (xDelivered x)
+                  , xCombining = S.delete j (xCombining x) }
+
+-- | A worker joined: it runs groups, and owns the partitions nobody owns.
+exchangeJoined :: WorkerId -> Exchange -> (Exchange, [XOut])
+exchangeJoined w x0
+  | S.member w (xLive x0) = (x0, [])
+  | otherwise =
+      let x1 = x0 { xLive = S.insert w (xLive x0) }
+          ownerless = [ j | j <- [0 .. xParts x1 - 1], not (M.member j (xOwner x1)), not (M.member j (xDone x1)) ]
+      in dispatch x1 { xOwner = foldl' (\m j -> M.insert j w m) (xOwner x1) ownerless }
+
+-- | No worker is live and none is being restarted: the reduction cannot
+-- finish.
+exchangeStarved :: Exchange -> Maybe XOut
+exchangeStarved x
+  | S.null (xLive x) = Just (XEnded (Left (AllWorkersLost "every worker of a keyed reduction was lost")))
+  | otherwise = Nothing
+
+-- The live worker owning the fewest open partitions (the lowest on a tie).
+leastOwning :: Exchange -> Maybe WorkerId
+leastOwning x = case sortOn load (S.toList (xLive x)) of
+  o : _ -> Just o
+  [] -> Nothing
+  where load o = (length [ () | (j, o') <- M.toList (xOwner x), o' == o, not (M.member j (xDone x)) ], o)
+
+-- End: the caller's answer, and every live worker drops what it holds.
+end :: Either HerdError [B.ByteString] -> Exchange -> (Maybe Exchange, [XOut])
+end answer x = (Nothing, XEnded answer : [ XSend w (ExchangeEnd (xId x)) | w <- S.toList (xLive x) ])
+
+-- Send groups to workers with room, and ask owners to combine what is
+-- complete.
+dispatch :: Exchange -> (Exchange, [XOut])
+dispatch x0 = let (x1, runs) = foldl' give (x0, []) (S.toList (xLive x0))
+                  (x2, combines) = combine x1
+              in (x2, reverse runs ++ combines)
+  where
+    give (x, outs) w = fill x outs w (runsPerWorker - length (M.findWithDefault [] w (xRuns x)))
+    fill x outs w room
+      | room <= 0 = (x, outs)
+      | otherwise = case nextGroup x of
+          Nothing -> (x, outs)
+          Just (g, targets) ->
+            let x' = x { xRuns = M.insertWith (flip (++)) w [(g, targets)] (xRuns x) }
+                msg = GroupRun (xId x) (fromIntegral g) (xRef x) (fromIntegral (xParts x))
+                               [ (fromIntegral j, fromIntegral o) | (j, o) <- targets ] (xArgs x M.! g)
+            in fill x' (XSend w msg : outs) w (room - 1)
+
+-- The first group with a part some live owner still needs and no run
+-- already sends it, with the owners of those parts; groups not running
+-- anywhere go first.
+nextGroup :: Exchange -> Maybe (Int, [(Int, WorkerId)])
+nextGroup x = case sortOn rank candidates of
+  (g, ts) : _ -> Just (g, ts)
+  [] -> Nothing
+  where
+    inFlight = concat (M.elems (xRuns x))
+    running = S.fromList (map fst inFlight)
+    covered = S.union (xSent x) (S.fromList [ (g, j, o) | (g, ts) <- inFlight, (j, o) <- ts ])
+    candidates =
+      [ (g, ts)
+      | g <- M.keys (xArgs x)
+      , let ts = [ (j, o) | (j, o) <- M.toList (xOwner x), not (M.member j (xDone x))
+                          , not (S.member j (xCombining x))
+                          , not (S.member g (M.findWithDefault S.empty j (xDelivered x)))
+                          , not (S.member (g, j, o) covered) ]
+      , not (null ts) ]
+    rank (g, _) = (S.member g running, g)
+
+-- Ask each owner holding every group's part of a partition to combine it.
+combine :: Exchange -> (Exchange, [XOut])
+combine x = (x { xCombining = S.union (xCombining x) (S.fromList (map fst ready)) }, map snd ready)
+  where
+    groups = M.size (xArgs x)
+    ready = [ (j, XSend o (PartitionCombine (xId x) (fromIntegral j) (xRef x) (fromIntegral groups)))
+            | (j, o) <- M.toList (xOwner x), not (M.member j (xDone x)), not (S.member j (xCombining x))
+            , S.size (M.findWithDefault S.empty j (xDelivered x)) == groups ]

@@ -1,0 +1,88 @@
+-- | A worker's side of keyed reductions ("Herd.Core.Exchange"): it runs
+-- the groups it is sent and sends each part to its partition's owner
+-- (through the master's link layer), keeps the parts it owns, one per
+-- group, and combines a partition when asked.
+--
+-- Promises: a part held is the first one that came for its group (a group
+-- run again makes the same part); parts of a reduction that ended are
+-- dropped, also when they come late; what the reducer throws, or bytes
+-- that do not decode, are answered as failures, never crash the worker.
+module Herd.Worker.Exchange
+  ( ExchangeTable
+  , newExchangeTable
+  , isExchangeMessage
+  , exchangeMessage
+  ) where
+
+import Control.Monad (forM_, unless)
+import qualified Data.ByteString as B
+import Data.IORef
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import qualified Data.Text as T
+import Data.Word (Word32, Word64)
+import Herd.Closure (cachedLookup)
+import Herd.Core.Base (TaskRef)
+import Herd.Core.Packet.Policy (Urgency (..))
+import Herd.Core.Wire (FromWorker (..), ToWorker (..))
+import Herd.Reduce.Keyed (KeyedRunner (..), lookupKeyedRunner)
+
+-- | What a worker holds for reductions.
+data ExchangeTable = ExchangeTable
+  { xtSelf    :: !Word64   -- ^ this worker's number: a part for it stays here
+  , xtParts   :: !(IORef (M.Map (Word64, Word32) (M.Map Word32 B.ByteString)))
+    -- ^ (reduction, partition) -> group -> its part
+  , xtEnded   :: !(IORef (S.Set Word64))   -- ^ reductions the master said ended
+  , xtRunners :: !(IORef (M.Map TaskRef (Either String KeyedRunner)))
+  }
+
+-- | Nothing held, for the worker of this number.
+newExchangeTable :: Word64 -> IO ExchangeTable
+newExchangeTable self = ExchangeTable self <$> newIORef M.empty <*> newIORef S.empty <*> newIORef M.empty
+
+-- | Whether a message from the master is a reduction's.
+isExchangeMessage :: ToWorker -> Bool
+isExchangeMessage msg = case msg of
+  GroupRun {} -> True
+  PartIn {} -> True
+  PartitionCombine {} -> True
+  ExchangeEnd {} -> True
+  _ -> False
+
+-- | Handle a reduction's message, answering with the given sender. Every
+-- byte kept is a copy, so the message's packet may be reused at once.
+exchangeMessage :: ExchangeTable -> (Urgency -> FromWorker -> IO ()) -> ToWorker -> IO ()
+exchangeMessage xt send msg = case msg of
+  GroupRun xid g ref parts targets inputs -> do
+    runner <- cachedLookup (xtRunners xt) lookupKeyedRunner ref
+    made <- either (pure . Left) (\r -> runGroup r (fromIntegral parts) inputs) runner
+    case made of
+      Left why -> send Urgent (GroupThrew xid g (T.pack why))
+      Right cut -> do
+        forM_ targets $ \(j, dest) -> case drop (fromIntegral j) cut of
+          p : _ | dest == xtSelf xt -> hold xid g j p   -- its own partition: no trip through the master
+                | otherwise -> send Bulk (Forward dest xid g j p)
+          [] -> pure ()
+        send Urgent (GroupSent xid g)
+  PartIn xid g j part -> hold xid g j (B.copy part)
+  PartitionCombine xid j ref groups -> do
+    held <- M.findWithDefault M.empty (xid, j) <$> readIORef (xtParts xt)
+    modifyIORef' (xtParts xt) (M.delete (xid, j))
+    runner <- cachedLookup (xtRunners xt) lookupKeyedRunner ref
+    outcome <- case runner of
+      Left why -> pure (Left why)
+      Right r
+        | M.keys held /= (if groups == 0 then [] else [0 .. groups - 1]) ->
+            pure (Left ("partition " ++ show j ++ " holds " ++ show (M.size held) ++ " of " ++ show groups ++ " groups' parts"))
+        | otherwise -> combineParts r (M.elems held)
+    send Urgent (either (PartitionThrew xid j . T.pack) (PartitionDone xid j) outcome)
+  ExchangeEnd xid -> do
+    modifyIORef' (xtParts xt) (M.filterWithKey (\(x, _) _ -> x /= xid))
+    modifyIORef' (xtEnded xt) (S.insert xid)
+  _ -> pure ()
+  where
+    hold xid g j kept = do
+      ended <- S.member xid <$> readIORef (xtEnded xt)
+      unless ended $ do
+        modifyIORef' (xtParts xt) (M.insertWith (\_ old -> M.insertWith (\_ first -> first) g kept old) (xid, j) (M.singleton g kept))
+        send Bulk (PartHeld xid g j)
