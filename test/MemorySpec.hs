@@ -14,8 +14,8 @@ import qualified Data.Set as S
 import Test.QuickCheck
 import System.Posix.Process (getProcessID)
 import Test.Hspec
-import System.Environment (getEnvironment, getExecutablePath)
-import System.Process (CreateProcess (..), StdStream (..), proc, terminateProcess, withCreateProcess)
+import System.Process (terminateProcess)
+import HandAgent (withHandAgent)
 import TestTasks (memoryHogTask)
 
 -- A farm where task 10 holds 400 MiB, twice the limit, on every worker it
@@ -82,15 +82,10 @@ spec = describe "worker memory limits" $ do
         cfg = defaultConfig { configWorkers = Just 0, configWorkerMemoryLimit = MemoryLimitMiB 200
                             , configSecret = SecretValue (BC.pack secret) }
     withCluster cfg $ \cluster -> do
-      let (_, port) = clusterAddress cluster
-      exe <- getExecutablePath
-      env0 <- getEnvironment
-      let env = ("HERD_AGENT", "2") : ("HERD_WORKER", "127.0.0.1:" ++ show port) : ("HERD_SECRET", secret)
-                : filter ((`notElem` ["HERD_AGENT", "HERD_WORKER", "HERD_SECRET"]) . fst) env0
-          waitFor k cond = do
+      let waitFor k cond = do
             ok <- cond
             if ok || k <= (0 :: Int) then pure ok else threadDelay 100000 >> waitFor (k - 1) cond
-      withCreateProcess (proc exe []) { env = Just env, std_err = Inherit } $ \_ _ _ agent -> do
+      withHandAgent cluster secret 2 $ \agent -> do
         waitFor 200 ((== 2) <$> clusterWorkerCount cluster) `shouldReturn` True
         statusLinks <$> clusterStatus cluster `shouldReturn` 1
         hogNamed cluster

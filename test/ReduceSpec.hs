@@ -13,6 +13,7 @@ import Herd.Reduce (reduceGroups)
 import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec
 import Test.QuickCheck
+import HandAgent (withHandAgent)
 import TestTasks (orderedKeyedReducer, showReducer, slowCountPairs, slowCountReducer, throwingKeyedReducer)
 import Control.Exception (try)
 import Data.List (isInfixOf)
@@ -41,6 +42,9 @@ spec = describe "reductions on the workers" $ do
       reduceByKey cluster orderedKeyedReducer xs
         `shouldReturn` M.fromListWith (flip (++)) [ (x `mod` 3, show x ++ ",") | x <- xs ]
       reduceByKey cluster orderedKeyedReducer [] `shouldReturn` M.empty
+      -- two direct workers: each one's parts for the other went through the master's links
+      relayed <- statusRelayedParts <$> clusterStatus cluster
+      relayed `shouldSatisfy` (> 0)
       outcome <- try (reduceByKey cluster throwingKeyedReducer [1 .. 100])
       case outcome of
         Left (TaskFailed i _ why) -> do
@@ -50,6 +54,17 @@ spec = describe "reductions on the workers" $ do
         other -> expectationFailure ("expected the throw to fail the call, got " ++ show other)
       -- the cluster is whole for the next call
       reduceByKey cluster orderedKeyedReducer [4, 5] `shouldReturn` M.fromList [(1, "4,"), (2, "5,")]
+
+  it "keeps the parts a host agent's workers send each other on the host" $ do
+    let secret = "reduce-spec-agent-secret-0123456789"
+        cfg = defaultConfig { configWorkers = Just 0, configSecret = SecretValue (BC.pack secret) }
+        xs = [1 .. 300 :: Int]
+    withCluster cfg $ \cluster ->
+      withHandAgent cluster secret 2 $ \_ -> do
+        True <- waitForWorkers cluster 2 30
+        reduceByKey cluster orderedKeyedReducer xs
+          `shouldReturn` M.fromListWith (flip (++)) [ (x `mod` 3, show x ++ ",") | x <- xs ]
+        statusRelayedParts <$> clusterStatus cluster `shouldReturn` 0
 
   it "gives the exact counts per key when a worker is killed mid-job" $ do
     let cfg = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "reduce-spec-secret-0123456789") }

@@ -18,12 +18,12 @@ import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 import System.Directory (doesDirectoryExist, doesFileExist, getTemporaryDirectory, listDirectory)
 import System.Posix.Process (getProcessID)
 import Herd.Shared.Table (dropShared, newAssembly, receivePiece)
-import System.Environment (getEnvironment, getExecutablePath)
 import System.FilePath ((</>))
 import System.Posix.Signals (sigKILL, signalProcess)
-import System.Process (CreateProcess (..), StdStream (..), proc, terminateProcess, withCreateProcess)
+import System.Process (terminateProcess)
 import Test.Hspec
 import Test.QuickCheck
+import HandAgent (withHandAgent)
 import TestTasks (sharedIndexTask)
 
 -- What the model's master can be told.
@@ -148,13 +148,8 @@ spec = describe "shared values" $ do
         table = B.pack (take (2 * 1024 * 1024 + 3) (cycle [0 .. 250]))
         keys = [0, 2000 .. 1999999]
         expected = [ fromIntegral (B.index table i) + i | i <- keys ]
-    withCluster cfg $ \cluster -> do
-      let (_, port) = clusterAddress cluster
-      exe <- getExecutablePath
-      env0 <- getEnvironment
-      let env = ("HERD_AGENT", "2") : ("HERD_WORKER", "127.0.0.1:" ++ show port) : ("HERD_SECRET", secret)
-                : filter ((`notElem` ["HERD_AGENT", "HERD_WORKER", "HERD_SECRET"]) . fst) env0
-      withCreateProcess (proc exe []) { env = Just env, std_err = Inherit } $ \_ _ _ agent -> do
+    withCluster cfg $ \cluster ->
+      withHandAgent cluster secret 2 $ \agent -> do
         True <- waitForWorkers cluster 2 30
         statusLinks <$> clusterStatus cluster `shouldReturn` 1
         shared <- share cluster table

@@ -53,6 +53,7 @@ import Herd.Core.Wire
 import Herd.Core.Wire.Host
 import Herd.Wire.HostEntry (controlEncoder, entryEncoder, workerPacketOf)
 import Herd.Launch.AgentShares
+import Herd.Launch.AgentExchange (splitLocalParts)
 import Herd.Log (logToStderr)
 import Herd.Master.EpollReader (newEpollReader)
 import Herd.Master.Reader
@@ -208,13 +209,21 @@ serveHost secret build j conn action = do
         Left why -> pure (Left ("bad packet from the master: " ++ why))
         Right entries -> Right () <$ mapM_ onHostEntry entries
       -- a worker's packet, as it came, becomes an entry of the host link's
+      -- (a reduction's part for a worker of this host goes to it directly)
       onLocalPacket :: Int -> OnPacket
       onLocalPacket wid packet = do
+        here <- readIORef locals
+        case splitLocalParts (joinedMaxFrame j `div` 5) (\d -> M.member (fromIntegral d) here) packet of
+          Nothing -> toMaster wid packet
+          Just (parts, rest) -> do
+            forM_ parts $ \(d, msg) -> forM_ (M.lookup (fromIntegral d) here) (\l -> workerPacketOf msg >>= toLocal l)
+            mapM_ (toMaster wid) rest
+        pure (Right ())
+      toMaster wid packet = do
         r <- try (sendMessageHeld hostSender Bulk (entryEncoder (fromIntegral wid) packet) B.empty)
         case r of
           Left (e :: SomeException) -> hostLost ("cannot send to the master: " ++ displayException e)
           Right () -> pure ()
-        pure (Right ())
       onLocalLost wid why = do
         known <- M.member wid <$> readIORef locals
         when known $ do

@@ -139,12 +139,12 @@ clusterStatus c = do
   logLines <- recentLines (clFeed c)
   (limit, memory) <- readTVarIO (shMemory sh)
   open <- clusterLinks c
-  shareSends <- ssShareSends <$> readMVar (shState sh)
+  (shareSends, relayed) <- (\ss -> (ssShareSends ss, ssRelayed ss)) <$> readMVar (shState sh)
   pure $ buildStatus Inputs
     { inNow = now, inStarted = feedStarted (clFeed c), inLoop = masterLoopName (clusterMasterLoop c)
     , inCore = core, inConnected = connected, inDeparted = departed, inLinks = links
     , inCounters = counters, inLog = logLines, inMemory = memory, inMemoryLimit = limit
-    , inLinksOpen = open, inShareSends = shareSends }
+    , inLinksOpen = open, inShareSends = shareSends, inRelayed = relayed }
 
 -- | How many links the master keeps open: one per host agent, and one
 -- per worker linked directly.

@@ -54,6 +54,10 @@ data ShellState = ShellState
     -- all its workers) since the start, and their bytes
   , ssExchanges :: !(M.Map Word64 (Either HerdError [B.ByteString] -> IO ()))
     -- ^ keyed reductions' callers' answers ("Herd.Core.Exchange")
+  , ssRelayed :: !(Int, Int)
+    -- ^ keyed reductions' parts the master relayed from worker to worker
+    -- since the start, and their bytes (a host agent keeps its own
+    -- workers' parts on the host)
   }
 
 -- | The shell of one cluster.
@@ -101,7 +105,7 @@ data Registration
 -- | A shell with no links; its reader is set with 'setReader' before any
 -- link joins.
 newShell :: Config -> IO Shell
-newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty M.empty (0, 0) M.empty)
+newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty M.empty (0, 0) M.empty (0, 0))
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
                          <*> newIORef noCounters <*> newIORef noLossHooks <*> newTVarIO (Nothing, M.empty) <*> newTVarIO M.empty
                          <*> newTVarIO 0

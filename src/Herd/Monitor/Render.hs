@@ -47,6 +47,8 @@ statusJson s = renderJson $ JObject
   , ("shared_values", int (statusShared s))
   , ("shared_sends_total", int (statusSharedSends s))
   , ("shared_bytes_sent_total", int (statusSharedBytes s))
+  , ("exchange_parts_relayed_total", int (statusRelayedParts s))
+  , ("exchange_bytes_relayed_total", int (statusRelayedBytes s))
   ]
   where
     int = JInt . fromIntegral
@@ -139,6 +141,8 @@ prometheusText s = concat
   , metric "herd_shared_values" "gauge" "Shared values live now." [ ([], fromIntegral (statusShared s)) ]
   , metric "herd_shared_sends_total" "counter" "Times a shared value was sent to a worker."
       [ ([], fromIntegral (statusSharedSends s)) ]
+  , metric "herd_exchange_parts_relayed_total" "counter" "Keyed reductions' parts the master relayed between workers."
+      [ ([], fromIntegral (statusRelayedParts s)) ]
   , perWorker "herd_worker_shared_values" "gauge" "Shared values the worker said it holds."
       (fromIntegral . rowShared)
   , perWorker "herd_worker_shared_spilled" "gauge" "Shared values the worker said it keeps on its disk."

@@ -93,6 +93,8 @@ data Status = Status
   , statusShared    :: !Int             -- ^ shared values live now ("Herd.Core.Shared")
   , statusSharedSends :: !Int           -- ^ times a shared value was put on a link (a host agent's once for all its workers), since the start
   , statusSharedBytes :: !Int           -- ^ the bytes of those sends
+  , statusRelayedParts :: !Int          -- ^ keyed reductions' parts the master relayed between workers, since the start
+  , statusRelayedBytes :: !Int          -- ^ the bytes of those parts
   } deriving (Eq, Show)
 
 -- | What a snapshot is built from.
@@ -110,6 +112,7 @@ data Inputs = Inputs
   , inMemoryLimit :: !(Maybe Int)         -- ^ what each may hold
   , inLinksOpen :: !Int                   -- ^ links the master keeps open
   , inShareSends :: !(Int, Int)           -- ^ shared values put on links since the start, and their bytes
+  , inRelayed :: !(Int, Int)              -- ^ reductions' parts relayed between workers since the start, and their bytes
   }
 
 -- | Build the snapshot.
@@ -133,6 +136,8 @@ buildStatus i = Status
   , statusShared = length (sharesLive shares)
   , statusSharedSends = fst (inShareSends i)
   , statusSharedBytes = snd (inShareSends i)
+  , statusRelayedParts = fst (inRelayed i)
+  , statusRelayedBytes = snd (inRelayed i)
   }
   where
     core = inCore i
