@@ -1,7 +1,8 @@
 -- | A host agent's part in keyed reductions ("Herd.Core.Exchange"): a
 -- part one of its workers sends to another worker of the same host goes
 -- straight to that worker, never up the host link. Parts for workers on
--- other hosts, and every other message, go on to the master unchanged.
+-- other hosts, and every other message, go on to the master unchanged
+-- (INV-RELAY).
 --
 -- Promise: a worker's packet without a part for this host is relayed as
 -- it came, untouched; one with such parts loses exactly those messages,

@@ -254,7 +254,7 @@ runEvents sh t ss (LinkDown w why : es) | M.member w (ssLinks ss) = do
   ss1 <- runEvents1 sh t ss (WorkersAwaited n) []
   runEvents1 sh t ss1 (LinkDown w why) es
 runEvents sh t ss (Received _ (Forward dest xid g j part) : es) = do
-  -- a reduction's part for another worker: relayed by the link layer,
+  -- INV-RELAY: a reduction's part for another worker: relayed by the link layer,
   -- its bytes never reach the core; one for a worker gone is dropped
   -- (the core sends the part again to the partition's next owner)
   let to = fromIntegral dest
