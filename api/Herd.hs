@@ -140,14 +140,14 @@ module Herd
     -- * Reductions combined on the workers
     -- | 'farmReduce' combines the results with an associative function,
     -- 'reduceByKey' per key; each worker combines whole groups of inputs,
-    -- so only one partial result per group comes back.
+    -- the workers exchange partitions of the keys, and only the final
+    -- value or maps come back.
   , Reducer
   , reducer
   , farmReduce
   , KeyedReducer
   , keyedReducer
   , reduceByKey
-  , Combining
     -- * Stream processes: a list function on a worker, element by element
   , Process
   , process

@@ -123,21 +123,22 @@ drain n m = case moves of
     moves = [ deliver w | (w, x) <- M.toList (mWorkers m), not (null (wIn x)) ]
             ++ [ toMaster w | (w, x) <- M.toList (mWorkers m), not (null (wOut x)) ]
 
-start :: Int -> Int -> Int -> Model
-start workers groups maxDeaths =
+start :: Int -> Int -> Int -> Maybe Int -> Model
+start workers groups maxDeaths partitions =
   let ws = [1 .. workers]
-      job = ExchangeJob ref [ BC.pack (show g) | g <- [0 .. groups - 1] ] maxDeaths
+      job = ExchangeJob ref [ BC.pack (show g) | g <- [0 .. groups - 1] ] maxDeaths partitions
       Right (ex, outs) = exchangeStart 7 job ws
   in apply outs (Model (Just ex) (M.fromList [ (w, W [] [] M.empty) | w <- ws ]) (workers + 1) Nothing 0)
 
 spec :: Spec
 spec = describe "the keyed reduction's exchange plan" $ do
   it "combines every partition from exactly one part of every group, in order, under random losses and joins" $
-    property $ \(Positive w0) (Positive g0) (ops :: [Op]) ->
+    property $ \(Positive w0) (Positive g0) (onePartition :: Bool) (ops :: [Op]) ->
       let workers = 1 + w0 `mod` 4
           groups = 1 + g0 `mod` 12
-          m = drain 100000 (foldl' runOp (start workers groups 100) ops)
-          expected = [ BC.pack (concat [ part g j | g <- [0 .. groups - 1] ]) | j <- [0 .. workers - 1] ]
+          partitions = if onePartition then Just 1 else Nothing
+          m = drain 100000 (foldl' runOp (start workers groups 100 partitions) ops)
+          expected = [ BC.pack (concat [ part g j | g <- [0 .. groups - 1] ]) | j <- [0 .. maybe workers id partitions - 1] ]
       in classify (mLosses m > 0) "with losses" $ classify (mNext m > workers + 1) "with joins" $
            counterexample (show (mAnswer m)) (mAnswer m === Just (Right expected))
 
@@ -152,13 +153,13 @@ spec = describe "the keyed reduction's exchange plan" $ do
           | w : _ <- [ w | (w, x) <- M.toList (mWorkers m), GroupRun _ 0 _ _ _ _ : _ <- [wIn x] ] = killing (n - 1) (lose True w m)
           | w : _ <- [ w | (w, x) <- M.toList (mWorkers m), not (null (wIn x)) ] = killing (n - 1) (deliver w m)
           | otherwise = m
-        m1 = killing 1000 (join (join (start 1 3 1)))
+        m1 = killing 1000 (join (join (start 1 3 1 Nothing)))
     case mAnswer m1 of
       Just (Left (TaskKilledWorkers 0 _ deaths _)) -> deaths `shouldBe` 2
       other -> expectationFailure ("expected group 0 to be named, got " ++ show other)
 
   it "fails when no worker is left" $ do
-    let m = start 1 2 5
+    let m = start 1 2 5 Nothing
         Just ex = mX m
         (ex', _) = exchangeLost 1 False "gone" ex
     fmap exchangeStarved ex' `shouldBe` Just (Just (XEnded (Left (AllWorkersLost "every worker of a keyed reduction was lost"))))

@@ -1,7 +1,7 @@
 -- | Reductions on the workers ("Herd.Reduce"): groups cut in order, the
 -- answer a single process gives (also for a combining function that is
--- not commutative), and exact keyed counts when a worker is killed
--- mid-job.
+-- not commutative), a throw naming its group, parts kept on a host
+-- agent's host, and exact keyed counts when a worker is killed mid-job.
 module ReduceSpec (spec) where
 
 import Control.Concurrent (threadDelay)
@@ -26,7 +26,7 @@ spec = describe "reductions on the workers" $ do
       in conjoin [ concat gs === xs, property (all (not . null) gs)
                  , property (length gs <= max 1 (4 * max 1 w)), property (null xs || not (null gs)) ]
 
-  it "combine in input order, on the workers and then at the master, and say Nothing for no input" $ do
+  it "combine in input order on the workers, and say Nothing for no input" $ do
     let cfg = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "reduce-spec-secret-0123456789") }
     withCluster cfg $ \cluster -> do
       True <- waitForWorkers cluster 2 30

@@ -40,8 +40,7 @@ import Herd.Wire.InPlace (commitRanges, holdRun, newPending)
 type FarmStats = JobStats
 
 -- | A task's function as a farm needs it: its reference for the workers
--- and its codecs for the caller. A static task gives one ('taskFn'); so
--- does any closure whose codecs hold a task's (a reducer's).
+-- and its codecs for the caller. A static task gives one ('taskFn').
 data TaskFn a b = TaskFn !TaskRef (TaskCodecs a b)
 
 -- | The farm's view of a static task.

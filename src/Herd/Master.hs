@@ -284,14 +284,15 @@ runSession cluster req answer wait = do
   wait `onException` shellRegister (clShell cluster) True (ForgetSession sid) [SessionCancel sid]
 
 -- | Run a keyed reduction ("Herd.Core.Exchange") of these encoded groups
--- with this reducer on the live workers, and wait for each partition's
+-- with this reducer on the live workers, over this many partitions of
+-- the keys ('Nothing': one per worker), and wait for each partition's
 -- combined bytes. A caller interrupted while waiting cancels it.
-runExchange :: Cluster -> TaskRef -> [B.ByteString] -> IO (Either HerdError [B.ByteString])
-runExchange cluster ref groups = do
+runExchange :: Cluster -> TaskRef -> Maybe Int -> [B.ByteString] -> IO (Either HerdError [B.ByteString])
+runExchange cluster ref partitions groups = do
   awaitSomeWorker cluster
   xid <- freshId cluster
   answer <- newEmptyMVar
-  let job = ExchangeJob ref groups (configMaxTaskDeaths (clConfig cluster))
+  let job = ExchangeJob ref groups (configMaxTaskDeaths (clConfig cluster)) partitions
   shellRegister (clShell cluster) True (RegisterExchange xid (void . tryPutMVar answer)) [ExchangeStart xid job]
   takeMVar answer `onException` shellRegister (clShell cluster) True (ForgetExchange xid) [ExchangeCancel xid]
 

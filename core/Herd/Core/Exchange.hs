@@ -54,6 +54,7 @@ data ExchangeJob = ExchangeJob
   { xjRef       :: !TaskRef          -- ^ the reducer ("Herd.Reduce")
   , xjGroups    :: ![B.ByteString]   -- ^ each group's inputs, encoded, in order
   , xjMaxDeaths :: !Int              -- ^ workers one group may kill before the reduction fails
+  , xjPartitions :: !(Maybe Int)     -- ^ partitions of the keys ('Nothing': one per live worker)
   } deriving (Eq, Show)
 
 -- | What the core must do for an exchange.
@@ -89,14 +90,15 @@ data Exchange = Exchange
 runsPerWorker :: Int
 runsPerWorker = 2
 
--- | Start an exchange on these live workers: one partition per worker
--- (at least one), partition @j@ owned by the @j@-th.
+-- | Start an exchange on these live workers: as many partitions as the
+-- job asks for, else one per worker (at least one), partition @j@ owned
+-- by the @j@-th worker (round the workers again if there are more).
 exchangeStart :: Word64 -> ExchangeJob -> [WorkerId] -> Either HerdError (Exchange, [XOut])
 exchangeStart xid job workers
   | null workers = Left NoWorkers
   | otherwise = Right (dispatch x)
   where
-    parts = max 1 (length workers)
+    parts = max 1 (maybe (length workers) id (xjPartitions job))
     x = Exchange
       { xId = xid, xRef = xjRef job
       , xArgs = M.fromList (zip [0 ..] (xjGroups job))
