@@ -31,13 +31,10 @@ import Control.Concurrent
 import Control.Concurrent.Async (race, withAsync)
 import Control.Concurrent.STM
 import Control.Exception
-import Control.Monad (forM, forM_, forever, unless, void, when)
-import Data.Maybe (catMaybes)
+import Control.Monad (forM_, forever, void, when)
 import qualified Data.Set as S
-import Herd.Config (MemoryLimit (..))
-import Herd.Core.Fault (LinkFault (..), renderFault)
-import Herd.Core.Launch.MemoryPolicy (MemoryVerdict (..), heldBudget, memoryVerdict)
-import Herd.Launch.Memory (memoryWatchPeriod, resolveMemoryLimit, residentBytes)
+import Herd.Core.Launch.MemoryPolicy (heldBudget)
+import Herd.Launch.Memory (memoryWatchPeriod)
 import System.Posix.Signals (sigKILL, signalProcess)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Lazy as BL
@@ -54,6 +51,7 @@ import Herd.Core.Wire.Host
 import Herd.Wire.HostEntry (controlEncoder, entryEncoder, workerPacketOf)
 import Herd.Launch.AgentShares
 import Herd.Launch.AgentExchange (splitLocalParts)
+import Herd.Launch.AgentMemory (AgentWorkers (..), hostLimitBytes, watchAgentMemory)
 import Herd.Log (logToStderr)
 import Herd.Master.EpollReader (newEpollReader)
 import Herd.Master.Reader
@@ -154,11 +152,7 @@ serveHost secret build j conn action = do
       -- the budget for shared values of a worker among this many, as a
       -- packet to it ('Nothing': no limit, no budget)
       budgetPacket n = do
-        setting <- readIORef limitRef
-        limit <- case setting of
-          NoHostLimit -> pure Nothing
-          HostLimitBytes b -> pure (Just (fromIntegral b))
-          HostLimitAuto -> resolveMemoryLimit MemoryLimitAuto (max 1 n)
+        limit <- readIORef limitRef >>= \setting -> hostLimitBytes setting n
         traverse (\lim -> workerPacketOf (HoldBudget (fromIntegral (heldBudget lim)))) limit
       -- the master numbered a worker: from now on its frames are kept for it
       numbered token wid = do
@@ -268,36 +262,12 @@ serveHost secret build j conn action = do
                 still <- M.member wid <$> readIORef locals
                 if still then readerAdd reader wid link (onLocalPacket wid) (onLocalLost wid)
                 else closeConnection link
-  -- memory governance, as the master's for its own workers ("Herd.Launch.Memory"):
-  -- readings to the master, holds above the soft share, a kill above the limit
-  let watchMemory = do
-        ls <- M.toList <$> readIORef locals
-        readings <- fmap catMaybes $ forM ls $ \(w, l) -> fmap ((,) w) <$> residentBytes (localPid l)
-        setting <- readIORef limitRef
-        limit <- case setting of
-          NoHostLimit -> pure Nothing
-          HostLimitBytes b -> pure (Just (fromIntegral b))
-          HostLimitAuto -> resolveMemoryLimit MemoryLimitAuto (length ls)
-        was <- readIORef heldRef
-        let verdict = memoryVerdict limit was (S.fromList (map fst ls)) readings
-        writeIORef heldRef (verdictHeld verdict)
-        unless (null readings) $
-          control (WorkerMemory [ (fromIntegral w, fromIntegral b) | (w, b) <- readings ])
-        forM_ (verdictHold verdict) $ \w -> control (WorkerHold (fromIntegral w) True)
-        forM_ (verdictRelease verdict) $ \w -> control (WorkerHold (fromIntegral w) False)
-        forM_ [ (w, rss, cap) | Just cap <- [limit], (w, rss) <- verdictKill verdict ] $ \(w, rss, cap) -> do
-          victim <- M.lookup w <$> readIORef locals
-          forM_ victim $ \l -> do
-            logToStderr ("herd agent: killing worker " ++ show w ++ " (pid " ++ show (localPid l) ++ "): "
-                         ++ renderFault (MemoryExceeded rss cap))
-            -- the master first, so the death is charged to memory, not to a closed link
-            dropLocal w
-            control (WorkerGone (fromIntegral w) (GoneMemory (fromIntegral rss) (fromIntegral cap)))
-            flushIdle hostSender
-            void (try (signalProcess sigKILL (fromIntegral (localPid l))) :: IO (Either IOException ()))
-        flushIdle hostSender
+  -- memory governance, as the master's for its own workers ("Herd.Launch.AgentMemory")
+  let governed = AgentWorkers
+        { awWorkers = map (\(w, l) -> (w, localPid l)) . M.toList <$> readIORef locals
+        , awLimit = readIORef limitRef, awControl = control, awFlush = flushIdle hostSender, awDrop = dropLocal }
       watching = forever $ do
-        r <- try watchMemory
+        r <- try (watchAgentMemory governed heldRef)
         either (\(e :: SomeException) -> hostLost ("cannot send to the master: " ++ displayException e)) pure r
         threadDelay (round (memoryWatchPeriod * 1e6))
   readerAdd reader 0 conn onHostPacket hostLost
