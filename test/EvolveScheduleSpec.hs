@@ -21,7 +21,13 @@ import Herd.Core.Evolve.Registry (Placed (..), lineageDepth, keepOrigins, placed
 import Herd.Core.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
 import qualified Herd.Core.Evolve.StateMap as SM
 import Herd.Core.Master.Session (Machine (..))
-import Herd.Core.Wire (FromWorker (..))
+import Herd.Core.Evolve.Held (Held, heldMessage, heldStateCount, newHeld)
+import Herd.Core.Master.Core (emptyCore, step)
+import qualified Herd.Core.Master.Events as Ev
+import Herd.Core.Packet.Policy (Urgency (..))
+import Herd.Core.Master.Session (Out (..))
+import qualified Data.Text as T
+import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 import Test.Hspec
 import Test.QuickCheck
 
@@ -200,6 +206,7 @@ spec :: Spec
 spec = describe "the evolve scheduler (pure, against a model of the workers)" $ do
   checkpointSpec
   callCostSpec
+  failedCallSpec
   stateMapSpec
   it "keeps a worker's held states as a list sorted costliest first would (insert, take, size)" $ property $
     forAll genHeld $ \(xs, (c, s), n) ->
@@ -494,3 +501,36 @@ callCostSpec =
         map (estimateFrom reg1 . StateId) [kid 1, kid 2] `shouldBe` [1, 3]
         regMeanCost reg1 `shouldBe` Just 2
         callBusy call2 `shouldBe` M.fromList [ (1, 1), (2, 3) ]
+
+-- A failed call leaves nothing of its own on the workers: the states it
+-- was given and the children it made are dropped where they are held, a
+-- state still being evolved has its children dropped when it reports,
+-- even after the call ended, and a worker drops what it is told to.
+failedCallSpec :: Spec
+failedCallSpec = describe "a failed evolve call" $ do
+  let ref = TaskRef (Fingerprint 1 2) "step" (Fingerprint 3 4) (Fingerprint 5 6)
+      kid w = (fromIntegral (w :: Int) `shiftL` SM.stateIdBits) .|. 1
+  it "tells each worker to drop the states it was given and the children it made" $ do
+    let reg0 = emptyRegistry { regStates = placedAt [ (StateId 1, 1), (StateId 2, 2), (StateId 3, 1), (StateId 9, 2) ] }
+        inputs = SM.fromList [ (StateId s, B.empty) | s <- [1, 2, 3] ]
+        start = CallStart ref reg0 [StateId 1, StateId 2, StateId 3] inputs (estimateFrom reg0) 0.1 3 0
+        machine = callMachine "step"
+    case startCall start [1, 2] of
+      Left e -> expectationFailure ("the call did not start: " ++ show e)
+      Right (call0, _) -> do
+        let (call1, _) = machineMessage machine 1 1 (StateEvolved 1 1000 [(kid 1, B.empty)]) call0
+            (_, outs) = machineMessage machine 2 2 (EvolveThrew 2 (T.pack "boom")) call1
+            drops = M.fromList [ (w, sort ss) | SendTo w (StatesDrop ss) <- outs ]
+        -- 9 was not the call's: it stays
+        drops `shouldBe` M.fromList [ (1, sort [3, kid 1]), (2, [2]) ]
+        length [ () | Fail _ <- outs ] `shouldBe` 1
+  it "drops the children a worker reports of a call that ended" $ do
+    let (core1, _) = step 0 (Ev.LinkUp 1) emptyCore
+        (_, cmds) = step 1 (Ev.Received 1 (StateEvolved 5 1000 [(kid 1, B.empty)])) core1
+    [ m | Ev.Send 1 Urgent m <- cmds ] `shouldBe` [StatesDrop [kid 1]]
+  it "is forgotten by a worker told to drop its states" $ do
+    let h0 = newHeld 1 :: Held ()
+        (h1, _) = heldMessage (StateAdd 7 B.empty) Nothing h0
+        (h2, _) = heldMessage (StateAdd 8 B.empty) Nothing h1
+        (h3, answers) = heldMessage (StatesDrop [7, 99]) Nothing h2
+    (heldStateCount h3, answers) `shouldBe` (1, [])

@@ -30,7 +30,7 @@ toWorkerIndex m = case m of
   StreamCredit {} -> 6; StreamClose {} -> 7; StatesReset -> 8; StateAdd {} -> 9; EvolveWith {} -> 10
   EvolveState {} -> 11; StateRelease {} -> 12; StateReplay {} -> 13; Ping {} -> 14
   SharePart {} -> 15; ShareDrop {} -> 16; HoldBudget {} -> 17
-  GroupRun {} -> 18; PartIn {} -> 19; PartitionCombine {} -> 20; ExchangeEnd {} -> 21
+  GroupRun {} -> 18; PartIn {} -> 19; PartitionCombine {} -> 20; ExchangeEnd {} -> 21; StatesDrop {} -> 22
 
 fromWorkerIndex :: FromWorker -> Int
 fromWorkerIndex m = case m of
@@ -63,7 +63,8 @@ genToWorker = oneof
   , Ping <$> arbitrary <*> bytes, SharePart <$> arbitrary <*> arbitrary <*> bytes, ShareDrop <$> arbitrary, HoldBudget <$> arbitrary
   , GroupRun <$> arbitrary <*> arbitrary <*> ref <*> arbitrary <*> resize 5 (listOf arbitrary) <*> bytes
   , PartIn <$> arbitrary <*> arbitrary <*> arbitrary <*> bytes
-  , PartitionCombine <$> arbitrary <*> arbitrary <*> ref <*> arbitrary, ExchangeEnd <$> arbitrary ]
+  , PartitionCombine <$> arbitrary <*> arbitrary <*> ref <*> arbitrary, ExchangeEnd <$> arbitrary
+  , StatesDrop <$> resize 6 (listOf arbitrary) ]
 
 genFromWorker :: Gen FromWorker
 genFromWorker = oneof
@@ -111,7 +112,7 @@ spec = describe "every protocol message" $ do
   it "has a generator for every constructor" $ do
     ts <- generate (vectorOf 3000 genToWorker)
     fs <- generate (vectorOf 3000 genFromWorker)
-    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 21]
+    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 22]
     sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 25]
 
 -- The report as the general decoder reads it (tag byte skipped).

@@ -117,6 +117,9 @@ decodeToWorkerSlow = runGet $ do
       | tag == tagPartIn -> PartIn <$> getWord64 <*> getWord32 <*> getWord32 <*> getRest
       | tag == tagPartitionCombine -> PartitionCombine <$> getWord64 <*> getWord32 <*> getRef <*> getWord32
       | tag == tagExchangeEnd -> ExchangeEnd <$> getWord64
+      | tag == tagStatesDrop -> do
+          n <- getCount 8
+          StatesDrop <$> replicateM n getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 
 -- | Decode one message to the master (a value inside is a slice of the input).

@@ -48,6 +48,7 @@ toWorkerParts msg = case msg of
   PartIn xid g j part -> (built' (putWord8 tagPartIn <> putWord64 xid <> putWord32 g <> putWord32 j), part)
   PartitionCombine xid j ref groups -> built (putWord8 tagPartitionCombine <> putWord64 xid <> putWord32 j <> putRef ref <> putWord32 groups)
   ExchangeEnd xid -> (taggedHead tagExchangeEnd xid, B.empty)
+  StatesDrop sids -> built (putWord8 tagStatesDrop <> putWord32 (fromIntegral (length sids)) <> foldMap putWord64 sids)
   Args k v -> built (putWord8 tagArgs <> putWord32 k <> BB.byteString v)
   StreamIn sid k v -> built (putWord8 tagStreamIn <> putWord64 sid <> putWord32 k <> BB.byteString v)
   RunBatch bid ref count -> built (putWord8 tagRunBatch <> putWord64 bid <> putRef ref <> putWord32 count)

@@ -143,6 +143,7 @@ keepsBytes msg = case msg of
   PartIn {} -> False      -- its part is copied
   PartitionCombine {} -> False
   ExchangeEnd {} -> False
+  StatesDrop {} -> False
   _ -> True
 
 handleMessage :: Serving -> Pending -> ToWorker -> IO ()

@@ -71,10 +71,32 @@ callBusy = planBusy . callPlan
 
 -- | The session of one call: the plan, fed by the workers' answers.
 callMachine :: String -> Machine Call
-callMachine name = Machine
+callMachine name = dropOnFail (callMachineOf name)
+
+-- A call that fails leaves nothing of its own on the workers: the states
+-- it was given and the children it made are forgotten by the caller's
+-- registry ('regAbandoned'), so each worker holding some is told to drop
+-- them. (A step still running reports later; its children are dropped
+-- then, "Herd.Core.Master.Core".)
+dropOnFail :: Machine Call -> Machine Call
+dropOnFail m = m
+  { machineMessage = \now wid msg call -> drops (machineMessage m now wid msg call)
+  , machineLost = \now wid why call -> drops (machineLost m now wid why call)
+  , machineStarved = drops . machineStarved m }
+  where
+    drops (call, outs)
+      | null [ () | Fail _ <- outs ] = (call, outs)
+      | otherwise =
+          let own = S.fromList (SM.keys (callInputs call) ++ [ k | kids <- SM.elems (callOutputs call), (k, _) <- kids ])
+              held = M.fromListWith (++) [ (placedOn p, [sid]) | (sid, p) <- SM.toList (callStates call), S.member sid own ]
+          in (call, [ SendTo w (StatesDrop [ s | StateId s <- sids ]) | (w, sids) <- M.toList held ] ++ outs)
+
+callMachineOf :: String -> Machine Call
+callMachineOf name = Machine
   { machineMessage = \now wid msg call -> case msg of
-      -- a failed call's state its worker went on with
-      StateEvolved parent _ _ | S.member (StateId parent) (callAbandoned call) -> (call, [])
+      -- a failed call's state its worker went on with: its children go
+      StateEvolved parent _ children | S.member (StateId parent) (callAbandoned call) ->
+        (call, [ SendTo wid (StatesDrop (map fst children)) | not (null children) ])
       EvolveThrew sid _ | S.member (StateId sid) (callAbandoned call) -> (call, [])
       StateEvolved parent busyNs children -> evolved now wid (StateId parent) (fromIntegral busyNs / 1e9) children call
       StateReleased sid bytes ->

@@ -31,6 +31,7 @@ module Herd.Core.Evolve.Held
 import Data.Bits (shiftL, (.|.))
 import qualified Data.ByteString as B
 import qualified Data.Map.Strict as M
+import qualified Data.Set as S
 import Data.Sequence (Seq, ViewL (..), viewl, (|>))
 import qualified Data.Sequence as Seq
 import qualified Data.Text as T
@@ -95,6 +96,9 @@ heldMessage msg found h = case msg of
          Just _ -> (cleared { hResetting = hResetting h + 1 }, [])
          Nothing -> (cleared, [StatesCleared])
   StateAdd sid bytes -> (h { hStates = M.insert sid bytes (hStates h) }, [])
+  StatesDrop sids ->
+    let gone = S.fromList sids
+    in (h { hStates = M.withoutKeys (hStates h) gone, hQueue = Seq.filter (\(s, _, _) -> not (S.member s gone)) (hQueue h) }, [])
   EvolveWith _ -> case found of
     Just runner -> (h { hRunner = Just runner }, either (\why -> [EvolveRejected (T.pack why)]) (const []) runner)
     Nothing -> (h, [EvolveRejected (T.pack "the evolve function was not looked up")])

@@ -262,7 +262,10 @@ startSession now sid req core
 sessionMessage :: Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
 sessionMessage now w msg core = case coreSession core >>= hostMessage now w msg of
   Just (hosted, outs) -> settle now hosted outs core
-  Nothing -> (core, [])   -- a late answer of a call that ended
+  Nothing -> case msg of
+    -- a late answer of a call that ended: what it made is nobody's
+    StateEvolved _ _ children | not (null children) -> (core, [Send w Urgent (StatesDrop (map fst children))])
+    _ -> (core, [])
 
 -- A worker joined while a session runs: it becomes one of the session's,
 -- up to the session's limit (so a lost worker's replacement can take up

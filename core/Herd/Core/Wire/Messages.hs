@@ -72,6 +72,9 @@ data ToWorker
     -- many groups, in group order, and answer 'PartitionDone'
   | ExchangeEnd !Word64
     -- ^ reduction @x@ is over: drop everything held for it
+  | StatesDrop ![Word64]
+    -- ^ forget these evolve states (of a call that failed), and any
+    -- evolution of them not started; no answer
   deriving (Eq, Show)
 
 -- | Messages from worker to master.

@@ -7,7 +7,7 @@ module Herd.Core.Wire.Tags
     tagRunBatch, tagArgs, tagShutdown, tagStreamOpen, tagStreamIn, tagStreamEnd, tagStreamCredit
   , tagStreamClose, tagStatesReset, tagStateAdd, tagEvolveWith, tagEvolveState, tagStateRelease
   , tagStateReplay, tagPing, tagSharePart, tagShareDrop, tagHoldBudget
-  , tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd
+  , tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd, tagStatesDrop
     -- * Worker to master
   , tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone
   , tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected
@@ -41,11 +41,12 @@ tagSharePart = 16
 tagShareDrop = 17
 tagHoldBudget = 18
 
-tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd :: Word8
+tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd, tagStatesDrop :: Word8
 tagGroupRun = 19
 tagPartIn = 20
 tagPartitionCombine = 21
 tagExchangeEnd = 22
+tagStatesDrop = 23
 
 -- | Tags of the messages to the master.
 tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone,
