@@ -8,7 +8,7 @@
 --
 -- * INV-SHARE-BEFORE: a worker is sent every live value before anything
 --   else the core sends it after it joined (the pieces come first in
---   'shareJoined''s answer, and the core puts them before its other
+--   the answer of 'shareJoined', and the core puts them before its other
 --   commands), so no task that names a value can reach a worker without
 --   it;
 -- * INV-SHARE-ONCE: a value is asked of each worker once while both live

@@ -41,6 +41,8 @@ tagSharePart = 16
 tagShareDrop = 17
 tagHoldBudget = 18
 
+-- | Tags of the messages to a worker for keyed reductions, and of the
+-- message that drops a failed evolve call's states.
 tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd, tagStatesDrop :: Word8
 tagGroupRun = 19
 tagPartIn = 20
@@ -74,6 +76,7 @@ tagShareHeld = 18
 tagShareDropped = 19
 tagShareSpilled = 20
 
+-- | Tags of a worker's messages for keyed reductions.
 tagForward, tagGroupSent, tagGroupThrew, tagPartHeld, tagPartitionDone, tagPartitionThrew :: Word8
 tagForward = 21
 tagGroupSent = 22
