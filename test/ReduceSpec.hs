@@ -14,7 +14,13 @@ import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec
 import Test.QuickCheck
 import HandAgent (withHandAgent)
-import TestTasks (orderedKeyedReducer, showReducer, slowCountPairs, slowCountReducer, throwingKeyedReducer)
+import Control.Monad (forever)
+import qualified Data.ByteString as B
+import Data.IORef
+import Data.List (isPrefixOf)
+import System.Directory (doesDirectoryExist, getTemporaryDirectory, listDirectory)
+import System.FilePath ((</>))
+import TestTasks (bigPartBytes, bigPartReducer, orderedKeyedReducer, showReducer, slowCountPairs, slowCountReducer, throwingKeyedReducer)
 import Control.Exception (try)
 import Data.List (isInfixOf)
 
@@ -65,6 +71,31 @@ spec = describe "reductions on the workers" $ do
         reduceByKey cluster orderedKeyedReducer xs
           `shouldReturn` M.fromListWith (flip (++)) [ (x `mod` 3, show x ++ ",") | x <- xs ]
         statusRelayedParts <$> clusterStatus cluster `shouldReturn` 0
+
+  it "keeps the parts past a worker's budget on its disk until they are combined" $ do
+    -- eight 12 MiB parts (96 MiB) for the one owner of key 0, whose limit
+    -- of 320 MiB gives held values a budget of 80 MiB: at least one part
+    -- is written to its spill directory, and gone once combined
+    let cfg = defaultConfig { configWorkers = Just 2, configWorkerMemoryLimit = MemoryLimitMiB 320
+                            , configSecret = SecretValue (BC.pack "reduce-spec-secret-0123456789") }
+        partFiles pid = do
+          tmp <- getTemporaryDirectory
+          let dir = tmp </> ("herd-spill-" ++ show pid)
+          there <- doesDirectoryExist dir
+          if there then length . filter ("part-" `isPrefixOf`) <$> listDirectory dir else pure 0
+    withCluster cfg $ \cluster -> do
+      True <- waitForWorkers cluster 2 30
+      pids <- map infoPid <$> clusterWorkerInfo cluster
+      seen <- newIORef (0 :: Int)
+      let watch = forever $ do
+            n <- sum <$> mapM partFiles pids
+            modifyIORef' seen (max n)
+            threadDelay 20000
+      answer <- withAsync watch $ \_ -> reduceByKey cluster bigPartReducer [1 .. 8]
+      answer `shouldBe` M.fromList [(0, B.replicate bigPartBytes 1)]
+      readIORef seen >>= (`shouldSatisfy` (>= 1))
+      sum <$> mapM partFiles pids `shouldReturn` 0
+      statusLostTotal <$> clusterStatus cluster `shouldReturn` 0
 
   it "gives the exact counts per key when a worker is killed mid-job" $ do
     let cfg = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "reduce-spec-secret-0123456789") }

@@ -24,6 +24,8 @@ module TestTasks
   , slowCountReducer
   , slowCountPairs
   , orderedKeyedReducer
+  , bigPartReducer
+  , bigPartBytes
   , throwingKeyedReducer
   , refSquare
   , refSlowInc
@@ -229,6 +231,15 @@ slowCountReducer = static (keyedReducer (\x@(_, ms) -> unsafePerformIO (threadDe
 -- combining function that is associative but not commutative.
 orderedKeyedReducer :: StaticPtr (KeyedReducer Int Int String)
 orderedKeyedReducer = static (keyedReducer (\x -> [(x `mod` 3, show x ++ ",")]) (++))
+
+-- | The size of each of 'bigPartReducer''s values: 12 MiB.
+bigPartBytes :: Int
+bigPartBytes = 12 * 1024 * 1024
+
+-- | Each input, after 150 ms, as one 12 MiB value under key 0 (its bytes
+-- the input); of two values, the first is kept.
+bigPartReducer :: StaticPtr (KeyedReducer Int Int B.ByteString)
+bigPartReducer = static (keyedReducer (\x -> unsafePerformIO (threadDelay 150000) `seq` [(0, B.replicate bigPartBytes (fromIntegral x))]) const)
 
 -- | Counts inputs, but throws on 37.
 throwingKeyedReducer :: StaticPtr (KeyedReducer Int Int Int)

@@ -33,6 +33,9 @@ module Herd.Shared.Table
   , removeSpillsOf
   , maxSharedBytes
   , takeSpilled
+  , memoryRoom
+  , holdOther
+  , spillPath
   ) where
 
 import Control.Exception (ErrorCall (..), IOException, throwIO, try)
@@ -75,10 +78,11 @@ data Table = Table
   , tOrder  :: !Word64
   , tCame   :: !(M.Map Word64 Word64)
   , tSpilledNew :: ![Word64]   -- ^ values spilled since 'takeSpilled' last looked
+  , tOther  :: !Int            -- ^ bytes of other held values in memory (reductions' parts), within the same budget
   }
 
 table :: IORef Table
-table = unsafePerformIO (newIORef (Table M.empty 0 0 M.empty []))
+table = unsafePerformIO (newIORef (Table M.empty 0 0 M.empty [] 0))
 {-# NOINLINE table #-}
 
 -- | One link's values in arrival: for each, its size, the bytes so far,
@@ -137,7 +141,7 @@ receivePiece (Assembly ref) n claimed piece
     start = do
       t <- readIORef table
       memory <- maybe maxSharedBytes id <$> hostMemoryBytes
-      let inMemory = sum [ B.length b | InMemory b _ <- M.elems (tValues t) ]
+      let inMemory = tOther t + sum [ B.length b | InMemory b _ <- M.elems (tValues t) ]
           total = fromIntegral claimed
       -- a value past the budget, or too large for this host's memory (the
       -- allocation would end the process), goes to disk as it comes
@@ -208,7 +212,7 @@ enforceBudget :: IO ()
 enforceBudget = do
   t <- readIORef table
   let inMemory = [ (n, bytes) | (n, InMemory bytes _) <- M.toList (tValues t) ]
-      total = sum (map (B.length . snd) inMemory)
+      total = tOther t + sum (map (B.length . snd) inMemory)
       newestFirst = sortOn (\(n, _) -> Down (M.findWithDefault 0 n (tCame t))) inMemory
       spill over ((n, bytes) : rest) | over > 0 = (n, bytes) : spill (over - B.length bytes) rest
       spill _ _ = []
@@ -219,6 +223,24 @@ enforceBudget = do
       B.writeFile path bytes
       atomicModifyIORef' table (\t' -> (t' { tValues = M.adjust (const (OnDisk path (B.length bytes))) n (tValues t')
                                             , tSpilledNew = n : tSpilledNew t' }, ()))
+
+-- | The bytes that may still be held in memory under the budget, after
+-- the shared values and other values kept there ('Nothing': no budget).
+memoryRoom :: IO (Maybe Int)
+memoryRoom = do
+  t <- readIORef table
+  let used = tOther t + sum [ B.length b | InMemory b _ <- M.elems (tValues t) ]
+  pure (if tBudget t > 0 then Just (tBudget t - used) else Nothing)
+
+-- | Other values of this many bytes were put in memory (or, negative,
+-- left it): they count against the budget with the shared values.
+holdOther :: Int -> IO ()
+holdOther n = atomicModifyIORef' table (\t -> (t { tOther = max 0 (tOther t + n) }, ()))
+
+-- | A file of this name in this process's spill directory (made if
+-- needed), for a value held on disk; the directory goes with the process.
+spillPath :: String -> IO FilePath
+spillPath name = (</> name) <$> spillDir
 
 -- This process's directory of spilled values.
 spillDir :: IO FilePath
@@ -240,12 +262,7 @@ removeSpillsOf pid = do
 
 -- | Remove this process's spilled values from disk (a worker's last act).
 removeSpills :: IO ()
-removeSpills = do
-  spilled <- any isOnDisk . M.elems . tValues <$> readIORef table
-  when spilled $ do
-    dir <- spillDir
-    void (try (removeDirectoryRecursive dir) :: IO (Either IOException ()))
-  where isOnDisk e = case e of { OnDisk {} -> True; _ -> False }
+removeSpills = getProcessID >>= removeSpillsOf . fromIntegral
 
 -- | The value held under this number, decoded as @a@ (once per type,
 -- unless it was spilled: then read and decoded each time). Throws an

@@ -1,12 +1,17 @@
+{-# LANGUAGE ScopedTypeVariables #-}
 -- | A worker's side of keyed reductions ("Herd.Core.Exchange"): it runs
 -- the groups it is sent and sends each part to its partition's owner
 -- (through the master's link layer), keeps the parts it owns, one per
--- group, and combines a partition when asked.
+-- group, and combines a partition when asked. Parts count against the
+-- worker's budget for held values with its shared values
+-- ("Herd.Shared.Table"): one that would not fit is kept on the worker's
+-- local disk and read back to be combined.
 --
 -- Promises: a part held is the first one that came for its group (a group
 -- run again makes the same part); parts of a reduction that ended are
--- dropped, also when they come late; what the reducer throws, or bytes
--- that do not decode, are answered as failures, never crash the worker.
+-- dropped, also when they come late, files included; what the reducer
+-- throws, or bytes that do not decode, are answered as failures, never
+-- crash the worker.
 module Herd.Worker.Exchange
   ( ExchangeTable
   , newExchangeTable
@@ -14,7 +19,7 @@ module Herd.Worker.Exchange
   , exchangeMessage
   ) where
 
-import Control.Monad (forM_, unless)
+import Control.Monad (forM_, unless, void)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M
@@ -26,15 +31,21 @@ import Herd.Core.Base (TaskRef)
 import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 import Herd.Reduce.Keyed (KeyedRunner (..), lookupKeyedRunner)
+import Herd.Shared.Table (holdOther, memoryRoom, spillPath)
+import Control.Exception (IOException, try)
+import System.Directory (removeFile)
 
 -- | What a worker holds for reductions.
 data ExchangeTable = ExchangeTable
   { xtSelf    :: !Word64   -- ^ this worker's number: a part for it stays here
-  , xtParts   :: !(IORef (M.Map (Word64, Word32) (M.Map Word32 B.ByteString)))
+  , xtParts   :: !(IORef (M.Map (Word64, Word32) (M.Map Word32 Part)))
     -- ^ (reduction, partition) -> group -> its part
   , xtEnded   :: !(IORef (S.Set Word64))   -- ^ reductions the master said ended
   , xtRunners :: !(IORef (M.Map TaskRef (Either String KeyedRunner)))
   }
+
+-- A part held: in memory, or in a file of this many bytes.
+data Part = InMemory !B.ByteString | OnDisk !FilePath !Int
 
 -- | Nothing held, for the worker of this number.
 newExchangeTable :: Word64 -> IO ExchangeTable
@@ -67,22 +78,43 @@ exchangeMessage xt send msg = case msg of
   PartIn xid g j part -> hold xid g j (B.copy part)
   PartitionCombine xid j ref groups -> do
     held <- M.findWithDefault M.empty (xid, j) <$> readIORef (xtParts xt)
-    modifyIORef' (xtParts xt) (M.delete (xid, j))
     runner <- cachedLookup (xtRunners xt) lookupKeyedRunner ref
     outcome <- case runner of
       Left why -> pure (Left why)
       Right r
         | M.keys held /= (if groups == 0 then [] else [0 .. groups - 1]) ->
             pure (Left ("partition " ++ show j ++ " holds " ++ show (M.size held) ++ " of " ++ show groups ++ " groups' parts"))
-        | otherwise -> combineParts r (M.elems held)
+        | otherwise -> do
+            bytes <- try (mapM partBytes (M.elems held))
+            case bytes of
+              Left (e :: IOException) -> pure (Left ("a part kept on disk could not be read back: " ++ show e))
+              Right bs -> combineParts r bs
+    forget (\(x, p) -> x == xid && p == j)
     send Urgent (either (PartitionThrew xid j . T.pack) (PartitionDone xid j) outcome)
   ExchangeEnd xid -> do
-    modifyIORef' (xtParts xt) (M.filterWithKey (\(x, _) _ -> x /= xid))
+    forget (\(x, _) -> x == xid)
     modifyIORef' (xtEnded xt) (S.insert xid)
   _ -> pure ()
   where
-    hold xid g j kept = do
+    hold xid g j bytes = do
       ended <- S.member xid <$> readIORef (xtEnded xt)
-      unless ended $ do
-        modifyIORef' (xtParts xt) (M.insertWith (\_ old -> M.insertWith (\_ first -> first) g kept old) (xid, j) (M.singleton g kept))
-        send Bulk (PartHeld xid g j)
+      already <- maybe False (M.member g) . M.lookup (xid, j) <$> readIORef (xtParts xt)
+      unless (ended || already) $ do
+        room <- memoryRoom
+        part <- case room of
+          Just r | B.length bytes > r -> do
+            path <- spillPath ("part-" ++ show xid ++ "-" ++ show j ++ "-" ++ show g)
+            B.writeFile path bytes
+            pure (OnDisk path (B.length bytes))
+          _ -> InMemory bytes <$ holdOther (B.length bytes)
+        modifyIORef' (xtParts xt) (M.insertWith M.union (xid, j) (M.singleton g part))
+      unless ended $ send Bulk (PartHeld xid g j)
+    -- drop the parts of these (reduction, partition)s, files and budget too
+    forget which = do
+      gone <- atomicModifyIORef' (xtParts xt) (\m -> let (out, kept) = M.partitionWithKey (\k _ -> which k) m in (kept, out))
+      forM_ (concatMap M.elems (M.elems gone)) $ \p -> case p of
+        InMemory b -> holdOther (negate (B.length b))
+        OnDisk path _ -> void (try (removeFile path) :: IO (Either IOException ()))
+    partBytes p = case p of
+      InMemory b -> pure b
+      OnDisk path _ -> B.readFile path
