@@ -74,7 +74,7 @@ deliver w m = case M.lookup w (mWorkers m) of
             in (say [PartHeld xid g j]) { wHeld = M.insert key held (wHeld x1) }
           PartitionCombine xid j _ groups ->
             let held = M.findWithDefault M.empty (xid, fromIntegral j) (wHeld x1)
-            in if M.keys held == [0 .. fromIntegral groups - 1]
+            in if M.size held == fromIntegral groups
                  then say [PartitionDone xid j (BC.pack (concat (M.elems held)))]
                  else say [PartitionThrew xid j (T.pack "parts missing")]
           ExchangeEnd xid -> x1 { wHeld = M.filterWithKey (\(x', _) _ -> x' /= xid) (wHeld x1) }
@@ -123,23 +123,24 @@ drain n m = case moves of
     moves = [ deliver w | (w, x) <- M.toList (mWorkers m), not (null (wIn x)) ]
             ++ [ toMaster w | (w, x) <- M.toList (mWorkers m), not (null (wOut x)) ]
 
-start :: Int -> Int -> Int -> Maybe Int -> Model
-start workers groups maxDeaths partitions =
+start :: Int -> Int -> Int -> Bool -> Model
+start workers groups maxDeaths tree =
   let ws = [1 .. workers]
-      job = ExchangeJob ref [ BC.pack (show g) | g <- [0 .. groups - 1] ] maxDeaths partitions
+      job = ExchangeJob ref [ BC.pack (show g) | g <- [0 .. groups - 1] ] maxDeaths Nothing tree
       Right (ex, outs) = exchangeStart 7 job ws
   in apply outs (Model (Just ex) (M.fromList [ (w, W [] [] M.empty) | w <- ws ]) (workers + 1) Nothing 0)
 
 spec :: Spec
 spec = describe "the keyed reduction's exchange plan" $ do
   it "combines every partition from exactly one part of every group, in order, under random losses and joins" $
-    property $ \(Positive w0) (Positive g0) (onePartition :: Bool) (ops :: [Op]) ->
+    property $ \(Positive w0) (Positive g0) (tree :: Bool) (ops :: [Op]) ->
       let workers = 1 + w0 `mod` 4
           groups = 1 + g0 `mod` 12
-          partitions = if onePartition then Just 1 else Nothing
-          m = drain 100000 (foldl' runOp (start workers groups 100 partitions) ops)
-          expected = [ BC.pack (concat [ part g j | g <- [0 .. groups - 1] ]) | j <- [0 .. maybe workers id partitions - 1] ]
-      in classify (mLosses m > 0) "with losses" $ classify (mNext m > workers + 1) "with joins" $
+          m = drain 100000 (foldl' runOp (start workers groups 100 tree) ops)
+          -- a tree's partition j takes the j-th block of groups, in order
+          takes j g = not tree || g * workers `div` groups == j
+          expected = [ BC.pack (concat [ part g j | g <- [0 .. groups - 1], takes j g ]) | j <- [0 .. workers - 1] ]
+      in classify tree "a tree" $ classify (mLosses m > 0) "with losses" $ classify (mNext m > workers + 1) "with joins" $
            counterexample (show (mAnswer m)) (mAnswer m === Just (Right expected))
 
   it "fails naming the group that killed more workers than allowed" $ do
@@ -153,13 +154,13 @@ spec = describe "the keyed reduction's exchange plan" $ do
           | w : _ <- [ w | (w, x) <- M.toList (mWorkers m), GroupRun _ 0 _ _ _ _ : _ <- [wIn x] ] = killing (n - 1) (lose True w m)
           | w : _ <- [ w | (w, x) <- M.toList (mWorkers m), not (null (wIn x)) ] = killing (n - 1) (deliver w m)
           | otherwise = m
-        m1 = killing 1000 (join (join (start 1 3 1 Nothing)))
+        m1 = killing 1000 (join (join (start 1 3 1 False)))
     case mAnswer m1 of
       Just (Left (TaskKilledWorkers 0 _ deaths _)) -> deaths `shouldBe` 2
       other -> expectationFailure ("expected group 0 to be named, got " ++ show other)
 
   it "fails when no worker is left" $ do
-    let m = start 1 2 5 Nothing
+    let m = start 1 2 5 False
         Just ex = mX m
         (ex', _) = exchangeLost 1 False "gone" ex
     fmap exchangeStarved ex' `shouldBe` Just (Just (XEnded (Left (AllWorkersLost "every worker of a keyed reduction was lost"))))

@@ -284,15 +284,16 @@ runSession cluster req answer wait = do
   wait `onException` shellRegister (clShell cluster) True (ForgetSession sid) [SessionCancel sid]
 
 -- | Run a keyed reduction ("Herd.Core.Exchange") of these encoded groups
--- with this reducer on the live workers, over this many partitions of
--- the keys ('Nothing': one per worker), and wait for each partition's
--- combined bytes. A caller interrupted while waiting cancels it.
-runExchange :: Cluster -> TaskRef -> Maybe Int -> [B.ByteString] -> IO (Either HerdError [B.ByteString])
-runExchange cluster ref partitions groups = do
+-- with this reducer on the live workers, one partition per worker, of
+-- the keys or (@tree@) of the groups in order, and wait for each
+-- partition's combined bytes. A caller interrupted while waiting cancels
+-- it.
+runExchange :: Cluster -> TaskRef -> Bool -> [B.ByteString] -> IO (Either HerdError [B.ByteString])
+runExchange cluster ref tree groups = do
   awaitSomeWorker cluster
   xid <- freshId cluster
   answer <- newEmptyMVar
-  let job = ExchangeJob ref groups (configMaxTaskDeaths (clConfig cluster)) partitions
+  let job = ExchangeJob ref groups (configMaxTaskDeaths (clConfig cluster)) Nothing tree
   shellRegister (clShell cluster) True (RegisterExchange xid (void . tryPutMVar answer)) [ExchangeStart xid job]
   takeMVar answer `onException` shellRegister (clShell cluster) True (ForgetExchange xid) [ExchangeCancel xid]
 

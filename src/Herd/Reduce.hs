@@ -8,9 +8,10 @@
 -- owns the partition (through the host agent on one host, relayed by the
 -- master's links otherwise; the master's core never reads the bytes).
 -- Each owner combines its partition's parts once all are in, and only
--- the final maps come to the caller, each key once. 'farmReduce' is the
--- one-key case: one partition, so one worker combines every group's
--- partial and only the final value comes back.
+-- the final maps come to the caller, each key once. 'farmReduce' is a
+-- tree: the groups are cut in order into one block per worker, each
+-- group's partial goes to its block's owner, the owners combine their
+-- blocks at once, and the caller combines one value per block.
 --
 -- > wordsOf :: Doc -> [(T.Text, Int)]
 -- > countTask :: StaticPtr (KeyedReducer Doc T.Text Int)
@@ -57,20 +58,21 @@ reducer f = keyedReducer (\x -> [((), f x)])
 {-# INLINE reducer #-}
 
 -- | The function mapped over every input and the results combined, in
--- input order: each group on the worker that ran it, then the groups'
--- results on one worker; 'Nothing' for no input.
+-- input order: each group on the worker that ran it, each block of groups
+-- on the worker that owns it, then the blocks' results here; 'Nothing'
+-- for no input.
 farmReduce :: Cluster -> StaticPtr (Reducer a b) -> [a] -> IO (Maybe b)
-farmReduce cluster ptr xs = M.lookup () <$> reduceOver (Just 1) cluster ptr xs
+farmReduce cluster ptr xs = M.lookup () <$> reduceOver True cluster ptr xs
 
 -- | Every input's pairs, combined by key: each group on its worker, then
 -- each partition of the keys on the worker that owns it; the partitions'
 -- maps come back here.
 reduceByKey :: Ord k => Cluster -> StaticPtr (KeyedReducer a k v) -> [a] -> IO (M.Map k v)
-reduceByKey = reduceOver Nothing
+reduceByKey = reduceOver False
 
--- A keyed reduction over this many partitions ('Nothing': one per worker).
-reduceOver :: Ord k => Maybe Int -> Cluster -> StaticPtr (KeyedReducer a k v) -> [a] -> IO (M.Map k v)
-reduceOver partitions cluster ptr xs = do
+-- A keyed reduction, its partitions of the keys or (a tree) of the groups.
+reduceOver :: Ord k => Bool -> Cluster -> StaticPtr (KeyedReducer a k v) -> [a] -> IO (M.Map k v)
+reduceOver tree cluster ptr xs = do
   let codecs = closureCodecs (deRefStaticPtr ptr)
       ref = closureRef ptr
       name = refName ref
@@ -81,12 +83,12 @@ reduceOver partitions cluster ptr xs = do
   if null groups then pure M.empty else do
     encoded <- forM (zip [0 ..] groups) $ \(g, group) ->
       encodeGroup codecs group >>= either (throwIO . ArgumentError (inputOf g) name) pure
-    answer <- runExchange cluster ref partitions encoded
+    answer <- runExchange cluster ref tree encoded
     case answer of
       Left (TaskFailed g _ why) -> throwIO (TaskFailed (inputOf g) name why)
       Left (TaskKilledWorkers g _ n why) -> throwIO (TaskKilledWorkers (inputOf g) name n why)
       Left err -> throwIO err
-      Right parts -> M.unions <$> mapM (either (throwIO . ResultDecodeError 0 name) pure . decodePartition codecs) parts
+      Right parts -> mergeInOrder codecs <$> mapM (either (throwIO . ResultDecodeError 0 name) pure . decodePartition codecs) parts
 
 -- | The inputs cut into groups, in order: four per worker (so a slow
 -- group can be balanced by the others), none empty, at most one per

@@ -7,6 +7,11 @@
 -- per group; once every group's part reached it, it combines them in
 -- group order and only that partition's final map comes to the master.
 --
+-- A reduction to one value ('xjTree') is a tree instead: the groups are
+-- cut in order into one block per partition, each group's whole result
+-- goes to its block's owner, the owners combine their blocks at once,
+-- and the caller combines the few blocks' results in order.
+--
 -- Pure: the plan (which group runs where, which worker owns which
 -- partition, what is delivered) as a state machine over the workers'
 -- words, their losses and joins.
@@ -54,7 +59,10 @@ data ExchangeJob = ExchangeJob
   { xjRef       :: !TaskRef          -- ^ the reducer ("Herd.Reduce")
   , xjGroups    :: ![B.ByteString]   -- ^ each group's inputs, encoded, in order
   , xjMaxDeaths :: !Int              -- ^ workers one group may kill before the reduction fails
-  , xjPartitions :: !(Maybe Int)     -- ^ partitions of the keys ('Nothing': one per live worker)
+  , xjPartitions :: !(Maybe Int)     -- ^ partitions ('Nothing': one per live worker)
+  , xjTree      :: !Bool
+    -- ^ partitions are blocks of groups in order, not of keys: each
+    -- group's whole result goes to its block's owner
   } deriving (Eq, Show)
 
 -- | What the core must do for an exchange.
@@ -83,6 +91,7 @@ data Exchange = Exchange
   , xDeaths    :: !(M.Map Int Int)                   -- ^ group -> workers that died running it
   , xLive      :: !(S.Set WorkerId)
   , xMaxDeaths :: !Int
+  , xTree      :: !Bool   -- ^ partitions are blocks of groups ('xjTree')
   } deriving (Eq, Show)
 
 -- | Groups a worker is sent at most at once: one running, one waiting,
@@ -106,7 +115,7 @@ exchangeStart xid job workers
       , xOwner = M.fromList (zip [0 .. parts - 1] (cycle workers))
       , xDelivered = M.fromList [ (j, S.empty) | j <- [0 .. parts - 1] ]
       , xRuns = M.empty, xSent = S.empty, xCombining = S.empty, xDone = M.empty, xDeaths = M.empty
-      , xLive = S.fromList workers, xMaxDeaths = xjMaxDeaths job }
+      , xLive = S.fromList workers, xMaxDeaths = xjMaxDeaths job, xTree = xjTree job }
 
 -- | The exchange a worker's message belongs to, if it is an exchange's.
 exchangeOf :: FromWorker -> Maybe Word64
@@ -225,7 +234,8 @@ dispatch x0 = let (x1, runs) = foldl' give (x0, []) (S.toList (xLive x0))
           Nothing -> (x, outs)
           Just (g, targets) ->
             let x' = x { xRuns = M.insertWith (flip (++)) w [(g, targets)] (xRuns x) }
-                msg = GroupRun (xId x) (fromIntegral g) (xRef x) (fromIntegral (xParts x))
+                -- a partition count of 0: the group's whole result is one part
+                msg = GroupRun (xId x) (fromIntegral g) (xRef x) (if xTree x then 0 else fromIntegral (xParts x))
                                [ (fromIntegral j, fromIntegral o) | (j, o) <- targets ] (xArgs x M.! g)
             in fill x' (XSend w msg : outs) w (room - 1)
 
@@ -243,7 +253,7 @@ nextGroup x = case sortOn rank candidates of
     candidates =
       [ (g, ts)
       | g <- M.keys (xArgs x)
-      , let ts = [ (j, o) | (j, o) <- M.toList (xOwner x), not (M.member j (xDone x))
+      , let ts = [ (j, o) | (j, o) <- M.toList (xOwner x), partitionTakes x j g, not (M.member j (xDone x))
                           , not (S.member j (xCombining x))
                           , not (S.member g (M.findWithDefault S.empty j (xDelivered x)))
                           , not (S.member (g, j, o) covered) ]
@@ -254,7 +264,15 @@ nextGroup x = case sortOn rank candidates of
 combine :: Exchange -> (Exchange, [XOut])
 combine x = (x { xCombining = S.union (xCombining x) (S.fromList (map fst ready)) }, map snd ready)
   where
-    groups = M.size (xArgs x)
     ready = [ (j, XSend o (PartitionCombine (xId x) (fromIntegral j) (xRef x) (fromIntegral groups)))
             | (j, o) <- M.toList (xOwner x), not (M.member j (xDone x)), not (S.member j (xCombining x))
+            , let groups = length (filter (partitionTakes x j) (M.keys (xArgs x)))
             , S.size (M.findWithDefault S.empty j (xDelivered x)) == groups ]
+
+-- | Whether a group sends a part to this partition: every group does,
+-- but in a tree only the groups of the partition's block, which cut the
+-- groups in order into equal runs.
+partitionTakes :: Exchange -> Int -> Int -> Bool
+partitionTakes x j g
+  | xTree x = g * xParts x `div` max 1 (M.size (xArgs x)) == j
+  | otherwise = True

@@ -43,6 +43,8 @@ data KeyedCodecs a k v = KeyedCodecs
     -- ^ a group's inputs, evaluated and encoded ('Left': what threw)
   , decodePartition :: B.ByteString -> Either String (M.Map k v)
     -- ^ a partition's combined answer
+  , mergeInOrder   :: [M.Map k v] -> M.Map k v
+    -- ^ maps combined by key, earlier ones first (the blocks of a tree)
   }
 
 -- | The workers' side, on bytes.
@@ -68,6 +70,7 @@ keyedReducer f op = Closure
       { encodeGroup = \xs -> tryUser (evaluate (encode xs))
       , decodePartition = \b -> either (const (Left "a partition's answer does not decode")) (Right . M.fromDistinctAscList)
                                        (decode b :: Either PeekException [(k, v)])
+      , mergeInOrder = foldl' (M.unionWith op) M.empty
       }
   , closureRunner = KeyedRunner groupRun partsCombine
   }

@@ -66,11 +66,12 @@ exchangeMessage :: ExchangeTable -> (Urgency -> FromWorker -> IO ()) -> ToWorker
 exchangeMessage xt send msg = case msg of
   GroupRun xid g ref parts targets inputs -> do
     runner <- cachedLookup (xtRunners xt) lookupKeyedRunner ref
-    made <- either (pure . Left) (\r -> runGroup r (fromIntegral parts) inputs) runner
+    -- (a count of 0: the whole result is the one listed partition's part)
+    made <- either (pure . Left) (\r -> runGroup r (max 1 (fromIntegral parts)) inputs) runner
     case made of
       Left why -> send Urgent (GroupThrew xid g (T.pack why))
       Right cut -> do
-        forM_ targets $ \(j, dest) -> case drop (fromIntegral j) cut of
+        forM_ targets $ \(j, dest) -> case drop (if parts == 0 then 0 else fromIntegral j) cut of
           p : _ | dest == xtSelf xt -> hold xid g j p   -- its own partition: no trip through the master
                 | otherwise -> send Bulk (Forward dest xid g j p)
           [] -> pure ()
@@ -82,7 +83,7 @@ exchangeMessage xt send msg = case msg of
     outcome <- case runner of
       Left why -> pure (Left why)
       Right r
-        | M.keys held /= (if groups == 0 then [] else [0 .. groups - 1]) ->
+        | M.size held /= fromIntegral groups ->
             pure (Left ("partition " ++ show j ++ " holds " ++ show (M.size held) ++ " of " ++ show groups ++ " groups' parts"))
         | otherwise -> do
             bytes <- try (mapM partBytes (M.elems held))

@@ -62,8 +62,9 @@ data ToWorker
   | GroupRun !Word64 !Word32 !TaskRef !Word32 ![(Word32, Word64)] !B.ByteString
     -- ^ keyed reduction @x@ ("Herd.Core.Exchange"): map and combine this
     -- group of inputs (the bytes) with the reducer, cut the result into
-    -- this many partitions of the keys, send each listed partition's part
-    -- to the worker given ('Forward'), and answer 'GroupSent'
+    -- this many partitions of the keys (0: keep it whole, as the part of
+    -- the one partition listed), send each listed partition's part to the
+    -- worker given ('Forward'), and answer 'GroupSent'
   | PartIn !Word64 !Word32 !Word32 !B.ByteString
     -- ^ reduction @x@, group @g@'s part of partition @j@ (relayed from the
     -- worker that made it): hold it and answer 'PartHeld'
