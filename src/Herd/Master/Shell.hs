@@ -258,7 +258,8 @@ runEvents sh t ss (Received _ (Forward dest xid g j part) : es) = do
   -- its bytes never reach the core; one for a worker gone is dropped
   -- (the core sends the part again to the partition's next owner)
   let to = fromIntegral dest
-  (ss', _) <- if M.member to (ssLinks ss)
+  -- (a part of a reduction that is over, or never was, goes nowhere)
+  (ss', _) <- if M.member to (ssLinks ss) && coreRunsExchange xid (ssCore ss)
                 then let (k, b) = ssRelayed ss
                      in execute sh (ss { ssRelayed = (k + 1, b + B.length part) }, []) (Send to Bulk (PartIn xid g j part))
                 else pure (ss, [])

@@ -35,6 +35,7 @@ module Herd.Core.Master.Core
   , coreJobView
   , coreStreamCount
   , coreSessionView
+  , coreRunsExchange
   , coreShares
   ) where
 

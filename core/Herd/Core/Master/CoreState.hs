@@ -10,6 +10,7 @@ module Herd.Core.Master.CoreState
   , coreJobView
   , coreStreamCount
   , coreSessionView
+  , coreRunsExchange
   , hasWork
   ) where
 
@@ -68,6 +69,10 @@ coreStreamCount core = M.fromListWith (+) [ (streamWorker s, 1) | s <- M.elems (
 -- | The running evolve call, as a watcher is shown it.
 coreSessionView :: Core -> Maybe SessionView
 coreSessionView core = coreSession core >>= hostView
+
+-- | Whether this keyed reduction is running.
+coreRunsExchange :: Word64 -> Core -> Bool
+coreRunsExchange xid = M.member xid . coreExchanges
 
 -- | Whether the cluster has work: a farm job, a stream, a session or a
 -- reduction.
