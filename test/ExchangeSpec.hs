@@ -143,6 +143,12 @@ spec = describe "the keyed reduction's exchange plan" $ do
       in classify tree "a tree" $ classify (mLosses m > 0) "with losses" $ classify (mNext m > workers + 1) "with joins" $
            counterexample (show (mAnswer m)) (mAnswer m === Just (Right expected))
 
+  it "completes a reduction of 512 groups on 128 workers, 16,384 parts, in one pass of the model" $ do
+    let workers = 128
+        groups = 512
+        m = drain 10000000 (start workers groups 3 False)
+    fmap (fmap length) (mAnswer m) `shouldBe` Just (Right workers)
+
   it "fails naming the group that killed more workers than allowed" $ do
     -- group 0 kills whoever runs it: two workers, one death allowed
     -- (the master has read every word before a worker is killed, so it

@@ -83,6 +83,9 @@ data Exchange = Exchange
   , xRuns      :: !(M.Map WorkerId [(Int, [(Int, WorkerId)])])
     -- ^ per worker, the groups sent it to run, oldest first, with the
     -- owners they were told to send each partition's part to
+  , xPending   :: !(S.Set Int)
+    -- ^ groups that may have a part no run covers: the next to run
+    -- (kept as things happen, so a dispatch never scans every group)
   , xSent      :: !(S.Set (Int, Int, WorkerId))
     -- ^ (group, partition, owner): the part went out after a finished
     -- run, so it reaches that owner unless the owner is lost
@@ -105,8 +108,11 @@ runsPerWorker = 2
 exchangeStart :: Word64 -> ExchangeJob -> [WorkerId] -> Either HerdError (Exchange, [XOut])
 exchangeStart xid job workers
   | null workers = Left NoWorkers
-  | otherwise = Right (dispatch x)
+  | otherwise = Right (x2, runs ++ combines)
   where
+    (x1, runs) = dispatch x
+    -- (a tree's partition may take no group: it is ready at once)
+    (x2, combines) = combineReady [0 .. parts - 1] x1
     parts = max 1 (maybe (length workers) id (xjPartitions job))
     x = Exchange
       { xId = xid, xRef = xjRef job
@@ -114,7 +120,7 @@ exchangeStart xid job workers
       , xParts = parts
       , xOwner = M.fromList (zip [0 .. parts - 1] (cycle workers))
       , xDelivered = M.fromList [ (j, S.empty) | j <- [0 .. parts - 1] ]
-      , xRuns = M.empty, xSent = S.empty, xCombining = S.empty, xDone = M.empty, xDeaths = M.empty
+      , xRuns = M.empty, xPending = S.fromList [0 .. length (xjGroups job) - 1], xSent = S.empty, xCombining = S.empty, xDone = M.empty, xDeaths = M.empty
       , xLive = S.fromList workers, xMaxDeaths = xjMaxDeaths job, xTree = xjTree job }
 
 -- | The exchange a worker's message belongs to, if it is an exchange's.
@@ -153,7 +159,7 @@ exchangeMessage w msg x = case msg of
     end (Left (TaskFailed (fromIntegral g) (refName (xRef x)) (T.unpack why))) x
   PartHeld _ g j
     | M.lookup (fromIntegral j) (xOwner x) == Just w, M.member (fromIntegral g) (xArgs x) ->
-        continue (dispatch x { xDelivered = M.adjust (S.insert (fromIntegral g)) (fromIntegral j) (xDelivered x) })
+        continue (combineReady [fromIntegral j] x { xDelivered = M.adjust (S.insert (fromIntegral g)) (fromIntegral j) (xDelivered x) })
     | otherwise -> (Just x, [])   -- a part sent to an owner since lost, or again
   PartitionDone _ j bytes
     | M.lookup (fromIntegral j) (xOwner x) == Just w, S.member (fromIntegral j) (xCombining x) ->
@@ -180,18 +186,21 @@ exchangeLost w died why x0
           deaths = foldl' (\m g -> M.insertWith (+) g 1 m) (xDeaths x0) charged
           killer = [ (g, n) | g <- charged, let n = M.findWithDefault 0 g deaths, n > xMaxDeaths x0 ]
           x1 = x0 { xLive = S.delete w (xLive x0), xRuns = M.delete w (xRuns x0), xDeaths = deaths
-                  , xSent = S.filter (\(_, _, o) -> o /= w) (xSent x0) }
+                  , xSent = S.filter (\(_, _, o) -> o /= w) (xSent x0)
+                  , xPending = S.union (xPending x0) (S.fromList (map fst running)) }
           orphaned = [ j | (j, o) <- M.toList (xOwner x1), o == w, not (M.member j (xDone x1)) ]
           x2 = foldl' (\x j -> reown j x) x1 orphaned
       in case killer of
            (g, n) : _ -> end (Left (TaskKilledWorkers g (refName (xRef x0)) n why)) x2
-           [] -> let (x3, outs) = dispatch x2 in (Just x3, outs)
+           [] -> let (x3, runs) = dispatch x2
+                     (x4, combines) = combineReady orphaned x3
+                 in (Just x4, runs ++ combines)
   where
     -- the partition's parts went with its owner: a live worker owns it
     -- now, and every group sends its part again
-    reown j x = x { xOwner = maybe (M.delete j (xOwner x)) (\o -> M.insert j o (xOwner x)) (leastOwning x)
-                  , xDelivered = M.insert j S.empty (xDelivered x)
-                  , xCombining = S.delete j (xCombining x) }
+    reown j x = (needing [j] x) { xOwner = maybe (M.delete j (xOwner x)) (\o -> M.insert j o (xOwner x)) (leastOwning x)
+                                , xDelivered = M.insert j S.empty (xDelivered x)
+                                , xCombining = S.delete j (xCombining x) }
 
 -- | A worker joined: it runs groups, and owns the partitions nobody owns.
 exchangeJoined :: WorkerId -> Exchange -> (Exchange, [XOut])
@@ -200,7 +209,15 @@ exchangeJoined w x0
   | otherwise =
       let x1 = x0 { xLive = S.insert w (xLive x0) }
           ownerless = [ j | j <- [0 .. xParts x1 - 1], not (M.member j (xOwner x1)), not (M.member j (xDone x1)) ]
-      in dispatch x1 { xOwner = foldl' (\m j -> M.insert j w m) (xOwner x1) ownerless }
+          (x2, runs) = dispatch (needing ownerless x1) { xOwner = foldl' (\m j -> M.insert j w m) (xOwner x1) ownerless }
+          (x3, combines) = combineReady ownerless x2
+      in (x3, runs ++ combines)
+
+-- Every group that sends a part to one of these partitions needs a run
+-- (their parts went with an owner, or had none to go to).
+needing :: [Int] -> Exchange -> Exchange
+needing [] x = x
+needing js x = x { xPending = S.union (xPending x) (S.fromList [ g | g <- M.keys (xArgs x), any (\j -> partitionTakes x j g) js ]) }
 
 -- | No worker is live and none is being restarted: the reduction cannot
 -- finish.
@@ -220,54 +237,64 @@ leastOwning x = case sortOn load (S.toList (xLive x)) of
 end :: Either HerdError [B.ByteString] -> Exchange -> (Maybe Exchange, [XOut])
 end answer x = (Nothing, XEnded answer : [ XSend w (ExchangeEnd (xId x)) | w <- S.toList (xLive x) ])
 
--- Send groups to workers with room, and ask owners to combine what is
--- complete.
+-- Send groups to the workers with room.
 dispatch :: Exchange -> (Exchange, [XOut])
-dispatch x0 = let (x1, runs) = foldl' give (x0, []) (S.toList (xLive x0))
-                  (x2, combines) = combine x1
-              in (x2, reverse runs ++ combines)
+dispatch x0 = let (x1, runs) = foldl' give (x0, []) (S.toList (xLive x0)) in (x1, reverse runs)
   where
     give (x, outs) w = fill x outs w (runsPerWorker - length (M.findWithDefault [] w (xRuns x)))
     fill x outs w room
       | room <= 0 = (x, outs)
       | otherwise = case nextGroup x of
-          Nothing -> (x, outs)
-          Just (g, targets) ->
-            let x' = x { xRuns = M.insertWith (flip (++)) w [(g, targets)] (xRuns x) }
+          (x', Nothing) -> (x', outs)
+          (x', Just (g, targets)) ->
+            let x'' = x' { xRuns = M.insertWith (flip (++)) w [(g, targets)] (xRuns x') }
                 -- a partition count of 0: the group's whole result is one part
                 msg = GroupRun (xId x) (fromIntegral g) (xRef x) (if xTree x then 0 else fromIntegral (xParts x))
                                [ (fromIntegral j, fromIntegral o) | (j, o) <- targets ] (xArgs x M.! g)
-            in fill x' (XSend w msg : outs) w (room - 1)
+            in fill x'' (XSend w msg : outs) w (room - 1)
 
--- The first group with a part some live owner still needs and no run
--- already sends it, with the owners of those parts; groups not running
--- anywhere go first.
-nextGroup :: Exchange -> Maybe (Int, [(Int, WorkerId)])
-nextGroup x = case sortOn rank candidates of
-  (g, ts) : _ -> Just (g, ts)
-  [] -> Nothing
-  where
-    inFlight = concat (M.elems (xRuns x))
-    running = S.fromList (map fst inFlight)
-    covered = S.union (xSent x) (S.fromList [ (g, j, o) | (g, ts) <- inFlight, (j, o) <- ts ])
-    candidates =
-      [ (g, ts)
-      | g <- M.keys (xArgs x)
-      , let ts = [ (j, o) | (j, o) <- M.toList (xOwner x), partitionTakes x j g, not (M.member j (xDone x))
-                          , not (S.member j (xCombining x))
-                          , not (S.member g (M.findWithDefault S.empty j (xDelivered x)))
-                          , not (S.member (g, j, o) covered) ]
-      , not (null ts) ]
-    rank (g, _) = (S.member g running, g)
+-- The lowest pending group with a part some owner still needs and no run
+-- covers, with the owners of those parts; pending groups found to need
+-- nothing leave the set on the way, and the one returned leaves it too.
+nextGroup :: Exchange -> (Exchange, Maybe (Int, [(Int, WorkerId)]))
+nextGroup x = case S.minView (xPending x) of
+  Nothing -> (x, Nothing)
+  Just (g, rest) ->
+    let x' = x { xPending = rest }
+    in case targetsOf x' g of
+         [] -> nextGroup x'
+         ts -> (x', Just (g, ts))
 
--- Ask each owner holding every group's part of a partition to combine it.
-combine :: Exchange -> (Exchange, [XOut])
-combine x = (x { xCombining = S.union (xCombining x) (S.fromList (map fst ready)) }, map snd ready)
+-- The partitions a group's run must still send to, with their owners.
+targetsOf :: Exchange -> Int -> [(Int, WorkerId)]
+targetsOf x g =
+  [ (j, o) | (j, o) <- M.toList (xOwner x), partitionTakes x j g, not (M.member j (xDone x))
+           , not (S.member j (xCombining x))
+           , not (S.member g (M.findWithDefault S.empty j (xDelivered x)))
+           , not (S.member (g, j, o) (xSent x))
+           , not (S.member (j, o) running) ]
+  where running = S.fromList [ t | runs <- M.elems (xRuns x), (g', ts) <- runs, g' == g, t <- ts ]
+
+-- Ask the owner of each of these partitions that holds every part of it
+-- to combine them.
+combineReady :: [Int] -> Exchange -> (Exchange, [XOut])
+combineReady js x = (x { xCombining = S.union (xCombining x) (S.fromList (map fst ready)) }, map snd ready)
   where
     ready = [ (j, XSend o (PartitionCombine (xId x) (fromIntegral j) (xRef x) (fromIntegral groups)))
-            | (j, o) <- M.toList (xOwner x), not (M.member j (xDone x)), not (S.member j (xCombining x))
-            , let groups = length (filter (partitionTakes x j) (M.keys (xArgs x)))
+            | j <- js, Just o <- [M.lookup j (xOwner x)], not (M.member j (xDone x)), not (S.member j (xCombining x))
+            , let groups = groupsTaking x j
             , S.size (M.findWithDefault S.empty j (xDelivered x)) == groups ]
+
+-- How many groups send a part to this partition: all, or in a tree its
+-- block, the groups g with g * P `div` G == j.
+groupsTaking :: Exchange -> Int -> Int
+groupsTaking x j
+  | xTree x = firstOf (j + 1) - firstOf j
+  | otherwise = M.size (xArgs x)
+  where
+    g = M.size (xArgs x)
+    p = max 1 (xParts x)
+    firstOf k = min g ((k * g + p - 1) `div` p)
 
 -- | Whether a group sends a part to this partition: every group does,
 -- but in a tree only the groups of the partition's block, which cut the
