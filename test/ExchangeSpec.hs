@@ -149,6 +149,21 @@ spec = describe "the keyed reduction's exchange plan" $ do
         m = drain 10000000 (start workers groups 3 False)
     fmap (fmap length) (mAnswer m) `shouldBe` Just (Right workers)
 
+  it "sends no group to a worker near its memory limit while another can take one" $ do
+    let m0 = start 2 8 3 False
+        Just ex0 = mX m0
+        runsTo outs = [ w | XSend w (GroupRun {}) <- outs ]
+        -- worker 2 is held; it finishes a group: nothing new for it
+        (ex1, _) = exchangeHeld 2 True ex0
+        (Just ex2, outs1) = exchangeMessage 2 (GroupSent 7 2) ex1
+        -- worker 1 finishes one: the next group goes to 1 alone
+        (Just ex3, outs2) = exchangeMessage 1 (GroupSent 7 0) ex2
+        -- worker 1 held too: every worker is, so all take work again
+        (ex4, _) = exchangeHeld 1 True ex3
+        (_, outs3) = exchangeMessage 2 (GroupSent 7 3) ex4
+    (runsTo outs1, runsTo outs2) `shouldBe` ([], [1])
+    runsTo outs3 `shouldBe` [2, 2]
+
   it "fails naming the group that killed more workers than allowed" $ do
     -- group 0 kills whoever runs it: two workers, one death allowed
     -- (the master has read every word before a worker is killed, so it

@@ -37,6 +37,7 @@ module Herd.Core.Exchange
   , exchangeLost
   , exchangeJoined
   , exchangeStarved
+  , exchangeHeld
   , exchangeOf
   , exchangeOwners
   , exchangeDelivered
@@ -93,6 +94,7 @@ data Exchange = Exchange
   , xDone      :: !(M.Map Int B.ByteString)          -- ^ partitions combined
   , xDeaths    :: !(M.Map Int Int)                   -- ^ group -> workers that died running it
   , xLive      :: !(S.Set WorkerId)
+  , xHeld      :: !(S.Set WorkerId)   -- ^ live workers near their memory limit: sent no group while others can take one
   , xMaxDeaths :: !Int
   , xTree      :: !Bool   -- ^ partitions are blocks of groups ('xjTree')
   } deriving (Eq, Show)
@@ -121,7 +123,7 @@ exchangeStart xid job workers
       , xOwner = M.fromList (zip [0 .. parts - 1] (cycle workers))
       , xDelivered = M.fromList [ (j, S.empty) | j <- [0 .. parts - 1] ]
       , xRuns = M.empty, xPending = S.fromList [0 .. length (xjGroups job) - 1], xSent = S.empty, xCombining = S.empty, xDone = M.empty, xDeaths = M.empty
-      , xLive = S.fromList workers, xMaxDeaths = xjMaxDeaths job, xTree = xjTree job }
+      , xLive = S.fromList workers, xHeld = S.empty, xMaxDeaths = xjMaxDeaths job, xTree = xjTree job }
 
 -- | The exchange a worker's message belongs to, if it is an exchange's.
 exchangeOf :: FromWorker -> Maybe Word64
@@ -185,7 +187,7 @@ exchangeLost w died why x0
           charged = [ g | died, (g, _) : _ <- [running] ]
           deaths = foldl' (\m g -> M.insertWith (+) g 1 m) (xDeaths x0) charged
           killer = [ (g, n) | g <- charged, let n = M.findWithDefault 0 g deaths, n > xMaxDeaths x0 ]
-          x1 = x0 { xLive = S.delete w (xLive x0), xRuns = M.delete w (xRuns x0), xDeaths = deaths
+          x1 = x0 { xLive = S.delete w (xLive x0), xHeld = S.delete w (xHeld x0), xRuns = M.delete w (xRuns x0), xDeaths = deaths
                   , xSent = S.filter (\(_, _, o) -> o /= w) (xSent x0)
                   , xPending = S.union (xPending x0) (S.fromList (map fst running)) }
           orphaned = [ j | (j, o) <- M.toList (xOwner x1), o == w, not (M.member j (xDone x1)) ]
@@ -219,6 +221,13 @@ needing :: [Int] -> Exchange -> Exchange
 needing [] x = x
 needing js x = x { xPending = S.union (xPending x) (S.fromList [ g | g <- M.keys (xArgs x), any (\j -> partitionTakes x j g) js ]) }
 
+-- | A worker is near its memory limit (it gets no new group while another
+-- worker can take it), or fell back.
+exchangeHeld :: WorkerId -> Bool -> Exchange -> (Exchange, [XOut])
+exchangeHeld w held x
+  | held = (x { xHeld = S.insert w (xHeld x) }, [])
+  | otherwise = dispatch x { xHeld = S.delete w (xHeld x) }
+
 -- | No worker is live and none is being restarted: the reduction cannot
 -- finish.
 exchangeStarved :: Exchange -> Maybe XOut
@@ -239,8 +248,13 @@ end answer x = (Nothing, XEnded answer : [ XSend w (ExchangeEnd (xId x)) | w <- 
 
 -- Send groups to the workers with room.
 dispatch :: Exchange -> (Exchange, [XOut])
-dispatch x0 = let (x1, runs) = foldl' give (x0, []) (S.toList (xLive x0)) in (x1, reverse runs)
+dispatch x0 = let (x1, runs) = foldl' give (x0, []) feedable in (x1, reverse runs)
   where
+    -- as the farm's scheduler: held workers are passed over while any
+    -- other can take work; when every one is held, all take it
+    feedable = case S.toList (S.difference (xLive x0) (xHeld x0)) of
+      [] -> S.toList (xLive x0)
+      ws -> ws
     give (x, outs) w = fill x outs w (runsPerWorker - length (M.findWithDefault [] w (xRuns x)))
     fill x outs w room
       | room <= 0 = (x, outs)

@@ -96,7 +96,9 @@ advance now ev core = case ev of
   Tick | M.null (coreFarms core) -> (core, [])
        | otherwise -> sched now S.Tick core
   WorkerHeld w held
-    | M.member w (coreLinks core) -> sched now (S.WorkerHeld w held) core
+    | M.member w (coreLinks core) -> let (core1, out1) = sched now (S.WorkerHeld w held) core
+                                         (core2, out2) = exchangesHeld w held core1
+                                     in (core2, out1 ++ out2)
     | otherwise -> (core, [])
   Received w msg
     | M.member w (coreLinks core) -> received now w msg core

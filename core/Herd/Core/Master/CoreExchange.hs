@@ -10,6 +10,7 @@ module Herd.Core.Master.CoreExchange
   , exchangesJoined
   , exchangesLost
   , exchangesStarved
+  , exchangesHeld
   , stopExchanges
   ) where
 
@@ -52,6 +53,12 @@ exchangesJoined w core = foldl one (core, []) (M.toList (coreExchanges core))
 exchangesLost :: WorkerId -> Bool -> String -> Core -> (Core, [Command])
 exchangesLost w died why core = foldl one (core, []) (M.toList (coreExchanges core))
   where one (c, out) (xid, x) = let (c', o) = settle xid (exchangeLost w died why x) c in (c', out ++ o)
+
+-- | A worker is near its memory limit, or fell back: reductions feed it
+-- accordingly.
+exchangesHeld :: WorkerId -> Bool -> Core -> (Core, [Command])
+exchangesHeld w held core = foldl one (core, []) (M.toList (coreExchanges core))
+  where one (c, out) (xid, x) = let (c', o) = settle xid (let (x', outs) = exchangeHeld w held x in (Just x', outs)) c in (c', out ++ o)
 
 -- | No worker is live and none is being restarted: every reduction fails.
 exchangesStarved :: Core -> (Core, [Command])
