@@ -75,7 +75,7 @@ import Herd.Launch.Process (Launch (..))
 import Herd.Launch.Slurm (slurmTaskCount)
 import Herd.Master.Accept
 import Herd.Core.Master.Events (Event (..), FarmJob (..))
-import Herd.Core.Exchange (ExchangeJob (..))
+import Herd.Master.Calls (runExchange, runSession)
 import qualified Data.ByteString as B
 import Herd.Epoll (epollAvailable)
 import Herd.Master.EpollReader
@@ -83,7 +83,6 @@ import Herd.HeapReserve (heapReserveBytes, reserveHeap)
 import Herd.Master.Launching
 import Herd.Master.Restarts (withRestarts)
 import Herd.Master.Reader
-import Herd.Core.Master.Session (SessionOutcome, SessionRequest (..))
 import Herd.Master.Shell
 import Herd.Master.HostLink (joinHost)
 import Herd.Launch.Memory (withMemoryWatch)
@@ -270,32 +269,6 @@ runJob cluster spec callbacks = do
       firstTask ranges = case ranges of { Range lo _ : _ -> lo; [] -> 0 }
   shellRegister sh True (RegisterFarm jid spec news) [FarmSubmit jid job]
   loop Nothing `onException` shellRegister sh True (Forget (Just jid) Nothing) [FarmCancel jid]
-
--- | Run an evolve session on the cluster's workers (the lowest numbered,
--- up to the limit) and wait for its answer with the given action. The
--- start function is given those workers, and may refuse to start. A
--- caller interrupted while waiting (a timeout, a cancelled thread)
--- cancels its session, so the next call can start.
-runSession :: Cluster -> SessionRequest -> (Either HerdError SessionOutcome -> IO ()) -> IO a -> IO a
-runSession cluster req answer wait = do
-  awaitSomeWorker cluster
-  sid <- freshId cluster
-  shellRegister (clShell cluster) True (RegisterSession sid answer) [SessionStart sid req]
-  wait `onException` shellRegister (clShell cluster) True (ForgetSession sid) [SessionCancel sid]
-
--- | Run a keyed reduction ("Herd.Core.Exchange") of these encoded groups
--- with this reducer on the live workers, one partition per worker, of
--- the keys or (@tree@) of the groups in order, and wait for each
--- partition's combined bytes. A caller interrupted while waiting cancels
--- it.
-runExchange :: Cluster -> TaskRef -> Bool -> [B.ByteString] -> IO (Either HerdError [B.ByteString])
-runExchange cluster ref tree groups = do
-  awaitSomeWorker cluster
-  xid <- freshId cluster
-  answer <- newEmptyMVar
-  let job = ExchangeJob ref groups (configMaxTaskDeaths (clConfig cluster)) Nothing tree
-  shellRegister (clShell cluster) True (RegisterExchange xid (void . tryPutMVar answer)) [ExchangeStart xid job]
-  takeMVar answer `onException` shellRegister (clShell cluster) True (ForgetExchange xid) [ExchangeCancel xid]
 
 -- | Start a master with one local worker whose link is handed to the body
 -- instead of to the master's core: for measuring the link itself (the

@@ -44,7 +44,7 @@ module Herd.Refs
   , release
   ) where
 
-import Control.Exception (SomeException, displayException, throwIO, try)
+import Control.Exception (evaluate, throwIO)
 import Control.Monad (forM, forM_)
 import qualified Data.ByteString as B
 import Data.IORef
@@ -58,7 +58,7 @@ import Herd.Closure
 import Herd.Core.Error (HerdError (..))
 import Herd.Evolve (StateId, defaultEvolveOptions, evolveRaw)
 import Herd.Evolve.Population (addStatesRaw, releaseStatesRaw)
-import Herd.Evolve.Function (EvolveRunner (..))
+import Herd.Evolve.Function (EvolveRunner (..), decodedRunner)
 import Herd.Master (Cluster)
 import Herd.Wire.Value (decodeValueIO, valueEncoder)
 
@@ -84,15 +84,10 @@ refTask f = Closure
   , closureOut = typeRepFingerprint (typeRep (Proxy :: Proxy (a, b)))
   , closureTypes = show (typeRep (Proxy :: Proxy a)) ++ " -> " ++ show (typeRep (Proxy :: Proxy b))
   , closureCodecs = RefCodecs encode
-  , closureRunner = EvolveRunner $ \stateBytes keepBytes -> do
-      decoded <- tryDecode ((,) <$> decodeValueIO stateBytes <*> decodeValueIO keepBytes)
-      case decoded of
-        Left why -> pure (Left (DoesNotDecode why))
-        Right (x :: a, keep :: Bool) -> do
-          let made = encode (f x)
-          _ <- pure $! B.length made
-          -- kept: the input stays too, as the first child (its bytes as they are)
-          pure (Right ([ (stateBytes, B.empty) | keep ] ++ [(made, B.empty)]))
+  , closureRunner = decodedRunner $ \stateBytes (x :: a) (keep :: Bool) -> do
+      made <- evaluate (encode (f x))
+      -- kept: the input stays too, as the first child (its bytes as they are)
+      pure ([ (stateBytes, B.empty) | keep ] ++ [(made, B.empty)])
   }
 {-# INLINE refTask #-}
 
@@ -121,14 +116,9 @@ refQuery f = Closure
   , closureTypes = show (typeRep (Proxy :: Proxy a)) ++ " -> " ++ show (typeRep (Proxy :: Proxy c))
                    ++ " -> " ++ show (typeRep (Proxy :: Proxy b))
   , closureCodecs = QueryCodecs valueEncoder decodeValueIO
-  , closureRunner = EvolveRunner $ \stateBytes argBytes -> do
-      decoded <- tryDecode ((,) <$> decodeValueIO stateBytes <*> decodeValueIO argBytes)
-      case decoded of
-        Left why -> pure (Left (DoesNotDecode why))
-        Right (x :: a, arg :: c) -> do
-          let answer = encode (f x arg)
-          _ <- pure $! B.length answer
-          pure (Right [(stateBytes, answer)])
+  , closureRunner = decodedRunner $ \stateBytes (x :: a) (arg :: c) -> do
+      answer <- evaluate (encode (f x arg))
+      pure [(stateBytes, answer)]
   }
 {-# INLINE refQuery #-}
 
@@ -214,5 +204,3 @@ current (Ref r) = readIORef r >>= maybe (throwIO (UnknownStates ["a released Ref
 closureName :: StaticPtr (Closure c r) -> String
 closureName f = describePtr f (closureLabel (deRefStaticPtr f))
 
-tryDecode :: IO x -> IO (Either String x)
-tryDecode act = either (\(e :: SomeException) -> Left (displayException e)) Right <$> try act

@@ -20,6 +20,7 @@ module Herd.Evolve.Function
   , namedEvolver
     -- * For the drivers
   , EvolveRunner (..)
+  , decodedRunner
   , evolverRef
   , evolverStateEncoder
   , evolverInputEncoder
@@ -71,17 +72,22 @@ evolver f = Closure
   , closureTypes = show (typeRep (Proxy :: Proxy s)) ++ " -> " ++ show (typeRep (Proxy :: Proxy i))
                    ++ " -> [(" ++ show (typeRep (Proxy :: Proxy s)) ++ ", " ++ show (typeRep (Proxy :: Proxy o)) ++ ")]"
   , closureCodecs = EvolverCodecs valueEncoder valueEncoder decodeValueIO
-  , closureRunner = EvolveRunner $ \stateBytes inputBytes -> do
-      decoded <- try ((,) <$> decodeValueIO stateBytes <*> decodeValueIO inputBytes)
-      case decoded of
-        Left (e :: SomeException) -> pure (Left (DoesNotDecode (displayException e)))
-        Right (s :: s, i :: i) -> do
-          -- encoding forces every child and output, so a throw happens here
-          children <- evaluate (forceAll [ (encode s', encode o) | (s', o) <- f s i ])
-          pure (Right children)
+  , closureRunner = decodedRunner $ \_ (s :: s) (i :: i) ->
+      -- encoding forces every child and output, so a throw happens here
+      evaluate (forceAll [ (encode s', encode o) | (s', o) <- f s i ])
   }
   where
     forceAll xs = foldr (\(a, b) rest -> a `seq` b `seq` rest) xs xs
+
+-- | A runner whose step is given the state and input decoded (and the
+-- state's bytes as they came); a state or input that does not decode is
+-- 'DoesNotDecode', what the step throws is thrown.
+decodedRunner :: (Store s, Store i) => (B.ByteString -> s -> i -> IO [(B.ByteString, B.ByteString)]) -> EvolveRunner
+decodedRunner step = EvolveRunner $ \stateBytes inputBytes -> do
+  decoded <- try ((,) <$> decodeValueIO stateBytes <*> decodeValueIO inputBytes)
+  case decoded of
+    Left (e :: SomeException) -> pure (Left (DoesNotDecode (displayException e)))
+    Right (s, i) -> Right <$> step stateBytes s i
 
 -- | Give an evolve function a name for error messages ('named').
 namedEvolver :: String -> Evolver s i o -> Evolver s i o

@@ -55,8 +55,7 @@ import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M
 import Control.Exception (evaluate)
-import GHC.Conc (getAllocationCounter)
-import GHC.Stats (getRTSStats, getRTSStatsEnabled, gc_cpu_ns)
+import Herd.Master.StepTrace (traceSlowStep)
 import Herd.Clock (monotonicSeconds)
 import Herd.Config
 import Herd.Core.Master.Core
@@ -273,32 +272,3 @@ runEvents1 sh t ss e es = do
       decide = evaluate core' >> mapM_ evaluate cmds
   (ss', fed) <- if tracing then traceSlowStep e decide run else run
   runEvents sh t ss' (reverse fed ++ es)
-
--- A step of the core that took a millisecond or more, deciding and
--- carrying out its commands, is an event in the eventlog with its time
--- and allocation (an evolve call's start at thousands of workers is one),
--- split into deciding (the core's step and its commands forced), carrying
--- the commands out, and the collector's share of the whole.
-traceSlowStep :: Event -> IO () -> IO a -> IO a
-traceSlowStep e decide run = do
-  g0 <- gcNanos
-  t0 <- monotonicSeconds
-  a0 <- getAllocationCounter
-  decide
-  t1 <- monotonicSeconds
-  r <- run
-  a1 <- getAllocationCounter
-  t2 <- monotonicSeconds
-  g1 <- gcNanos
-  when (t2 - t0 >= 0.001) $
-    traceHerd ("herd master step (" ++ eventKind e ++ "): " ++ show (micros (t2 - t0))
-               ++ " us (deciding " ++ show (micros (t1 - t0)) ++ ", carrying out " ++ show (micros (t2 - t1))
-               ++ "; the collector " ++ show ((g1 - g0) `div` 1000) ++ " of it), "
-               ++ show ((a0 - a1) `div` 1024) ++ " KiB allocated")
-  pure r
-  where
-    micros x = round (x * 1e6) :: Int
-    -- 0 when the runtime keeps no statistics (herd's binary runs with -T)
-    gcNanos = do
-      on <- getRTSStatsEnabled
-      if on then gc_cpu_ns <$> getRTSStats else pure 0

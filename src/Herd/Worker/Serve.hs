@@ -15,7 +15,7 @@ module Herd.Worker.Serve
 
 import Herd.Log (logToStderr)
 import Herd.Trace (traceHerd)
-import Control.Concurrent (ThreadId, forkIO, killThread)
+import Control.Concurrent (forkIO, killThread)
 import Control.Concurrent.MVar
 import Control.Concurrent.STM
 import Control.Exception
@@ -31,29 +31,19 @@ import Herd.Evolve.Holder (Holder, holderMessage, newHolder, stopHolder)
 import Herd.Worker.Exchange (ExchangeTable, exchangeMessage, isExchangeMessage, newExchangeTable)
 import Herd.Shared.Table (Assembly, dropShared, newAssembly, receivePiece, removeSpills, setHoldBudget, takeSpilled)
 import Herd.Packet
-import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..), policyEarlyCapacity)
+import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.Process (ProcessRunner (..), lookupProcess)
-import Herd.Task (Runner (..), TaskRef (..), lookupRunner, tryUser)
+import Herd.Task (Runner (..), TaskRef (..), lookupRunner)
 import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, newScratch, resultsEncoder, resultsFitting, scratchCount)
 import Herd.Transport
 import Herd.Core.Wire
 import Herd.Wire.Encode
-import Herd.Core.Wire.Tags (tagStreamOut)
-import Herd.Stream.Flow (flowAcked, flowOpen, grantDue, newFlow, streamWindowBytes)
-import Herd.Stream.Batch (newStreamSink)
-import Herd.Wire.Staging (newStaging)
+import Herd.Worker.StreamRun (Slot (..), StreamHost (..), runStream)
 import Herd.Core.Worker.Step
 import System.Exit
 import System.IO.Unsafe (unsafeInterleaveIO)
 
 type RunnerCache = IORef (M.Map TaskRef (Either String Runner))
-
--- A stream process running here.
-data Slot = Slot
-  { slotInput  :: !(TQueue (Maybe [(Int, B.ByteString)]))  -- ^ runs of input elements; 'Nothing' ends it
-  , slotCredit :: !(TVar Int)                        -- ^ output elements the master took, not yet counted by the process
-  , slotThread :: !(MVar ThreadId)
-  }
 
 data Serving = Serving
   { svSender  :: !Sender
@@ -179,7 +169,7 @@ handleMessage sv pending msg = case msg of
         slot <- Slot <$> newTQueueIO <*> newTVarIO 0 <*> newEmptyMVar
         modifyIORef' (svSlots sv) (M.insert sid slot)
         modifyIORef' (svBusy sv) (+ 1)
-        tid <- forkIO (runStream sv sid pr slot)
+        tid <- forkIO (runStream (StreamHost (svSender sv) (svBusy sv) (svWindow sv) (svSlots sv)) sid pr slot)
         putMVar (slotThread slot) tid
   StreamIn sid k bytes -> modifyIORef' pending (M.insertWith (++) sid [(fromIntegral k, bytes)])
   StreamEnd sid -> do
@@ -249,58 +239,6 @@ pushOne sv pending sid = do
       slots <- readIORef (svSlots sv)
       mapM_ (\slot -> atomically (writeTQueue (slotInput slot) (Just (reverse xs)))) (M.lookup sid slots)
     _ -> pure ()
-
--- One stream process: its output, element by element as credit allows,
--- appended to the run buffered for the master (ready ones in batches,
--- "Herd.Stream.Batch"); its input, read
--- lazily a run at a time, with credit returned as it is consumed.
-runStream :: Serving -> Word64 -> ProcessRunner -> Slot -> IO ()
-runStream sv sid pr slot = do
-  taken <- newIORef (0 :: Int, 0 :: Int)
-  flow <- newFlow (svWindow sv) streamWindowBytes
-  let waiting act = do
-        -- Eden's rule: when no stream thread can go on, send what is buffered
-        n <- atomicModifyIORef' (svBusy sv) (\k -> (k - 1, k - 1))
-        when (n == 0) $ flushIdle (svSender sv)
-        r <- act
-        atomicModifyIORef' (svBusy sv) (\k -> (k + 1, ()))
-        pure r
-      nextChunk = do
-        ready <- atomically (tryReadTQueue (slotInput slot))
-        chunk <- maybe (waiting (atomically (readTQueue (slotInput slot)))) pure ready
-        case chunk of
-          Nothing -> pure []
-          Just xs -> do
-            let add (t, b) = (t + sum (map fst xs), b + sum (map (B.length . snd) xs))
-            (k, bytes) <- atomicModifyIORef' taken (\tb -> let tb' = add tb in (tb', tb'))
-            when (grantDue (svWindow sv) streamWindowBytes k bytes) $ do
-              writeIORef taken (0, 0)
-              sendMessage (svSender sv) Urgent (encodeFromWorker (StreamTaken sid (fromIntegral k)))
-            rest <- unsafeInterleaveIO nextChunk
-            pure (xs ++ rest)
-      -- the master's acknowledgements are taken from the shared counter
-      -- all at once, when the window is full
-      waitOpen = do
-        open <- flowOpen flow
-        unless open $ do
-          acked <- atomically $ swapTVar (slotCredit slot) 0
-          a <- if acked > 0 then pure acked else waiting $ atomically $ do
-            c <- readTVar (slotCredit slot)
-            when (c <= 0) retry
-            writeTVar (slotCredit slot) 0
-            pure c
-          flowAcked flow a
-          waitOpen
-  sink <- newStreamSink flow (policyEarlyCapacity (senderPolicy (svSender sv))) waitOpen
-            (appendValuesToRun (svSender sv) tagStreamOut sid) (flushIdle (svSender sv))
-  inputs <- unsafeInterleaveIO nextChunk
-  staging <- newStaging
-  outcome <- tryUser (prRun pr inputs staging sink)
-  modifyIORef' (svSlots sv) (M.delete sid)
-  atomicModifyIORef' (svBusy sv) (\k -> (k - 1, ()))
-  sendMessage (svSender sv) Urgent $ encodeFromWorker $ case outcome of
-    Right () -> StreamDone sid
-    Left why -> StreamAborted sid (T.pack why)
 
 failWith :: Int -> String -> IO a
 failWith code msg = logToStderr ("herd worker: " ++ msg) >> exitWith (ExitFailure code)
