@@ -41,7 +41,6 @@ module Herd.Core.Master.Core
 
 import Data.List (sortOn)
 import Data.Maybe (isJust)
-import Data.Word (Word64)
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Herd.Core.Error (HerdError (..))
@@ -52,6 +51,7 @@ import Herd.Core.Master.Expect
 import Herd.Core.Master.Session
 import Herd.Core.Master.CoreFarm (endFarm, sched)
 import Herd.Core.Master.CoreExchange
+import Herd.Core.Master.CoreSession
 import Herd.Core.Exchange (exchangeOf)
 import Herd.Core.Monitor.Ledger
 import Herd.Core.Packet.Policy (Urgency (..))
@@ -84,13 +84,13 @@ advance now ev core = case ev of
             (core1, out1) = sched now (S.WorkerJoined w) core { coreLinks = M.insert w noneExpected (coreLinks core)
                                                              , coreLedger = ledgerJoin now w (coreLedger core)
                                                              , coreShares = shares }
-            (core2, out2) = sessionJoined now w core1
+            (core2, out2) = sessionJoined (dropPeer now) now w core1
             (core3, out3) = exchangesJoined w core2
         in (core3, [ ShareTo w n bytes | (n, bytes) <- shared ] ++ out1 ++ out2 ++ out3)
   LinkDown w why -> linkDown now w True why core
   LinkBroken w why -> linkDown now w False why core
   WorkersAwaited n -> let (core1, out1) = sched now (S.WorkersAwaited n) core
-                          (core2, out2) = sessionStarved now core1
+                          (core2, out2) = sessionStarved (dropPeer now) now core1
                           (core3, out3) = if n == 0 then exchangesStarved core2 else (core2, [])
                       in (core3, out1 ++ out2 ++ out3)
   Tick | M.null (coreFarms core) -> (core, [])
@@ -133,7 +133,7 @@ advance now ev core = case ev of
     , [Send (streamWorker s) Urgent (StreamCredit sid (fromIntegral k))] )
   CloseStream sid -> withStream sid $ \s ->
     (core { coreStreams = M.delete sid (coreStreams core) }, [Send (streamWorker s) Urgent (StreamClose sid)])
-  SessionStart sid req -> startSession now sid req core { coreSessionOf = if isJust (coreSession core) then coreSessionOf core else sid }
+  SessionStart sid req -> startSession (dropPeer now) sid req core { coreSessionOf = if isJust (coreSession core) then coreSessionOf core else sid }
   SessionCancel sid
     -- INV-ONCE: a caller that gave up is not answered; its workers' late
     -- answers are dropped as those of an ended session
@@ -191,10 +191,10 @@ linkDown now w died fault core
                        , coreLedger = ledgerLose now w why (coreLedger core)
                        , coreRequeued = [ (w, now, unfinished) | not (null unfinished), not (coreStopping core) ]
                                         ++ coreRequeued core }
-          (core2, sessionOut) = sessionLost now w why core1
+          (core2, sessionOut) = sessionLost (dropPeer now) now w why core1
           death = [ S.Death bid got why | died, Just (bid, got) <- [oldestDue (coreLinks core M.! w)] ]
           (core3, schedOut) = sched now (S.WorkerLost w (case death of { d : _ -> Just d; [] -> Nothing })) core2
-          (core4, starvedOut) = sessionStarved now core3
+          (core4, starvedOut) = sessionStarved (dropPeer now) now core3
           (core5, exchangeOut) = exchangesLost w died why core4
           (core6, exStarvedOut) = if S.awaitedWorkers (coreSched core5) == 0 then exchangesStarved core5 else (core5, [])
       in (core6, note ++ [Drop w fault] ++ ends ++ sessionOut ++ schedOut ++ starvedOut ++ exchangeOut ++ exStarvedOut)
@@ -232,9 +232,9 @@ received now w msg core = case msg of
   ShareDropped _ -> (core { coreShares = shareAnswer w msg (coreShares core) }, [])
   ShareSpilled _ -> (core { coreShares = shareAnswer w msg (coreShares core) }, [])
   StateEvolved _ busyNs _ ->
-    sessionMessage now w msg core { coreLedger = ledgerCredit w 0 0 1 (fromIntegral busyNs / 1e9) (coreLedger core) }
+    sessionMessage (dropPeer now) now w msg core { coreLedger = ledgerCredit w 0 0 1 (fromIntegral busyNs / 1e9) (coreLedger core) }
   _ | Just xid <- exchangeOf msg -> exchangeReceived xid w msg core
-    | isEvolveMessage msg -> sessionMessage now w msg core
+    | isEvolveMessage msg -> sessionMessage (dropPeer now) now w msg core
     | otherwise -> (core, [])
   where
     link = M.findWithDefault noneExpected w (coreLinks core)
@@ -251,62 +251,7 @@ received now w msg core = case msg of
              | otherwise -> bad (ForeignStream sid)
       Nothing -> (core, [])   -- closed by its caller: late messages are dropped
 
--- Start a session on the live workers (the lowest numbered, up to its limit).
-startSession :: Double -> Word64 -> SessionRequest -> Core -> (Core, [Command])
-startSession now sid req core
-  | coreStopping core = (core, [SessionEnded sid (Left ClusterClosed)])
-  | Just _ <- coreSession core =
-      (core, [SessionEnded sid (Left (EvolveFailed "" "" "another evolve call is running on this cluster"))])
-  | otherwise = case hostStart (maybe id take (requestLimit req) (M.keys (coreLinks core))) req of
-      Left err -> (core, [SessionEnded sid (Left err)])
-      Right (hosted, outs) -> settle now hosted outs core { coreSessionLimit = requestLimit req }
-
--- Hand a worker's evolve message to the session, if it is one of its workers.
-sessionMessage :: Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
-sessionMessage now w msg core = case coreSession core >>= hostMessage now w msg of
-  Just (hosted, outs) -> settle now hosted outs core
-  Nothing -> case msg of
-    -- a late answer of a call that ended: what it made is nobody's
-    StateEvolved _ _ children | not (null children) -> (core, [Send w Urgent (StatesDrop (map fst children))])
-    _ -> (core, [])
-
--- A worker joined while a session runs: it becomes one of the session's,
--- up to the session's limit (so a lost worker's replacement can take up
--- its states).
-sessionJoined :: Double -> WorkerId -> Core -> (Core, [Command])
-sessionJoined now w core = case coreSession core of
-  Just h | maybe True (hostLive h <) (coreSessionLimit core), Just (hosted, outs) <- hostJoined now w h -> settle now hosted outs core
-  _ -> (core, [])
-
--- No worker of the session is live and none is being restarted: states
--- waiting for a worker will not get one.
-sessionStarved :: Double -> Core -> (Core, [Command])
-sessionStarved now core = case coreSession core of
-  Just h | hostLive h == 0 ->
-    -- a live worker outside the session (beyond its limit before) takes
-    -- up its states; else one being restarted will; else none will
-    case [ x | w <- M.keys (coreLinks core), Just x <- [hostJoined now w h] ] of
-      (hosted, outs) : _ -> settle now hosted outs core
-      [] | S.awaitedWorkers (coreSched core) == 0 -> let (hosted, outs) = hostStarved h in settle now hosted outs core
-         | otherwise -> (core, [])
-  _ -> (core, [])
-
-sessionLost :: Double -> WorkerId -> String -> Core -> (Core, [Command])
-sessionLost now w why core = case coreSession core >>= hostLost now w why of
-  Just (hosted, outs) -> settle now hosted outs core
-  Nothing -> (core, [])
-
--- Carry out a session's outs and end it if it is over. Messages to one
--- worker go out together, in one command, the last one urgent; a dropped
--- peer is a lost worker for the session too.
-settle :: Double -> Hosted -> [Out] -> Core -> (Core, [Command])
-settle now hosted outs core0 =
-  let (hosted1, perWorker, drops) = hostApply (`M.member` coreLinks core0) outs hosted
-      sends = [ sendTo w ms | (w, ms) <- perWorker, not (null ms) ]
-      sendTo w [m] = Send w Urgent m
-      sendTo w ms = SendAll w ms
-      (core2, dropOut) = foldl (\(c, acc) (w, why) -> let (c', o) = linkDown now w False (ProtocolViolation (SessionViolation why)) c in (c', acc ++ o))
-                               (core0 { coreSession = Just hosted1 }, []) drops
-  in case coreSession core2 of
-       Just h | hostOver h -> (core2 { coreSession = Nothing }, sends ++ dropOut ++ [SessionEnded (coreSessionOf core2) (Right (hostAnswer h))])
-       _ -> (core2, sends ++ dropOut)
+-- A session's peer that broke its protocol: dropped as a link that did
+-- (what ran there is not charged).
+dropPeer :: Double -> DropPeer
+dropPeer now w why = linkDown now w False (ProtocolViolation (SessionViolation why))
