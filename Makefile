@@ -51,7 +51,7 @@ bench-report: build
 	$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bench report --out docs/benchmarks.md
 
 haddock: deps
-	$(CABAL) haddock $(CABAL_FLAGS) lib:herd lib:herd-core lib:herd-internal lib:herd-testkit
+	$(CABAL) haddock $(CABAL_FLAGS) lib:herd lib:herd-core lib:herd-link lib:herd-node lib:herd-master lib:herd-testkit
 
 clean:
 	rm -rf dist-newstyle

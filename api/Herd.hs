@@ -211,23 +211,23 @@ module Herd
   , HerdError (..)
   ) where
 
-import Herd.Config
+import Herd.Settings
 import Herd.Transport (transportName, parseTransportKind)
 import Herd.Core.Error
-import Herd.Evolve
-import Herd.Farm
+import Herd.Master.Job.Evolve
+import Herd.Master.Job.Farm
 import Herd.Master
 import Herd.Core.Master.Session (SessionView (..))
 import Herd.Core.Monitor.Ledger (Account (..), Departure (..))
-import Herd.Monitor.Render (prometheusText, statusJson)
+import Herd.Master.Monitor.Render (prometheusText, statusJson)
 import Herd.Core.Monitor.Status (JobRow (..), Status (..), WorkerRow (..), WorkerState (..))
 import Herd.Packet (PeerStats (..), meanPerPacket)
 import Herd.Core.Packet.Policy (FlushReason (..))
-import Herd.WorkCost (simulatedWork)
-import Herd.Shared
-import Herd.Reduce
-import Herd.Refs
-import Herd.Stats
-import Herd.Stream
+import Herd.Task.WorkCost (simulatedWork)
+import Herd.Master.Job.Shared
+import Herd.Master.Job.Reduce
+import Herd.Master.Job.Refs
+import Herd.Master.Monitor.Stats
+import Herd.Master.Job.Stream
 import Herd.Task
-import Herd.Worker (serveIfWorker)
+import Herd.Node (serveIfWorker)

@@ -8,7 +8,7 @@ module Demo
   , run
   ) where
 
-import Herd.Log (logToStderr)
+import Herd.Sys.Log (logToStderr)
 import Control.Monad (unless, when)
 import Data.IORef
 import qualified Data.IntMap.Strict as IM
@@ -17,7 +17,7 @@ import Herd.Options
 import System.Exit (exitWith, ExitCode (..))
 import Herd.Examples.Fib (fib, fibTask)
 import Herd.Core.Report (fixed, renderTable)
-import Herd.Clock (monotonicSeconds)
+import Herd.Sys.Clock (monotonicSeconds)
 import System.IO
 
 -- | What the demo runs.

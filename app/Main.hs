@@ -1,12 +1,12 @@
 -- | The @herd@ command line: demo, benchmarks, and joining a master by hand.
 module Main (main) where
 
-import Herd.Log (logToStderr)
+import Herd.Sys.Log (logToStderr)
 import Cli (run)
 import Control.Exception (displayException, handle)
 import Herd (HerdError)
 import Herd.Simulate.Host (runSimulatedHost)
-import Herd.Worker (serveIfWorkerWith)
+import Herd.Node (serveIfWorkerWith)
 import System.Exit (exitWith, ExitCode (..))
 
 main :: IO ()

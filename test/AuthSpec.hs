@@ -6,7 +6,7 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as BC
 import Data.Either (isLeft)
 import Data.Word (Word8)
-import Herd.Auth
+import Herd.Transport.Auth
 import Herd.Transport (TransportKind (..), recvFrame, sendFrame)
 import Herd.Core.Wire.Handshake (MasterReply (..), decodeAuthResponse, encodeMasterReply, handshakeFrameLimit)
 import ConformanceSpec (withPair)

@@ -1,5 +1,5 @@
 {-# LANGUAGE ScopedTypeVariables #-}
--- | The farm's runs of values ("Herd.Wire.Batch"): an argument table cut
+-- | The farm's runs of values ("Herd.Wire.ArgTable"): an argument table cut
 -- into runs by any budget gives back every argument once, in order; a
 -- function that throws, or bytes that do not decode, are named by their
 -- position; results kept encoded in an arena come back as decoded ones do,
@@ -17,8 +17,8 @@ import Data.Store.Internal (Size (..))
 import Data.Word (Word32)
 import qualified Data.Map.Strict as M
 import Herd.Core.Base (Range (..))
-import Herd.Encoder (Encoder (..), encoderBytes)
-import Herd.Wire.Batch
+import Herd.Wire.Writer (Encoder (..), encoderBytes)
+import Herd.Wire.ArgTable
 import Herd.Wire.Scratch
 import Herd.Wire.InPlace
 import qualified Data.ByteString.Internal as BI
@@ -73,7 +73,7 @@ spec :: Spec
 spec = batchSpec >> inPlaceSpec
 
 batchSpec :: Spec
-batchSpec = describe "Herd.Wire.Batch" $ do
+batchSpec = describe "Herd.Wire.ArgTable" $ do
   it "gives back every argument once, in order, however the runs are cut" $
     property $ \(xs :: [String]) budgets -> everyArgumentOnce xs budgets
 

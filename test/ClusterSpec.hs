@@ -15,9 +15,9 @@ import Data.List (foldl', isInfixOf, sort)
 import qualified Data.Text as T
 import GHC.Fingerprint (Fingerprint (..))
 import Herd
-import Herd.Auth
-import Herd.BuildId (buildIdentity)
-import Herd.Clock (monotonicSeconds)
+import Herd.Transport.Auth
+import Herd.Sys.BuildId (buildIdentity)
+import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Packet (packetOf, splitPacket)
 import Control.DeepSeq (force)
 import Herd.Task (TaskRef (..), taskRef)

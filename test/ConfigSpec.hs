@@ -3,13 +3,13 @@ module ConfigSpec (spec) where
 
 import Herd
 import Data.List (isInfixOf, sort)
-import Herd.Config (listenHostFor, parseHostList, parseHostsFile, validateConfig)
-import Herd.Launch.Agent (parseAgentCount)
-import Herd.Launch.Slurm (slurmTaskCount)
+import Herd.Settings (listenHostFor, parseHostList, parseHostsFile, validateConfig)
+import Herd.Node.Agent (parseAgentCount)
+import Herd.Master.Launch.Slurm (slurmTaskCount)
 import Herd.Core.Config.Parse (parseTasksPerNode)
-import Herd.Launch.Ssh (remoteAgentCommand)
-import Herd.Launch.Topology (parseCpuList)
-import Herd.Worker (parseHostPort)
+import Herd.Master.Launch.Ssh (remoteAgentCommand)
+import Herd.Node.Topology (parseCpuList)
+import Herd.Node (parseHostPort)
 import Test.Hspec
 import Test.QuickCheck
 

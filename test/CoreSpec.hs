@@ -18,7 +18,7 @@ import qualified Data.Set as S
 import qualified Data.Text as T
 import Data.Sequence (Seq, ViewL (..), (|>))
 import qualified Data.Sequence as Seq
-import Herd.Config (Batching (..))
+import Herd.Settings (Batching (..))
 import Herd.Core.Error (HerdError (..))
 import Herd.Core.Fault (LinkFault (..), StreamBreak)
 import Herd.Core.Master.Core

@@ -15,9 +15,9 @@ import qualified Data.Map.Strict as M
 import Browser
 import ClusterSpec (eventually, withTestClusterConfig)
 import Herd
-import Herd.Config (validateConfig)
+import Herd.Settings (validateConfig)
 import Herd.Core.Monitor.Ledger
-import Herd.Monitor.Render (escapeLabel)
+import Herd.Master.Monitor.Render (escapeLabel)
 import Herd.Testkit.Json
 import qualified Network.Socket as N
 import System.Posix.Signals (sigKILL, signalProcess)

@@ -1,7 +1,7 @@
 -- | Properties of the evolve API's pure scheduler, run against a model of
 -- the workers: each holds states, evolves the ones it is asked for in
 -- order, one at a time, and answers requests to give states back the way
--- "Herd.Evolve.Holder" does. Messages travel in order per worker but
+-- "Herd.Node.Worker.Evolve" does. Messages travel in order per worker but
 -- interleave across workers at random.
 module EvolveScheduleSpec (spec) where
 
@@ -397,7 +397,7 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
     planDone end `shouldBe` True
 
 -- Run a plan to its end with workers that take each state's cost in time
--- and messages that arrive at once, as "Herd.Evolve.Holder" answers: the
+-- and messages that arrive at once, as "Herd.Node.Worker.Evolve" answers: the
 -- time the last state is done, the states evolved, in order, and how many
 -- states were given back to move.
 timedRun :: M.Map WorkerId [StateId] -> M.Map StateId Double -> Plan -> [Command] -> Either String (Double, [StateId], Int)

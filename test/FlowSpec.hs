@@ -1,4 +1,4 @@
--- | A stream's flow window ("Herd.Stream.Flow") against a model: a list
+-- | A stream's flow window ("Herd.Task.StreamFlow") against a model: a list
 -- of the sizes in flight. Whatever sends and acknowledgements come, the
 -- window is open exactly when the model has room in elements and bytes,
 -- and acknowledgements free exactly the oldest elements' bytes (more than
@@ -6,7 +6,7 @@
 module FlowSpec (spec) where
 
 import Control.Monad (foldM)
-import Herd.Stream.Flow
+import Herd.Task.StreamFlow
 import Test.Hspec
 import Test.QuickCheck
 
@@ -18,7 +18,7 @@ instance Arbitrary Op where
   arbitrary = frequency [(4, Send <$> frequency [(3, choose (0, 50)), (1, choose (50, 3000))]), (1, Ack <$> choose (-2, 12))]
 
 spec :: Spec
-spec = describe "Herd.Stream.Flow" $ do
+spec = describe "Herd.Task.StreamFlow" $ do
   it "is open exactly when elements and bytes in flight leave room, and acknowledgements free the oldest" $
     property $ \(Positive window) (Positive bytesWindow) ops -> ioProperty $ do
       let w = 1 + window `mod` 20

@@ -1,4 +1,4 @@
--- | The heap reserves ("Herd.HeapReserve"): how large the master's is for
+-- | The heap reserves ("Herd.Sys.HeapReserve"): how large the master's is for
 -- a setting and a worker count, that a cluster's start really touches
 -- it, and that each worker touches the one the configuration sets.
 module HeapReserveSpec (spec) where
@@ -8,8 +8,8 @@ import Data.Either (isLeft)
 import GHC.RTS.Flags (getGCFlags, minOldGenSize)
 import GHC.Stats (RTSStats (..), getRTSStats, getRTSStatsEnabled)
 import Herd
-import Herd.Config (validateConfig)
-import Herd.HeapReserve
+import Herd.Settings (validateConfig)
+import Herd.Sys.HeapReserve
 import ClusterSpec (withTestClusterConfig)
 import Test.Hspec
 import Test.QuickCheck

@@ -1,5 +1,5 @@
 -- | What users read: log lines from concurrent threads arrive whole
--- ("Herd.Log"), through an unbuffered pipe as standard error is, and a
+-- ("Herd.Sys.Log"), through an unbuffered pipe as standard error is, and a
 -- 'HerdError' nobody catches is printed as its sentence, not a record.
 module LogSpec (spec, uncaughtErrorMain) where
 
@@ -9,7 +9,7 @@ import qualified Data.Set as S
 import Control.Exception (displayException, throwIO)
 import Data.List (isInfixOf, isPrefixOf)
 import Herd (HerdError (..))
-import Herd.Log (stampedLine, writeLine)
+import Herd.Sys.Log (stampedLine, writeLine)
 import Data.Time
 import Test.QuickCheck
 import System.Environment (getEnvironment, getExecutablePath)
@@ -40,7 +40,7 @@ spec = do
     code `shouldBe` ExitFailure 1
     err `shouldSatisfy` ("every worker was lost before the job finished (worker 3 lost: connection closed)" `isInfixOf`)
     err `shouldSatisfy` (not . ("lostDetail" `isInfixOf`))
- describe "Herd.Log" $ do
+ describe "Herd.Sys.Log" $ do
   it "starts a line with the local time in ISO 8601, to the millisecond, with the zone's offset" $
     property $ \(secs :: Int) (millis :: Int) (offsetMinutes :: Int) (line :: String) ->
       let zone = minutesToTimeZone (offsetMinutes `mod` 1500 - 720)

@@ -27,7 +27,7 @@ import qualified EvolveScheduleSpec
 import qualified BalanceSpec
 import qualified AuthSpec
 import Herd.Simulate.Host (runSimulatedHost)
-import Herd.Worker (serveIfWorkerWith)
+import Herd.Node (serveIfWorkerWith)
 import qualified SchedulerSpec
 import qualified CoreSpec
 import qualified WorkerStepSpec

@@ -15,7 +15,7 @@ import Data.Word (Word64, Word8)
 import qualified Data.Text as T
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Core.Base (TaskRef (..))
-import Herd.Encoder (encoderBytes)
+import Herd.Wire.Writer (encoderBytes)
 import Herd.Core.Wire
 import Herd.Core.Wire.Codec (Get, getCount, getSizedBytes, getWord64, getWord8, runGet)
 import Herd.Core.Wire.Evolved (decodeEvolved)

@@ -17,7 +17,7 @@ import Data.IORef
 import Data.List (isInfixOf)
 import Herd
 import System.Posix.Signals (sigCONT, sigKILL, sigSTOP, signalProcess)
-import Herd.Clock (monotonicSeconds)
+import Herd.Sys.Clock (monotonicSeconds)
 import System.Timeout (timeout)
 import Test.Hspec
 import ClusterSpec (withTestClusterConfig, eventually)

@@ -1,4 +1,4 @@
--- | Reductions on the workers ("Herd.Reduce"): groups cut in order, the
+-- | Reductions on the workers ("Herd.Master.Job.Reduce"): groups cut in order, the
 -- answer a single process gives (also for a combining function that is
 -- not commutative), a throw naming its group, parts kept on a host
 -- agent's host, and exact keyed counts when a worker is killed mid-job.
@@ -9,7 +9,7 @@ import Control.Concurrent.Async (withAsync, wait)
 import qualified Data.ByteString.Char8 as BC
 import qualified Data.Map.Strict as M
 import Herd
-import Herd.Reduce (reduceGroups)
+import Herd.Master.Job.Reduce (reduceGroups)
 import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec
 import Test.QuickCheck

@@ -1,4 +1,4 @@
--- | Results that stay on the workers ("Herd.Refs"): kept where they were
+-- | Results that stay on the workers ("Herd.Master.Job.Refs"): kept where they were
 -- made, used where they live, fetched unchanged, recomputed exactly when
 -- their worker is killed, and gone once released.
 module RefsSpec (spec) where

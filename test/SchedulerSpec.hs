@@ -6,7 +6,7 @@ module SchedulerSpec (spec) where
 
 import Data.List (foldl', sort)
 import qualified Data.Map.Strict as M
-import Herd.Config (Batching (..))
+import Herd.Settings (Batching (..))
 import Herd.Core.Scheduler
 import Herd.Core.Scheduler.State (Sched (..), Worker (..), Batch (..), Job (..))
 import qualified Data.Sequence as Seq

@@ -17,7 +17,7 @@ import Herd.Core.Shared
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 import System.Directory (doesDirectoryExist, doesFileExist, getTemporaryDirectory, listDirectory)
 import System.Posix.Process (getProcessID)
-import Herd.Shared.Table (dropShared, newAssembly, receivePiece)
+import Herd.Node.Store (dropShared, newAssembly, receivePiece)
 import System.FilePath ((</>))
 import System.Posix.Signals (sigKILL, signalProcess)
 import System.Process (terminateProcess)

@@ -17,14 +17,14 @@ import Data.List (foldl', nub, sort)
 import qualified Data.ByteString.Char8 as BC
 import Herd
 import Herd.Core.Base (TaskRef (..))
-import Herd.Clock (monotonicSeconds)
+import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Core.Evolve.Held
 import qualified Data.Text as T
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Core.Evolve.Registry (stateIdBits)
 import Herd.Examples.ParticleFilter
-import Herd.Master.EpollReader (newEpollReader)
-import Herd.Master.Reader (Reader (..))
+import Herd.Reader.Epoll (newEpollReader)
+import Herd.Reader (Reader (..))
 import Herd.Simulate.Wheel
 import Herd.Transport (closeConnection, sendFrameStrict)
 import Herd.Transport.Tcp (acceptTcp, connectTcp, listenPort, listenTcp)

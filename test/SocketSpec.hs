@@ -16,7 +16,7 @@ import Foreign.C.Types (CInt (..), CLong (..), CSize (..))
 import Foreign.ForeignPtr (mallocForeignPtrBytes, withForeignPtr)
 import Foreign.Marshal.Array (allocaArray)
 import Foreign.Ptr (Ptr)
-import Herd.Clock (monotonicSeconds)
+import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Transport
 import Herd.Transport.Socket (socketConnection)
 import Network.Socket

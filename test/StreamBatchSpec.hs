@@ -1,9 +1,9 @@
 -- | How a stream hands its elements to the packet layer
--- ("Herd.Stream.Batch"), against a sink that logs what it is given: every
+-- ("Herd.Task.StreamSend"), against a sink that logs what it is given: every
 -- element once and in order; ready elements gathered, one still to be
 -- computed never held behind the ones before it; an element that throws
 -- lets the ones before it go first. And the test of readiness itself
--- ("Herd.Evaluated").
+-- ("Herd.Task.Evaluated").
 module StreamBatchSpec (spec) where
 
 import Control.Exception
@@ -12,8 +12,8 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import Data.IORef
 import Data.Store (decodeEx)
-import Herd.Evaluated (isEvaluated)
-import Herd.Stream.Batch
+import Herd.Task.Evaluated (isEvaluated)
+import Herd.Task.StreamSend
 import Herd.Wire.Staging (newStaging, stageValueAt)
 import System.IO.Unsafe (unsafePerformIO)
 import Test.Hspec
@@ -37,7 +37,7 @@ loggingSink batchBytes opens = do
        , reverse <$> readIORef handed )
 
 spec :: Spec
-spec = describe "Herd.Stream.Batch" $ do
+spec = describe "Herd.Task.StreamSend" $ do
   it "hands over every element once, in order, in batches no larger than asked plus one element" $
     property $ \(NonNegative limit) opens (xs :: [Int]) -> ioProperty $ do
       evaluatedList <- evaluate (foldr seq () xs `seq` xs)
@@ -88,7 +88,7 @@ spec = describe "Herd.Stream.Batch" $ do
     got <- handed
     map fst got `shouldBe` map pure [1 .. 5]
 
-  describe "Herd.Evaluated" $ do
+  describe "Herd.Task.Evaluated" $ do
     it "tells an evaluated value from one still to be computed, without evaluating it" $ do
       ref <- newIORef (0 :: Int)
       let thunk = unsafePerformIO (modifyIORef' ref (+ 1) >> pure (42 :: Int))

@@ -35,8 +35,8 @@ import Control.Exception (throwIO)
 import Control.Monad (unless, when)
 import Data.Char (isDigit)
 import Herd
-import Herd.Config (parseDashboardAddress, parseHostList, parseHostsFile)
-import Herd.Worker (parseHostPort)
+import Herd.Settings (parseDashboardAddress, parseHostList, parseHostsFile)
+import Herd.Node (parseHostPort)
 import Options.Applicative
 
 -- | What herd's flags say about the cluster.

@@ -20,7 +20,7 @@ import Control.Monad (forM, forM_, when)
 import qualified Data.ByteString as B
 import Foreign.C.Types (CDouble (..), CInt (..), CLong (..))
 import Herd
-import Herd.Clock (monotonicSeconds)
+import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Packet (sendMessageTail)
 import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Report

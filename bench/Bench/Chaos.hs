@@ -21,12 +21,12 @@ import Control.Monad
 import Data.IORef
 import Data.Word (Word64)
 import Herd
-import Herd.Clock (monotonicSeconds)
+import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Examples.Eden (echoProcess, wordsItem)
 import Herd.Examples.Fib (fib, fibTask)
 import Herd.Examples.ParticleFilter
 import Herd.Fuzz.Mutate (mixSeed)
-import Herd.Log (logToStderr)
+import Herd.Sys.Log (logToStderr)
 import Herd.Core.Report
 import System.IO
 import System.Posix.Signals (sigCONT, sigKILL, sigSTOP, signalProcess)

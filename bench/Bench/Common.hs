@@ -26,7 +26,7 @@ import Bench.Plot
 import Control.Exception (evaluate)
 import GHC.Stats (allocated_bytes, getRTSStats, getRTSStatsEnabled)
 import Herd
-import Herd.Clock (monotonicSeconds)
+import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Examples.Eden (churn, warmTask)
 import System.Mem (performMinorGC)
 import System.Posix.Unistd (SysVar (ClockTick), getSysVar)

@@ -33,7 +33,7 @@ import System.Exit (die)
 import System.IO
 import System.Mem (getAllocationCounter, performMajorGC)
 import Herd.Core.Evolve.Call (Call (..), callMachine)
-import Herd.Evolve.Function (evolverRef)
+import Herd.Task.Evolver (evolverRef)
 import Herd.Core.Evolve.Registry (Origin (..), Registry (..), emptyRegistry, placedAt, stateIdBits)
 import Herd.Core.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
 import Herd.Core.Evolve.StateMap (StateId (..))

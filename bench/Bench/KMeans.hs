@@ -1,7 +1,7 @@
 -- | @herd bench kmeans@: an iterative job whose data does not change. The
 -- same k-means run three ways on one cluster: @held@ shares the points
--- once ("Herd.Shared") and sends each iteration only the centroids and
--- index ranges; @refs@ holds the slices on the workers ("Herd.Refs") and
+-- once ("Herd.Master.Job.Shared") and sends each iteration only the centroids and
+-- index ranges; @refs@ holds the slices on the workers ("Herd.Master.Job.Refs") and
 -- runs each iteration's step where its slice is; @resent@ sends every task
 -- its slice of points again at every iteration, as a farm alone must. A row gives the
 -- seconds (the share included) and the bytes through the master's links,

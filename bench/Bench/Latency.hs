@@ -36,7 +36,7 @@ import Foreign.C.Types (CInt (..), CLong (..))
 import Foreign.Marshal.Array (allocaArray, peekArray)
 import Foreign.Ptr (Ptr)
 import Herd
-import Herd.Clock (monotonicSeconds)
+import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Master (withRawWorker)
 import Herd.Master.Link (LinkHandle (..), openLink, stopWriting)
 import Herd.Packet (Sender, sendMessage, splitPacket)

@@ -22,10 +22,10 @@ import Control.Monad (forM, unless, when)
 import Control.Parallel.Strategies (parList, rdeepseq, using)
 import Herd
 import Herd.Examples.Fib (fib, fibTask)
-import Herd.Launch.Topology (physicalCores)
+import Herd.Node.Topology (physicalCores)
 import Herd.Core.Report
 import Bench.Plot
-import Herd.Clock (monotonicSeconds)
+import Herd.Sys.Clock (monotonicSeconds)
 import System.IO
 
 -- | Benchmark settings.

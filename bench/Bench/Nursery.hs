@@ -1,6 +1,6 @@
 -- | @herd bench nursery@: how the workers' nursery size (@+RTS -A@) changes
 -- the time of an allocation-heavy farm. This is the measurement behind
--- 'Herd.Config.defaultWorkerRtsOptions'.
+-- 'Herd.Settings.defaultWorkerRtsOptions'.
 module Bench.Nursery
   ( Options (..)
   , run
@@ -10,7 +10,7 @@ import Control.Monad (forM, when)
 import Herd
 import Herd.Examples.Alloc (mapBuildTask)
 import Herd.Core.Report
-import Herd.Clock (monotonicSeconds)
+import Herd.Sys.Clock (monotonicSeconds)
 import System.IO
 
 -- | Benchmark settings.

@@ -22,7 +22,7 @@
 -- the next inputs), when every worker waits; and the minor page faults
 -- of the master, and of the workers (or hosts) together, during the run
 -- (first touches of memory, dear on a virtual machine: see
--- "Herd.HeapReserve").
+-- "Herd.Sys.HeapReserve").
 module Bench.Pfilter
   ( Options (..)
   , run
@@ -38,10 +38,10 @@ import Data.List (intercalate)
 import Text.Printf (printf)
 import Bench.Plot
 import Herd
-import Herd.Config (defaultWorkerRtsOptions)
+import Herd.Settings (defaultWorkerRtsOptions)
 import Herd.Examples.ParticleFilter
 import Herd.Core.Report
-import Herd.Launch.Topology (physicalCores)
+import Herd.Node.Topology (physicalCores)
 import Data.Containers.ListUtils (nubOrd)
 import GHC.Stats (allocated_bytes, gc_cpu_ns, getRTSStats, getRTSStatsEnabled)
 import System.CPUTime (getCPUTime)

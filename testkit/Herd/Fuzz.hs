@@ -29,12 +29,12 @@ import Data.IORef
 import qualified Data.Text as T
 import Data.Word (Word64)
 import GHC.Stats (gcdetails_live_bytes, gc, getRTSStats, getRTSStatsEnabled)
-import Herd.Auth (mkSecret)
+import Herd.Transport.Auth (mkSecret)
 import Herd.Core.Base (TaskRef)
-import Herd.Encoder (Encoder)
-import Herd.BuildId (buildIdentity)
-import Herd.Clock (monotonicSeconds)
-import Herd.Config
+import Herd.Wire.Writer (Encoder)
+import Herd.Sys.BuildId (buildIdentity)
+import Herd.Sys.Clock (monotonicSeconds)
+import Herd.Settings
 import Herd.Fuzz.Mutate
 import Herd.Master (Cluster, clusterAddress, withCluster)
 import Herd.Packet (packetOf)
@@ -45,8 +45,8 @@ import Herd.Transport.Tcp (acceptTcp, connectTcp, listenPort, listenTcp)
 import Herd.Transport.Unix (acceptUnix, connectUnix, listenUnix)
 import Herd.Core.Wire
 import Herd.Wire.Encode
-import Herd.Worker.Join (JoinRefused (..), joinMaster)
-import Herd.Worker.Serve (serve)
+import Herd.Node.Join (JoinRefused (..), joinMaster)
+import Herd.Node.Worker (serve)
 import Network.Socket (close)
 import System.Exit (ExitCode (..))
 import System.IO

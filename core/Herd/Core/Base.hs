@@ -82,7 +82,7 @@ takeTasks want = go [] 0
 data Batching
   = Adaptive
     -- ^ sized from measured task times so that a batch takes about
-    -- 'Herd.Config.configBatchTarget' seconds, and shrinking as the job
+    -- 'Herd.Settings.configBatchTarget' seconds, and shrinking as the job
     -- nears its end (factoring), so no worker is left with a long tail
     -- (default)
   | FixedBatch Int

@@ -3,7 +3,7 @@
 -- frame lengths, packet counts and message lengths, message fields.
 -- Reads take an offset the caller has checked against the bytes present;
 -- nothing here checks bounds. Writing numbers at a pointer is
--- "Herd.Encoder"'s.
+-- "Herd.Wire.Writer"'s.
 module Herd.Core.Bytes
   ( peekBE
   , word32At

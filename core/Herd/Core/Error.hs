@@ -26,7 +26,7 @@ data HerdError
       }
     -- ^ Workers kept dying while running one task (a crash in a C library,
     -- the out-of-memory killer, an exit): after
-    -- 'Herd.Config.configMaxTaskDeaths' deaths it is not tried again. The
+    -- 'Herd.Settings.configMaxTaskDeaths' deaths it is not tried again. The
     -- cluster stays usable; lost local workers are restarted.
   | RemoteFunctionError
       { remoteFunction :: !String    -- ^ the static function's name
@@ -60,15 +60,15 @@ data HerdError
   | EvolveFailed
       { evolveFunction :: !String, evolveState :: !String, evolveReason :: !String }
     -- ^ The evolve function threw on a state (named), or its state or input
-    -- did not decode. The population is gone: call 'Herd.Evolve.resetStates'.
+    -- did not decode. The population is gone: call 'Herd.Master.Job.Evolve.resetStates'.
   | UnknownStates
       { unknownStates :: ![String] }
-    -- ^ 'Herd.Evolve.evolveMany' was given states that do not exist (never
+    -- ^ 'Herd.Master.Job.Evolve.evolveMany' was given states that do not exist (never
     -- made, already evolved, or lost); nothing was run.
   | StatesLost
       { lostStates :: ![String], lostReason :: !String }
     -- ^ These states were on workers that were lost. The rest of the
-    -- population is gone too: call 'Herd.Evolve.resetStates'.
+    -- population is gone too: call 'Herd.Master.Job.Evolve.resetStates'.
   deriving (Eq)
 
 -- | The sentence 'displayException' gives, not the record: GHC 9.0 prints

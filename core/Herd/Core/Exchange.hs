@@ -1,5 +1,5 @@
 -- | Keyed reductions with an exchange between workers, as the master's
--- core runs them ("Herd.Reduce" is the caller's side). The inputs are cut
+-- core runs them ("Herd.Master.Job.Reduce" is the caller's side). The inputs are cut
 -- into groups; a worker maps and combines a group by key, cuts the
 -- result into one part per partition of the keys, and sends each part
 -- straight to the worker that owns the partition (the master's links
@@ -57,7 +57,7 @@ import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 
 -- | A keyed reduction as the caller hands it to the core.
 data ExchangeJob = ExchangeJob
-  { xjRef       :: !TaskRef          -- ^ the reducer ("Herd.Reduce")
+  { xjRef       :: !TaskRef          -- ^ the reducer ("Herd.Master.Job.Reduce")
   , xjGroups    :: ![B.ByteString]   -- ^ each group's inputs, encoded, in order
   , xjMaxDeaths :: !Int              -- ^ workers one group may kill before the reduction fails
   , xjPartitions :: !(Maybe Int)     -- ^ partitions ('Nothing': one per live worker)

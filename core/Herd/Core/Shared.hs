@@ -1,6 +1,6 @@
 -- | Shared values as the master's core keeps them: values sent once to
 -- every worker and held there under a number, so that any number of tasks
--- can name them instead of carrying them ("Herd.Shared" is the caller's
+-- can name them instead of carrying them ("Herd.Master.Job.Shared" is the caller's
 -- side). Pure: what to send when a value is shared or unshared and when a
 -- worker joins, and what each worker said it holds.
 --

@@ -144,7 +144,7 @@ sentStep (slice, cs) = assignPartial cs slice 0 (VU.length slice `div` 2)
 kmeansHeldTask :: StaticPtr (Task (Shared Points, (Int, Int), Centroids) Partial)
 kmeansHeldTask = static (named "kmeansHeld" (task heldStep))
 
--- | One slice of points held on a worker ("Herd.Refs"), against the
+-- | One slice of points held on a worker ("Herd.Master.Job.Refs"), against the
 -- centroids given.
 kmeansRefQuery :: StaticPtr (RefQuery Points Centroids Partial)
 kmeansRefQuery = static (named "kmeansRef" (refQuery (\slice cs -> assignPartial cs slice 0 (VU.length slice `div` 2))))

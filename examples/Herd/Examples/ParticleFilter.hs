@@ -15,7 +15,7 @@
 -- All randomness comes from seeds carried in the particles and the step
 -- number, so a run is a pure function of its 'FilterSetup': the same on one
 -- core ('runSequential') and on a cluster ('runFilter' with
--- 'Herd.Evolve.evolveMany').
+-- 'Herd.Master.Job.Evolve.evolveMany').
 --
 -- With 'setupSimulate' above zero the step's computation is replaced by
 -- that many seconds of 'Herd.simulatedWork' per particle (a sleep in a

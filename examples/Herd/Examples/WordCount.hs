@@ -2,7 +2,7 @@
 -- | Word counts, the two-stage job of @herd bench wordcount@: each
 -- document (made from its number, the same on every run) gives a (word,
 -- 1) pair per word, and the counts are summed per word. 'countReducer'
--- sums on the workers ("Herd.Reduce"); 'pairsTask' hands every pair to
+-- sums on the workers ("Herd.Master.Job.Reduce"); 'pairsTask' hands every pair to
 -- the caller, to sum at the master.
 module Herd.Examples.WordCount
   ( Doc (..)

@@ -4,7 +4,7 @@
 -- behaves with thousands of workers.
 --
 -- The host speaks the host agent's protocol: one TCP link to the master,
--- one handshake and proof of the secret ("Herd.Worker.Join"), and every
+-- one handshake and proof of the secret ("Herd.Node.Join"), and every
 -- worker numbered by the master on it and its packets carried as entries
 -- of the link's ("Herd.Core.Wire.Host"). Each simulated worker runs the
 -- worker's own steps: the farm's pure step
@@ -17,7 +17,7 @@
 -- once. One thread serves every worker: an epoll wait on the link,
 -- bounded by the next timer of one timer wheel ("Herd.Simulate.Wheel").
 -- Stream processes are refused ('Herd.Wire.StreamAborted'). Once its
--- workers have joined, a host touches a heap reserve ("Herd.HeapReserve")
+-- workers have joined, a host touches a heap reserve ("Herd.Sys.HeapReserve")
 -- as the master does.
 --
 -- Promise: a worker that breaks the protocol is dropped with a line on
@@ -39,26 +39,26 @@ import qualified Data.Map.Strict as M
 import qualified Data.Sequence as Seq
 import qualified Data.Text as T
 import Foreign.Marshal.Array (allocaArray, peekArray)
-import Herd.Shared.Table (newAssembly)
-import Herd.BuildId (buildIdentity)
-import Herd.Clock (monotonicSeconds)
-import Herd.Epoll
+import Herd.Node.Store (newAssembly)
+import Herd.Sys.BuildId (buildIdentity)
+import Herd.Sys.Clock (monotonicSeconds)
+import Herd.Sys.Epoll
 import Herd.Core.Evolve.Held
-import Herd.HeapReserve (heapReserveBytes, reserveHeap)
+import Herd.Sys.HeapReserve (heapReserveBytes, reserveHeap)
 import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Wire.Host
-import Herd.Log (logToStderr)
+import Herd.Sys.Log (logToStderr)
 import Herd.Wire.HostEntry (sentPacketEntry)
 import Herd.Packet (flushIdle, newSender, sendMessageHeld, splitPacket)
-import Herd.WorkCost (beginSimulatedHost, sleepOsThread)
+import Herd.Task.WorkCost (beginSimulatedHost, sleepOsThread)
 import Herd.Simulate.Play
 import Herd.Simulate.Wheel
 import Herd.Transport
 import Herd.Transport.Tcp (connectTcp)
 import Herd.Core.Wire
 import Herd.Wire.Scratch (newScratch)
-import Herd.Worker (SimulatedHost (..))
-import Herd.Worker.Join
+import Herd.Node (SimulatedHost (..))
+import Herd.Node.Join
 import Herd.Core.Worker.Step
 
 -- | Open the host link, ask the master to number every worker, then serve

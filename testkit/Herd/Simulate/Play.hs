@@ -33,19 +33,19 @@ import qualified Data.Map.Strict as M
 import Data.Sequence (Seq, (|>))
 import qualified Data.Sequence as Seq
 import qualified Data.Text as T
-import Herd.Encoder (Encoder (..), encodeBytes, encoderBytes)
-import Herd.Clock (monotonicSeconds)
-import Herd.Closure (cachedLookup)
-import Herd.Epoll
-import Herd.Evolve.Function (EvolveRunner, lookupEvolver)
+import Herd.Wire.Writer (Encoder (..), encodeBytes, encoderBytes)
+import Herd.Sys.Clock (monotonicSeconds)
+import Herd.Task.Closure (cachedLookup)
+import Herd.Sys.Epoll
+import Herd.Task.Evolver (EvolveRunner, lookupEvolver)
 import Herd.Core.Evolve.Held
-import Herd.Evolve.Holder (runJob)
-import Herd.Log (logToStderr)
+import Herd.Node.Worker.Evolve (runJob)
+import Herd.Sys.Log (logToStderr)
 import Herd.Packet (Sender, sendMessageHeld)
 import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
-import Herd.WorkCost (takeSimulatedCost)
+import Herd.Task.WorkCost (takeSimulatedCost)
 import Herd.Simulate.Wheel
-import Herd.Shared.Table (Assembly, dropShared, receivePiece)
+import Herd.Node.Store (Assembly, dropShared, receivePiece)
 import Herd.Task (Runner (..), TaskRef (..), lookupRunner)
 import Herd.Transport
 import Herd.Core.Wire
@@ -53,7 +53,7 @@ import Herd.Core.Wire.Host
 import Herd.Wire.HostEntry (controlEncoder)
 import Herd.Wire.Encode
 import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, resultsEncoder, resultsFitting, scratchCount)
-import Herd.Worker.Join
+import Herd.Node.Join
 import Herd.Core.Worker.Step
 
 -- | A farm run's timer is pending ('True'); the messages that came after
@@ -68,7 +68,7 @@ data Sim = Sim
   , sFarm    :: !(IORef Farm)
   , sSender  :: !Sender               -- ^ gathers its answers into packets, flushed at the end of the round
   , sFedAt   :: !(IORef Double)     -- ^ when the master's latest message to it was read
-  , sShares  :: !Assembly           -- ^ shared values arriving ("Herd.Shared.Table")
+  , sShares  :: !Assembly           -- ^ shared values arriving ("Herd.Node.Store")
   }
 
 -- | A timer's event: a worker's evolve job or farm run is done.

@@ -1,6 +1,6 @@
 -- | The worker's side of the evolve API as a pure state machine: the states
 -- a worker holds, the queue of evolutions the master asked for, and the
--- one in progress. The real holder ("Herd.Evolve.Holder") runs it under
+-- one in progress. The real holder ("Herd.Node.Worker.Evolve") runs it under
 -- one 'Control.Concurrent.STM.TVar' with a thread that computes; the
 -- simulated host ("Herd.Simulate.Host") runs the same machine from its
 -- event loop, with a timer in place of the computation. Looking up

@@ -1,5 +1,5 @@
 {-# LANGUAGE BangPatterns #-}
--- | The pure scheduler of one 'Herd.Evolve.evolveMany' call: which worker
+-- | The pure scheduler of one 'Herd.Master.Job.Evolve.evolveMany' call: which worker
 -- evolves which state when, and which states move to an idle worker.
 --
 -- It is the master state machine of FP Complete's distributed particle

@@ -1,6 +1,6 @@
 -- | The two ends of one evolve call, pure: the call's first state and
 -- messages, made from the registry and the workers the master gives it,
--- and the registry the finished call leaves behind. "Herd.Evolve" runs
+-- and the registry the finished call leaves behind. "Herd.Master.Job.Evolve" runs
 -- them around a session of the master's core; the core's cost benchmark
 -- (@herd bench evolvecore@) runs the same functions without a socket, so
 -- what it measures is what a real call does.

@@ -1,7 +1,7 @@
 -- | What the master does about its workers' memory, decided from one
 -- round of readings: which workers to hold (no new batch while another
 -- worker can take one), which to release, and which to kill. The watcher
--- ("Herd.Launch.Memory") reads the memory and carries the verdict out.
+-- ("Herd.Node.Memory") reads the memory and carries the verdict out.
 --
 -- Promises: a worker is held only while its reading is above the soft
 -- share of the limit and at most the limit; one above the limit is killed
@@ -22,7 +22,7 @@ softShare :: Double
 softShare = 0.8
 
 -- | The bytes of shared values (encoded) a worker with this memory limit
--- keeps in memory before it spills them to disk ("Herd.Shared.Table"): a
+-- keeps in memory before it spills them to disk ("Herd.Node.Store"): a
 -- quarter of the limit. A value read by a task is kept decoded too, about
 -- as large again, which leaves half the limit for the tasks' own work.
 heldBudget :: Int -> Int

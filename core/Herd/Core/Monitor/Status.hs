@@ -2,7 +2,7 @@
 -- jobs, links, evolve call and recent log lines, built from the master's
 -- core and the shell's tables. Pure: the dashboard's IO only gathers the
 -- inputs ("Herd.Master.Cluster") and renders the result
--- ("Herd.Monitor.Render").
+-- ("Herd.Master.Monitor.Render").
 --
 -- Promises: every connected worker has a row, and so has every lost one
 -- the ledger still keeps ('keptLost'), marked lost with why; a row's

@@ -61,7 +61,7 @@ defaultPacketPolicy :: PacketPolicy
 defaultPacketPolicy = PacketPolicy True 65536 0.002
 
 -- | The capacity a stream's early sends are measured against
--- ("Herd.Stream.Flow"): the packet's, or 0 with chunking off (every
+-- ("Herd.Task.StreamFlow"): the packet's, or 0 with chunking off (every
 -- message leaves at once then, so there is nothing to send early).
 policyEarlyCapacity :: PacketPolicy -> Int
 policyEarlyCapacity p = if policyChunking p then policyCapacity p else 0

@@ -75,7 +75,7 @@ data MasterReply
       , welcomeStreamWindow :: !Word32    -- ^ stream elements in flight per direction
       }
   | Refused { refusedReason :: !Text }
-  | Challenge { challengeNonce :: !B.ByteString }  -- ^ the master's nonce ("Herd.Auth")
+  | Challenge { challengeNonce :: !B.ByteString }  -- ^ the master's nonce ("Herd.Transport.Auth")
   | AuthAccepted { acceptedProof :: !B.ByteString } -- ^ the master's proof of the secret
   deriving (Eq, Show)
 

@@ -25,7 +25,7 @@ data ToWorker
     -- ^ Start a batch; its arguments follow in 'Args' messages, in order.
   | Args !Word32 !B.ByteString
     -- ^ the next arguments of the batch, this many, their @store@
-    -- encodings back to back ("Herd.Wire.Batch")
+    -- encodings back to back ("Herd.Wire.ArgTable")
   | Shutdown                    -- ^ stop serving and exit
   | StreamOpen !Word64 !TaskRef -- ^ instantiate a stream process under this number
   | StreamIn !Word64 !Word32 !B.ByteString
@@ -35,7 +35,7 @@ data ToWorker
   | StreamCredit !Word64 !Word32    -- ^ the caller consumed this many more output elements
   | StreamClose !Word64         -- ^ the caller wants no more output: stop the process
   | StatesReset
-    -- ^ drop every evolve state held and queued ("Herd.Evolve"), wait for
+    -- ^ drop every evolve state held and queued ("Herd.Master.Job.Evolve"), wait for
     -- the one being evolved, and answer 'StatesCleared'
   | StateAdd !Word64 !B.ByteString  -- ^ hold this state under this id
   | EvolveWith !TaskRef         -- ^ the evolve function for the 'EvolveState' messages that follow
@@ -51,7 +51,7 @@ data ToWorker
   | Ping !Word64 !B.ByteString  -- ^ answer 'Pong' with the same number at once; the bytes are padding (latency and bandwidth probes)
   | SharePart !Word64 !Word64 !B.ByteString
     -- ^ the next piece of shared value number @n@, whose encoding is this
-    -- many bytes long in all ("Herd.Shared"); once they are all here, hold
+    -- many bytes long in all ("Herd.Master.Job.Shared"); once they are all here, hold
     -- the value and answer 'ShareHeld'
   | ShareDrop !Word64
     -- ^ forget this shared value (and any pieces of it) and answer 'ShareDropped'

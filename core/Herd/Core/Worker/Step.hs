@@ -1,6 +1,6 @@
 -- | The worker's side of the farm protocol as a pure step: what to answer
 -- to 'Herd.Wire.RunBatch' and 'Herd.Wire.Args' messages, given the
--- outcomes of the runs of calls the loop makes. The loop ("Herd.Worker")
+-- outcomes of the runs of calls the loop makes. The loop ("Herd.Node")
 -- looks functions up, calls them and reads the clock; every decision is
 -- here, so the same step can drive real workers and simulated ones, and a
 -- property can replay any sequence of messages without a socket.

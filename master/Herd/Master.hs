@@ -1,0 +1,281 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | The master: a cluster of workers, and the calls that run work on it.
+--
+-- One pure core ("Herd.Core.Master.Core") makes every decision for farm jobs,
+-- stream processes and evolve sessions; a shell ("Herd.Master.Shell")
+-- steps it under one lock and carries out its commands; a reader feeds it
+-- the workers' frames, either one thread over epoll or a thread per worker
+-- over GHC's IO manager ('configMasterLoop'), for every API alike. Jobs
+-- from several threads run at once and share the workers in turn.
+--
+-- New connections must prove the shared secret and pass the handshake
+-- ("Herd.Master.Accept") before anything they send reaches the core. A link
+-- silent for 'configLivenessTimeout' (judged by the kernel's keepalive
+-- probes, which a busy worker's kernel still answers), closed, or sending
+-- bytes that do not decode counts as lost; its unfinished tasks run
+-- elsewhere.
+module Herd.Master
+  ( -- * Clusters
+    Cluster
+  , withCluster
+  , clusterAddress
+  , clusterJoinCommand
+  , clusterWorkerCount
+  , waitForWorkers
+  , WorkerInfo (..)
+  , clusterWorkerInfo
+  , ConnectionCounters (..)
+  , clusterCounters
+  , clusterConfig
+  , clusterMasterLoop
+  , clusterPacketStats
+    -- * Watching a cluster
+  , clusterStatus
+  , clusterDashboard
+  , Status
+    -- * Farm jobs (used by "Herd.Master.Job.Farm")
+  , JobSpec (..)
+  , JobCallbacks (..)
+  , runJob
+    -- * Stream processes (used by "Herd.Master.Job.Stream")
+  , StreamEnds (..)
+  , StreamEvent (..)
+  , StreamInput
+  , streamId
+  , openStream
+  , feedStream
+  , endStreamInput
+  , consumedStream
+  , flushStream
+  , streamEarlyCapacity
+  , closeStream
+    -- * Evolve sessions (used by "Herd.Master.Job.Evolve")
+  , runSession
+  , clusterRegistry
+    -- * Keyed reductions (used by "Herd.Master.Job.Reduce")
+  , runExchange
+    -- * Raw links (for the latency benchmark)
+  , withRawWorker
+  ) where
+
+import Control.Concurrent
+import Control.Concurrent.Async
+import Control.Concurrent.STM
+import Control.Exception
+import Control.Monad
+import Data.IORef
+import qualified Data.Map.Strict as M
+import Herd.Transport.Auth
+import Herd.Sys.BuildId (buildIdentity)
+import Herd.Settings
+import Herd.Core.Error
+import Herd.Core.Evolve.Schedule (emptyRegistry)
+import Herd.Node.Local (planCpus)
+import Herd.Master.Launch.Process (Launch (..))
+import Herd.Master.Launch.Slurm (slurmTaskCount)
+import Herd.Master.Accept
+import Herd.Core.Master.Events (Event (..), FarmJob (..))
+import Herd.Master.Calls (runExchange, runSession)
+import qualified Data.ByteString as B
+import Herd.Sys.Epoll (epollAvailable)
+import Herd.Reader.Epoll
+import Herd.Sys.HeapReserve (heapReserveBytes, reserveHeap)
+import Herd.Master.Launching
+import Herd.Master.Restarts (withRestarts)
+import Herd.Reader
+import Herd.Master.Shell
+import Herd.Master.HostLink (joinHost)
+import Herd.Master.MemoryWatch (withMemoryWatch)
+import Herd.Master.Streams
+import Herd.Reader.Threaded
+import Herd.Master.Cluster
+import Herd.Master.Types
+import Herd.Master.Monitor.Feed (newFeed, teeLog)
+import Herd.Master.Monitor.Server (withDashboard)
+import Herd.Core.Monitor.Status (Status)
+import Herd.Core.Scheduler (JobStats, Range (..))
+import Herd.Task (TaskRef (..), tryUser)
+import Herd.Transport
+import Herd.Transport.Tcp
+import Herd.Transport.Tls (newTlsIdentity, tlsAccept)
+import Herd.Transport.Unix (listenUnix, acceptUnix)
+import Herd.Node (serveIfWorker)
+import Network.Socket (close)
+import System.Environment (getEnvironment)
+import System.Posix.Unistd (getSystemID, nodeName)
+import System.Timeout (timeout)
+
+-- | Start a cluster, run the body with it, and stop it, leaving no worker
+-- process behind.
+--
+-- In a process started by herd as a worker this never runs the body: it
+-- serves the master and exits. Otherwise it validates the configuration
+-- and loads the secret (throwing 'ConfigError'), listens, starts the
+-- workers the configuration asks for (local ones, one agent per ssh host,
+-- one @srun@) and waits until each launch has connected all its workers or
+-- failed, within 'configStartTimeout'. A failed launch throws
+-- 'LaunchError' naming it, after stopping everything started, unless
+-- 'configAllowPartialStart' is set and some worker did connect. Workers
+-- may also join by hand at any time ('clusterJoinCommand').
+--
+-- The body runs in an unbound thread ('runInUnboundThread'), even when
+-- called from @main@: the caller and herd's threads hand work to each
+-- other (a stream's output, a job's answer) many times a second, and with
+-- a bound caller every hand-off is a switch of OS threads, which made a
+-- stream's echo markedly slower from a bound @main@. A body that needs its
+-- OS thread (a GUI library, say) can
+-- wrap that part in 'Control.Concurrent.runInBoundThread'.
+withCluster :: Config -> (Cluster -> IO r) -> IO r
+withCluster config body = runInUnboundThread $
+  withMaster config Nothing $ \cluster -> body cluster `finally` shutdown cluster
+
+-- The master with its listeners, reader and launches. With a raw queue,
+-- joined links go there instead of to the core.
+withMaster :: Config -> Maybe (TQueue Connection) -> (Cluster -> IO r) -> IO r
+withMaster config raw body = do
+  serveIfWorker
+  checked <- either throwIO pure (validateConfig config)
+  feed <- newFeed
+  -- every log line also goes to the dashboard's feed
+  let cfg = checked { configLog = teeLog feed (configLog checked) }
+  secret <- loadSecret (configSecret cfg) >>= either (throwIO . ConfigError "configSecret") pure
+  plan <- planCpus cfg
+  slurmTasks <- if not (configSlurm cfg) then pure Nothing else
+    either (throwIO . LaunchError) (pure . Just) . slurmTaskCount =<< getEnvironment
+  let host = listenHostFor cfg
+      cap = configMaxFrameBytes cfg
+  shell <- newShell cfg
+  let makeReader = case configMasterLoop cfg of
+        EpollLoop | epollAvailable -> do
+          (r, release) <- newEpollReader cap (afterRound shell)
+          pure (r, release)
+        _ -> do
+          r <- newThreadedReader cap (afterRound shell)
+          pure (r, pure ())
+  bracket (listenTcp host (configListenPort cfg)) close $ \lsock ->
+   bracket makeReader snd $ \(reader, _) -> do
+    setReader shell reader
+    port <- listenPort lsock
+    advertise <- case configAdvertiseHost cfg of
+      Just a -> pure a
+      Nothing | isWildcard host -> nodeName <$> getSystemID
+              | otherwise -> pure host
+    cluster <- Cluster cfg shell port <$> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newMVar emptyRegistry
+                                      <*> pure feed <*> newIORef Nothing
+    build <- buildIdentity
+    -- TLS on TCP links: a fresh key and certificate for this master
+    tcpUpgrade <- if configTls cfg then tlsAccept <$> newTlsIdentity else pure plainLink
+    nextId <- newIORef (1 :: Int)
+    let acceptor = Acceptor
+          { accConfig = cfg, accSecret = secret, accBuild = build, accNextId = nextId
+          , accCounters = readIORef (shellCounters shell), accBump = bumpCounter shell
+          , accJoined = case raw of
+              Nothing -> joinLink shell
+              Just q -> \wid conn info -> do
+                atomically $ do
+                  writeTQueue q conn
+                  modifyTVar' (shellWorkers shell) (M.insert wid info)
+          , accHostJoined = joinHost shell (atomicModifyIORef' nextId (\n -> (n + 1, n))) }
+        transport = localTransport cfg
+        localSocket = not (null plan) && transport /= TcpTransport
+    withDashboardFor cluster $
+     withLocalListener localSocket port $ \local ->
+     withAsync (readerRun reader) $ \reading ->
+     -- stragglers are looked for ten times a second (a step with no farm
+     -- job running does nothing)
+     withAsync (forever (threadDelay 100000 >> shellStep shell True [Tick])) $ \_ ->
+      withAsync (acceptLoop acceptor tcpUpgrade (acceptTcp lsock)) $ \_ ->
+      withAsync (mapM_ (\(usock, _) -> acceptLoop acceptor plainLink (acceptUnix usock)) local) $ \_ -> do
+        link reading
+        when (not (isLoopback host) || (null plan && not (hasRemoteLaunch cfg) && configSimulatedWorkers cfg == 0)) $ do
+          joinCmd <- clusterJoinCommand cluster
+          configLog cfg ("herd: master listening on " ++ host ++ ":" ++ show port
+                         ++ "; to add a worker run: " ++ joinCmd)
+        let localAddr = case (local, transport) of
+              (Just (_, name), ShmTransport) -> "shm:" ++ name
+              (Just (_, name), _) -> "unix:" ++ name
+              _ -> tcpAddr
+            -- with TLS on, every TCP address a worker is given says so
+            tlsPrefix = if configTls cfg then "tls:" else ""
+            remoteAddr = tlsPrefix ++ advertise ++ ":" ++ show port
+            -- the listening socket as a process of this machine reaches it
+            tcpAddr = tlsPrefix ++ (if isWildcard host then "127.0.0.1" else host) ++ ":" ++ show port
+        bracket (startLaunches cfg secret plan slurmTasks localAddr tcpAddr remoteAddr) (mapM_ launchStop . fst) $
+          \(launches, local) -> do
+            awaitLaunches cfg (M.elems <$> readTVarIO (shellWorkers shell)) launches
+            joined <- M.size <$> readTVarIO (shellWorkers shell)
+            reserveHeap (heapReserveBytes (configMasterHeapReserve cfg) joined)
+            withRestarts cfg shell (clClosed cluster) local $
+              withMemoryWatch cfg shell (length plan) (body cluster)
+  where
+    isWildcard h = h `elem` ["0.0.0.0", "::", "*"]
+    -- the abstract socket local workers connect to, named after the TCP
+    -- port so that two clusters of one process differ
+    withLocalListener False _ act = act Nothing
+    withLocalListener True port act =
+      bracket (listenUnix port) (close . fst) (act . Just)
+    isLoopback h = h `elem` ["127.0.0.1", "::1", "localhost"]
+
+-- A link used as accepted: no upgrade, no channel binding.
+plainLink :: Connection -> IO (Connection, B.ByteString)
+plainLink conn = pure (conn, B.empty)
+
+-- Serve the cluster's dashboard while the action runs, if the
+-- configuration asks for one (its address was validated already).
+withDashboardFor :: Cluster -> IO a -> IO a
+withDashboardFor cluster act = case configDashboard cfg of
+  Just text | Right addr <- parseDashboardAddress text ->
+    withDashboard (configLog cfg) addr (clusterStatus cluster) $ \bound -> do
+      writeIORef (clDashboard cluster) (Just bound)
+      act
+  _ -> act
+  where cfg = clConfig cluster
+
+-- Mark the cluster closed, answer every caller and ask every worker to stop.
+shutdown :: Cluster -> IO ()
+shutdown cluster = do
+  atomically (writeTVar (clClosed cluster) True)
+  void (timeout 2000000 (shutdownShell (clShell cluster)))
+
+-- | Run one farm job on the cluster and wait for it. Jobs from several
+-- threads run at once, sharing the workers; a caller interrupted by an
+-- exception cancels its job. The callbacks run here, on the caller's
+-- thread, as the shell hands over the job's news: a slow decoder slows
+-- its own job only. The first result that does not decode, or callback
+-- that throws, ends the job with 'ResultDecodeError'.
+runJob :: Cluster -> JobSpec -> JobCallbacks -> IO (Either HerdError JobStats)
+runJob cluster spec callbacks = do
+  jid <- freshId cluster
+  news <- newTQueueIO
+  let cfg = clConfig cluster
+      job = FarmJob (specRef spec) (specTasks spec) (configBatching cfg) (configBatchTarget cfg) (configMaxTaskDeaths cfg)
+                   (specKeepGoing spec)
+      sh = clShell cluster
+      broken i why = ResultDecodeError i (refName (specRef spec)) why
+      -- news comes in lists, one per step of the shell; once broken, the
+      -- rest of the news is drained unread until the end
+      loop failure = atomically (readTQueue news) >>= go failure
+      go failure [] = loop failure
+      go failure (next : rest) = case (next, failure) of
+        (NewsDone result, _) -> pure (maybe result Left failure)
+        (_, Just _) -> go failure rest
+        (NewsStaged ranges bytes, Nothing) ->
+          onStaged callbacks ranges bytes >>= either (\(i, why) -> breakJob (broken i why) rest) (\() -> go Nothing rest)
+        (NewsAccepted ranges, Nothing) ->
+          tryUser (onAccepted callbacks ranges) >>= either (\why -> breakJob (broken (firstTask ranges) why) rest) (\() -> go Nothing rest)
+        (NewsFailed i err, Nothing) ->
+          tryUser (onFailed callbacks i err) >>= either (\why -> breakJob (broken i why) rest) (\() -> go Nothing rest)
+      breakJob err rest = shellStep sh True [FarmBroken jid err] >> go (Just err) rest
+      firstTask ranges = case ranges of { Range lo _ : _ -> lo; [] -> 0 }
+  shellRegister sh True (RegisterFarm jid spec news) [FarmSubmit jid job]
+  loop Nothing `onException` shellRegister sh True (Forget (Just jid) Nothing) [FarmCancel jid]
+
+-- | Start a master with one local worker whose link is handed to the body
+-- instead of to the master's core: for measuring the link itself (the
+-- latency benchmark). Nothing else reads or writes that link.
+withRawWorker :: Config -> (Connection -> IO a) -> IO a
+withRawWorker cfg body = do
+  q <- newTQueueIO
+  withMaster cfg { configWorkers = Just 1 } (Just q) $ \_ -> do
+    conn <- atomically (readTQueue q)
+    body conn `finally` closeConnection conn

@@ -1,0 +1,187 @@
+-- | A cluster as its callers hold it: the record of a running master and
+-- the questions one can ask it (its address, its workers, its counters,
+-- its packet statistics). Starting one and running work on it is
+-- "Herd.Master".
+module Herd.Master.Cluster
+  ( Cluster (..)
+  , clusterAddress
+  , clusterJoinCommand
+  , clusterCounters
+  , clusterWorkerCount
+  , clusterWorkerInfo
+  , waitForWorkers
+  , clusterConfig
+  , clusterMasterLoop
+  , clusterRegistry
+  , clusterPacketStats
+  , clusterStatus
+  , clusterLinks
+  , clusterDashboard
+  , ensureOpen
+  , freshId
+  , awaitSomeWorker
+  ) where
+
+import Control.Concurrent.MVar (MVar, readMVar)
+import Control.Concurrent.STM
+import Control.Exception (throwIO)
+import Control.Monad (forM, unless, when)
+import Data.IORef
+import qualified Data.Map.Strict as M
+import Data.Word (Word64)
+import Herd.Settings
+import Herd.Sys.Epoll (epollAvailable)
+import Herd.Core.Error (HerdError (..))
+import Herd.Core.Evolve.Schedule (Registry)
+import Herd.Sys.Clock (monotonicSeconds)
+import Control.Concurrent (threadDelay)
+import Herd.Master.Shell (Shell, shellAwaited, shellCore, shellCounters, shellDeparted, shellMemory, shellPeers, shellWorkers)
+import Herd.Master.ShellState (Shell (..), ShellState (..))
+import Herd.Master.Link (WorkerLink (..))
+import Data.Maybe (isNothing)
+import Herd.Master.Monitor.Feed (Feed, feedStarted, recentLines)
+import Herd.Core.Monitor.Status (Inputs (..), Status, buildStatus)
+import Herd.Master.Types
+import Herd.Packet (PeerStats (..), senderStats)
+import Herd.Core.Scheduler (WorkerId)
+import System.Environment (getExecutablePath, getProgName)
+import System.Timeout (timeout)
+
+-- | A running set of workers and the master that drives them.
+data Cluster = Cluster
+  { clConfig    :: !Config
+  , clShell     :: !Shell
+  , clPort      :: !Int
+  , clNextId    :: !(IORef Word64)     -- ^ numbers of jobs and streams
+  , clClosed    :: !(TVar Bool)
+  , clAdvertise :: !String
+  , clRegistry  :: !(MVar Registry)    -- ^ the evolve API's population ("Herd.Master.Job.Evolve")
+  , clFeed      :: !Feed               -- ^ recent log lines, and when the cluster started
+  , clDashboard :: !(IORef (Maybe (String, Int)))  -- ^ where its dashboard listens, if it has one
+  }
+
+-- | The address workers connect to: host and port.
+clusterAddress :: Cluster -> (String, Int)
+clusterAddress c = (clAdvertise c, clPort c)
+
+-- | The shell command that adds a worker to this cluster from another
+-- machine (which needs the same secret: the same @~/.herd/cookie@, or
+-- @HERD_SECRET@).
+clusterJoinCommand :: Cluster -> IO String
+clusterJoinCommand c = joinCommand (clAdvertise c ++ ":" ++ show (clPort c))
+
+joinCommand :: String -> IO String
+joinCommand addr = do
+  prog <- getProgName
+  exe <- getExecutablePath
+  pure $ if prog == "herd" then "herd worker --connect " ++ addr
+         else "HERD_WORKER=" ++ addr ++ " " ++ exe
+
+-- | Connection counters, for monitoring and tests.
+clusterCounters :: Cluster -> IO ConnectionCounters
+clusterCounters c = readIORef (shellCounters (clShell c))
+
+-- | How many workers are connected now.
+clusterWorkerCount :: Cluster -> IO Int
+clusterWorkerCount c = M.size <$> readTVarIO (shellWorkers (clShell c))
+
+-- | The connected workers.
+clusterWorkerInfo :: Cluster -> IO [WorkerInfo]
+clusterWorkerInfo c = M.elems <$> readTVarIO (shellWorkers (clShell c))
+
+-- | Wait until at least this many workers are connected, or the timeout
+-- (seconds) passes; returns whether they did.
+waitForWorkers :: Cluster -> Int -> Double -> IO Bool
+waitForWorkers c n secs = do
+  r <- timeout (round (secs * 1e6)) $ atomically $ do
+    ws <- readTVar (shellWorkers (clShell c))
+    unless (M.size ws >= n) retry
+  pure (r == Just ())
+
+-- | The cluster's configuration (after validation).
+clusterConfig :: Cluster -> Config
+clusterConfig = clConfig
+
+-- | The loop that drives this cluster: its 'configMasterLoop', or the
+-- threaded loop where epoll is not available.
+clusterMasterLoop :: Cluster -> MasterLoop
+clusterMasterLoop c = case configMasterLoop (clConfig c) of
+  EpollLoop | epollAvailable -> EpollLoop
+  _ -> ThreadedLoop
+
+-- | The evolve API's population on this cluster.
+clusterRegistry :: Cluster -> MVar Registry
+clusterRegistry = clRegistry
+
+-- | Packet statistics of each connected worker's link, both directions,
+-- since it joined.
+clusterPacketStats :: Cluster -> IO [(WorkerId, PeerStats)]
+clusterPacketStats c = do
+  peers <- M.toList <$> readTVarIO (shellPeers (clShell c))
+  forM peers $ \(wid, (sender, received)) -> do
+    sent <- senderStats sender
+    got <- readIORef received
+    pure (wid, sent { packetsReceived = packetsReceived got, messagesReceived = messagesReceived got
+                    , bytesReceived = bytesReceived got, maxReceivedPerPacket = maxReceivedPerPacket got
+                    , valuesReceived = valuesReceived got
+                    , maxValuesReceivedPerPacket = maxValuesReceivedPerPacket got })
+
+-- | A snapshot of the cluster for watching it (the dashboard, @/metrics@):
+-- workers, jobs, links, the evolve call and recent log lines.
+clusterStatus :: Cluster -> IO Status
+clusterStatus c = do
+  let sh = clShell c
+  core <- shellCore sh
+  now <- monotonicSeconds
+  (connected, departed) <- atomically ((,) <$> readTVar (shellWorkers sh) <*> readTVar (shellDeparted sh))
+  links <- M.fromList <$> clusterPacketStats c
+  counters <- readIORef (shellCounters sh)
+  logLines <- recentLines (clFeed c)
+  (limit, memory) <- shellMemory sh
+  open <- clusterLinks c
+  (shareSends, relayed) <- (\ss -> (ssShareSends ss, ssRelayed ss)) <$> readMVar (shState sh)
+  pure $ buildStatus Inputs
+    { inNow = now, inStarted = feedStarted (clFeed c), inLoop = masterLoopName (clusterMasterLoop c)
+    , inCore = core, inConnected = connected, inDeparted = departed, inLinks = links
+    , inCounters = counters, inLog = logLines, inMemory = memory, inMemoryLimit = limit
+    , inLinksOpen = open, inShareSends = shareSends, inRelayed = relayed }
+
+-- | How many links the master keeps open: one per host agent, and one
+-- per worker linked directly.
+clusterLinks :: Cluster -> IO Int
+clusterLinks c = do
+  let sh = clShell c
+  direct <- M.size . M.filter (\l -> isNothing (wlHost l)) . ssLinks <$> readMVar (shState sh)
+  hosts <- M.size <$> readTVarIO (shHosts sh)
+  pure (direct + hosts)
+
+-- | Where the cluster's dashboard listens (host and the port bound, which
+-- 'configDashboard' may leave to the system with port 0), if it has one.
+clusterDashboard :: Cluster -> IO (Maybe (String, Int))
+clusterDashboard = readIORef . clDashboard
+
+-- | When no worker is connected but some are being restarted, wait (at
+-- most 'configStartTimeout') until one joins or none is awaited any more:
+-- a stream or an evolve call then starts on the replacement instead of
+-- failing with 'NoWorkers'.
+awaitSomeWorker :: Cluster -> IO ()
+awaitSomeWorker c = do
+  deadline <- (+ configStartTimeout (clConfig c)) <$> monotonicSeconds
+  let loop = do
+        have <- clusterWorkerCount c
+        awaited <- shellAwaited (clShell c)
+        t <- monotonicSeconds
+        when (have == 0 && awaited > 0 && t < deadline) (threadDelay 10000 >> loop)
+  loop
+
+-- | Throw 'ClusterClosed' once the cluster has stopped.
+ensureOpen :: Cluster -> IO ()
+ensureOpen cluster = do
+  closed <- readTVarIO (clClosed cluster)
+  when closed $ throwIO ClusterClosed
+
+-- | A fresh number for a job or a stream, once the cluster is known open.
+freshId :: Cluster -> IO Word64
+freshId cluster = do
+  ensureOpen cluster
+  atomicModifyIORef' (clNextId cluster) (\n -> (n + 1, n))

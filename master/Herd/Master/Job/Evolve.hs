@@ -1,0 +1,258 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+{-# LANGUAGE RankNTypes #-}
+-- | The stateful evolve API of FP Complete's distributed particle filter.
+--
+-- States live on the workers, behind 'StateId's. 'resetStates' uploads a
+-- population, spread evenly; each 'evolveMany' applies a step to the
+-- states it is given inputs for and returns, for each, its children's new
+-- ids and outputs. Only outputs come back to the master; a state crosses
+-- the network again only when it moves to an idle worker.
+--
+-- > step :: Particle -> Obs -> [(Particle, Weight)]
+-- > stepFn :: StaticPtr (Evolver Particle Obs Weight)
+-- > stepFn = static (evolver step)       -- top level, not in Main
+-- >
+-- > ids  <- resetStates cluster stepFn particles
+-- > outs <- evolveMany cluster stepFn (M.fromList [ (i, obs) | i <- ids ])
+--
+-- Scheduling is "Herd.Core.Evolve.Schedule" (pure); each call is a session of
+-- the master's core ("Herd.Core.Master.Core"), beside farm jobs and streams,
+-- driven by the cluster's loop ('configMasterLoop'): one thread per worker
+-- or one thread over epoll.
+--
+-- Promises: every state given an input is evolved exactly once per call;
+-- an unknown 'StateId' is refused before anything runs ('UnknownStates');
+-- a call never hangs: a lost worker ends it with 'StatesLost' naming the
+-- states that were on it, and a throwing step with 'EvolveFailed'. After
+-- either, the states the call was given are gone (asking for them again
+-- is refused with 'UnknownStates'), and so are those whose worker left;
+-- the others stay where they are, unchanged, as do states not given an
+-- input in a call that succeeds.
+module Herd.Master.Job.Evolve
+  ( -- * Evolve functions
+    Evolve
+  , Evolver
+  , evolver
+  , namedEvolver
+  , StateId
+  , stateIdWord
+    -- * Calls
+  , resetStates
+  , evolveMany
+  , EvolveOptions (..)
+  , defaultEvolveOptions
+  , resetStatesWith
+  , evolveManyWith
+  , EvolveStats (..)
+  , populationSize
+    -- * For values held on the workers ("Herd.Master.Job.Refs")
+  , evolveRaw
+  ) where
+
+import Herd.Sys.Trace (markHerd)
+import Control.Concurrent.MVar
+import Control.Exception
+import Control.Monad (forM, unless)
+import qualified Data.Map.Strict as M
+import qualified Data.ByteString as B
+import GHC.StaticPtr (StaticPtr)
+import Herd.Sys.Clock (monotonicSeconds)
+import Herd.Settings
+import Herd.Core.Error
+import Herd.Task.Evolver
+import Herd.Master.Job.Population (quietMachine, session)
+import Herd.Core.Evolve.Call
+import Herd.Core.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
+import Herd.Core.Evolve.Registry (Placed (..), placedAt)
+import Herd.Core.Evolve.Checkpoint (applyCheckpoint, checkpointStart, deepStates)
+import Herd.Core.Evolve.Schedule
+import qualified Herd.Core.Evolve.StateMap as SM
+import qualified Data.Set as S
+import Herd.Master
+import Herd.Core.Master.Session
+import Herd.Wire.Writer (Encoder, encoderBytes)
+import Herd.Task (TaskRef (..), tryUser)
+import Herd.Core.Wire
+
+-- | Per-call choices.
+data EvolveOptions = EvolveOptions
+  { evolveLoop       :: !(Maybe MasterLoop)
+    -- ^ the master loop the caller expects; every call runs on the
+    -- cluster's one loop ('configMasterLoop'), and one that names another
+    -- throws 'ConfigError' before anything runs. 'Nothing': whichever it is
+  , evolveWorkerLimit :: !(Maybe Int)
+    -- ^ use only this many workers (the lowest numbered); for scaling
+    -- measurements on one cluster
+  , evolveCostHints  :: !(M.Map StateId Double)
+    -- ^ expected seconds of some states' next step; measured times are
+    -- used where no hint is given
+  , evolveLead       :: !Double
+    -- ^ seconds of work kept queued at each worker beyond the running
+    -- state, to hide the round trip to the master
+  , evolveCheckpointSteps :: !Int
+    -- ^ after a call, states whose recovery would replay this many steps
+    -- or more are checkpointed: their bytes pass through the master once
+    -- ("Herd.Core.Evolve.Checkpoint"), so a lost worker's states are recomputed
+    -- from there. 0: never (recovery replays every step since upload)
+  } deriving (Show)
+
+-- | The cluster's loop, every worker, no hints, 100 ms of lead,
+-- checkpoints every 16 steps.
+defaultEvolveOptions :: EvolveOptions
+defaultEvolveOptions = EvolveOptions Nothing Nothing M.empty 0.1 16
+
+-- | What one call measured.
+data EvolveStats = EvolveStats
+  { esSeconds  :: !Double                 -- ^ wall-clock time of the call
+  , esWorkers  :: !Int                    -- ^ workers that took part
+  , esEvolved  :: !Int                    -- ^ states evolved
+  , esChildren :: !Int                    -- ^ states made
+  , esMoved    :: !Int                    -- ^ states moved to another worker
+  , esBusy     :: !(M.Map WorkerId Double) -- ^ seconds each worker spent in the step function
+  , esLoop     :: !MasterLoop             -- ^ the loop that ran the call
+  , esRecovered :: !Int                    -- ^ states recomputed after their worker was lost
+  } deriving (Show)
+
+-- | The number of states the cluster holds now.
+populationSize :: Cluster -> IO Int
+populationSize c = SM.size . regStates <$> readMVar (clusterRegistry c)
+
+-- | 'resetStatesWith' with the default options.
+resetStates :: Cluster -> StaticPtr (Evolver s i o) -> [s] -> IO [StateId]
+resetStates = resetStatesWith defaultEvolveOptions
+
+-- | 'evolveManyWith' with the default options, without the statistics.
+evolveMany :: Cluster -> StaticPtr (Evolver s i o) -> M.Map StateId i -> IO (M.Map StateId [(StateId, o)])
+evolveMany c f inputs = fst <$> evolveManyWith defaultEvolveOptions c f inputs
+
+-- | Drop every state the workers hold and upload these, spread evenly
+-- (round robin over the workers in order). Returns their ids, in order.
+-- Throws 'NoWorkers' with no worker, and 'ArgumentError' if a state throws
+-- when encoded (before anything is sent).
+resetStatesWith :: EvolveOptions -> Cluster -> StaticPtr (Evolver s i o) -> [s] -> IO [StateId]
+resetStatesWith opts cluster fn states = do
+  encoded <- forM (zip [0 :: Int ..] states) $ \(k, s) -> do
+    r <- tryUser (evaluate (evolverStateEncoder fn s) >>= encoderBytes)
+    either (throwIO . ArgumentError k (refName (evolverRef fn))) pure r
+  checkLoop opts cluster
+  modifyMVar (clusterRegistry cluster) $ \_ -> do
+    -- first every worker drops what it holds and says so
+    cleared <- session cluster "reset" (evolveWorkerLimit opts) $ \ws ->
+      if null ws then Left NoWorkers
+      else Right (resetMachine, (ws, M.fromList [ (w, ()) | w <- ws ]), [ SendTo w StatesReset | w <- ws ])
+    let lost = M.fromList (endLost cleared)
+        live = [ w | w <- fst (endState cleared), not (M.member w lost) ]
+        ids = [ StateId k | k <- [1 .. fromIntegral (length encoded)] ]
+    -- then the states go out, round robin over the workers still there;
+    -- naming the function now lets each worker look it up and start its
+    -- evolve thread before the first call
+    placed <- session cluster "reset" (evolveWorkerLimit opts) $ \ws -> case filter (`elem` ws) live of
+      [] -> Left NoWorkers
+      here -> let placement = zip3 ids encoded (cycle here)
+              in Right ( quietMachine, placement
+                       , [ SendTo w (StateAdd k bytes) | (StateId k, bytes, w) <- placement ]
+                         ++ [ SendTo w (EvolveWith (evolverRef fn)) | w <- here ] )
+    let placement = endState placed
+        reg = emptyRegistry { regStates = placedAt [ (i, w) | (i, _, w) <- placement ]
+                            , regOrigin = SM.fromList [ (i, Seen bytes) | (i, bytes, _) <- placement ]
+                            , regNextId = fromIntegral (length encoded) + 1
+                            , regTold = Just (evolverRef fn, S.fromList [ w | (_, _, w) <- placement ]) }
+    pure (reg, ids)
+  where
+    resetMachine = Machine
+      { machineMessage = \_ wid msg (ws, pending) -> case msg of
+          StatesCleared -> ((ws, M.delete wid pending), [])
+          _ -> ((ws, pending), [])   -- answers from a call that ended early
+      , machineLost = \_ wid _ (ws, pending) -> ((ws, M.delete wid pending), [])
+      , machineDone = M.null . snd
+      , machineJoined = \_ _ st -> (st, [])
+      , machineStarved = \st -> (st, [])
+      , machineView = const Nothing
+      }
+
+-- Checkpoint the states whose lineage reached the bound (a session of
+-- its own, right after the call that reached it, every so many calls). A
+-- checkpoint that fails leaves the registry as it was: recovery still
+-- works, from further back.
+checkpointIfDue :: EvolveOptions -> Cluster -> Registry -> IO Registry
+checkpointIfDue opts cluster reg
+  | bound <= 0 || regDepth reg < bound = pure reg
+  | otherwise = case deepStates bound reg of
+      [] -> pure reg { regDepth = 0 }
+      deep -> do
+        r <- try (session cluster "checkpoint" Nothing (\ws -> Right (checkpointStart ws deep)))
+        pure $ case r of
+          Right end -> applyCheckpoint (endState end) reg
+          Left (_ :: SomeException) -> reg
+  where bound = evolveCheckpointSteps opts
+
+-- A call may name the loop it expects; the cluster has one reader for
+-- every API, chosen by 'configMasterLoop'.
+checkLoop :: EvolveOptions -> Cluster -> IO ()
+checkLoop opts cluster = case evolveLoop opts of
+  Just wanted | wanted /= clusterMasterLoop cluster ->
+    throwIO (ConfigError "evolveLoop" ("this cluster runs the " ++ masterLoopName (clusterMasterLoop cluster)
+                                        ++ " master loop (configMasterLoop); a call cannot ask for "
+                                        ++ masterLoopName wanted))
+  _ -> pure ()
+
+-- | Evolve the states named in the map with their inputs. Returns, for
+-- each, its children (new ids, with their outputs), in the order the step
+-- function gave them.
+evolveManyWith :: forall s i o. EvolveOptions -> Cluster -> StaticPtr (Evolver s i o) -> M.Map StateId i
+               -> IO (M.Map StateId [(StateId, o)], EvolveStats)
+evolveManyWith opts cluster fn =
+  evolveRaw opts cluster (evolverRef fn) (evolverInputEncoder fn) (evolverOutputDecoder fn)
+
+-- | 'evolveManyWith' for a function known by its reference, its input's
+-- encoder and its output's decoder.
+evolveRaw :: EvolveOptions -> Cluster -> TaskRef -> (i -> Encoder) -> (B.ByteString -> IO o) -> M.Map StateId i
+          -> IO (M.Map StateId [(StateId, o)], EvolveStats)
+evolveRaw opts cluster ref encodeInput decodeOutput inputs = do
+  markHerd ("herd evolve " ++ refName ref ++ ": " ++ show (M.size inputs) ++ " states")
+  encodedInputs <- fmap SM.fromList $ forM (zip [0 :: Int ..] (M.toList inputs)) $ \(k, (sid, x)) -> do
+    r <- tryUser (evaluate (encodeInput x) >>= encoderBytes)
+    either (throwIO . ArgumentError k (refName ref)) (\b -> pure (sid, b)) r
+  checkLoop opts cluster
+  result <- modifyMVar (clusterRegistry cluster) $ \reg -> do
+    let unknown = [ sid | sid <- M.keys inputs, not (SM.member sid (regStates reg)) ]
+    unless (null unknown) $ throwIO (UnknownStates (map show unknown))
+    started <- monotonicSeconds
+    let estimate sid = M.findWithDefault (estimateFrom reg sid) sid (evolveCostHints opts)
+        start = CallStart
+          { startRef = ref, startRegistry = reg, startStates = M.keys inputs, startInputs = encodedInputs
+          , startEstimate = estimate, startLead = evolveLead opts
+          , startMaxDeaths = configMaxTaskDeaths (clusterConfig cluster), startTime = started }
+        begin workers = (\(call, outs) -> (callMachine (refName ref), call, outs)) <$> startCall start workers
+    outcome <- try (session cluster (refName ref) (evolveWorkerLimit opts) begin)
+    finished <- monotonicSeconds
+    case outcome of
+      Left (e :: SomeException) -> do
+        -- the call's states are in an unknown state, and so are those of
+        -- workers that left; the others were not touched. Which workers
+        -- know which function is unknown too: the next call tells them all
+        live <- S.fromList . map infoId <$> clusterWorkerInfo cluster
+        let untouched = SM.filterWithKey (\sid p -> not (M.member sid inputs) && S.member (placedOn p) live) (regStates reg)
+        pure ( reg { regStates = untouched, regTold = Nothing
+                   , regAbandoned = S.union (regAbandoned reg) (S.fromList (M.keys inputs)) }
+             , Left e )
+      Right end -> do
+          let call = endState end
+              evolvedN = SM.size (callOutputs call)
+              reg' = registryAfter ref call reg
+              stats = EvolveStats (finished - started) (length (planWorkers (callPlan call))) evolvedN
+                                  (callChildren call) (callMoved call) (callBusy call) (clusterMasterLoop cluster)
+                                  (callRecovered call)
+          -- forced now: left unevaluated, the stats kept the call's whole
+          -- state and the cluster (its links' buffers, its threads) alive
+          -- for as long as the caller kept them, even past 'withCluster'
+          _ <- evaluate stats
+          reg'' <- checkpointIfDue opts cluster reg'
+          pure (reg'', Right (SM.toMap (callOutputs call), stats))
+  (raw, stats) <- either throwIO pure result
+  decoded <- forM raw $ \children -> forM children $ \(child, bytes) -> do
+    out <- tryUser (decodeOutput bytes)
+    case out of
+      Right o -> pure (child, o)
+      Left why -> throwIO (EvolveFailed (refName ref) (show child) ("its output does not decode: " ++ why))
+  pure (decoded, stats)

@@ -1,0 +1,141 @@
+-- | The records of the master's shell ("Herd.Master.Shell"): what its one
+-- lock guards (the core and the callers waiting on it), the tables other
+-- threads read without that lock (workers, links, counters), and the
+-- accessors the cluster's other modules use. No stepping happens here.
+module Herd.Master.ShellState
+  ( ShellState (..)
+  , Shell (..)
+  , Registration (..)
+  , newShell
+  , setReader
+  , shellWorkers
+  , shellDeparted
+  , shellCore
+  , shellPeers
+  , shellCounters
+  , bumpCounter
+  , LossHooks (..)
+  , noLossHooks
+  ) where
+
+import Control.Concurrent.MVar
+import Control.Concurrent.STM
+import qualified Data.ByteString as B
+import Data.IORef
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import Data.Word (Word64)
+import Herd.Settings
+import Herd.Core.Error
+import Herd.Core.Master.Core
+import Herd.Core.Master.Session (SessionOutcome)
+import Herd.Master.Link
+import Herd.Reader
+import Herd.Master.Types
+import Herd.Packet
+import Herd.Core.Scheduler (JobId, WorkerId)
+
+-- | What the shell's lock guards.
+data ShellState = ShellState
+  { ssCore     :: !Core                        -- ^ the master's core
+  , ssLinks    :: !(M.Map WorkerId WorkerLink)  -- ^ each live worker's link
+  , ssFarms    :: !(M.Map JobId (JobSpec, TQueue [FarmNews]))  -- ^ farm callers' queues
+  , ssNews     :: ![(TQueue [FarmNews], FarmNews)]  -- ^ farm news not handed over yet, newest first, with its caller's queue
+  , ssNewsCount :: !Int                                          -- ^ how many
+  , ssSessions :: !(M.Map Word64 (Either HerdError SessionOutcome -> IO ()))  -- ^ evolve callers' answers
+  , ssStreams  :: !(M.Map Word64 StreamEnds)    -- ^ stream callers
+  , ssOpening  :: !(M.Map Word64 (MVar (Either HerdError (Sender, TVar Int))))  -- ^ streams being opened
+  , ssTouched  :: !(S.Set WorkerId)             -- ^ links with buffered messages
+  , ssGathered :: !(M.Map Word64 [(Int, B.ByteString)])  -- ^ stream output runs of this step, newest first
+  , ssHostShares :: !(M.Map Int (Sender, S.Set Word64))
+    -- ^ per host link (by number): its sender, and the shared values its agent was sent
+  , ssShareSends :: !(Int, Int)
+    -- ^ shared values put on a link (a worker's own, or a host's once for
+    -- all its workers) since the start, and their bytes
+  , ssExchanges :: !(M.Map Word64 (Either HerdError [B.ByteString] -> IO ()))
+    -- ^ keyed reductions' callers' answers ("Herd.Core.Exchange")
+  , ssRelayed :: !(Int, Int)
+    -- ^ keyed reductions' parts the master relayed from worker to worker
+    -- since the start, and their bytes (a host agent keeps its own
+    -- workers' parts on the host)
+  }
+
+-- | The shell of one cluster.
+data Shell = Shell
+  { shConfig   :: !Config                       -- ^ the cluster's configuration
+  , shState    :: !(MVar ShellState)            -- ^ the lock, and what it guards
+  , shReader   :: !(IORef Reader)               -- ^ the master loop reading the links
+  , shWorkers  :: !(TVar (M.Map WorkerId WorkerInfo))  -- ^ the connected workers
+  , shDeparted :: !(TVar (M.Map WorkerId WorkerInfo))  -- ^ lost workers, the newest 'Herd.Core.Monitor.Ledger.keptLost'
+  , shPeers    :: !(TVar (M.Map WorkerId (Sender, IORef PeerStats)))  -- ^ each link's sender and received counts
+  , shCounters :: !(IORef ConnectionCounters)   -- ^ the acceptor's counters
+  , shLosses   :: !(IORef LossHooks)            -- ^ who replaces lost workers
+  , shMemory   :: !(TVar (Maybe Int, M.Map WorkerId Int))
+    -- ^ the resident bytes a watched worker may hold, and each watched worker's, as last read
+  , shHosts    :: !(TVar (M.Map Int (IO ())))
+    -- ^ each open host link, by its number, with what closes it
+  , shShared   :: !(TVar Int)
+    -- ^ the bytes of the shared values live now: a link's writer may hold
+    -- that much more than its cap ("Herd.Master.Link")
+  }
+
+-- | What the shell asks of whoever restarts lost workers
+-- ("Herd.Node.Supervise"), under its lock.
+data LossHooks = LossHooks
+  { lossClaim   :: WorkerInfo -> IO ()  -- ^ this worker's link went down
+  , lossAwaited :: IO Int               -- ^ how many lost workers are being replaced now
+  }
+
+-- | Nobody replaces lost workers.
+noLossHooks :: LossHooks
+noLossHooks = LossHooks (\_ -> pure ()) (pure 0)
+
+-- | What a caller registers with the shell before its first event: where
+-- the answer goes.
+data Registration
+  = RegisterFarm !JobId !JobSpec !(TQueue [FarmNews])
+  | RegisterStream !Word64 !StreamEnds !(MVar (Either HerdError (Sender, TVar Int)))
+  | RegisterSession !Word64 (Either HerdError SessionOutcome -> IO ())
+  | Forget !(Maybe JobId) !(Maybe Word64)   -- ^ the caller of a farm or a stream went away
+  | ForgetSession !Word64                   -- ^ the caller of a session went away
+  | RegisterExchange !Word64 (Either HerdError [B.ByteString] -> IO ())
+  | ForgetExchange !Word64                  -- ^ the caller of a keyed reduction went away
+  | NoRegistration
+
+-- | A shell with no links; its reader is set with 'setReader' before any
+-- link joins.
+newShell :: Config -> IO Shell
+newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty M.empty (0, 0) M.empty (0, 0))
+                         <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
+                         <*> newIORef noCounters <*> newIORef noLossHooks <*> newTVarIO (Nothing, M.empty) <*> newTVarIO M.empty
+                         <*> newTVarIO 0
+  where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ()) (pure 0)
+
+-- | Give the shell its reader.
+setReader :: Shell -> Reader -> IO ()
+setReader sh = writeIORef (shReader sh)
+
+-- | The connected workers.
+shellWorkers :: Shell -> TVar (M.Map WorkerId WorkerInfo)
+shellWorkers = shWorkers
+
+-- | What the handshakes of lost workers said (the newest 'Herd.Core.Monitor.Ledger.keptLost').
+shellDeparted :: Shell -> TVar (M.Map WorkerId WorkerInfo)
+shellDeparted = shDeparted
+
+-- | The core as of now: a snapshot, read without stopping the master
+-- for longer than one step.
+shellCore :: Shell -> IO Core
+shellCore sh = ssCore <$> readMVar (shState sh)
+
+-- | Each link's packet sender and received-packet counts.
+shellPeers :: Shell -> TVar (M.Map WorkerId (Sender, IORef PeerStats))
+shellPeers = shPeers
+
+-- | The connection counters.
+shellCounters :: Shell -> IORef ConnectionCounters
+shellCounters = shCounters
+
+-- | Change a counter.
+bumpCounter :: Shell -> (ConnectionCounters -> ConnectionCounters) -> IO ()
+bumpCounter sh f = atomicModifyIORef' (shCounters sh) (\x -> (f x, ()))

@@ -1,0 +1,121 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | A worker's side of keyed reductions ("Herd.Core.Exchange"): it runs
+-- the groups it is sent and sends each part to its partition's owner
+-- (through the master's link layer), keeps the parts it owns, one per
+-- group, and combines a partition when asked. Parts count against the
+-- worker's budget for held values with its shared values
+-- ("Herd.Node.Store"): one that would not fit is kept on the worker's
+-- local disk and read back to be combined.
+--
+-- Promises: a part held is the first one that came for its group (a group
+-- run again makes the same part); parts of a reduction that ended are
+-- dropped, also when they come late, files included; what the reducer
+-- throws, or bytes that do not decode, are answered as failures, never
+-- crash the worker.
+module Herd.Node.Worker.Exchange
+  ( ExchangeTable
+  , newExchangeTable
+  , isExchangeMessage
+  , exchangeMessage
+  ) where
+
+import Control.Monad (forM_, unless, void)
+import qualified Data.ByteString as B
+import Data.IORef
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import qualified Data.Text as T
+import Data.Word (Word32, Word64)
+import Herd.Task.Closure (cachedLookup)
+import Herd.Core.Base (TaskRef)
+import Herd.Core.Packet.Policy (Urgency (..))
+import Herd.Core.Wire (FromWorker (..), ToWorker (..))
+import Herd.Task.Reducer (KeyedRunner (..), lookupKeyedRunner)
+import Herd.Node.Store (holdOther, memoryRoom, spillPath)
+import Control.Exception (IOException, try)
+import System.Directory (removeFile)
+
+-- | What a worker holds for reductions.
+data ExchangeTable = ExchangeTable
+  { xtSelf    :: !Word64   -- ^ this worker's number: a part for it stays here
+  , xtParts   :: !(IORef (M.Map (Word64, Word32) (M.Map Word32 Part)))
+    -- ^ (reduction, partition) -> group -> its part
+  , xtEnded   :: !(IORef (S.Set Word64))   -- ^ reductions the master said ended
+  , xtRunners :: !(IORef (M.Map TaskRef (Either String KeyedRunner)))
+  }
+
+-- A part held: in memory, or in a file of this many bytes.
+data Part = InMemory !B.ByteString | OnDisk !FilePath !Int
+
+-- | Nothing held, for the worker of this number.
+newExchangeTable :: Word64 -> IO ExchangeTable
+newExchangeTable self = ExchangeTable self <$> newIORef M.empty <*> newIORef S.empty <*> newIORef M.empty
+
+-- | Whether a message from the master is a reduction's.
+isExchangeMessage :: ToWorker -> Bool
+isExchangeMessage msg = case msg of
+  GroupRun {} -> True
+  PartIn {} -> True
+  PartitionCombine {} -> True
+  ExchangeEnd {} -> True
+  _ -> False
+
+-- | Handle a reduction's message, answering with the given sender. Every
+-- byte kept is a copy, so the message's packet may be reused at once.
+exchangeMessage :: ExchangeTable -> (Urgency -> FromWorker -> IO ()) -> ToWorker -> IO ()
+exchangeMessage xt send msg = case msg of
+  GroupRun xid g ref parts targets inputs -> do
+    runner <- cachedLookup (xtRunners xt) lookupKeyedRunner ref
+    -- (a count of 0: the whole result is the one listed partition's part)
+    made <- either (pure . Left) (\r -> runGroup r (max 1 (fromIntegral parts)) inputs) runner
+    case made of
+      Left why -> send Urgent (GroupThrew xid g (T.pack why))
+      Right cut -> do
+        forM_ targets $ \(j, dest) -> case drop (if parts == 0 then 0 else fromIntegral j) cut of
+          p : _ | dest == xtSelf xt -> hold xid g j p   -- its own partition: no trip through the master
+                | otherwise -> send Bulk (Forward dest xid g j p)
+          [] -> pure ()
+        send Urgent (GroupSent xid g)
+  PartIn xid g j part -> hold xid g j (B.copy part)
+  PartitionCombine xid j ref groups -> do
+    held <- M.findWithDefault M.empty (xid, j) <$> readIORef (xtParts xt)
+    runner <- cachedLookup (xtRunners xt) lookupKeyedRunner ref
+    outcome <- case runner of
+      Left why -> pure (Left why)
+      Right r
+        | M.size held /= fromIntegral groups ->
+            pure (Left ("partition " ++ show j ++ " holds " ++ show (M.size held) ++ " of " ++ show groups ++ " groups' parts"))
+        | otherwise -> do
+            bytes <- try (mapM partBytes (M.elems held))
+            case bytes of
+              Left (e :: IOException) -> pure (Left ("a part kept on disk could not be read back: " ++ show e))
+              Right bs -> combineParts r bs
+    forget (\(x, p) -> x == xid && p == j)
+    send Urgent (either (PartitionThrew xid j . T.pack) (PartitionDone xid j) outcome)
+  ExchangeEnd xid -> do
+    forget (\(x, _) -> x == xid)
+    modifyIORef' (xtEnded xt) (S.insert xid)
+  _ -> pure ()
+  where
+    hold xid g j bytes = do
+      ended <- S.member xid <$> readIORef (xtEnded xt)
+      already <- maybe False (M.member g) . M.lookup (xid, j) <$> readIORef (xtParts xt)
+      unless (ended || already) $ do
+        room <- memoryRoom
+        part <- case room of
+          Just r | B.length bytes > r -> do
+            path <- spillPath ("part-" ++ show xid ++ "-" ++ show j ++ "-" ++ show g)
+            B.writeFile path bytes
+            pure (OnDisk path (B.length bytes))
+          _ -> InMemory bytes <$ holdOther (B.length bytes)
+        modifyIORef' (xtParts xt) (M.insertWith M.union (xid, j) (M.singleton g part))
+      unless ended $ send Bulk (PartHeld xid g j)
+    -- drop the parts of these (reduction, partition)s, files and budget too
+    forget which = do
+      gone <- atomicModifyIORef' (xtParts xt) (\m -> let (out, kept) = M.partitionWithKey (\k _ -> which k) m in (kept, out))
+      forM_ (concatMap M.elems (M.elems gone)) $ \p -> case p of
+        InMemory b -> holdOther (negate (B.length b))
+        OnDisk path _ -> void (try (removeFile path) :: IO (Either IOException ()))
+    partBytes p = case p of
+      InMemory b -> pure b
+      OnDisk path _ -> B.readFile path

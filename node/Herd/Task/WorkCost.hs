@@ -1,0 +1,61 @@
+-- | Simulated cost: a task or evolve step that stands for work it does not
+-- do. In a worker process the cost is a sleep on the computing thread's
+-- own OS thread, so hundreds of workers fit on a few cores; in a
+-- simulated host ("Herd.Simulate.Host"), where one process plays many
+-- workers from one event loop, nothing sleeps: the cost is added up while
+-- the step runs and the host answers the master that much later, from its
+-- timer wheel.
+--
+-- Promise: 'simulatedWork' returns its second argument unchanged; only
+-- when it returns differs between the two kinds of process.
+module Herd.Task.WorkCost
+  ( simulatedWork
+    -- * For the simulated host
+  , beginSimulatedHost
+  , takeSimulatedCost
+  , sleepOsThread
+  ) where
+
+import Data.IORef
+import Foreign.C.Types (CInt (..), CUInt (..))
+import System.IO.Unsafe (unsafePerformIO)
+
+-- 'Nothing' in a worker process; in a simulated host, the cost added up
+-- since the host last took it.
+simulatedCost :: IORef (Maybe Double)
+simulatedCost = unsafePerformIO (newIORef Nothing)
+{-# NOINLINE simulatedCost #-}
+
+-- | The value, once this many seconds of simulated work have passed.
+-- Evaluating it in a worker sleeps that long (a blocking call: the rest of
+-- the runtime goes on); in a simulated host it returns at once and the
+-- host delays the answer instead. Zero or less costs nothing.
+simulatedWork :: Double -> a -> a
+simulatedWork secs x
+  | secs <= 0 = x
+  | otherwise = unsafePerformIO $ do
+      hosting <- readIORef simulatedCost
+      case hosting of
+        Just total -> writeIORef simulatedCost $! Just (total + secs)
+        Nothing -> sleepOsThread (min 4000 secs)
+      pure x
+{-# NOINLINE simulatedWork #-}
+
+foreign import ccall safe "usleep" c_usleep :: CUInt -> IO CInt
+
+-- | Sleep this many seconds (rounded up to a microsecond) on the calling
+-- OS thread, not through the runtime's timer: the rest of the runtime goes
+-- on, and no timer thread is woken.
+sleepOsThread :: Double -> IO ()
+sleepOsThread secs = () <$ c_usleep (ceiling (secs * 1e6))
+
+-- | Make this process a simulated host: from now on 'simulatedWork' adds
+-- up its cost instead of sleeping.
+beginSimulatedHost :: IO ()
+beginSimulatedHost = writeIORef simulatedCost (Just 0)
+
+-- | The simulated cost added up since the last call, reset to zero.
+takeSimulatedCost :: IO Double
+takeSimulatedCost = atomicModifyIORef' simulatedCost $ \c -> case c of
+  Just total -> (Just 0, total)
+  Nothing -> (Nothing, 0)
