@@ -163,6 +163,7 @@ module Herd
   , evolver
   , namedEvolver
   , StateId
+  , stateIdWord
   , resetStates
   , evolveMany
   , EvolveOptions (..)

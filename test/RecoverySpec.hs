@@ -144,7 +144,7 @@ spec = describe "recovery of a cluster of local worker processes" $ do
           ids <- resetStatesWith opts cluster countEvolver [1 .. 20]
           ids' <- chain 10 ids
           reg <- readMVar (clusterRegistry cluster)
-          let deepest = maximum (0 : map (lineageDepth (regOrigin reg)) ids')
+          let deepest = maximum (0 : map (lineageDepth (regOrigin reg) . SM.StateId . stateIdWord) ids')
           -- their worker is lost: they are recomputed on the other, from the checkpoint
           infos <- clusterWorkerInfo cluster
           let holders = map placedOn (SM.elems (regStates reg))

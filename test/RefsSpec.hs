@@ -10,13 +10,42 @@ import qualified Data.ByteString.Char8 as BC
 import Herd
 import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec
-import TestTasks (refPlus, refSlowFailAt13, refSlowInc, refSquare)
+import qualified Data.Map.Strict as M
+import TestTasks (countEvolver, refPlus, refSlowFailAt13, refSlowInc, refSquare)
 
 config :: Config
 config = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "refs-spec-secret-0123456789") }
 
 spec :: Spec
 spec = describe "results that stay on the workers" $ do
+  it "are refused, naming both clusters, by a cluster that did not make them, as are its states and shared values" $
+    withCluster config { configWorkers = Just 1 } $ \one ->
+    withCluster config { configWorkers = Just 1 } $ \two -> do
+      True <- waitForWorkers one 1 30
+      True <- waitForWorkers two 1 30
+      let foreignTo what act = do
+            r <- try act
+            case r of
+              Left e@(ForeignHandle h owner here) -> do
+                h `shouldContain` what
+                owner `shouldNotBe` here
+                show e `shouldContain` owner
+              Left other -> expectationFailure ("a foreign " ++ what ++ " should be refused as foreign, got " ++ show other)
+              Right _ -> expectationFailure ("a foreign " ++ what ++ " was taken")
+      held <- putRefs one [1 .. 10 :: Int]
+      foreignTo "Ref" (fetchMany two held)
+      foreignTo "Ref" (mapRefs two refSquare held)
+      foreignTo "Ref" (release two held)
+      -- nothing of the cluster that made them was touched
+      fetchMany one held `shouldReturn` [1 .. 10]
+      ids <- resetStates one countEvolver [1 .. 4]
+      foreignTo "state" (evolveMany two countEvolver (M.fromList [ (i, 1) | i <- ids ]))
+      outs <- evolveMany one countEvolver (M.fromList [ (i, 1) | i <- ids ])
+      M.size outs `shouldBe` 4
+      shared <- share one (42 :: Int)
+      foreignTo "Shared" (unshare two shared)
+      unshare one shared
+
   it "are kept where made, used where they live, fetched unchanged, and gone once released" $
     withCluster config $ \cluster -> do
       True <- waitForWorkers cluster 2 30

@@ -160,7 +160,8 @@ withMaster config raw body = do
       Just a -> pure a
       Nothing | isWildcard host -> nodeName <$> getSystemID
               | otherwise -> pure host
-    cluster <- Cluster cfg shell port <$> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newMVar emptyRegistry
+    tag <- newClusterTag
+    cluster <- Cluster cfg shell port tag <$> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newMVar emptyRegistry
                                       <*> pure feed <*> newIORef Nothing
     build <- buildIdentity
     -- TLS on TCP links: a fresh key and certificate for this master

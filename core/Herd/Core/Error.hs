@@ -69,6 +69,11 @@ data HerdError
       { lostStates :: ![String], lostReason :: !String }
     -- ^ These states were on workers that were lost. The rest of the
     -- population is gone too: call 'Herd.Master.Job.Evolve.resetStates'.
+  | ForeignHandle
+      { foreignHandle :: !String, foreignOwner :: !String, foreignCluster :: !String }
+    -- ^ A handle (a 'Herd.Master.Job.Refs.Ref', a shared value, a state id)
+    -- made by one cluster was given to another: which handle, the cluster
+    -- that made it, and the one it was given to. Nothing was run.
   deriving (Eq)
 
 -- | The sentence 'displayException' gives, not the record: GHC 9.0 prints
@@ -95,5 +100,7 @@ instance Exception HerdError where
     UnknownStates ss -> "herd: no such states: " ++ listSome ss
     StatesLost ss r -> "herd: states lost with their worker (" ++ r ++ "): " ++ listSome ss
       ++ "; the population must be reset"
+    ForeignHandle h owner here -> "herd: " ++ h ++ " belongs to " ++ owner ++ ", not to " ++ here
+      ++ ", which it was given to; a handle is used only with the cluster that made it"
     where
       listSome ss = unwords (take 20 ss) ++ (if length ss > 20 then " and " ++ show (length ss - 20) ++ " more" else "")

@@ -19,6 +19,11 @@ module Herd.Master.Cluster
   , clusterDashboard
   , ensureOpen
   , freshId
+  , freshHandle
+  , clusterTag
+  , handleTag
+  , newClusterTag
+  , describeTag
   , awaitSomeWorker
   ) where
 
@@ -35,10 +40,11 @@ import Herd.Core.Error (HerdError (..))
 import Herd.Core.Evolve.Schedule (Registry)
 import Herd.Sys.Clock (monotonicSeconds)
 import Control.Concurrent (threadDelay)
-import Herd.Master.Shell (Shell, shellAwaited, shellCore, shellCounters, shellDeparted, shellMemory, shellPeers, shellWorkers)
-import Herd.Master.ShellState (Shell (..), ShellState (..))
-import Herd.Master.Link (WorkerLink (..))
-import Data.Maybe (isNothing)
+import Herd.Master.Shell (Shell, shellAwaited, shellCore, shellCounters, shellDeparted, shellLinkCount, shellMemory, shellPeers, shellRelayCounts, shellWorkers)
+import Data.Bits (bit, shiftL, shiftR, (.&.), (.|.))
+import qualified Data.ByteString as B
+import Crypto.Random (getRandomBytes)
+import Numeric (showHex)
 import Herd.Master.Monitor.Feed (Feed, feedStarted, recentLines)
 import Herd.Core.Monitor.Status (Inputs (..), Status, buildStatus)
 import Herd.Master.Types
@@ -52,6 +58,7 @@ data Cluster = Cluster
   { clConfig    :: !Config
   , clShell     :: !Shell
   , clPort      :: !Int
+  , clTag       :: !Word64             -- ^ this cluster's mark on its handles ('clusterTag')
   , clNextId    :: !(IORef Word64)     -- ^ numbers of jobs and streams
   , clClosed    :: !(TVar Bool)
   , clAdvertise :: !String
@@ -139,7 +146,7 @@ clusterStatus c = do
   logLines <- recentLines (clFeed c)
   (limit, memory) <- shellMemory sh
   open <- clusterLinks c
-  (shareSends, relayed) <- (\ss -> (ssShareSends ss, ssRelayed ss)) <$> readMVar (shState sh)
+  (shareSends, relayed) <- shellRelayCounts sh
   pure $ buildStatus Inputs
     { inNow = now, inStarted = feedStarted (clFeed c), inLoop = masterLoopName (clusterMasterLoop c)
     , inCore = core, inConnected = connected, inDeparted = departed, inLinks = links
@@ -149,11 +156,7 @@ clusterStatus c = do
 -- | How many links the master keeps open: one per host agent, and one
 -- per worker linked directly.
 clusterLinks :: Cluster -> IO Int
-clusterLinks c = do
-  let sh = clShell c
-  direct <- M.size . M.filter (\l -> isNothing (wlHost l)) . ssLinks <$> readMVar (shState sh)
-  hosts <- M.size <$> readTVarIO (shHosts sh)
-  pure (direct + hosts)
+clusterLinks = shellLinkCount . clShell
 
 -- | Where the cluster's dashboard listens (host and the port bound, which
 -- 'configDashboard' may leave to the system with port 0), if it has one.
@@ -181,6 +184,37 @@ ensureOpen cluster = do
   when closed $ throwIO ClusterClosed
 
 -- | A fresh number for a job or a stream, once the cluster is known open.
+-- | A number for a handle the caller keeps (a shared value's): a fresh
+-- number with the cluster's tag in its high 24 bits, so that no two
+-- clusters' handles share a number, and a handle of another cluster is
+-- told apart ('handleTag').
+freshHandle :: Cluster -> IO Word64
+freshHandle cluster = (\n -> clTag cluster `shiftL` tagShift .|. (n .&. (bit tagShift - 1))) <$> freshId cluster
+
+-- | The cluster whose 'freshHandle' made this number.
+handleTag :: Word64 -> Word64
+handleTag n = n `shiftR` tagShift
+
+-- Bits of a handle below its cluster's tag.
+tagShift :: Int
+tagShift = 40
+
+-- | The mark this cluster puts on its handles ('Herd.Master.Job.Refs',
+-- 'Herd.Master.Job.Shared', evolve's state ids), drawn at random when it
+-- starts: a handle with another mark is refused ('ForeignHandle').
+clusterTag :: Cluster -> Word64
+clusterTag = clTag
+
+-- | A fresh cluster tag: random, not 0, below 2^24.
+newClusterTag :: IO Word64
+newClusterTag = do
+  bytes <- getRandomBytes 3 :: IO B.ByteString
+  pure (1 + B.foldl' (\a b -> a * 256 + fromIntegral b) 0 bytes `mod` 0xffffff)
+
+-- | A cluster's tag as the errors print it.
+describeTag :: Word64 -> String
+describeTag t = "cluster " ++ showHex t ""
+
 freshId :: Cluster -> IO Word64
 freshId cluster = do
   ensureOpen cluster

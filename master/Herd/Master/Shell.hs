@@ -49,6 +49,10 @@ module Herd.Master.Shell
   , shellRecordLocalMemory
   , shellRecordHostMemory
   , shellMemory
+  , shellShare
+  , shellUnshare
+  , shellLinkCount
+  , shellRelayCounts
   ) where
 
 import Control.Concurrent (yield)
@@ -57,6 +61,8 @@ import Control.Concurrent.STM
 import Control.Monad (foldM, forM_, void, when)
 import qualified Data.ByteString as B
 import qualified Data.Set as S
+import Data.Maybe (isNothing)
+import Data.Word (Word64)
 import Data.IORef
 import qualified Data.Map.Strict as M
 import Control.Exception (evaluate)
@@ -305,3 +311,29 @@ shellRecordHostMemory sh known = atomically $ modifyTVar' (shMemory sh) (\(l, m)
 -- latest resident-set reading in bytes.
 shellMemory :: Shell -> IO (Maybe Int, M.Map WorkerId Int)
 shellMemory sh = readTVarIO (shMemory sh)
+
+-- | Share a value under this number: every worker, now and later, is sent
+-- its encoding ("Herd.Core.Shared"); the bytes count towards what the
+-- master holds for its workers.
+shellShare :: Shell -> Word64 -> B.ByteString -> IO ()
+shellShare sh n bytes = do
+  atomically (modifyTVar' (shShared sh) (+ B.length bytes))
+  shellStep sh True [ShareValue n bytes]
+
+-- | Drop the shared value of this number, of this many bytes, everywhere.
+shellUnshare :: Shell -> Word64 -> Int -> IO ()
+shellUnshare sh n size = do
+  shellStep sh True [Unshare n]
+  atomically (modifyTVar' (shShared sh) (subtract size))
+
+-- | How many links the master keeps open: one per host agent, and one
+-- per worker linked directly.
+shellLinkCount :: Shell -> IO Int
+shellLinkCount sh = do
+  direct <- M.size . M.filter (\l -> isNothing (wlHost l)) . ssLinks <$> readMVar (shState sh)
+  hosts <- M.size <$> readTVarIO (shHosts sh)
+  pure (direct + hosts)
+
+-- | Shared values sent so far and reduction parts relayed, each as (count, bytes).
+shellRelayCounts :: Shell -> IO ((Int, Int), (Int, Int))
+shellRelayCounts sh = (\ss -> (ssShareSends ss, ssRelayed ss)) <$> readMVar (shState sh)

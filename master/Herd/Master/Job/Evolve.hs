@@ -36,6 +36,7 @@ module Herd.Master.Job.Evolve
   , namedEvolver
   , StateId
   , stateIdWord
+  , stateCluster
     -- * Calls
   , resetStates
   , evolveMany
@@ -65,7 +66,7 @@ import Herd.Core.Evolve.Call
 import Herd.Core.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
 import Herd.Core.Evolve.Registry (Placed (..), placedAt)
 import Herd.Core.Evolve.Checkpoint (applyCheckpoint, checkpointStart, deepStates)
-import Herd.Core.Evolve.Schedule
+import Herd.Core.Evolve.Schedule hiding (StateId, stateIdWord)
 import qualified Herd.Core.Evolve.StateMap as SM
 import qualified Data.Set as S
 import Herd.Master
@@ -73,6 +74,34 @@ import Herd.Core.Master.Session
 import Herd.Wire.Writer (Encoder, encoderBytes)
 import Herd.Task (TaskRef (..), tryUser)
 import Herd.Core.Wire
+import Data.Word (Word64)
+import Herd.Master.Cluster (clusterTag, describeTag)
+
+-- | A state held by one of a cluster's workers, as 'resetStates' and
+-- 'evolveMany' name it. It carries its cluster's tag: given to another
+-- cluster, it is refused ('ForeignHandle') before anything runs.
+data StateId = StateId
+  { stateCluster :: !Word64      -- ^ the tag of the cluster that holds it
+  , stateKey     :: !SM.StateId  -- ^ its id among that cluster's states
+  } deriving (Eq, Ord)
+
+instance Show StateId where
+  show = show . stateKey
+
+-- | The state's id as a number, unique among its cluster's states.
+stateIdWord :: StateId -> Word64
+stateIdWord = SM.stateIdWord . stateKey
+
+-- This cluster's handle for one of its states.
+stateOf :: Cluster -> SM.StateId -> StateId
+stateOf cluster = StateId (clusterTag cluster)
+
+-- The cluster's own ids of these handles, or 'ForeignHandle' naming the
+-- first handle of another cluster.
+ownStates :: Cluster -> M.Map StateId a -> IO (M.Map SM.StateId a)
+ownStates cluster m = case [ sid | sid <- M.keys m, stateCluster sid /= clusterTag cluster ] of
+  [] -> pure (M.mapKeysMonotonic stateKey m)
+  sid : _ -> throwIO (ForeignHandle ("state " ++ show sid) (describeTag (stateCluster sid)) (describeTag (clusterTag cluster)))
 
 -- | Per-call choices.
 data EvolveOptions = EvolveOptions
@@ -130,7 +159,10 @@ evolveMany c f inputs = fst <$> evolveManyWith defaultEvolveOptions c f inputs
 -- Throws 'NoWorkers' with no worker, and 'ArgumentError' if a state throws
 -- when encoded (before anything is sent).
 resetStatesWith :: EvolveOptions -> Cluster -> StaticPtr (Evolver s i o) -> [s] -> IO [StateId]
-resetStatesWith opts cluster fn states = do
+resetStatesWith opts cluster fn states = map (stateOf cluster) <$> resetCore opts cluster fn states
+
+resetCore :: EvolveOptions -> Cluster -> StaticPtr (Evolver s i o) -> [s] -> IO [SM.StateId]
+resetCore opts cluster fn states = do
   encoded <- forM (zip [0 :: Int ..] states) $ \(k, s) -> do
     r <- tryUser (evaluate (evolverStateEncoder fn s) >>= encoderBytes)
     either (throwIO . ArgumentError k (refName (evolverRef fn))) pure r
@@ -142,7 +174,7 @@ resetStatesWith opts cluster fn states = do
       else Right (resetMachine, (ws, M.fromList [ (w, ()) | w <- ws ]), [ SendTo w StatesReset | w <- ws ])
     let lost = M.fromList (endLost cleared)
         live = [ w | w <- fst (endState cleared), not (M.member w lost) ]
-        ids = [ StateId k | k <- [1 .. fromIntegral (length encoded)] ]
+        ids = [ SM.StateId k | k <- [1 .. fromIntegral (length encoded)] ]
     -- then the states go out, round robin over the workers still there;
     -- naming the function now lets each worker look it up and start its
     -- evolve thread before the first call
@@ -150,7 +182,7 @@ resetStatesWith opts cluster fn states = do
       [] -> Left NoWorkers
       here -> let placement = zip3 ids encoded (cycle here)
               in Right ( quietMachine, placement
-                       , [ SendTo w (StateAdd k bytes) | (StateId k, bytes, w) <- placement ]
+                       , [ SendTo w (StateAdd k bytes) | (SM.StateId k, bytes, w) <- placement ]
                          ++ [ SendTo w (EvolveWith (evolverRef fn)) | w <- here ] )
     let placement = endState placed
         reg = emptyRegistry { regStates = placedAt [ (i, w) | (i, _, w) <- placement ]
@@ -201,14 +233,19 @@ checkLoop opts cluster = case evolveLoop opts of
 -- function gave them.
 evolveManyWith :: forall s i o. EvolveOptions -> Cluster -> StaticPtr (Evolver s i o) -> M.Map StateId i
                -> IO (M.Map StateId [(StateId, o)], EvolveStats)
-evolveManyWith opts cluster fn =
-  evolveRaw opts cluster (evolverRef fn) (evolverInputEncoder fn) (evolverOutputDecoder fn)
+evolveManyWith opts cluster fn inputs = do
+  own <- ownStates cluster inputs
+  hints <- ownStates cluster (M.filterWithKey (\sid _ -> stateCluster sid == clusterTag cluster) (evolveCostHints opts))
+  (out, stats) <- evolveRaw hints opts cluster (evolverRef fn) (evolverInputEncoder fn) (evolverOutputDecoder fn) own
+  let here = stateOf cluster
+  pure (M.mapKeysMonotonic here (M.map (map (\(c, o) -> (here c, o))) out), stats)
 
 -- | 'evolveManyWith' for a function known by its reference, its input's
 -- encoder and its output's decoder.
-evolveRaw :: EvolveOptions -> Cluster -> TaskRef -> (i -> Encoder) -> (B.ByteString -> IO o) -> M.Map StateId i
-          -> IO (M.Map StateId [(StateId, o)], EvolveStats)
-evolveRaw opts cluster ref encodeInput decodeOutput inputs = do
+-- The hints are expected seconds of some states' next step.
+evolveRaw :: M.Map SM.StateId Double -> EvolveOptions -> Cluster -> TaskRef -> (i -> Encoder) -> (B.ByteString -> IO o)
+          -> M.Map SM.StateId i -> IO (M.Map SM.StateId [(SM.StateId, o)], EvolveStats)
+evolveRaw hints opts cluster ref encodeInput decodeOutput inputs = do
   markHerd ("herd evolve " ++ refName ref ++ ": " ++ show (M.size inputs) ++ " states")
   encodedInputs <- fmap SM.fromList $ forM (zip [0 :: Int ..] (M.toList inputs)) $ \(k, (sid, x)) -> do
     r <- tryUser (evaluate (encodeInput x) >>= encoderBytes)
@@ -218,7 +255,7 @@ evolveRaw opts cluster ref encodeInput decodeOutput inputs = do
     let unknown = [ sid | sid <- M.keys inputs, not (SM.member sid (regStates reg)) ]
     unless (null unknown) $ throwIO (UnknownStates (map show unknown))
     started <- monotonicSeconds
-    let estimate sid = M.findWithDefault (estimateFrom reg sid) sid (evolveCostHints opts)
+    let estimate sid = M.findWithDefault (estimateFrom reg sid) sid hints
         start = CallStart
           { startRef = ref, startRegistry = reg, startStates = M.keys inputs, startInputs = encodedInputs
           , startEstimate = estimate, startLead = evolveLead opts

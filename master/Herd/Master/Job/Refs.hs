@@ -56,17 +56,25 @@ import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
 import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
 import Herd.Task.Closure
 import Herd.Core.Error (HerdError (..))
-import Herd.Master.Job.Evolve (StateId, defaultEvolveOptions, evolveRaw)
+import Herd.Master.Job.Evolve (defaultEvolveOptions, evolveRaw)
+import Herd.Core.Evolve.StateMap (StateId)
 import Herd.Master.Job.Population (addStatesRaw, releaseStatesRaw)
 import Herd.Task.Evolver (EvolveRunner (..), decodedRunner)
 import Herd.Master (Cluster)
+import Herd.Master.Cluster (clusterTag, describeTag)
+import Data.Word (Word64)
 import Herd.Wire.Value (decodeValueIO, valueEncoder)
 
--- | A value of type @a@ held on one of the cluster's workers.
-newtype Ref a = Ref (IORef (Maybe StateId))
+-- | A value of type @a@ held on one of the cluster's workers. It carries
+-- its cluster's tag: given to another cluster, it is refused
+-- ('ForeignHandle').
+data Ref a = Ref !Word64 !(IORef (Maybe StateId))
 
 instance Eq (Ref a) where
-  Ref a == Ref b = a == b
+  Ref _ a == Ref _ b = a == b
+
+instance Show (Ref a) where
+  show (Ref t _) = "Ref of " ++ describeTag t
 
 -- | What the caller needs of a 'RefTask': how to encode its inputs.
 newtype RefCodecs a b = RefCodecs (a -> B.ByteString)
@@ -127,7 +135,7 @@ refQuery f = Closure
 putRefs :: Store a => Cluster -> [a] -> IO [Ref a]
 putRefs cluster xs = do
   ids <- addStatesRaw Nothing cluster (map encode xs)
-  mapM (newIORef . Just) ids >>= pure . map Ref
+  mapM (newRef cluster) ids
 
 -- | Run the function on each referenced value with its argument, where the
 -- value is held, and bring the results back, in order; the values stay.
@@ -135,10 +143,10 @@ putRefs cluster xs = do
 queryRefs :: Cluster -> StaticPtr (RefQuery a c b) -> [(Ref a, c)] -> IO [b]
 queryRefs cluster f pairs = do
   let QueryCodecs encodeArg decodeAnswer = closureCodecs (deRefStaticPtr f)
-  ids <- distinct (closureName f) =<< mapM (current . fst) pairs
-  (out, _) <- evolveRaw defaultEvolveOptions cluster (closureRef f) encodeArg decodeAnswer
+  ids <- distinct (closureName f) =<< mapM (current cluster . fst) pairs
+  (out, _) <- evolveRaw M.empty defaultEvolveOptions cluster (closureRef f) encodeArg decodeAnswer
                         (M.fromList (zip ids (map snd pairs)))
-  forM (zip pairs ids) $ \((Ref r, _), i) -> case M.lookup i out of
+  forM (zip pairs ids) $ \((Ref _ r, _), i) -> case M.lookup i out of
     Just [(kept, answer)] -> answer <$ writeIORef r (Just kept)
     _ -> throwIO (EvolveFailed (closureName f) (show i) "its step did not keep its value and give one result")
 
@@ -148,25 +156,25 @@ farmRefs :: Cluster -> StaticPtr (RefTask a b) -> [a] -> IO [Ref b]
 farmRefs cluster f xs = do
   let RefCodecs enc = closureCodecs (deRefStaticPtr f)
   ids <- addStatesRaw Nothing cluster (map enc xs)
-  (out, _) <- evolveRaw defaultEvolveOptions cluster (closureRef f) valueEncoder (\_ -> pure ())
+  (out, _) <- evolveRaw M.empty defaultEvolveOptions cluster (closureRef f) valueEncoder (\_ -> pure ())
                         (M.fromList [ (i, False) | i <- ids ])
   forM ids $ \i -> case M.lookup i out of
-    Just [(child, ())] -> Ref <$> newIORef (Just child)
+    Just [(child, ())] -> newRef cluster child
     _ -> throwIO (EvolveFailed (closureName f) (show i) "its step did not leave one result")
 
 -- | Run the function on every referenced value, where it is held, and
 -- leave each result there. The inputs stay held.
 mapRefs :: Cluster -> StaticPtr (RefTask a b) -> [Ref a] -> IO [Ref b]
 mapRefs cluster f refs = do
-  ids <- distinct (closureName f) =<< mapM current refs
-  (out, _) <- evolveRaw defaultEvolveOptions cluster (closureRef f) valueEncoder (\_ -> pure ())
+  ids <- distinct (closureName f) =<< mapM (current cluster) refs
+  (out, _) <- evolveRaw M.empty defaultEvolveOptions cluster (closureRef f) valueEncoder (\_ -> pure ())
                         (M.fromList [ (i, True) | i <- ids ])
   -- each input now lives on as the first child of its step
-  forM_ (zip refs ids) $ \(Ref r, i) -> case M.lookup i out of
+  forM_ (zip refs ids) $ \(Ref _ r, i) -> case M.lookup i out of
     Just ((kept, ()) : _) -> writeIORef r (Just kept)
     _ -> pure ()
   forM ids $ \i -> case M.lookup i out of
-    Just [_, (made, ())] -> Ref <$> newIORef (Just made)
+    Just [_, (made, ())] -> newRef cluster made
     _ -> throwIO (EvolveFailed (closureName f) (show i) "its step did not leave its input and one result")
 
 -- | Bring one referenced value back; it stays held.
@@ -176,17 +184,18 @@ fetch cluster r = head <$> fetchMany cluster [r]
 -- | Bring these referenced values back, in order; they stay held.
 fetchMany :: Store a => Cluster -> [Ref a] -> IO [a]
 fetchMany cluster refs = do
-  ids <- mapM current refs
-  (out, _) <- evolveRaw defaultEvolveOptions cluster (closureRef fetchStep) (\() -> valueEncoder ()) decodeValueIO
+  ids <- mapM (current cluster) refs
+  (out, _) <- evolveRaw M.empty defaultEvolveOptions cluster (closureRef fetchStep) (\() -> valueEncoder ()) decodeValueIO
                         (M.fromList [ (i, ()) | i <- ids ])
-  forM (zip refs ids) $ \(Ref r, i) -> case M.lookup i out of
+  forM (zip refs ids) $ \(Ref _ r, i) -> case M.lookup i out of
     Just [(kept, value)] -> value <$ writeIORef r (Just kept)
     _ -> throwIO (EvolveFailed "fetch" (show i) "the value did not come back")
 
 -- | Drop these values from the workers; the Refs may not be used again.
 release :: Cluster -> [Ref a] -> IO ()
 release cluster refs = do
-  ids <- fmap concat $ forM refs $ \(Ref r) -> atomicModifyIORef' r (\i -> (Nothing, maybe [] pure i))
+  mapM_ (ownRef cluster) refs
+  ids <- fmap concat $ forM refs $ \(Ref _ r) -> atomicModifyIORef' r (\i -> (Nothing, maybe [] pure i))
   releaseStatesRaw cluster ids
 
 -- The states of one call, refused with 'ArgumentError' if one comes twice
@@ -197,9 +206,22 @@ distinct name ids = case [ k | (k, (i, before)) <- zip [0 ..] (zip ids (scanl (f
   [] -> pure ids
   k : _ -> throwIO (ArgumentError k name "this Ref is named twice in one call")
 
--- A Ref's state now, or 'UnknownStates' if it was released.
-current :: Ref a -> IO StateId
-current (Ref r) = readIORef r >>= maybe (throwIO (UnknownStates ["a released Ref"])) pure
+-- A Ref's state now, or 'UnknownStates' if it was released
+-- ('ForeignHandle' if another cluster made it).
+current :: Cluster -> Ref a -> IO StateId
+current cluster ref@(Ref _ r) = do
+  ownRef cluster ref
+  readIORef r >>= maybe (throwIO (UnknownStates ["a released Ref"])) pure
+
+-- Refuse a Ref that another cluster made.
+ownRef :: Cluster -> Ref a -> IO ()
+ownRef cluster (Ref t _)
+  | t == clusterTag cluster = pure ()
+  | otherwise = throwIO (ForeignHandle "a Ref" (describeTag t) (describeTag (clusterTag cluster)))
+
+-- A Ref of this cluster for this state.
+newRef :: Cluster -> StateId -> IO (Ref a)
+newRef cluster i = Ref (clusterTag cluster) <$> newIORef (Just i)
 
 closureName :: StaticPtr (Closure c r) -> String
 closureName f = describePtr f (closureLabel (deRefStaticPtr f))

@@ -32,18 +32,18 @@ import qualified Data.ByteString as B
 import Data.Store (Size (..), Store (..), encode)
 import Data.Typeable (Typeable)
 import Data.Word (Word64)
-import Herd.Core.Master.Events (Event (..))
-import Herd.Master.Cluster (Cluster (..), freshId)
-import Herd.Master.Shell (shellStep)
-import Herd.Master.ShellState (Shell (shShared))
-import Control.Concurrent.STM (atomically, modifyTVar')
+import Control.Exception (throwIO)
+import Control.Monad (when)
+import Herd.Core.Error (HerdError (..))
+import Herd.Master.Cluster (Cluster (..), clusterTag, describeTag, freshHandle, handleTag)
+import Herd.Master.Shell (shellShare, shellUnshare)
 import Herd.Node.Store (dropShared, heldBytesOf, holdLocal, newAssembly, resolveShared)
 import System.IO.Unsafe (unsafePerformIO)
 
 -- | A handle to a value held on every worker. Put it in a task's
 -- argument; read it with 'sharedValue'.
 data Shared a = Shared
-  { sharedNumber :: !Word64  -- ^ the value's number in its cluster
+  { sharedNumber :: !Word64  -- ^ the value's number: its cluster's tag in the high 24 bits, then a count
   , sharedValue  :: a
     -- ^ the value: on the master, the one shared; on a worker, the one it
     -- holds, decoded the first time a task there looks at it
@@ -66,21 +66,22 @@ instance (Store a, Typeable a) => Store (Shared a) where
 -- evaluated by that.
 share :: forall a. (Store a, Typeable a) => Cluster -> a -> IO (Shared a)
 share cluster x = do
-  n <- freshId cluster
+  n <- freshHandle cluster
   let bytes = encode x
   _ <- pure $! B.length bytes
   holdLocal n bytes x
-  atomically (modifyTVar' (shShared (clShell cluster)) (+ B.length bytes))
-  shellStep (clShell cluster) True [ShareValue n bytes]
+  shellShare (clShell cluster) n bytes
   pure (Shared n x)
 
 -- | Drop a shared value on every worker. Tasks sent after this must not
 -- name it; the handle's 'sharedValue' still works on the master.
 unshare :: Cluster -> Shared a -> IO ()
 unshare cluster s = do
-  size <- heldBytesOf (sharedNumber s)
-  shellStep (clShell cluster) True [Unshare (sharedNumber s)]
-  atomically (modifyTVar' (shShared (clShell cluster)) (subtract size))
+  let n = sharedNumber s
+  when (handleTag n /= clusterTag cluster) $
+    throwIO (ForeignHandle (show s) (describeTag (handleTag n)) (describeTag (clusterTag cluster)))
+  size <- heldBytesOf n
+  shellUnshare (clShell cluster) n size
   assembly <- newAssembly
   dropShared assembly (sharedNumber s)
 
