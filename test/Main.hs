@@ -20,6 +20,7 @@ import qualified SharedSpec
 import qualified ReduceSpec
 import qualified KMeansSpec
 import qualified ExchangeSpec
+import qualified AgentSpec
 import qualified RefsSpec
 import qualified DashboardSpec
 import qualified LogSpec
@@ -67,6 +68,7 @@ main = do
       ReduceSpec.spec
       KMeansSpec.spec
       ExchangeSpec.spec
+      AgentSpec.spec
       RefsSpec.spec
       WorkerStepSpec.spec
       PacketSpec.spec

@@ -36,7 +36,9 @@ data AgentWorkers = AgentWorkers
   , awLimit   :: IO HostLimit             -- ^ the limit the master sent
   , awControl :: HostControl -> IO ()     -- ^ say this to the master
   , awFlush   :: IO ()                    -- ^ send what was said now
-  , awDrop    :: Int -> IO ()             -- ^ forget a worker and close its link
+  , awGone    :: Int -> GoneReason -> IO ()
+    -- ^ a worker is gone for this reason: the agent forgets it, closes
+    -- its link and tells the master ("Herd.Core.Agent")
   }
 
 -- | The bytes each of this many workers may hold under a host limit
@@ -65,8 +67,6 @@ watchAgentMemory aw heldRef = do
     forM_ (lookup w ls) $ \pid -> do
       logToStderr ("herd agent: killing worker " ++ show w ++ " (pid " ++ show pid ++ "): "
                    ++ renderFault (MemoryExceeded rss cap))
-      awDrop aw w
-      awControl aw (WorkerGone (fromIntegral w) (GoneMemory (fromIntegral rss) (fromIntegral cap)))
-      awFlush aw
+      awGone aw w (GoneMemory (fromIntegral rss) (fromIntegral cap))
       void (try (signalProcess sigKILL (fromIntegral pid)) :: IO (Either IOException ()))
   awFlush aw
