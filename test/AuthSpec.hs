@@ -88,16 +88,16 @@ spec = describe "authentication" $ do
         other = secretOf [2 .. 21]
         wrongSecret = either (\e -> case e of WrongSecret _ -> True; _ -> False) (const False)
     it "succeeds on both sides with one secret" $ withPair TcpTransport $ \(m, w) -> do
-      r <- concurrently (authenticateWorker one B.empty m) (authenticateToMaster one B.empty w)
+      r <- concurrently (newNonceSource >>= \ns -> authenticateWorker ns one B.empty m) (authenticateToMaster one B.empty w)
       r `shouldBe` (Right (), Right ())
     it "refuses a worker with another secret, and tells the worker why" $ withPair TcpTransport $ \(m, w) -> do
-      (a, b) <- concurrently (authenticateWorker one B.empty m) (authenticateToMaster other B.empty w)
+      (a, b) <- concurrently (newNonceSource >>= \ns -> authenticateWorker ns one B.empty m) (authenticateToMaster other B.empty w)
       a `shouldSatisfy` wrongSecret
       b `shouldSatisfy` wrongSecret
     it "makes a worker refuse a master that accepts it but cannot prove the secret" $ withPair TcpTransport $ \(m, w) -> do
       -- an impostor: challenges, takes any answer, proves with another secret
       let impostor = do
-            nm <- newNonce
+            nm <- newNonceSource >>= newNonce
             sendFrame m (BL.fromStrict (encodeMasterReply (Challenge nm)))
             Just reply <- recvFrame handshakeFrameLimit m
             case decodeAuthResponse reply of

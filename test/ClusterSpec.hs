@@ -402,7 +402,8 @@ spec = describe "a cluster of local worker processes" $ do
     env <- workerEnv port
     (_, _, _, ph) <- createProcess (proc exe []) { env = Just env }
     conn <- acceptTcp lsock
-    authenticateWorker testSecret B.empty conn `shouldReturn` Right ()
+    ns <- newNonceSource
+    authenticateWorker ns testSecret B.empty conn `shouldReturn` Right ()
     Just hello <- recvFrame handshakeFrameLimit conn
     fmap helloBuild (decodeWorkerHello hello) `shouldBe` Right build
     sendFrame conn (BL.fromStrict (encodeMasterReply (Welcome build 1 1000000 4000 True 65536 2000 64)))

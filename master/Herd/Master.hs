@@ -167,8 +167,9 @@ withMaster config raw body = do
     -- TLS on TCP links: a fresh key and certificate for this master
     tcpUpgrade <- if configTls cfg then tlsAccept <$> newTlsIdentity else pure plainLink
     nextId <- newIORef (1 :: Int)
+    nonces <- newNonceSource
     let acceptor = Acceptor
-          { accConfig = cfg, accSecret = secret, accBuild = build, accNextId = nextId
+          { accConfig = cfg, accSecret = secret, accNonces = nonces, accBuild = build, accNextId = nextId
           , accCounters = readIORef (shellCounters shell), accBump = bumpCounter shell
           , accJoined = case raw of
               Nothing -> joinLink shell

@@ -50,7 +50,7 @@ count() { grep -ao "$2" "$1" | wc -l; }
 [ "$(count "$WORK/events/master.eventlog" 'herd batch [0-9]* of job')" -gt 0 ] || fail "no batch events in the master's eventlog"
 [ "$(count "$WORK/events/master.eventlog" 'herd packet out')" -gt 0 ] || fail "no packet events in the master's eventlog"
 # the demo runs one worker, then two: three worker processes in all
-WORKER_LOGS=$(ls "$WORK/events" | grep -c '^herd-worker-[0-9]*\.eventlog$' || true)
+WORKER_LOGS=$(ls "$WORK/events" | grep -c '^herd-worker-[0-9]*-[0-9]*\.eventlog$' || true)
 [ "$WORKER_LOGS" -eq 3 ] || fail "expected 3 worker eventlogs, found $WORKER_LOGS: $(ls "$WORK/events")"
 for f in "$WORK"/events/herd-worker-*.eventlog; do
   [ "$(count "$f" 'herd worker batch [0-9]* done')" -gt 0 ] || fail "no batch events in $(basename "$f")"

@@ -35,6 +35,8 @@ import System.Posix.Files (deviceID, fileID, fileSize, getFileStatus, modificati
 buildIdentity :: IO B.ByteString
 buildIdentity = cachedIdentity `seq` pure cachedIdentity
 
+-- A constant read once: the executable's identity does not change while
+-- it runs, so it is computed on first use and never written again.
 cachedIdentity :: B.ByteString
 cachedIdentity = unsafePerformIO $ do
   exe <- getExecutablePath

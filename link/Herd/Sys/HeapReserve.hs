@@ -18,8 +18,9 @@
 -- (The figures behind each default are in the benchmark docs and the
 -- commit history.)
 --
--- Promises: a reserve of 0, or one no larger than a reserve this process
--- has already touched, touches nothing and collects nothing; the
+-- Promises: a reserve of 0, or one whose floor is no higher than the
+-- runtime's minimum old generation already is (an earlier reserve's, or
+-- a larger @+RTS -O@ given by hand), touches nothing and collects nothing; the
 -- reserve is garbage before the caller goes on (it warms the runtime's
 -- free memory, it is not kept); nothing here changes a result.
 module Herd.Sys.HeapReserve
@@ -45,8 +46,6 @@ import Foreign.C.Types (CInt (..), CSize (..))
 import Foreign.Marshal.Utils (fillBytes)
 import Foreign.Ptr (Ptr, ptrToWordPtr, wordPtrToPtr)
 import System.Info (os)
-import Data.IORef (IORef, atomicModifyIORef', newIORef)
-import System.IO.Unsafe (unsafePerformIO)
 import GHC.RTS.Flags (getGCFlags, minAllocAreaSize)
 import System.Mem (performMajorGC)
 
@@ -87,9 +86,11 @@ autoReserveMost = 256 * 1024 * 1024
 reserveHeap :: Int -> IO ()
 reserveHeap bytes = do
   -- once per process is enough: with the floor raised, the runtime keeps
-  -- what an earlier reserve touched (a test run starts hundreds of clusters)
-  done <- atomicModifyIORef' reservedSoFar (\r -> (max r bytes, r))
-  when (bytes > done) $ do
+  -- what an earlier reserve touched (a test run starts hundreds of
+  -- clusters). The runtime's own floor says how large a reserve was
+  -- touched before: it is raised only by a larger reserve.
+  floorBefore <- c_raiseMinOldGen 0
+  when (oldGenerationFloor bytes `div` rtsBlock > fromIntegral floorBefore `div` rtsBlock) $ do
       _ <- c_raiseMinOldGen (fromIntegral (oldGenerationFloor bytes))
       warmNursery
       -- one pinned block: filling it touches every page once (pieces of a
@@ -100,10 +101,9 @@ reserveHeap bytes = do
       _ <- evaluate (B.last block)
       performMajorGC
 
--- The largest reserve this process has touched.
-reservedSoFar :: IORef Int
-reservedSoFar = unsafePerformIO (newIORef 0)
-{-# NOINLINE reservedSoFar #-}
+-- The runtime's block: its floor is counted in these.
+rtsBlock :: Int
+rtsBlock = 4096
 
 -- | The minimum old generation a reserve of this many bytes asks for: a
 -- quarter of it. Without a floor the runtime gave the reserve back at its

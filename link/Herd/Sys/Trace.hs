@@ -6,7 +6,11 @@
 -- (@+RTS -l@), an event costs one test of a constant and builds no string,
 -- so the hot path pays nothing. When the master traces, the local workers
 -- it starts trace too, each to its own file in the working directory
--- (@PROG-worker-K.eventlog@), so one run leaves one eventlog per process.
+-- (@PROG-worker-PORT-K.eventlog@: the master's port, then the worker's
+-- start in microseconds of the monotonic clock), so one run leaves one
+-- eventlog per process.
+--
+-- 'tracing' is a constant read once from the runtime's flags: not state.
 module Herd.Sys.Trace
   ( tracing
   , traceHerd
@@ -15,7 +19,7 @@ module Herd.Sys.Trace
   ) where
 
 import Control.Monad (when)
-import Data.IORef (IORef, atomicModifyIORef', newIORef)
+import GHC.Clock (getMonotonicTimeNSec)
 import Debug.Trace (traceEventIO, traceMarkerIO)
 import GHC.RTS.Flags (DoTrace (..), getTraceFlags, user)
 import qualified GHC.RTS.Flags as F
@@ -43,18 +47,14 @@ traceHerd text = when tracingOn (traceEventIO text)
 markHerd :: String -> IO ()
 markHerd text = when tracingOn (traceMarkerIO text)
 
--- | The RTS options that make the next local worker write its own
--- eventlog, when this process writes one; none otherwise. Workers are
--- numbered from 1 across every cluster of the process, so no file is
--- written twice.
-workerEventlogOptions :: IO [String]
-workerEventlogOptions
+-- | The RTS options that make a local worker of the master at this port
+-- write its own eventlog, when this process writes one; none otherwise.
+-- The file is named by the port and the moment of the call, so no two
+-- workers of the process (of any of its clusters) write one file.
+workerEventlogOptions :: Int -> IO [String]
+workerEventlogOptions port
   | not tracingOn = pure []
   | otherwise = do
-      k <- atomicModifyIORef' workersTraced (\n -> (n + 1, n + 1))
+      k <- (`div` 1000) <$> getMonotonicTimeNSec
       prog <- getProgName
-      pure ["-l", "-ol" ++ filter (/= ' ') prog ++ "-worker-" ++ show k ++ ".eventlog"]
-
-workersTraced :: IORef Int
-workersTraced = unsafePerformIO (newIORef 0)
-{-# NOINLINE workersTraced #-}
+      pure ["-l", "-ol" ++ filter (/= ' ') prog ++ "-worker-" ++ show port ++ "-" ++ show k ++ ".eventlog"]

@@ -35,6 +35,8 @@ module Herd.Transport.Auth
     -- * Proofs (pure)
   , Nonce
   , nonceLength
+  , NonceSource
+  , newNonceSource
   , newNonce
   , workerProof
   , masterProof
@@ -51,7 +53,7 @@ import Crypto.Hash.Algorithms (SHA256)
 import Crypto.MAC.HMAC (HMAC, hmac)
 import Control.Concurrent.MVar (MVar, modifyMVar, newMVar)
 import Crypto.Random (ChaChaDRG, drgNew, getRandomBytes, randomBytesGenerate)
-import System.IO.Unsafe (unsafePerformIO)
+
 import Data.Bits ((.&.))
 import qualified Data.ByteArray as BA
 import qualified Data.ByteString as B
@@ -176,18 +178,22 @@ type Nonce = B.ByteString
 nonceLength :: Int
 nonceLength = 32
 
--- | A fresh nonce: from a ChaCha generator seeded once from the system's
--- entropy, not from the system per connection. cryptonite reads entropy by
--- opening and closing @/dev/random@ each time: a file per handshake (a
--- flood of connections means a flood of opens), and a close that failed
--- once under the kill tests (an error from GHC's IO manager on that close
--- refused a worker's handshake).
-newNonce :: IO Nonce
-newNonce = modifyMVar nonceSource $ \g -> let (bytes, g') = randomBytesGenerate nonceLength g in pure (g', bytes)
+-- | Where an accepting side's nonces come from: a ChaCha generator
+-- seeded once from the system's entropy, not the system per connection.
+-- cryptonite reads entropy by opening and closing @/dev/random@ each time:
+-- a file per handshake (a flood of connections means a flood of opens),
+-- and a close that failed once under the kill tests (an error from GHC's
+-- IO manager on that close refused a worker's handshake). A master keeps
+-- one per cluster, an agent one for its host.
+newtype NonceSource = NonceSource (MVar ChaChaDRG)
 
-nonceSource :: MVar ChaChaDRG
-nonceSource = unsafePerformIO (drgNew >>= newMVar)
-{-# NOINLINE nonceSource #-}
+-- | A fresh source, seeded from the system's entropy.
+newNonceSource :: IO NonceSource
+newNonceSource = NonceSource <$> (drgNew >>= newMVar)
+
+-- | A fresh nonce.
+newNonce :: NonceSource -> IO Nonce
+newNonce (NonceSource source) = modifyMVar source $ \g -> let (bytes, g') = randomBytesGenerate nonceLength g in pure (g', bytes)
 
 mac :: Secret -> B.ByteString -> B.ByteString
 mac (Secret key) msg = BA.convert (hmac key msg :: HMAC SHA256)
@@ -215,9 +221,9 @@ data AuthFailure
 -- channel (the hash of the master's TLS certificate; empty on a plain
 -- link). On 'WrongSecret' the peer has been sent a refusal; the caller
 -- closes the connection either way. The caller bounds the time it takes.
-authenticateWorker :: Secret -> B.ByteString -> Connection -> IO (Either AuthFailure ())
-authenticateWorker secret binding conn = do
-  nm <- newNonce
+authenticateWorker :: NonceSource -> Secret -> B.ByteString -> Connection -> IO (Either AuthFailure ())
+authenticateWorker nonces secret binding conn = do
+  nm <- newNonce nonces
   sendFrame conn (BL.fromStrict (encodeMasterReply (Challenge nm)))
   reply <- recvFrame handshakeFrameLimit conn
   case fmap decodeAuthResponse reply of
@@ -244,7 +250,7 @@ authenticateToMaster secret binding conn = do
     Just (Left why) -> pure (Left (AuthProtocol why))
     Just (Right (Refused why)) -> pure (Left (AuthProtocol ("refused: " ++ T.unpack why)))
     Just (Right (Challenge nm)) -> do
-      nw <- newNonce
+      nw <- newNonceSource >>= newNonce   -- once per join: one read of entropy
       sendFrame conn (BL.fromStrict (encodeAuthResponse nw (workerProof secret binding nm nw)))
       answer <- recvFrame handshakeFrameLimit conn
       pure $ case fmap decodeMasterReply answer of

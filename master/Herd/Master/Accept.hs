@@ -34,6 +34,7 @@ import System.Timeout (timeout)
 data Acceptor = Acceptor
   { accConfig   :: !Config
   , accSecret   :: !Secret
+  , accNonces   :: !NonceSource               -- ^ the cluster's nonces for its challenges
   , accBuild    :: !B.ByteString              -- ^ this binary's build identity
   , accNextId   :: !(IORef Int)               -- ^ one numbering for workers from every listener
   , accCounters :: IO ConnectionCounters
@@ -109,7 +110,7 @@ handshake acc binding conn = do
                :: IO (Either SomeException ())
         closeConnection conn
   r <- try $ timeout (round (configHandshakeTimeout cfg * 1e6)) $ do
-    auth <- authenticateWorker secret binding conn
+    auth <- authenticateWorker (accNonces acc) secret binding conn
     case auth of
       Left failure -> pure (Left failure)
       Right () -> Right <$> recvFrame handshakeFrameLimit conn

@@ -27,7 +27,7 @@ module Herd.Master.Cluster
   , awaitSomeWorker
   ) where
 
-import Control.Concurrent.MVar (MVar, readMVar)
+import Control.Concurrent.MVar (MVar)
 import Control.Concurrent.STM
 import Control.Exception (throwIO)
 import Control.Monad (forM, unless, when)

@@ -317,14 +317,20 @@ shellMemory sh = readTVarIO (shMemory sh)
 -- master holds for its workers.
 shellShare :: Shell -> Word64 -> B.ByteString -> IO ()
 shellShare sh n bytes = do
-  atomically (modifyTVar' (shShared sh) (+ B.length bytes))
+  atomically $ do
+    modifyTVar' (shShared sh) (+ B.length bytes)
+    modifyTVar' (shShareSizes sh) (M.insert n (B.length bytes))
   shellStep sh True [ShareValue n bytes]
 
--- | Drop the shared value of this number, of this many bytes, everywhere.
-shellUnshare :: Shell -> Word64 -> Int -> IO ()
-shellUnshare sh n size = do
+-- | Drop the shared value of this number everywhere (one not shared, or
+-- dropped already, is no error).
+shellUnshare :: Shell -> Word64 -> IO ()
+shellUnshare sh n = do
   shellStep sh True [Unshare n]
-  atomically (modifyTVar' (shShared sh) (subtract size))
+  atomically $ do
+    size <- M.findWithDefault 0 n <$> readTVar (shShareSizes sh)
+    modifyTVar' (shShareSizes sh) (M.delete n)
+    modifyTVar' (shShared sh) (subtract size)
 
 -- | How many links the master keeps open: one per host agent, and one
 -- per worker linked directly.

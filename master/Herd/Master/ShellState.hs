@@ -77,6 +77,8 @@ data Shell = Shell
   , shShared   :: !(TVar Int)
     -- ^ the bytes of the shared values live now: a link's writer may hold
     -- that much more than its cap ("Herd.Master.Link")
+  , shShareSizes :: !(TVar (M.Map Word64 Int))
+    -- ^ the size of each shared value live now, by number
   }
 
 -- | What the shell asks of whoever restarts lost workers
@@ -108,7 +110,7 @@ newShell :: Config -> IO Shell
 newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty M.empty (0, 0) M.empty (0, 0))
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
                          <*> newIORef noCounters <*> newIORef noLossHooks <*> newTVarIO (Nothing, M.empty) <*> newTVarIO M.empty
-                         <*> newTVarIO 0
+                         <*> newTVarIO 0 <*> newTVarIO M.empty
   where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ()) (pure 0)
 
 -- | Give the shell its reader.

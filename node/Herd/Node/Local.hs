@@ -100,7 +100,7 @@ spawnOne launch cpu role = do
   baseEnv <- filter (\(k, _) -> k `notElem` ("GHCRTS" : herdVariables)) <$> getEnvironment
   hint <- buildHint
   -- a traced master's workers trace too, each to its own file
-  eventlog <- workerEventlogOptions
+  eventlog <- workerEventlogOptions (portOf (launchAddress launch))
   -- createProcess closes a handle given as UseHandle, so each worker gets its own
   devNull <- openFile "/dev/null" WriteMode
   let env = baseEnv ++
@@ -144,3 +144,9 @@ stopLocalWorkers workers = do
         forM_ mpid $ \p -> signalProcess sigKILL p `catch` \(_ :: IOException) -> pure ()
         _ <- waitForProcess (localHandle w)
         pure ()
+
+-- The port of a @HOST:PORT@ address (0 when it has none).
+portOf :: String -> Int
+portOf address = case reads (reverse (takeWhile (/= ':') (reverse address))) of
+  [(p, "")] -> p
+  _ -> 0

@@ -1,9 +1,17 @@
 {-# LANGUAGE BangPatterns, ScopedTypeVariables #-}
--- | Where a process keeps the shared values it was sent ("Herd.Master.Job.Shared"):
--- one table per process, the values encoded as they came and decoded at
--- most once per type, when a task first looks at one. A worker assembles
--- a value from its pieces ('receivePiece'); the master puts in what it
--- shares, already decoded, so a handle resolves there too.
+-- | Where a worker keeps the shared values it was sent ("Herd.Master.Job.Shared"):
+-- the values encoded as they came and decoded at most once per type, when
+-- a task first looks at one. A worker assembles a value from its pieces
+-- ('receivePiece'). The master keeps nothing here (its handles carry
+-- their values, and its cluster's bookkeeping is the shell's).
+--
+-- This is the one process-wide table herd keeps, and why: a task's
+-- argument is decoded by @store@'s pure 'Data.Store.peek', which is given
+-- no context, so a 'Herd.Master.Job.Shared.Shared' handle can find its
+-- value only in a table of the process; a worker process serves exactly
+-- one master, so the table is that worker's. Numbers carry their
+-- cluster's tag, so values of two clusters (a simulated host's, a test's)
+-- never share an entry.
 --
 -- A worker may be given a budget for the values it keeps in memory
 -- ('setHoldBudget': a share of its memory limit). A value that would not
@@ -23,7 +31,6 @@ module Herd.Node.Store
   , newAssembly
   , receivePiece
   , dropShared
-  , holdLocal
   , resolveShared
   , heldCount
   , heldBytesOf
@@ -170,12 +177,6 @@ dropShared (Assembly ref) n = do
   case gone of
     Just (OnDisk path _) -> void (try (removeFile path) :: IO (Either IOException ()))
     _ -> pure ()
-
--- | Hold a value this process made (the master's own), decoded already.
-holdLocal :: forall a. Typeable a => Word64 -> B.ByteString -> a -> IO ()
-holdLocal n bytes x = do
-  cache <- newIORef (Just (typeRepFingerprint (typeRep (Proxy :: Proxy a)), unsafeCoerce x))
-  insert n (InMemory bytes cache)
 
 -- | How many values this process holds.
 heldCount :: IO Int

@@ -8,6 +8,12 @@
 --
 -- Promise: 'simulatedWork' returns its second argument unchanged; only
 -- when it returns differs between the two kinds of process.
+--
+-- Why a process-wide cell: 'simulatedWork' is pure and is evaluated deep
+-- inside the user's step, where nothing of the host can be passed in. It
+-- is 'Nothing' in every process but a simulated host (a test and
+-- benchmark harness, "Herd.Simulate.Host"), which sets it once as it
+-- starts and is then the only one to read and reset it.
 module Herd.Task.WorkCost
   ( simulatedWork
     -- * For the simulated host

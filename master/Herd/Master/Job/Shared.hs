@@ -37,7 +37,7 @@ import Control.Monad (when)
 import Herd.Core.Error (HerdError (..))
 import Herd.Master.Cluster (Cluster (..), clusterTag, describeTag, freshHandle, handleTag)
 import Herd.Master.Shell (shellShare, shellUnshare)
-import Herd.Node.Store (dropShared, heldBytesOf, holdLocal, newAssembly, resolveShared)
+import Herd.Node.Store (resolveShared)
 import System.IO.Unsafe (unsafePerformIO)
 
 -- | A handle to a value held on every worker. Put it in a task's
@@ -69,7 +69,6 @@ share cluster x = do
   n <- freshHandle cluster
   let bytes = encode x
   _ <- pure $! B.length bytes
-  holdLocal n bytes x
   shellShare (clShell cluster) n bytes
   pure (Shared n x)
 
@@ -80,10 +79,7 @@ unshare cluster s = do
   let n = sharedNumber s
   when (handleTag n /= clusterTag cluster) $
     throwIO (ForeignHandle (show s) (describeTag (handleTag n)) (describeTag (clusterTag cluster)))
-  size <- heldBytesOf n
-  shellUnshare (clShell cluster) n size
-  assembly <- newAssembly
-  dropShared assembly (sharedNumber s)
+  shellUnshare (clShell cluster) n
 
 -- | Share a value for the length of the body, then drop it everywhere,
 -- also when the body throws.

@@ -100,6 +100,7 @@ data Relay = Relay
   , rlReader  :: !Reader
   , rlLost    :: !(MVar (Maybe String))      -- ^ how the host link ended ('Nothing': the master closed it)
   , rlMaxFrame :: !Int
+  , rlNonces  :: !NonceSource                -- ^ for the local workers' challenges
   }
 
 -- | Open the host link to the master at this address (TCP or TLS), serve
@@ -133,7 +134,7 @@ serveHost secret build j conn action = do
   hostSender <- newSender (hostLinkPolicy (joinedMaxFrame j) (joinedPolicy j)) (sendRawParts conn)
   (reader, release) <- newEpollReader (joinedMaxFrame j + 1024) (void (try (flushIdle hostSender) :: IO (Either SomeException ())))
   relay <- Relay <$> newMVar newAgent <*> newIORef M.empty <*> newIORef M.empty <*> pure hostSender
-                 <*> newAgentShares <*> pure reader <*> newEmptyMVar <*> pure (joinedMaxFrame j)
+                 <*> newAgentShares <*> pure reader <*> newEmptyMVar <*> pure (joinedMaxFrame j) <*> newNonceSource
   heldRef <- newIORef S.empty
   let watching = forever $ do
         r <- try (watchAgentMemory (governed relay) heldRef)
@@ -282,7 +283,7 @@ governed relay = AgentWorkers
 admit :: Relay -> Secret -> B.ByteString -> Joined -> Connection -> IO ()
 admit relay secret build j local = do
   r <- try $ timeout (10 * 1000000) $ do
-    auth <- authenticateWorker secret B.empty local
+    auth <- authenticateWorker (rlNonces relay) secret B.empty local
     case auth of
       Left failure -> pure (Left (show failure))
       Right () -> do
