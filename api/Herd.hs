@@ -56,7 +56,7 @@
 -- * No result is lost or duplicated: each task's result is delivered
 --   exactly once; a lost worker's unfinished tasks run on another.
 -- * A task that kills its workers is named ('TaskKilledWorkers') after
---   'configMaxTaskDeaths' deaths, not retried forever.
+--   'Herd.Config.configMaxTaskDeaths' deaths, not retried forever.
 -- * No caller waits forever: if every worker is lost and none is coming
 --   back, the call throws; every call is answered exactly once.
 -- * No worker process is leaked: workers exit when the master does, even
@@ -69,13 +69,17 @@
 --
 -- The guide (@docs/guide.md@) walks through the API by task; operations
 -- (@docs/operations.md@) covers launching on clusters, secrets and TLS,
--- the dashboard and tuning.
+-- the dashboard and tuning. Settings are in "Herd.Config", statistics and
+-- the live status in "Herd.Monitor", the command line in "Herd.Options".
 module Herd
   ( -- * Starting a cluster
     -- | 'withCluster' starts the master and its workers and runs the body
     -- with the cluster; 'Herd.Options.herdMain' does the same from the
-    -- command line.
+    -- command line. Its settings, a plain record, are in "Herd.Config";
+    -- statistics, the status and the dashboard in "Herd.Monitor".
     withCluster
+  , Config
+  , defaultConfig
   , Cluster
   , clusterAddress
   , clusterJoinCommand
@@ -83,29 +87,21 @@ module Herd
   , clusterWorkerInfo
   , WorkerInfo (..)
   , waitForWorkers
-  , ConnectionCounters (..)
-  , clusterCounters
   , serveIfWorker
-    -- * Configuration
-    -- | A plain record: start from 'defaultConfig' and change what you
-    -- need; 'withCluster' refuses a bad field with 'ConfigError' naming it.
-  , Config (..)
-  , defaultConfig
-  , Pinning (..)
-  , MemoryLimit (..)
-  , Batching (..)
-  , HostSpec (..)
-  , SecretSource (..)
     -- * Tasks: the functions workers run
+    -- | Each kind of function (a 'Task', a 'Process', an 'Evolver', a
+    -- 'RefTask', a 'Reducer') is built by its own function inside a
+    -- @static@ form, and 'named' names any of them.
   , Task
   , task
   , named
+  , simulatedWork
     -- * Farms: a function over a list
     -- | 'farm' gives results in input order and fails with the first task
     -- that fails; 'farmEither' gives each task its own answer;
-    -- 'farmAsCompleted' hands results over as they arrive.
+    -- 'farmAsCompleted' hands results over as they arrive
+    -- ('Herd.Monitor.farmMeasured' also measures it).
   , farm
-  , farmWithStats
   , farmAsCompleted
   , farmEither
     -- * Shared values: sent once to every worker, taken by handle
@@ -121,8 +117,10 @@ module Herd
     -- | 'farmRefs' leaves each result on the worker that made it, behind a
     -- 'Ref' ('putRefs' holds values as they are); 'mapRefs' runs a function
     -- where each value lives and leaves its result there; 'queryRefs' brings
-    -- the result back; 'fetchMany' brings values back; 'release' drops them. A value lost with its
-    -- worker is recomputed from the task and input that made it.
+    -- the result back; 'fetch' and 'fetchMany' bring values back; 'release'
+    -- and 'releaseMany' drop them. A value lost with its worker is
+    -- recomputed from the task and input that made it. A 'Ref' belongs to
+    -- the cluster that made it; another refuses it ('ForeignHandle').
   , Ref
   , RefTask
   , RefCodecs
@@ -137,6 +135,7 @@ module Herd
   , fetch
   , fetchMany
   , release
+  , releaseMany
     -- * Reductions combined on the workers
     -- | 'farmReduce' combines the results with an associative function,
     -- 'reduceByKey' per key; each worker combines whole groups of inputs,
@@ -151,17 +150,15 @@ module Herd
     -- * Stream processes: a list function on a worker, element by element
   , Process
   , process
-  , namedProcess
   , withStream
   , instantiate
     -- * Stateful evolution: states kept on the workers between calls
     -- | The particle filter's API: 'resetStates' spreads states over the
     -- workers, 'evolveMany' steps those you give inputs to, and only the
-    -- step's outputs come back.
+    -- step's outputs come back. The @With@ forms take per-call options.
   , Evolve
   , Evolver
   , evolver
-  , namedEvolver
   , StateId
   , stateIdWord
   , resetStates
@@ -172,63 +169,20 @@ module Herd
   , evolveManyWith
   , EvolveStats (..)
   , populationSize
-  , MasterLoop (..)
-  , masterLoopName
-  , TransportKind (..)
-  , transportName
-  , parseTransportKind
-    -- * Statistics
-  , FarmStats
-  , JobStats (..)
-  , WorkerStats (..)
-  , renderStats
-  , renderPacketStats
-  , PeerStats (..)
-  , clusterPacketStats
-  , meanPerPacket
-  , FlushReason (..)
-    -- * Watching a running cluster
-    -- | Set 'configDashboard' to serve a live page, JSON and Prometheus
-    -- metrics (see docs/operations.md, "Watching a cluster"); from code,
-    -- 'clusterStatus' is the same snapshot.
-  , clusterDashboard
-  , clusterStatus
-  , Status (..)
-  , WorkerRow (..)
-  , WorkerState (..)
-  , JobRow (..)
-  , Account (..)
-  , Departure (..)
-  , SessionView (..)
-  , statusJson
-  , prometheusText
-    -- * Simulated work
-    -- | For scale tests: a function declares the time it stands for, slept
-    -- in a real worker and simulated in a simulated host (see
-    -- 'configSimulatedWorkers').
-  , simulatedWork
     -- * Errors
     -- | Every failure herd reports is a 'HerdError', shown as a sentence.
   , HerdError (..)
   ) where
 
-import Herd.Settings
-import Herd.Transport (transportName, parseTransportKind)
+import Herd.Settings (Config, defaultConfig)
 import Herd.Core.Error
 import Herd.Master.Job.Evolve
 import Herd.Master.Job.Farm
 import Herd.Master
-import Herd.Core.Master.Session (SessionView (..))
-import Herd.Core.Monitor.Ledger (Account (..), Departure (..))
-import Herd.Master.Monitor.Render (prometheusText, statusJson)
-import Herd.Core.Monitor.Status (JobRow (..), Status (..), WorkerRow (..), WorkerState (..))
-import Herd.Packet (PeerStats (..), meanPerPacket)
-import Herd.Core.Packet.Policy (FlushReason (..))
 import Herd.Task.WorkCost (simulatedWork)
 import Herd.Master.Job.Shared
 import Herd.Master.Job.Reduce
 import Herd.Master.Job.Refs
-import Herd.Master.Monitor.Stats
 import Herd.Master.Job.Stream
 import Herd.Task
 import Herd.Node (serveIfWorker)

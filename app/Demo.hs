@@ -13,6 +13,8 @@ import Control.Monad (unless, when)
 import Data.IORef
 import qualified Data.IntMap.Strict as IM
 import Herd
+import Herd.Config
+import Herd.Monitor
 import Herd.Options
 import System.Exit (exitWith, ExitCode (..))
 import Herd.Examples.Fib (fib, fibTask)

@@ -11,6 +11,7 @@ import Control.Monad (forM_, replicateM)
 import Data.Maybe (isNothing)
 import GHC.Clock (getMonotonicTime)
 import Herd
+import Herd.Config
 import qualified Data.ByteString.Char8 as BC
 import Test.Hspec
 import TestTasks (SlowToDecode (..), slowToDecodeTask, squareTask)

@@ -15,6 +15,8 @@ import Data.List (foldl', isInfixOf, sort)
 import qualified Data.Text as T
 import GHC.Fingerprint (Fingerprint (..))
 import Herd
+import Herd.Config
+import Herd.Monitor
 import Herd.Transport.Auth
 import Herd.Sys.BuildId (buildIdentity)
 import Herd.Sys.Clock (monotonicSeconds)
@@ -81,7 +83,7 @@ transportSpec transport loop = describe ("over " ++ transportName transport ++ "
 
   it "runs many tiny tasks and reports per-worker statistics" $
     withOver 2 $ \_ cluster -> do
-      (ys, stats) <- farmWithStats cluster squareTask [0 .. 99999]
+      (ys, stats) <- farmMeasured cluster squareTask [0 .. 99999]
       sum ys `shouldBe` sum (map (\x -> x * x) [0 .. 99999 :: Int])
       sum (map statTasks (jobWorkerStats stats)) `shouldBe` 100000
       length (jobWorkerStats stats) `shouldBe` 2
@@ -154,7 +156,7 @@ transportSpec transport loop = describe ("over " ++ transportName transport ++ "
 
   it "measures each worker's busy time from the first task of a batch to its last" $
     withOver 2 $ \_ cluster -> do
-      (_, stats) <- farmWithStats cluster sleepySquareTask [ (20, x) | x <- [1 .. 20] ]
+      (_, stats) <- farmMeasured cluster sleepySquareTask [ (20, x) | x <- [1 .. 20] ]
       let busy = sum (map statBusy (jobWorkerStats stats))
       -- 20 tasks of 20 ms: 0.4 s of work, all of it counted
       (busy > 0.38 && busy < 0.6) `shouldBe` True

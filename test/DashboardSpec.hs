@@ -15,6 +15,8 @@ import qualified Data.Map.Strict as M
 import Browser
 import ClusterSpec (eventually, withTestClusterConfig)
 import Herd
+import Herd.Config
+import Herd.Monitor
 import Herd.Settings (validateConfig)
 import Herd.Core.Monitor.Ledger
 import Herd.Master.Monitor.Render (escapeLabel)

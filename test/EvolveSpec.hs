@@ -9,6 +9,7 @@ import Data.IORef
 import Data.List (nub, sort)
 import qualified Data.Map.Strict as M
 import Herd
+import Herd.Config
 import Herd.Examples.ParticleFilter
 import ClusterSpec (eventually, withTestClusterConfig)
 import System.Posix.Signals (sigKILL, signalProcess)

@@ -6,6 +6,7 @@ module FuzzSpec (spec) where
 
 import Control.Monad (forM_)
 import Herd
+import Herd.Config
 import Herd.Fuzz
 import Herd.Fuzz.Mutate (mutate, sentinelFrame)
 import Herd.Task (taskRef)

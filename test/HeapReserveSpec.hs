@@ -8,6 +8,7 @@ import Data.Either (isLeft)
 import GHC.RTS.Flags (getGCFlags, minOldGenSize)
 import GHC.Stats (RTSStats (..), getRTSStats, getRTSStatsEnabled)
 import Herd
+import Herd.Config
 import Herd.Settings (validateConfig)
 import Herd.Sys.HeapReserve
 import ClusterSpec (withTestClusterConfig)

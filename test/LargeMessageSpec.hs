@@ -17,6 +17,7 @@ import Data.List (foldl')
 import qualified Data.Map.Strict as M
 import ClusterSpec (withTestClusterConfig)
 import Herd
+import Herd.Config
 import Herd.Examples.Eden (echoProcess, wordsItem)
 import TestTasks (byteSumEvolver, byteSumTask)
 import Herd.Master.Link (LinkHandle (..), openLink, stopWriting)

@@ -7,6 +7,8 @@ import Control.Concurrent (threadDelay)
 import Data.List (isInfixOf)
 import qualified Data.ByteString.Char8 as BC
 import Herd
+import Herd.Config
+import Herd.Monitor
 import Herd.Node.Memory (hostMemoryBytes, residentBytes, resolveMemoryLimit)
 import Herd.Core.Launch.MemoryPolicy (MemoryVerdict (..), memoryVerdict, softShare)
 import qualified Data.Map.Strict as M

@@ -5,6 +5,8 @@ module OptionsSpec (spec) where
 import Control.Exception (try)
 import Data.List (isInfixOf)
 import Herd
+import Herd.Config
+import Herd.Monitor
 import Herd.Options
 import Options.Applicative
 import System.Directory (getTemporaryDirectory, removeFile)

@@ -16,6 +16,8 @@ import Control.Monad
 import Data.IORef
 import Data.List (isInfixOf)
 import Herd
+import Herd.Config
+import Herd.Monitor
 import System.Posix.Signals (sigCONT, sigKILL, sigSTOP, signalProcess)
 import Herd.Sys.Clock (monotonicSeconds)
 import System.Timeout (timeout)
@@ -49,7 +51,7 @@ spec = describe "recovery of a cluster of local worker processes" $ do
             ws <- clusterWorkerInfo cluster
             pure (length ws == 2 && infoPid victim `notElem` map infoPid ws)
       eventually replaced `shouldReturn` True
-      (ys, stats) <- farmWithStats cluster sleepySquareTask [ (5, x) | x <- [0 .. 39] ]
+      (ys, stats) <- farmMeasured cluster sleepySquareTask [ (5, x) | x <- [0 .. 39] ]
       ys `shouldBe` [ x * x | x <- [0 .. 39] ]
       length [ s | s <- jobWorkerStats stats, statTasks s > 0 ] `shouldBe` 2
       countRestarts <$> clusterCounters cluster `shouldReturn` 1

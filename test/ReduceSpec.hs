@@ -9,6 +9,8 @@ import Control.Concurrent.Async (withAsync, wait)
 import qualified Data.ByteString.Char8 as BC
 import qualified Data.Map.Strict as M
 import Herd
+import Herd.Config
+import Herd.Monitor
 import Herd.Master.Job.Reduce (reduceGroups)
 import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec

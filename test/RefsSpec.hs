@@ -8,6 +8,8 @@ import Control.Concurrent.Async (wait, withAsync)
 import Control.Exception (try)
 import qualified Data.ByteString.Char8 as BC
 import Herd
+import Herd.Config
+import Herd.Monitor
 import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec
 import qualified Data.Map.Strict as M
@@ -35,7 +37,7 @@ spec = describe "results that stay on the workers" $ do
       held <- putRefs one [1 .. 10 :: Int]
       foreignTo "Ref" (fetchMany two held)
       foreignTo "Ref" (mapRefs two refSquare held)
-      foreignTo "Ref" (release two held)
+      foreignTo "Ref" (releaseMany two held)
       -- nothing of the cluster that made them was touched
       fetchMany one held `shouldReturn` [1 .. 10]
       ids <- resetStates one countEvolver [1 .. 4]
@@ -57,7 +59,7 @@ spec = describe "results that stay on the workers" $ do
       fetchMany cluster squares `shouldReturn` [ x * x | x <- [1 .. 200] ]
       fetch cluster (head incs) `shouldReturn` 2
       populationSize cluster `shouldReturn` 400
-      release cluster squares
+      releaseMany cluster squares
       populationSize cluster `shouldReturn` 200
       r <- try (fetch cluster (head squares))
       case r of

@@ -13,6 +13,8 @@ import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Data.Word (Word64)
 import Herd
+import Herd.Config
+import Herd.Monitor
 import Herd.Core.Shared
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 import System.Directory (doesDirectoryExist, doesFileExist, getTemporaryDirectory, listDirectory)

@@ -16,6 +16,7 @@ import Data.Bits (shiftR)
 import Data.List (foldl', nub, sort)
 import qualified Data.ByteString.Char8 as BC
 import Herd
+import Herd.Config
 import Herd.Core.Base (TaskRef (..))
 import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Core.Evolve.Held

@@ -42,6 +42,8 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as BC
 import GHC.StaticPtr (StaticPtr)
 import Herd
+import Herd.Config
+import Herd.Monitor
 import System.Exit (ExitCode (..))
 import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Process (exitImmediately)
@@ -165,14 +167,14 @@ spinTask = static (named "spin" (task spin))
 
 -- | Running sums of a stream: each output depends on all inputs so far.
 runningSumProcess :: StaticPtr (Process Int Int)
-runningSumProcess = static (namedProcess "runningSum" (process (scanl1 (+))))
+runningSumProcess = static (named "runningSum" (process (scanl1 (+))))
 
 failAt5 :: [Int] -> [Int]
 failAt5 = map (\x -> if x == 5 then error "five is not allowed" else x)
 
 -- | A stream process that throws on the element 5.
 failAt5Process :: StaticPtr (Process Int Int)
-failAt5Process = static (namedProcess "failAt5" (process failAt5))
+failAt5Process = static (named "failAt5" (process failAt5))
 
 -- An evolve step for the tests: a state is a number; input k makes k
 -- children (state + j for j in 0..k-1), each reporting state * 10 + j;

@@ -14,6 +14,7 @@ import qualified Data.ByteString.Char8 as BC
 import Data.Bits (xor)
 import Data.IORef
 import Herd
+import Herd.Config
 import Herd.Transport (closeConnection, recvFrame, sendFrameStrict)
 import Herd.Transport.Tcp (acceptTcp, connectTcp, listenPort, listenTcp)
 import Herd.Transport.Tls (newTlsIdentity, tlsAccept, tlsConnect)

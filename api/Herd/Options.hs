@@ -35,6 +35,9 @@ import Control.Exception (throwIO)
 import Control.Monad (unless, when)
 import Data.Char (isDigit)
 import Herd
+import Herd.Config
+import Herd.Config
+import Herd.Monitor
 import Herd.Settings (parseDashboardAddress, parseHostList, parseHostsFile)
 import Herd.Node (parseHostPort)
 import Options.Applicative

@@ -19,7 +19,7 @@ import Control.Exception (throwIO, ErrorCall (..))
 import Control.Monad (forM, forM_, when)
 import qualified Data.ByteString as B
 import Foreign.C.Types (CDouble (..), CInt (..), CLong (..))
-import Herd
+import Herd.Config
 import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Packet (sendMessageTail)
 import Herd.Core.Packet.Policy (Urgency (..))

@@ -21,6 +21,8 @@ import Control.Monad
 import Data.IORef
 import Data.Word (Word64)
 import Herd
+import Herd.Config
+import Herd.Monitor
 import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Examples.Eden (echoProcess, wordsItem)
 import Herd.Examples.Fib (fib, fibTask)

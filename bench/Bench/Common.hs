@@ -26,6 +26,8 @@ import Bench.Plot
 import Control.Exception (evaluate)
 import GHC.Stats (allocated_bytes, getRTSStats, getRTSStatsEnabled)
 import Herd
+import Herd.Config
+import Herd.Monitor
 import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Examples.Eden (churn, warmTask)
 import System.Mem (performMinorGC)

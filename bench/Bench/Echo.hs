@@ -14,6 +14,7 @@ import qualified Data.Vector.Unboxed as U
 import Bench.Common
 import Bench.Plot
 import Herd
+import Herd.Config
 import Herd.Examples.Eden (echoProcess, wordsItem)
 import Herd.Core.Report
 import System.IO

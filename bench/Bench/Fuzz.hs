@@ -10,6 +10,7 @@ module Bench.Fuzz
 
 import Control.Monad (forM, when)
 import Herd
+import Herd.Config
 import Herd.Examples.Eden (incrementTask)
 import Herd.Fuzz
 import Herd.Core.Report

@@ -18,6 +18,8 @@ import Control.Monad (foldM, forM_, unless, when)
 import qualified Data.Vector.Unboxed as VU
 import Bench.Common (timed)
 import Herd
+import Herd.Config
+import Herd.Monitor
 import Herd.Core.Report
 import Herd.Examples.KMeans
 import System.Exit (die)
@@ -71,7 +73,7 @@ run o = do
                               <$> queryRefs cluster kmeansRefQuery [ (s, cs) | s <- slices ])
                   start [1 .. optIterations o]
       b1 <- masterBytes cluster
-      release cluster slices
+      releaseMany cluster slices
       pure (cs, b1 - b0)
     resent <- measure cluster "resent" $ do
       b0 <- masterBytes cluster

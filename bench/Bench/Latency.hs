@@ -36,6 +36,7 @@ import Foreign.C.Types (CInt (..), CLong (..))
 import Foreign.Marshal.Array (allocaArray, peekArray)
 import Foreign.Ptr (Ptr)
 import Herd
+import Herd.Config
 import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Master (withRawWorker)
 import Herd.Master.Link (LinkHandle (..), openLink, stopWriting)

@@ -21,6 +21,7 @@ import Control.Exception (evaluate)
 import Control.Monad (forM, unless, when)
 import Control.Parallel.Strategies (parList, rdeepseq, using)
 import Herd
+import Herd.Config
 import Herd.Examples.Fib (fib, fibTask)
 import Herd.Node.Topology (physicalCores)
 import Herd.Core.Report

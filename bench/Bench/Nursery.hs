@@ -8,6 +8,7 @@ module Bench.Nursery
 
 import Control.Monad (forM, when)
 import Herd
+import Herd.Config
 import Herd.Examples.Alloc (mapBuildTask)
 import Herd.Core.Report
 import Herd.Sys.Clock (monotonicSeconds)

@@ -22,6 +22,7 @@ import Control.Monad (forM, when)
 import qualified Data.Vector.Unboxed as U
 import Bench.Common
 import Herd
+import Herd.Config
 import Herd.Settings (validateConfig)
 import Herd.Examples.Eden (echoProcess, incrementTask, wordsItem)
 import Herd.Core.Report

@@ -38,6 +38,8 @@ import Data.List (intercalate)
 import Text.Printf (printf)
 import Bench.Plot
 import Herd
+import Herd.Config
+import Herd.Monitor
 import Herd.Settings (defaultWorkerRtsOptions)
 import Herd.Examples.ParticleFilter
 import Herd.Core.Report

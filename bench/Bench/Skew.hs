@@ -14,6 +14,7 @@ import qualified Data.Map.Strict as M
 import Data.List (foldl', sort)
 import Bench.Common (timed)
 import Herd
+import Herd.Config
 import Herd.Examples.Skew
 import Herd.Core.Report
 import System.IO

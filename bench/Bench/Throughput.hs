@@ -12,6 +12,7 @@ module Bench.Throughput
 import Control.Monad (forM, when)
 import Bench.Common
 import Herd
+import Herd.Config
 import Herd.Examples.Eden (incrementTask)
 import Herd.Core.Report
 import System.IO

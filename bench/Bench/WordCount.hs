@@ -16,6 +16,8 @@ import Control.Monad (unless, when)
 import qualified Data.Map.Strict as M
 import Bench.Common (timed)
 import Herd
+import Herd.Config
+import Herd.Monitor
 import Herd.Core.Report
 import Herd.Examples.WordCount
 import System.Exit (die)

@@ -32,7 +32,7 @@ import Data.List (sort)
 import qualified Data.Vector.Unboxed as U
 import Data.Word (Word16)
 import GHC.StaticPtr (StaticPtr)
-import Herd (Process, namedProcess, process)
+import Herd (Process, named, process)
 import Herd (Task, named, task)
 
 -- | @x -> x + 1@: a task that costs nothing, so only herd's own cost shows.
@@ -58,7 +58,7 @@ countTo n = [1 .. n]
 
 -- | Eden's @echo = process id@, over items of machine words.
 echoProcess :: StaticPtr (Process (U.Vector Int) (U.Vector Int))
-echoProcess = static (namedProcess "echo" (process id))
+echoProcess = static (named "echo" (process id))
 
 -- | An item of this many machine words (a length word plus @w - 1@ data
 -- words, so one word is the smallest item).
@@ -67,16 +67,16 @@ wordsItem w i = U.generate (max 0 (w - 1)) (+ i)
 
 -- | Eden's @parsort@ child: sort a stream of numbers.
 sortProcess :: StaticPtr (Process Int Int)
-sortProcess = static (namedProcess "sort" (process sort))
+sortProcess = static (named "sort" (process sort))
 
 -- | @parsortchunk@'s child: input arrives in chunks, output goes back
 -- element by element.
 sortConcatProcess :: StaticPtr (Process [Int] Int)
-sortConcatProcess = static (namedProcess "sort . concat" (process (sort . concat)))
+sortConcatProcess = static (named "sort . concat" (process (sort . concat)))
 
 -- | @parsortchunk2@'s child: sort each chunk; the caller merges them.
 sortEachProcess :: StaticPtr (Process [Int] [Int])
-sortEachProcess = static (namedProcess "map sort" (process (map sort)))
+sortEachProcess = static (named "map sort" (process (map sort)))
 
 -- | Deal a list round robin into @n@ sublists (Eden's @unshuffleN@).
 unshuffle :: Int -> [a] -> [[a]]

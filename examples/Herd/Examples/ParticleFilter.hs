@@ -45,7 +45,7 @@ import Data.Store (Store)
 import Data.Word (Word64)
 import GHC.Generics (Generic)
 import GHC.StaticPtr (StaticPtr)
-import Herd (Evolver, evolver, namedEvolver, simulatedWork)
+import Herd (Evolver, evolver, named, simulatedWork)
 
 -- | One hypothesis: where the object is, how fast it goes, and the seed of
 -- its own noise.
@@ -112,7 +112,7 @@ integrate n x0 v0 = go n x0 v0
 
 -- | 'stepParticle' as an evolve function workers can run.
 particleStep :: StaticPtr (Evolver Particle FilterInput FilterOutput)
-particleStep = static (namedEvolver "particle filter step" (evolver stepParticle))
+particleStep = static (named "particle filter step" (evolver stepParticle))
 
 -- | A run's parameters.
 data FilterSetup = FilterSetup

@@ -10,7 +10,7 @@ module Herd.Examples.Skew
 
 import Foreign.C.Types (CInt (..), CUInt (..))
 import GHC.StaticPtr (StaticPtr)
-import Herd (Evolver, evolver, namedEvolver)
+import Herd (Evolver, evolver, named)
 import System.IO.Unsafe (unsafePerformIO)
 
 -- | A state is its step's cost in seconds; a step sleeps that long and
@@ -25,7 +25,7 @@ foreign import ccall safe "usleep" c_usleep :: CUInt -> IO CInt
 
 -- | 'sleepStep' as an evolve function.
 skewStep :: StaticPtr (Evolver Double () Double)
-skewStep = static (namedEvolver "skew sleep" (evolver sleepStep))
+skewStep = static (named "skew sleep" (evolver sleepStep))
 
 -- | @n@ states of @unit@ seconds, one of them (the middle one) @slow@.
 skewStates :: Int -> Double -> Double -> [Double]

@@ -47,7 +47,7 @@ step (Particle pos vel seed) (Input copies k seen) =
 
 -- | 'step' as an evolve function the workers run.
 stepFn :: StaticPtr (Evolver Particle Input (Double, Double))
-stepFn = static (namedEvolver "particle step" (evolver step))
+stepFn = static (named "particle step" (evolver step))
 
 -- | Where the object truly is at step k: it moves at speed 2.
 truth :: Int -> Double

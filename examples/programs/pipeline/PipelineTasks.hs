@@ -9,8 +9,8 @@ import Herd
 
 -- | Each number squared.
 squares :: StaticPtr (Process Integer Integer)
-squares = static (namedProcess "squares" (process (map (\x -> x * x))))
+squares = static (named "squares" (process (map (\x -> x * x))))
 
 -- | The sums so far.
 runningSums :: StaticPtr (Process Integer Integer)
-runningSums = static (namedProcess "runningSums" (process (scanl1 (+))))
+runningSums = static (named "runningSums" (process (scanl1 (+))))

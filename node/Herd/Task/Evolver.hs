@@ -17,7 +17,6 @@ module Herd.Task.Evolver
   , Evolver
   , EvolverCodecs (..)
   , evolver
-  , namedEvolver
     -- * For the drivers
   , EvolveRunner (..)
   , decodedRunner
@@ -88,10 +87,6 @@ decodedRunner step = EvolveRunner $ \stateBytes inputBytes -> do
   case decoded of
     Left (e :: SomeException) -> pure (Left (DoesNotDecode (displayException e)))
     Right (s, i) -> Right <$> step stateBytes s i
-
--- | Give an evolve function a name for error messages ('named').
-namedEvolver :: String -> Evolver s i o -> Evolver s i o
-namedEvolver = named
 
 -- | The reference the master sends to name a static evolve function.
 evolverRef :: StaticPtr (Evolver s i o) -> TaskRef

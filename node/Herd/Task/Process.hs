@@ -12,7 +12,6 @@ module Herd.Task.Process
   ( Process
   , ProcessCodecs (..)
   , process
-  , namedProcess
     -- * For the drivers
   , ProcessRunner (..)
   , processRef
@@ -77,10 +76,6 @@ process f = Closure
       Left (j, why) -> throw (ErrorCall ("input element " ++ show (i + j) ++ " does not decode: " ++ why))
 
 {-# INLINE process #-}
-
--- | Give a process a name for error messages ('named').
-namedProcess :: String -> Process a b -> Process a b
-namedProcess = named
 
 -- | The reference the master sends to instantiate a static process.
 processRef :: StaticPtr (Process a b) -> TaskRef

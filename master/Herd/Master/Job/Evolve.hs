@@ -33,7 +33,6 @@ module Herd.Master.Job.Evolve
     Evolve
   , Evolver
   , evolver
-  , namedEvolver
   , StateId
   , stateIdWord
   , stateCluster

@@ -12,7 +12,7 @@
 module Herd.Master.Job.Farm
   ( farm
   , farmEither
-  , farmWithStats
+  , farmMeasured
   , farmAsCompleted
   , FarmStats
     -- * Farms of a function known by reference (for "Herd.Master.Job.Reduce")
@@ -49,15 +49,15 @@ taskFn f = TaskFn (taskRef f) (taskCodecs f)
 
 -- | Apply the function to every element; results in input order.
 farm :: Cluster -> StaticPtr (Task a b) -> [a] -> IO [b]
-farm cluster f xs = fst <$> farmWithStats cluster f xs
+farm cluster f xs = fst <$> farmMeasured cluster f xs
 
 -- | 'farm' for a function known by reference.
 farmFn :: Cluster -> TaskFn a b -> [a] -> IO [b]
 farmFn cluster f xs = fst <$> farmFnWithStats cluster f xs
 
 -- | Like 'farm', also returning the job's statistics.
-farmWithStats :: Cluster -> StaticPtr (Task a b) -> [a] -> IO ([b], FarmStats)
-farmWithStats cluster = farmFnWithStats cluster . taskFn
+farmMeasured :: Cluster -> StaticPtr (Task a b) -> [a] -> IO ([b], FarmStats)
+farmMeasured cluster = farmFnWithStats cluster . taskFn
 
 farmFnWithStats :: Cluster -> TaskFn a b -> [a] -> IO ([b], FarmStats)
 farmFnWithStats cluster f@(TaskFn _ codecs) xs = do

@@ -10,7 +10,7 @@
 -- > squares <- farmRefs cluster squareTask [1 .. 1000]   -- results stay on the workers
 -- > halves  <- mapRefs cluster halfTask squares           -- each runs where its input is
 -- > xs      <- fetchMany cluster halves                   -- only now do values come back
--- > release cluster (squares ++ halves)
+-- > releaseMany cluster (squares ++ halves)
 --
 -- Refs are states of the cluster's evolve population ("Herd.Master.Job.Evolve"),
 -- which already keeps values on the workers behind ids, runs each step
@@ -42,6 +42,7 @@ module Herd.Master.Job.Refs
   , fetch
   , fetchMany
   , release
+  , releaseMany
   ) where
 
 import Control.Exception (evaluate, throwIO)
@@ -191,9 +192,13 @@ fetchMany cluster refs = do
     Just [(kept, value)] -> value <$ writeIORef r (Just kept)
     _ -> throwIO (EvolveFailed "fetch" (show i) "the value did not come back")
 
+-- | Drop this value from its worker; the Ref may not be used again.
+release :: Cluster -> Ref a -> IO ()
+release cluster r = releaseMany cluster [r]
+
 -- | Drop these values from the workers; the Refs may not be used again.
-release :: Cluster -> [Ref a] -> IO ()
-release cluster refs = do
+releaseMany :: Cluster -> [Ref a] -> IO ()
+releaseMany cluster refs = do
   mapM_ (ownRef cluster) refs
   ids <- fmap concat $ forM refs $ \(Ref _ r) -> atomicModifyIORef' r (\i -> (Nothing, maybe [] pure i))
   releaseStatesRaw cluster ids

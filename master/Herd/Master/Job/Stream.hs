@@ -30,7 +30,6 @@
 module Herd.Master.Job.Stream
   ( Process
   , process
-  , namedProcess
   , withStream
   , instantiate
   ) where
