@@ -26,7 +26,8 @@ import Herd.Core.Master.Events
 import Herd.Core.Master.Session
 import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Scheduler (WorkerId, liveWorkers, outstandingFor, pendingTasks, rangeIndices)
-import Herd.Task (TaskRef, taskRef)
+import Herd.Task (taskRef)
+import Herd.Core.Base (TaskRef (..))
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 import Test.Hspec
 import Test.QuickCheck hiding (Args)
@@ -274,7 +275,7 @@ act w a = case a of
     let start ws = if null ws then Left NoWorkers
                    else Right (resetMachine, M.fromList [ (x, ()) | x <- ws ], [ SendTo x StatesReset | x <- ws ])
         sid = fromIntegral (wNextId w)
-    feed (SessionStart sid (SessionRequest "reset" limit start))
+    feed (SessionStart sid (SessionRequest "reset" limit Nothing start))
          w { wSessions = M.insert sid [] (wSessions w), wNextId = wNextId w + 1 }
   where
     onWorker k f = case pick k (M.toList (wWorkers w)) of
@@ -362,6 +363,12 @@ inertMachine = Machine { machineMessage = \_ _ _ st -> (st, []), machineLost = \
                        , machineJoined = \_ _ st -> (st, []), machineStarved = \st -> (st, [])
                        , machineDone = const False, machineView = const Nothing }
 
+-- A session that keeps the messages it is given and is done at the first.
+recordMachine :: Machine [FromWorker]
+recordMachine = Machine { machineMessage = \_ _ m ms -> (ms ++ [m], []), machineLost = \_ _ _ st -> (st, [])
+                        , machineJoined = \_ _ st -> (st, []), machineStarved = \st -> (st, [])
+                        , machineDone = not . null, machineView = const Nothing }
+
 spec :: Spec
 spec = describe "Herd.Core.Master.Core" $ do
   it "answers every caller once, accepts every task once, and streams return their input, under random interleavings" $
@@ -412,24 +419,55 @@ spec = describe "Herd.Core.Master.Core" $ do
       [[Left (TaskKilledWorkers 17 _ 3 _)]] -> True
       _ -> False
 
-  it "forgets a session whose caller gave up, so the next one starts; a cancel of another number does nothing" $ do
+  it "forgets a session whose caller gave up; a cancel of another number does nothing; sessions run side by side" $ do
     let start ws = Right (inertMachine, (), [ SendTo x StatesReset | x <- ws ])
-        req = SessionRequest "inert" Nothing start
+        req = SessionRequest "inert" Nothing Nothing start
         answered out = [ (sid, r) | SessionEnded sid r <- out ]
         (c1, _) = step 0 (LinkUp 1) emptyCore
         (c2, _) = step 0 (SessionStart 7 req) c1
         (c3, _) = step 0 (SessionCancel 8) c2       -- not the running one
-        (_, refused) = step 0 (SessionStart 9 req) c3
+        (_, beside) = step 0 (SessionStart 9 req) c3
         (c5, _) = step 0 (SessionCancel 7) c3
         (_, started) = step 0 (SessionStart 10 req) c5
-    -- refused: session 7 still runs
-    answered refused `shouldBe` [(9, Left (EvolveFailed "" "" "another evolve call is running on this cluster"))]
+    -- session 9 starts beside 7, which still runs
+    answered beside `shouldBe` []
+    beside `shouldBe` [Send 1 Urgent StatesReset]
     answered started `shouldBe` []   -- started: no answer yet
     started `shouldBe` [Send 1 Urgent StatesReset]
+    -- the same number twice is refused
+    answered (snd (step 0 (SessionStart 7 req) c2)) `shouldSatisfy` (\a -> map fst a == [7] && all (either (const True) (const False) . snd) a)
+
+  it "routes each worker's answer to the session that asked, and names each session's function before its states" $ do
+    let other = ref { refName = "other" }
+        asker f s = SessionRequest "ask" Nothing (Just f) (\ws -> Right (recordMachine, [], [ SendTo w (EvolveState s B.empty) | w <- ws ]))
+        ended out = [ (sid, fmap (fmap endState . outcomeEnd) r) | SessionEnded sid r <- out ]
+        (c1, _) = step 0 (LinkUp 1) emptyCore
+        (c2, openA) = step 0 (SessionStart 7 (asker ref 100)) c1
+        (c3, openB) = step 0 (SessionStart 9 (asker other 200)) c2
+        (c4, endB) = step 0 (Received 1 (StateEvolved 200 5 [])) c3
+        (c5, endA) = step 0 (Received 1 (StateEvolved 100 5 [])) c4
+        (_, againA) = step 0 (SessionStart 11 (asker ref 300)) c5
+    openA `shouldBe` [SendAll 1 [EvolveWith ref, EvolveState 100 B.empty]]
+    openB `shouldBe` [SendAll 1 [EvolveWith other, EvolveState 200 B.empty]]
+    ended endB `shouldBe` [(9, Right (Just [StateEvolved 200 5 []]))]
+    ended endA `shouldBe` [(7, Right (Just [StateEvolved 100 5 []]))]
+    -- the worker was told "other" last: a call of "square" names it again
+    againA `shouldBe` [SendAll 1 [EvolveWith ref, EvolveState 300 B.empty]]
+
+  it "gives each worker's StatesCleared to the oldest session that asked it to reset" $ do
+    let resets = SessionRequest "reset" Nothing Nothing (\ws -> Right (recordMachine, [], [ SendTo w StatesReset | w <- ws ]))
+        ended out = [ sid | SessionEnded sid _ <- out ]
+        (c1, _) = step 0 (LinkUp 1) emptyCore
+        (c2, _) = step 0 (SessionStart 7 resets) c1
+        (c3, _) = step 0 (SessionStart 9 resets) c2
+        (c4, first) = step 0 (Received 1 StatesCleared) c3
+        (_, second) = step 0 (Received 1 StatesCleared) c4
+    ended first `shouldBe` [7]
+    ended second `shouldBe` [9]
 
   it "gathers a session's messages per worker: each live worker once, in the workers' order, its messages in the order given" $
     forAll (listOf ((,) <$> choose (1, 6 :: Int) <*> arbitrary)) $ \sends -> forAll (sublistOf [1 .. 6]) $ \linked ->
-      let req = SessionRequest "inert" Nothing (\_ -> Right (inertMachine, (), []))
+      let req = SessionRequest "inert" Nothing Nothing (\_ -> Right (inertMachine, (), []))
           -- workers 1-5 are the session's; 6 is not; only the linked ones count
           outs = [ SendTo (fromIntegral w) (Ping n B.empty) | (w, n) <- sends ]
           expected = [ (fromIntegral w, [ Ping n B.empty | (v, n) <- sends, v == w ])

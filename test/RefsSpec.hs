@@ -13,7 +13,11 @@ import Herd.Monitor
 import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec
 import qualified Data.Map.Strict as M
-import TestTasks (countEvolver, refPlus, refSlowFailAt13, refSlowInc, refSquare)
+import TestTasks (countEvolver, refPlus, refSlowFailAt13, refSlowInc, refSquare, rendezvousEvolver, rendezvousRef)
+import Control.Concurrent.Async (concurrently)
+import Control.Exception (finally)
+import System.Directory (createDirectoryIfMissing, getTemporaryDirectory, removeDirectoryRecursive)
+import System.FilePath ((</>))
 
 config :: Config
 config = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "refs-spec-secret-0123456789") }
@@ -47,6 +51,30 @@ spec = describe "results that stay on the workers" $ do
       shared <- share one (42 :: Int)
       foreignTo "Shared" (unshare two shared)
       unshare one shared
+
+  it "run beside an evolve call on the same cluster, both exact" $
+    withCluster config $ \cluster -> do
+      True <- waitForWorkers cluster 2 30
+      tmp <- getTemporaryDirectory
+      let dir = tmp </> ("herd-rendezvous-" ++ show (clusterAddress cluster))
+          file name = dir </> name
+      createDirectoryIfMissing True dir
+      flip finally (removeDirectoryRecursive dir) $ do
+        -- the evolve state on worker 1 (the call may use only it); the Refs
+        -- on workers 1 and 2: the one on worker 2 waits for the evolve
+        -- step's file, the evolve step for its: they meet only if both
+        -- calls run at once (run in turn, each waits 20 s in vain)
+        let one = defaultEvolveOptions { evolveWorkerLimit = Just 1 }
+        ids <- resetStatesWith one cluster rendezvousEvolver [(file "evolve", file "ref")]
+        refs <- putRefs cluster [(file "spare", file "spare"), (file "ref", file "evolve")]
+        (evolved, fetched) <- concurrently
+          (evolveManyWith one cluster rendezvousEvolver (M.fromList [ (i, ()) | i <- ids ]))
+          (mapRefs cluster rendezvousRef refs >>= fetchMany cluster)
+        map (map snd) (M.elems (fst evolved)) `shouldBe` [[True]]
+        fetched `shouldBe` [True, True]
+        -- and the Refs outlive a reset of the evolve states
+        _ <- resetStates cluster countEvolver [1, 2, 3]
+        fetchMany cluster refs `shouldReturn` [(file "spare", file "spare"), (file "ref", file "evolve")]
 
   it "are kept where made, used where they live, fetched unchanged, and gone once released" $
     withCluster config $ \cluster -> do

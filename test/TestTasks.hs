@@ -28,6 +28,8 @@ module TestTasks
   , bigPartBytes
   , throwingKeyedReducer
   , refSquare
+  , rendezvousEvolver
+  , rendezvousRef
   , refSlowInc
   , refPlus
   , refFailAt13
@@ -42,10 +44,9 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as BC
 import GHC.StaticPtr (StaticPtr)
 import Herd
-import Herd.Config
-import Herd.Monitor
 import System.Exit (ExitCode (..))
 import System.IO.Unsafe (unsafePerformIO)
+import System.Directory (doesFileExist)
 import System.Posix.Process (exitImmediately)
 
 square :: Int -> Int
@@ -267,3 +268,24 @@ refFailAt13 = static (named "refFailAt13" (refTask failAt13))
 -- others of the call queued.
 refSlowFailAt13 :: StaticPtr (RefTask Int Int)
 refSlowFailAt13 = static (named "refSlowFailAt13" (refTask (\x -> unsafePerformIO (threadDelay 20000) `seq` failAt13 x)))
+
+-- Make the first file, then wait (at most 20 s) for the second: two of
+-- these, each making the file the other waits for, both see it only if
+-- they run at the same time. True: the other's file came.
+rendezvous :: (FilePath, FilePath) -> Bool
+rendezvous (mine, theirs) = unsafePerformIO $ do
+  writeFile mine ""
+  let wait k
+        | k <= (0 :: Int) = pure False
+        | otherwise = doesFileExist theirs >>= \there -> if there then pure True else threadDelay 10000 >> wait (k - 1)
+  wait 2000
+{-# NOINLINE rendezvous #-}
+
+-- | 'rendezvous' as an evolve step: one child, the same state, saying
+-- whether the other file came.
+rendezvousEvolver :: StaticPtr (Evolver (FilePath, FilePath) () Bool)
+rendezvousEvolver = static (named "rendezvous" (evolver (\paths () -> [(paths, rendezvous paths)])))
+
+-- | 'rendezvous' as a task whose result stays on its worker.
+rendezvousRef :: StaticPtr (RefTask (FilePath, FilePath) Bool)
+rendezvousRef = static (named "rendezvousRef" (refTask rendezvous))

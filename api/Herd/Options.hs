@@ -36,8 +36,6 @@ import Control.Monad (unless, when)
 import Data.Char (isDigit)
 import Herd
 import Herd.Config
-import Herd.Config
-import Herd.Monitor
 import Herd.Settings (parseDashboardAddress, parseHostList, parseHostsFile)
 import Herd.Node (parseHostPort)
 import Options.Applicative

@@ -168,7 +168,7 @@ measure o nWorkers = do
               , startInputs = SM.fromList [ (s, input) | s <- live ]
               , startEstimate = estimateFrom reg
               , startLead = 0.1, startMaxDeaths = 3, startTime = now }
-            request = SessionRequest "evolvecore" Nothing
+            request = SessionRequest "evolvecore" Nothing (Just ref)
               (\ws -> (\(call, outs) -> (callMachine "evolvecore", call, outs)) <$> startCall start ws)
         (sim1, finished) <- driveCall o child now =<< coreStep o now (SessionStart k request) sim { simEnded = Nothing }
         case fmap (fmap outcomeEnd) (simEnded sim1) of

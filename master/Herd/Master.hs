@@ -52,6 +52,7 @@ module Herd.Master
     -- * Evolve sessions (used by "Herd.Master.Job.Evolve")
   , runSession
   , clusterRegistry
+  , clusterRefRegistry
     -- * Keyed reductions (used by "Herd.Master.Job.Reduce")
   , runExchange
     -- * Raw links (for the latency benchmark)
@@ -69,7 +70,8 @@ import Herd.Transport.Auth
 import Herd.Sys.BuildId (buildIdentity)
 import Herd.Settings
 import Herd.Core.Error
-import Herd.Core.Evolve.Schedule (emptyRegistry)
+import Herd.Core.Evolve.Schedule (Registry (..), emptyRegistry)
+import Herd.Core.Evolve.Registry (refIdBase)
 import Herd.Node.Local (planCpus)
 import Herd.Master.Launch.Process (Launch (..))
 import Herd.Master.Launch.Slurm (slurmTaskCount)
@@ -162,6 +164,7 @@ withMaster config raw body = do
               | otherwise -> pure host
     tag <- newClusterTag
     cluster <- Cluster cfg shell port tag <$> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newMVar emptyRegistry
+                                      <*> newMVar emptyRegistry { regNextId = refIdBase }
                                       <*> pure feed <*> newIORef Nothing
     build <- buildIdentity
     -- TLS on TCP links: a fresh key and certificate for this master

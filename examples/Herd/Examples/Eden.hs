@@ -33,7 +33,7 @@ import qualified Data.Vector.Unboxed as U
 import Data.Word (Word16)
 import GHC.StaticPtr (StaticPtr)
 import Herd (Process, named, process)
-import Herd (Task, named, task)
+import Herd (Task, task)
 
 -- | @x -> x + 1@: a task that costs nothing, so only herd's own cost shows.
 incrementTask :: StaticPtr (Task Int Int)

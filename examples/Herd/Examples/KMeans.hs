@@ -32,8 +32,6 @@ import qualified Data.Vector.Unboxed as VU
 import qualified Data.Vector.Unboxed.Mutable as VUM
 import GHC.StaticPtr (StaticPtr)
 import Herd
-import Herd.Config
-import Herd.Monitor
 
 -- | Points as x0, y0, x1, y1 ...
 type Points = VU.Vector Double

@@ -16,8 +16,6 @@ import Data.Store (Store)
 import GHC.Generics (Generic)
 import GHC.StaticPtr (StaticPtr)
 import Herd
-import Herd.Config
-import Herd.Monitor
 
 -- | A document: its number, its length in words and the vocabulary's size.
 data Doc = Doc !Int !Int !Int

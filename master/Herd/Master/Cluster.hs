@@ -13,6 +13,7 @@ module Herd.Master.Cluster
   , clusterConfig
   , clusterMasterLoop
   , clusterRegistry
+  , clusterRefRegistry
   , clusterPacketStats
   , clusterStatus
   , clusterLinks
@@ -63,6 +64,7 @@ data Cluster = Cluster
   , clClosed    :: !(TVar Bool)
   , clAdvertise :: !String
   , clRegistry  :: !(MVar Registry)    -- ^ the evolve API's population ("Herd.Master.Job.Evolve")
+  , clRefRegistry :: !(MVar Registry)  -- ^ the Refs' population ("Herd.Master.Job.Refs"), apart, so their calls run beside evolve calls
   , clFeed      :: !Feed               -- ^ recent log lines, and when the cluster started
   , clDashboard :: !(IORef (Maybe (String, Int)))  -- ^ where its dashboard listens, if it has one
   }
@@ -119,6 +121,12 @@ clusterMasterLoop c = case configMasterLoop (clConfig c) of
 -- | The evolve API's population on this cluster.
 clusterRegistry :: Cluster -> MVar Registry
 clusterRegistry = clRegistry
+
+-- | The population of the cluster's Refs ("Herd.Master.Job.Refs"): apart
+-- from the evolve API's, so that a Ref call and an evolve call run at the
+-- same time, and a 'Herd.Master.Job.Evolve.resetStates' keeps every Ref.
+clusterRefRegistry :: Cluster -> MVar Registry
+clusterRefRegistry = clRefRegistry
 
 -- | Packet statistics of each connected worker's link, both directions,
 -- since it joined.

@@ -11,6 +11,7 @@ module Herd.Core.Evolve.Registry
   , placedAt
   , costOr
   , emptyRegistry
+  , refIdBase
   , Origin (..)
   , lineage
   , lineageDepth
@@ -79,6 +80,13 @@ costOr fallback _ = fallback
 -- | No states.
 emptyRegistry :: Registry
 emptyRegistry = Registry SM.empty Nothing Nothing 1 SM.empty 0 0 Nothing S.empty
+
+-- | The first id of a second population's uploads (the Refs'): 2^63,
+-- above every id the first population uploads (from 1) and every id a
+-- worker makes (its number, below 2^23, above 'stateIdBits'), so the two
+-- populations' states never share an id on a worker.
+refIdBase :: Word64
+refIdBase = 2 ^ (63 :: Int)
 
 -- | How a state came to be, so that it can be made again if its worker is
 -- lost: the master saw its bytes (uploaded, or moved through the master),

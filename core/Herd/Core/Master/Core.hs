@@ -40,7 +40,7 @@ module Herd.Core.Master.Core
   ) where
 
 import Data.List (sortOn)
-import Data.Maybe (isJust)
+
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Herd.Core.Error (HerdError (..))
@@ -133,12 +133,10 @@ advance now ev core = case ev of
     , [Send (streamWorker s) Urgent (StreamCredit sid (fromIntegral k))] )
   CloseStream sid -> withStream sid $ \s ->
     (core { coreStreams = M.delete sid (coreStreams core) }, [Send (streamWorker s) Urgent (StreamClose sid)])
-  SessionStart sid req -> startSession (dropPeer now) sid req core { coreSessionOf = if isJust (coreSession core) then coreSessionOf core else sid }
-  SessionCancel sid
-    -- INV-ONCE: a caller that gave up is not answered; its workers' late
-    -- answers are dropped as those of an ended session
-    | isJust (coreSession core), coreSessionOf core == sid -> (core { coreSession = Nothing }, [])
-    | otherwise -> (core, [])
+  SessionStart sid req -> startSession (dropPeer now) sid req core
+  -- INV-ONCE: a caller that gave up is not answered; its workers' late
+  -- answers are dropped as those of an ended session
+  SessionCancel sid -> (cancelSession sid core, [])
   ShareValue n bytes
     | coreStopping core -> (core, [])
     | otherwise ->
@@ -153,9 +151,7 @@ advance now ev core = case ev of
     let farms = [ JobDone jid (Left ClusterClosed) | jid <- M.keys (coreFarms core) ]
         streams = [ StreamEnded sid (Just StreamClusterClosed) | sid <- M.keys (coreStreams core) ]
         stops = [ Send w Urgent Shutdown | w <- M.keys (coreLinks core) ]
-        (core1, ended) = case coreSession core of
-          Just h -> (core { coreSession = Nothing }, [SessionEnded (coreSessionOf core) (Right (hostAbort ClusterClosed h))])
-          Nothing -> (core, [])
+        (core1, ended) = stopSessions ClusterClosed core
         (core1', exchangesEnded) = stopExchanges core1
     in ( core1' { coreStopping = True, coreFarms = M.empty, coreStreams = M.empty
                , coreSched = foldr (\jid s -> fst (S.step now (S.JobCancelled jid) s)) (coreSched core)

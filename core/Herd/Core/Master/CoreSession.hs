@@ -1,21 +1,34 @@
--- | The evolve session's side of the master's core ("Herd.Core.Master.Core"):
--- starting the one session ("Herd.Core.Master.Session"), handing it its
--- workers' messages, arrivals and losses, and turning what it decides
--- into the core's commands; a report of a call that ended drops the
--- states it made. Pure. A session's peer that broke its protocol is
--- dropped by the core's own means, passed in ('DropPeer').
+-- | The evolve sessions' side of the master's core ("Herd.Core.Master.Core"):
+-- starting sessions ("Herd.Core.Master.Session"), any number at once,
+-- handing each its workers' messages, arrivals and losses, and turning
+-- what it decides into the core's commands; a report of a call that
+-- ended drops the states it made. Pure. A session's peer that broke its
+-- protocol is dropped by the core's own means, passed in ('DropPeer').
+--
+-- Promises:
+--
+-- * INV-ROUTE for sessions: a worker's answer about a state goes to the
+--   session that last asked that worker about it; a 'StatesCleared' to
+--   the oldest session that asked that worker to reset; an answer no
+--   running session asked for is a late one (what it made is dropped).
+-- * A worker asked to evolve a state for a session has been told that
+--   session's function last: when another session's function was the
+--   last it heard, the core names the right one first.
 module Herd.Core.Master.CoreSession
   ( DropPeer
   , startSession
+  , cancelSession
+  , stopSessions
   , sessionMessage
   , sessionJoined
   , sessionStarved
   , sessionLost
   ) where
 
+import Data.List (foldl')
 import qualified Data.Map.Strict as M
 import Data.Word (Word64)
-import Herd.Core.Base (WorkerId)
+import Herd.Core.Base (TaskRef, WorkerId)
 import Herd.Core.Error (HerdError (..))
 import Herd.Core.Master.CoreState
 import Herd.Core.Master.Events
@@ -27,63 +40,138 @@ import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 -- | Drop a worker that broke the session's protocol, saying why.
 type DropPeer = WorkerId -> String -> Core -> (Core, [Command])
 
--- | Start a session on the live workers (the lowest numbered, up to its limit).
+-- | Start a session on the live workers (the lowest numbered, up to its
+-- limit), beside any sessions already running.
 startSession :: DropPeer -> Word64 -> SessionRequest -> Core -> (Core, [Command])
 startSession drop sid req core
   | coreStopping core = (core, [SessionEnded sid (Left ClusterClosed)])
-  | Just _ <- coreSession core =
-      (core, [SessionEnded sid (Left (EvolveFailed "" "" "another evolve call is running on this cluster"))])
+  | M.member sid (coreSessions core) = (core, [SessionEnded sid (Left (EvolveFailed "" "" "a session of this number is running"))])
   | otherwise = case hostStart (maybe id take (requestLimit req) (M.keys (coreLinks core))) req of
       Left err -> (core, [SessionEnded sid (Left err)])
-      Right (hosted, outs) -> settle drop hosted outs core { coreSessionLimit = requestLimit req }
+      Right (hosted, outs) -> settle drop sid (Running hosted (requestLimit req) (requestFunction req)) outs core
 
--- | Hand a worker's evolve message to the session, if it is one of its workers.
+-- | A caller gave up on its session: it is forgotten, unanswered (INV-ONCE);
+-- its workers' late answers are dropped as those of an ended session.
+cancelSession :: Word64 -> Core -> Core
+cancelSession = forget
+
+-- | The cluster stops: every session ends with this error.
+stopSessions :: HerdError -> Core -> (Core, [Command])
+stopSessions e core =
+  ( core { coreSessions = M.empty, coreAsked = M.empty, coreResets = M.empty }
+  , [ SessionEnded sid (Right (hostAbort e (runHosted r))) | (sid, r) <- M.toList (coreSessions core) ] )
+
+-- | Hand a worker's evolve message to the session it answers.
 sessionMessage :: DropPeer -> Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
-sessionMessage drop now w msg core = case coreSession core >>= hostMessage now w msg of
-  Just (hosted, outs) -> settle drop hosted outs core
-  Nothing -> case msg of
-    -- a late answer of a call that ended: what it made is nobody's
-    StateEvolved _ _ children | not (null children) -> (core, [Send w Urgent (StatesDrop (map fst children))])
-    _ -> (core, [])
+sessionMessage drop now w msg core0 =
+  case [ (sid, x) | sid <- targets, Just r <- [M.lookup sid (coreSessions core)], Just x <- [(,) r <$> hostMessage now w msg (runHosted r)] ] of
+    [] -> late
+    found -> foldl' (\(c, out) (sid, (r, (hosted, outs))) ->
+                       let (c', out') = settle drop sid r { runHosted = hosted } outs c in (c', out ++ out'))
+                    (core, []) found
+  where
+    (targets, core) = answered w msg core0
+    late = case msg of
+      -- a late answer of a call that ended: what it made is nobody's
+      StateEvolved _ _ children | not (null children) -> (core, [Send w Urgent (StatesDrop (map fst children))])
+      _ -> (core, [])
 
--- | A worker joined while a session runs: it becomes one of the session's,
--- up to the session's limit (so a lost worker's replacement can take up
--- its states).
+-- Which sessions a worker's message answers; a reset's answer is taken
+-- off the worker's list of resets owed.
+answered :: WorkerId -> FromWorker -> Core -> ([Word64], Core)
+answered w msg core = case msg of
+  StateEvolved s _ _ -> asked s
+  EvolveThrew s _ -> asked s
+  StateReleased s _ -> asked s
+  StateKept s -> asked s
+  StateMissing s -> asked s
+  StateReplayed s -> asked s
+  StatesCleared -> case M.findWithDefault [] w (coreResets core) of
+    sid : rest -> ([sid], core { coreResets = M.insert w rest (coreResets core) })
+    [] -> ([], core)
+  -- a worker that cannot run a function refuses it without naming it:
+  -- every session it takes part in hears
+  EvolveRejected _ -> ([ sid | (sid, r) <- M.toList (coreSessions core), hostHas w (runHosted r) ], core)
+  _ -> ([], core)
+  where asked s = (maybe [] pure (M.lookup s (coreAsked core)), core)
+
+-- | A worker joined while sessions run: it becomes one of each session's,
+-- up to each one's limit (so a lost worker's replacement can take up its
+-- states).
 sessionJoined :: DropPeer -> Double -> WorkerId -> Core -> (Core, [Command])
-sessionJoined drop now w core = case coreSession core of
-  Just h | maybe True (hostLive h <) (coreSessionLimit core), Just (hosted, outs) <- hostJoined now w h -> settle drop hosted outs core
-  _ -> (core, [])
+sessionJoined drop now w core0 = foldl' joinOne (core0, []) (M.toList (coreSessions core0))
+  where
+    joinOne (core, out) (sid, r)
+      | maybe True (hostLive (runHosted r) <) (runLimit r), Just (hosted, outs) <- hostJoined now w (runHosted r) =
+          let (core', out') = settle drop sid r { runHosted = hosted } outs core in (core', out ++ out')
+      | otherwise = (core, out)
 
--- | No worker of the session is live and none is being restarted: states
+-- | No worker of some session is live and none is being restarted: states
 -- waiting for a worker will not get one.
 sessionStarved :: DropPeer -> Double -> Core -> (Core, [Command])
-sessionStarved drop now core = case coreSession core of
-  Just h | hostLive h == 0 ->
-    -- a live worker outside the session (beyond its limit before) takes
-    -- up its states; else one being restarted will; else none will
-    case [ x | w <- M.keys (coreLinks core), Just x <- [hostJoined now w h] ] of
-      (hosted, outs) : _ -> settle drop hosted outs core
-      [] | S.awaitedWorkers (coreSched core) == 0 -> let (hosted, outs) = hostStarved h in settle drop hosted outs core
-         | otherwise -> (core, [])
-  _ -> (core, [])
+sessionStarved drop now core0 = foldl' starveOne (core0, []) (M.keys (coreSessions core0))
+  where
+    starveOne (core, out) sid = case M.lookup sid (coreSessions core) of
+      Just r | hostLive (runHosted r) == 0 ->
+        -- a live worker outside the session (beyond its limit before) takes
+        -- up its states; else one being restarted will; else none will
+        let (core', out') = case [ x | w <- M.keys (coreLinks core), Just x <- [hostJoined now w (runHosted r)] ] of
+              (hosted, outs) : _ -> settle drop sid r { runHosted = hosted } outs core
+              [] | S.awaitedWorkers (coreSched core) == 0 ->
+                     let (hosted, outs) = hostStarved (runHosted r) in settle drop sid r { runHosted = hosted } outs core
+                 | otherwise -> (core, [])
+        in (core', out ++ out')
+      _ -> (core, out)
 
--- | A worker of the session was lost.
+-- | A worker was lost: each session it took part in hears.
 sessionLost :: DropPeer -> Double -> WorkerId -> String -> Core -> (Core, [Command])
-sessionLost drop now w why core = case coreSession core >>= hostLost now w why of
-  Just (hosted, outs) -> settle drop hosted outs core
-  Nothing -> (core, [])
+sessionLost drop now w why core0 =
+  foldl' loseOne (core0 { coreResets = M.delete w (coreResets core0), coreRunners = M.delete w (coreRunners core0) }, [])
+         (M.keys (coreSessions core0))
+  where
+    loseOne (core, out) sid = case M.lookup sid (coreSessions core) >>= \r -> (,) r <$> hostLost now w why (runHosted r) of
+      Just (r, (hosted, outs)) -> let (core', out') = settle drop sid r { runHosted = hosted } outs core in (core', out ++ out')
+      Nothing -> (core, out)
 
 -- Carry out a session's outs and end it if it is over. Messages to one
--- worker go out together, in one command, the last one urgent; a dropped
--- peer is a lost worker for the session too.
-settle :: DropPeer -> Hosted -> [Out] -> Core -> (Core, [Command])
-settle drop hosted outs core0 =
-  let (hosted1, perWorker, drops) = hostApply (`M.member` coreLinks core0) outs hosted
-      sends = [ sendTo w ms | (w, ms) <- perWorker, not (null ms) ]
+-- worker go out together, in one command, the last one urgent; each is
+-- recorded as the session's question, and the session's function goes
+-- first where the worker was last told another; a dropped peer is a
+-- lost worker for the session too.
+settle :: DropPeer -> Word64 -> Running -> [Out] -> Core -> (Core, [Command])
+settle drop sid r outs core0 =
+  let (hosted1, perWorker, drops) = hostApply (`M.member` coreLinks core0) outs (runHosted r)
+      (core1, sends) = foldl' (\(c, acc) (w, ms) -> let (c', ms') = asking sid (runFunction r) w ms c in (c', sendTo w ms' : acc))
+                              (core0 { coreSessions = M.insert sid r { runHosted = hosted1 } (coreSessions core0) }, [])
+                              [ x | x@(_, ms) <- perWorker, not (null ms) ]
       sendTo w [m] = Send w Urgent m
       sendTo w ms = SendAll w ms
-      (core2, dropOut) = foldl (\(c, acc) (w, why) -> let (c', o) = drop w why c in (c', acc ++ o))
-                               (core0 { coreSession = Just hosted1 }, []) drops
-  in case coreSession core2 of
-       Just h | hostOver h -> (core2 { coreSession = Nothing }, sends ++ dropOut ++ [SessionEnded (coreSessionOf core2) (Right (hostAnswer h))])
-       _ -> (core2, sends ++ dropOut)
+      (core2, dropOut) = foldl (\(c, acc) (w, why) -> let (c', o) = drop w why c in (c', acc ++ o)) (core1, []) drops
+  in case M.lookup sid (coreSessions core2) of
+       Just h | hostOver (runHosted h) -> (forget sid core2, reverse sends ++ dropOut ++ [SessionEnded sid (Right (hostAnswer (runHosted h)))])
+       _ -> (core2, reverse sends ++ dropOut)
+
+-- A session's messages to one worker: which states it asks about, the
+-- resets it is owed, and its function named first where needed.
+asking :: Word64 -> Maybe TaskRef -> WorkerId -> [ToWorker] -> Core -> (Core, [ToWorker])
+asking sid function w msgs core0 = (core1 { coreRunners = maybe (M.delete w) (M.insert w) runner' (coreRunners core1) }, reverse out)
+  where
+    (core1, runner', out) = foldl' one (core0, M.lookup w (coreRunners core0), []) msgs
+    one (c, runner, acc) m = case m of
+      EvolveWith ref -> (c, Just ref, m : acc)
+      EvolveState s _
+        | Just f <- function, runner /= Just f -> (ask s c, Just f, m : EvolveWith f : acc)
+        | otherwise -> (ask s c, runner, m : acc)
+      StateRelease s -> (ask s c, runner, m : acc)
+      StateReplay s _ _ -> (ask s c, runner, m : acc)
+      StatesReset -> (c { coreResets = M.insertWith (flip (++)) w [sid] (coreResets c) }, runner, m : acc)
+      _ -> (c, runner, m : acc)
+    ask s c = c { coreAsked = M.insert s sid (coreAsked c) }
+
+-- Forget a session and the questions it asked.
+forget :: Word64 -> Core -> Core
+forget sid core
+  | not (M.member sid (coreSessions core)) = core
+  | otherwise = core { coreSessions = M.delete sid (coreSessions core)
+                     , coreAsked = if M.size (coreSessions core) == 1 then M.empty else M.filter (/= sid) (coreAsked core)
+                     , coreResets = M.map (filter (/= sid)) (coreResets core) }

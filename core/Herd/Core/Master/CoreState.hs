@@ -5,6 +5,7 @@
 module Herd.Core.Master.CoreState
   ( Core (..)
   , Stream (..)
+  , Running (..)
   , emptyCore
   , coreFarmJobs
   , coreJobView
@@ -14,7 +15,7 @@ module Herd.Core.Master.CoreState
   , hasWork
   ) where
 
-import Data.Maybe (isJust)
+import Data.Maybe (listToMaybe, mapMaybe)
 import qualified Data.Map.Strict as M
 import Data.Word (Word64)
 import Herd.Core.Base (JobId, Range (..), TaskRef (..), WorkerId)
@@ -39,9 +40,12 @@ data Core = Core
   , coreLinks    :: !(M.Map WorkerId Expected)   -- ^ per live link, the batches due on it
   , coreFarms    :: !(M.Map JobId FarmJob)       -- ^ the running farm jobs
   , coreStreams  :: !(M.Map Word64 Stream)       -- ^ the open stream processes
-  , coreSession  :: !(Maybe Hosted)              -- ^ the running evolve session
-  , coreSessionOf :: !Word64                     -- ^ the number its caller gave it
-  , coreSessionLimit :: !(Maybe Int)             -- ^ the most workers it may have
+  , coreSessions :: !(M.Map Word64 Running)     -- ^ the running sessions, by the numbers their callers gave them
+  , coreAsked    :: !(M.Map Word64 Word64)
+    -- ^ for each state a session asked a worker about (to evolve, give
+    -- back or recompute it), that session: the worker's answer goes there
+  , coreResets   :: !(M.Map WorkerId [Word64])   -- ^ the sessions each worker owes a 'StatesCleared', oldest first
+  , coreRunners  :: !(M.Map WorkerId TaskRef)    -- ^ the evolve function each worker was told last
   , coreStopping :: !Bool   -- ^ the cluster is stopping: no new link or job is taken
   , coreRequeued :: ![(WorkerId, Double, [Range])]  -- ^ a lost worker's tasks not yet re-sent, for the log
   , coreLedger   :: !Ledger  -- ^ what each worker has done since it joined, for watching the cluster
@@ -49,9 +53,17 @@ data Core = Core
   , coreExchanges :: !(M.Map Word64 Exchange)  -- ^ the keyed reductions running ("Herd.Core.Exchange")
   }
 
+-- | A session the core hosts: its machine, the most workers it may have,
+-- and the evolve function its requests to evolve need on a worker.
+data Running = Running
+  { runHosted   :: !Hosted
+  , runLimit    :: !(Maybe Int)
+  , runFunction :: !(Maybe TaskRef)
+  }
+
 -- | No links, no jobs.
 emptyCore :: Core
-emptyCore = Core emptySched M.empty M.empty M.empty Nothing 0 Nothing False [] emptyLedger emptyShares M.empty
+emptyCore = Core emptySched M.empty M.empty M.empty M.empty M.empty M.empty M.empty False [] emptyLedger emptyShares M.empty
 
 -- | The farm jobs running.
 coreFarmJobs :: Core -> [JobId]
@@ -66,9 +78,10 @@ coreJobView core = [ (maybe "" (refName . farmRef) (M.lookup (S.progressJob p) (
 coreStreamCount :: Core -> M.Map WorkerId Int
 coreStreamCount core = M.fromListWith (+) [ (streamWorker s, 1) | s <- M.elems (coreStreams core) ]
 
--- | The running evolve call, as a watcher is shown it.
+-- | The running evolve call, as a watcher is shown it (of several, the
+-- oldest that has something to show).
 coreSessionView :: Core -> Maybe SessionView
-coreSessionView core = coreSession core >>= hostView
+coreSessionView core = listToMaybe (mapMaybe (hostView . runHosted) (M.elems (coreSessions core)))
 
 -- | Whether this keyed reduction is running.
 coreRunsExchange :: Word64 -> Core -> Bool
@@ -77,5 +90,5 @@ coreRunsExchange xid = M.member xid . coreExchanges
 -- | Whether the cluster has work: a farm job, a stream, a session or a
 -- reduction.
 hasWork :: Core -> Bool
-hasWork core = not (M.null (coreFarms core)) || not (M.null (coreStreams core)) || isJust (coreSession core)
+hasWork core = not (M.null (coreFarms core)) || not (M.null (coreStreams core)) || not (M.null (coreSessions core))
                || not (M.null (coreExchanges core))

@@ -31,6 +31,7 @@ module Herd.Core.Master.Session
   , hostAnswer
   , hostAbort
   , hostView
+  , hostHas
   ) where
 
 import Data.List (sortBy)
@@ -39,7 +40,7 @@ import Data.Ord (comparing)
 import qualified Data.Set as S
 import Data.Typeable (Typeable, cast)
 import Herd.Core.Error (HerdError)
-import Herd.Core.Base (WorkerId)
+import Herd.Core.Base (TaskRef, WorkerId)
 import Herd.Core.Wire (FromWorker (..), ToWorker)
 
 -- | A session's logic: pure functions of its state.
@@ -89,18 +90,22 @@ data SessionEnd st = SessionEnd
 data SessionRequest = forall st. (Typeable st, Show st, Eq st) => SessionRequest
   { requestName   :: !String
   , requestLimit  :: !(Maybe Int)
+  , requestFunction :: !(Maybe TaskRef)
+    -- ^ the evolve function its requests to evolve ('EvolveState') need:
+    -- the core names it to a worker first whenever another session's
+    -- function was the last that worker was told
   , requestStart  :: [WorkerId] -> Either HerdError (Machine st, st, [Out])
   }
 
--- | Shows the name and the limit (the start function has no text).
+-- | Shows the name, the limit and the function (the start function has no text).
 instance Show SessionRequest where
-  showsPrec d (SessionRequest name limit _) = showParen (d > 10) $
-    showString "SessionRequest " . showsPrec 11 name . showChar ' ' . showsPrec 11 limit
+  showsPrec d (SessionRequest name limit fn _) = showParen (d > 10) $
+    showString "SessionRequest " . showsPrec 11 name . showChar ' ' . showsPrec 11 limit . showChar ' ' . showsPrec 11 fn
 
--- | Requests are equal when their names and limits are: start functions
--- cannot be compared, so a trace compares what it can print.
+-- | Requests are equal when their names, limits and functions are: start
+-- functions cannot be compared, so a trace compares what it can print.
 instance Eq SessionRequest where
-  SessionRequest a m _ == SessionRequest b n _ = a == b && m == n
+  SessionRequest a m f _ == SessionRequest b n g _ = a == b && m == n && f == g
 
 -- | How a session ended, for its caller: its final state (of the type its
 -- request started it with), its error and its lost workers.
@@ -139,7 +144,7 @@ data Hosted = forall st. (Typeable st, Show st, Eq st) =>
 -- | Start a request on these workers: the session and its first outs, or
 -- why it could not start.
 hostStart :: [WorkerId] -> SessionRequest -> Either HerdError (Hosted, [Out])
-hostStart workers (SessionRequest _ _ start) = case start workers of
+hostStart workers (SessionRequest _ _ _ start) = case start workers of
   Left err -> Left err
   Right (machine, st0, outs) -> Right (Hosted machine st0 (S.fromList workers) M.empty Nothing, outs)
 
@@ -223,3 +228,7 @@ hostAnswer (Hosted _ st _ lost err) = SessionOutcome (SessionEnd st err (M.toLis
 -- | The outcome when the session is cut short with this error.
 hostAbort :: HerdError -> Hosted -> SessionOutcome
 hostAbort e (Hosted _ st _ lost _) = SessionOutcome (SessionEnd st (Just e) (M.toList lost))
+
+-- | Whether this worker is one of the session's live workers.
+hostHas :: WorkerId -> Hosted -> Bool
+hostHas w (Hosted _ _ ws lost _) = S.member w ws && not (M.member w lost)

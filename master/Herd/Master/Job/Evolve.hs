@@ -141,9 +141,12 @@ data EvolveStats = EvolveStats
   , esRecovered :: !Int                    -- ^ states recomputed after their worker was lost
   } deriving (Show)
 
--- | The number of states the cluster holds now.
+-- | The number of states the cluster holds now: its evolve states and its Refs.
 populationSize :: Cluster -> IO Int
-populationSize c = SM.size . regStates <$> readMVar (clusterRegistry c)
+populationSize c = do
+  states <- SM.size . regStates <$> readMVar (clusterRegistry c)
+  refs <- SM.size . regStates <$> readMVar (clusterRefRegistry c)
+  pure (states + refs)
 
 -- | 'resetStatesWith' with the default options.
 resetStates :: Cluster -> StaticPtr (Evolver s i o) -> [s] -> IO [StateId]
@@ -166,22 +169,21 @@ resetCore opts cluster fn states = do
     r <- tryUser (evaluate (evolverStateEncoder fn s) >>= encoderBytes)
     either (throwIO . ArgumentError k (refName (evolverRef fn))) pure r
   checkLoop opts cluster
-  modifyMVar (clusterRegistry cluster) $ \_ -> do
-    -- first every worker drops what it holds and says so
-    cleared <- session cluster "reset" (evolveWorkerLimit opts) $ \ws ->
-      if null ws then Left NoWorkers
-      else Right (resetMachine, (ws, M.fromList [ (w, ()) | w <- ws ]), [ SendTo w StatesReset | w <- ws ])
-    let lost = M.fromList (endLost cleared)
-        live = [ w | w <- fst (endState cleared), not (M.member w lost) ]
-        ids = [ SM.StateId k | k <- [1 .. fromIntegral (length encoded)] ]
-    -- then the states go out, round robin over the workers still there;
-    -- naming the function now lets each worker look it up and start its
-    -- evolve thread before the first call
-    placed <- session cluster "reset" (evolveWorkerLimit opts) $ \ws -> case filter (`elem` ws) live of
+  modifyMVar (clusterRegistry cluster) $ \old -> do
+    -- this population's states go: each worker drops those it holds, and
+    -- any a failed call left behind; the Refs' population stays. Then the
+    -- new states go out, round robin over the workers; naming the
+    -- function now lets each worker look it up and start its evolve
+    -- thread before the first call
+    let ids = [ SM.StateId k | k <- [1 .. fromIntegral (length encoded)] ]
+        held = M.fromListWith (++) [ (placedOn p, [k]) | (SM.StateId k, p) <- SM.toList (regStates old) ]
+        abandoned = [ k | SM.StateId k <- S.toList (regAbandoned old) ]
+    placed <- session cluster "reset" (evolveWorkerLimit opts) (Just (evolverRef fn)) $ \ws -> case ws of
       [] -> Left NoWorkers
       here -> let placement = zip3 ids encoded (cycle here)
+                  dropped = [ SendTo w (StatesDrop ks) | w <- here, let ks = M.findWithDefault [] w held ++ abandoned, not (null ks) ]
               in Right ( quietMachine, placement
-                       , [ SendTo w (StateAdd k bytes) | (SM.StateId k, bytes, w) <- placement ]
+                       , dropped ++ [ SendTo w (StateAdd k bytes) | (SM.StateId k, bytes, w) <- placement ]
                          ++ [ SendTo w (EvolveWith (evolverRef fn)) | w <- here ] )
     let placement = endState placed
         reg = emptyRegistry { regStates = placedAt [ (i, w) | (i, _, w) <- placement ]
@@ -189,17 +191,6 @@ resetCore opts cluster fn states = do
                             , regNextId = fromIntegral (length encoded) + 1
                             , regTold = Just (evolverRef fn, S.fromList [ w | (_, _, w) <- placement ]) }
     pure (reg, ids)
-  where
-    resetMachine = Machine
-      { machineMessage = \_ wid msg (ws, pending) -> case msg of
-          StatesCleared -> ((ws, M.delete wid pending), [])
-          _ -> ((ws, pending), [])   -- answers from a call that ended early
-      , machineLost = \_ wid _ (ws, pending) -> ((ws, M.delete wid pending), [])
-      , machineDone = M.null . snd
-      , machineJoined = \_ _ st -> (st, [])
-      , machineStarved = \st -> (st, [])
-      , machineView = const Nothing
-      }
 
 -- Checkpoint the states whose lineage reached the bound (a session of
 -- its own, right after the call that reached it, every so many calls). A
@@ -211,7 +202,7 @@ checkpointIfDue opts cluster reg
   | otherwise = case deepStates bound reg of
       [] -> pure reg { regDepth = 0 }
       deep -> do
-        r <- try (session cluster "checkpoint" Nothing (\ws -> Right (checkpointStart ws deep)))
+        r <- try (session cluster "checkpoint" Nothing Nothing (\ws -> Right (checkpointStart ws deep)))
         pure $ case r of
           Right end -> applyCheckpoint (endState end) reg
           Left (_ :: SomeException) -> reg
@@ -235,22 +226,23 @@ evolveManyWith :: forall s i o. EvolveOptions -> Cluster -> StaticPtr (Evolver s
 evolveManyWith opts cluster fn inputs = do
   own <- ownStates cluster inputs
   hints <- ownStates cluster (M.filterWithKey (\sid _ -> stateCluster sid == clusterTag cluster) (evolveCostHints opts))
-  (out, stats) <- evolveRaw hints opts cluster (evolverRef fn) (evolverInputEncoder fn) (evolverOutputDecoder fn) own
+  (out, stats) <- evolveRaw (clusterRegistry cluster) hints opts cluster (evolverRef fn) (evolverInputEncoder fn) (evolverOutputDecoder fn) own
   let here = stateOf cluster
   pure (M.mapKeysMonotonic here (M.map (map (\(c, o) -> (here c, o))) out), stats)
 
 -- | 'evolveManyWith' for a function known by its reference, its input's
 -- encoder and its output's decoder.
--- The hints are expected seconds of some states' next step.
-evolveRaw :: M.Map SM.StateId Double -> EvolveOptions -> Cluster -> TaskRef -> (i -> Encoder) -> (B.ByteString -> IO o)
+-- The call runs on this population (the evolve API's, or the Refs'); the
+-- hints are expected seconds of some states' next step.
+evolveRaw :: MVar Registry -> M.Map SM.StateId Double -> EvolveOptions -> Cluster -> TaskRef -> (i -> Encoder) -> (B.ByteString -> IO o)
           -> M.Map SM.StateId i -> IO (M.Map SM.StateId [(SM.StateId, o)], EvolveStats)
-evolveRaw hints opts cluster ref encodeInput decodeOutput inputs = do
+evolveRaw population hints opts cluster ref encodeInput decodeOutput inputs = do
   markHerd ("herd evolve " ++ refName ref ++ ": " ++ show (M.size inputs) ++ " states")
   encodedInputs <- fmap SM.fromList $ forM (zip [0 :: Int ..] (M.toList inputs)) $ \(k, (sid, x)) -> do
     r <- tryUser (evaluate (encodeInput x) >>= encoderBytes)
     either (throwIO . ArgumentError k (refName ref)) (\b -> pure (sid, b)) r
   checkLoop opts cluster
-  result <- modifyMVar (clusterRegistry cluster) $ \reg -> do
+  result <- modifyMVar population $ \reg -> do
     let unknown = [ sid | sid <- M.keys inputs, not (SM.member sid (regStates reg)) ]
     unless (null unknown) $ throwIO (UnknownStates (map show unknown))
     started <- monotonicSeconds
@@ -260,7 +252,7 @@ evolveRaw hints opts cluster ref encodeInput decodeOutput inputs = do
           , startEstimate = estimate, startLead = evolveLead opts
           , startMaxDeaths = configMaxTaskDeaths (clusterConfig cluster), startTime = started }
         begin workers = (\(call, outs) -> (callMachine (refName ref), call, outs)) <$> startCall start workers
-    outcome <- try (session cluster (refName ref) (evolveWorkerLimit opts) begin)
+    outcome <- try (session cluster (refName ref) (evolveWorkerLimit opts) (Just ref) begin)
     finished <- monotonicSeconds
     case outcome of
       Left (e :: SomeException) -> do

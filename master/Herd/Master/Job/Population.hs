@@ -27,15 +27,17 @@ import Herd.Core.Master.Session
 import Herd.Core.Wire
 import Herd.Core.Base (WorkerId)
 import Herd.Master
+import Herd.Task (TaskRef)
 
 -- | Run a session on the cluster and wait for its end; a session that
 -- could not start, or failed, throws its error.
+-- The function is the evolve function its requests to evolve need, if any.
 session :: (Typeable st, Show st, Eq st)
-        => Cluster -> String -> Maybe Int -> ([WorkerId] -> Either HerdError (Machine st, st, [Out])) -> IO (SessionEnd st)
-session cluster name limit start = do
+        => Cluster -> String -> Maybe Int -> Maybe TaskRef -> ([WorkerId] -> Either HerdError (Machine st, st, [Out])) -> IO (SessionEnd st)
+session cluster name limit function start = do
   answer <- newEmptyMVar
   -- a caller interrupted while waiting cancels its session
-  outcome <- runSession cluster (SessionRequest name limit start) (putMVar answer) (takeMVar answer) >>= either throwIO pure
+  outcome <- runSession cluster (SessionRequest name limit function start) (putMVar answer) (takeMVar answer) >>= either throwIO pure
   end <- maybe (throwIO (EvolveFailed name "" "the session ended with a state of another type")) pure (outcomeEnd outcome)
   maybe (pure end) throwIO (endError end)
 
@@ -43,15 +45,16 @@ session cluster name limit start = do
 quietMachine :: Machine st
 quietMachine = Machine (\_ _ _ p -> (p, [])) (\_ _ _ p -> (p, [])) (\_ _ p -> (p, [])) (\p -> (p, [])) (const True) (const Nothing)
 
--- | Upload encoded states beside those the workers hold (nothing is
--- reset), spread round robin over the live workers (the lowest numbered,
--- up to the limit). Returns their ids, in order. Throws 'NoWorkers' with no worker.
-addStatesRaw :: Maybe Int -> Cluster -> [B.ByteString] -> IO [StateId]
-addStatesRaw _ _ [] = pure []
-addStatesRaw limit cluster encoded =
-  modifyMVar (clusterRegistry cluster) $ \reg -> do
+-- | Upload encoded states into this population beside those the workers
+-- hold (nothing is reset), spread round robin over the live workers (the
+-- lowest numbered, up to the limit). Returns their ids, in order. Throws
+-- 'NoWorkers' with no worker.
+addStatesRaw :: MVar Registry -> Maybe Int -> Cluster -> [B.ByteString] -> IO [StateId]
+addStatesRaw _ _ _ [] = pure []
+addStatesRaw population limit cluster encoded =
+  modifyMVar population $ \reg -> do
     let ids = [ StateId k | k <- [regNextId reg .. regNextId reg + fromIntegral (length encoded) - 1] ]
-    placed <- session cluster "hold" limit $ \ws -> case ws of
+    placed <- session cluster "hold" limit Nothing $ \ws -> case ws of
       [] -> Left NoWorkers
       _ -> let placement = zip3 ids encoded (cycle ws)
            in Right ( quietMachine, placement, [ SendTo w (StateAdd k bytes) | (StateId k, bytes, w) <- placement ] )
@@ -65,15 +68,15 @@ addStatesRaw limit cluster encoded =
                , regNextId = regNextId reg + fromIntegral (length encoded) }
          , [ i | (i, _, _) <- kept ] )
 
--- | Drop these states from the population and from the workers holding
+-- | Drop these states from this population and from the workers holding
 -- them (each gives its state back, and the bytes are discarded). States
 -- not in the population are ignored.
-releaseStatesRaw :: Cluster -> [StateId] -> IO ()
-releaseStatesRaw cluster sids = modifyMVar_ (clusterRegistry cluster) $ \reg -> do
+releaseStatesRaw :: MVar Registry -> Cluster -> [StateId] -> IO ()
+releaseStatesRaw population cluster sids = modifyMVar_ population $ \reg -> do
   let held = [ (sid, placedOn p) | sid <- sids, Just p <- [SM.lookup sid (regStates reg)] ]
       waiting = M.fromListWith (++) [ (w, [k]) | (StateId k, w) <- held ]
   if null held then pure reg else do
-    _ <- try (session cluster "release" Nothing $ \ws ->
+    _ <- try (session cluster "release" Nothing Nothing $ \ws ->
       let here = M.filterWithKey (\w _ -> w `elem` ws) waiting
       in Right (releaseMachine, here, [ SendTo w (StateRelease k) | (w, ks) <- M.toList here, k <- ks ]))
       :: IO (Either SomeException (SessionEnd (M.Map WorkerId [Word64])))

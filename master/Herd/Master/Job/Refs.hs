@@ -12,8 +12,9 @@
 -- > xs      <- fetchMany cluster halves                   -- only now do values come back
 -- > releaseMany cluster (squares ++ halves)
 --
--- Refs are states of the cluster's evolve population ("Herd.Master.Job.Evolve"),
--- which already keeps values on the workers behind ids, runs each step
+-- Refs are states of a population of their own, held and stepped as the
+-- evolve API's ("Herd.Master.Job.Evolve"), which keeps values on the
+-- workers behind ids, runs each step
 -- where its state is (moving a state only when an idle worker would
 -- otherwise wait longer), and recomputes a state lost with its worker from
 -- its lineage: so do Refs. A 'mapRefs' keeps its inputs (each input is
@@ -24,7 +25,8 @@
 -- when the worker holding it was killed meanwhile (it is recomputed from
 -- the task and input that made it, as evolve states are); a released
 -- 'Ref' is gone from its worker, and using it throws 'UnknownStates';
--- calls that use Refs take turns with evolve calls on the cluster; a call
+-- calls that use Refs take turns with each other, and run beside evolve
+-- calls (a 'Herd.Master.Job.Evolve.resetStates' keeps every Ref); a call
 -- that fails (a throwing function) loses the Refs it was given (they are
 -- refused afterwards), and every other Ref stays.
 module Herd.Master.Job.Refs
@@ -61,7 +63,7 @@ import Herd.Master.Job.Evolve (defaultEvolveOptions, evolveRaw)
 import Herd.Core.Evolve.StateMap (StateId)
 import Herd.Master.Job.Population (addStatesRaw, releaseStatesRaw)
 import Herd.Task.Evolver (EvolveRunner (..), decodedRunner)
-import Herd.Master (Cluster)
+import Herd.Master (Cluster, clusterRefRegistry)
 import Herd.Master.Cluster (clusterTag, describeTag)
 import Data.Word (Word64)
 import Herd.Wire.Value (decodeValueIO, valueEncoder)
@@ -135,7 +137,7 @@ refQuery f = Closure
 -- anything (Ray's @put@).
 putRefs :: Store a => Cluster -> [a] -> IO [Ref a]
 putRefs cluster xs = do
-  ids <- addStatesRaw Nothing cluster (map encode xs)
+  ids <- addStatesRaw (clusterRefRegistry cluster) Nothing cluster (map encode xs)
   mapM (newRef cluster) ids
 
 -- | Run the function on each referenced value with its argument, where the
@@ -145,7 +147,7 @@ queryRefs :: Cluster -> StaticPtr (RefQuery a c b) -> [(Ref a, c)] -> IO [b]
 queryRefs cluster f pairs = do
   let QueryCodecs encodeArg decodeAnswer = closureCodecs (deRefStaticPtr f)
   ids <- distinct (closureName f) =<< mapM (current cluster . fst) pairs
-  (out, _) <- evolveRaw M.empty defaultEvolveOptions cluster (closureRef f) encodeArg decodeAnswer
+  (out, _) <- evolveRaw (clusterRefRegistry cluster) M.empty defaultEvolveOptions cluster (closureRef f) encodeArg decodeAnswer
                         (M.fromList (zip ids (map snd pairs)))
   forM (zip pairs ids) $ \((Ref _ r, _), i) -> case M.lookup i out of
     Just [(kept, answer)] -> answer <$ writeIORef r (Just kept)
@@ -156,8 +158,8 @@ queryRefs cluster f pairs = do
 farmRefs :: Cluster -> StaticPtr (RefTask a b) -> [a] -> IO [Ref b]
 farmRefs cluster f xs = do
   let RefCodecs enc = closureCodecs (deRefStaticPtr f)
-  ids <- addStatesRaw Nothing cluster (map enc xs)
-  (out, _) <- evolveRaw M.empty defaultEvolveOptions cluster (closureRef f) valueEncoder (\_ -> pure ())
+  ids <- addStatesRaw (clusterRefRegistry cluster) Nothing cluster (map enc xs)
+  (out, _) <- evolveRaw (clusterRefRegistry cluster) M.empty defaultEvolveOptions cluster (closureRef f) valueEncoder (\_ -> pure ())
                         (M.fromList [ (i, False) | i <- ids ])
   forM ids $ \i -> case M.lookup i out of
     Just [(child, ())] -> newRef cluster child
@@ -168,7 +170,7 @@ farmRefs cluster f xs = do
 mapRefs :: Cluster -> StaticPtr (RefTask a b) -> [Ref a] -> IO [Ref b]
 mapRefs cluster f refs = do
   ids <- distinct (closureName f) =<< mapM (current cluster) refs
-  (out, _) <- evolveRaw M.empty defaultEvolveOptions cluster (closureRef f) valueEncoder (\_ -> pure ())
+  (out, _) <- evolveRaw (clusterRefRegistry cluster) M.empty defaultEvolveOptions cluster (closureRef f) valueEncoder (\_ -> pure ())
                         (M.fromList [ (i, True) | i <- ids ])
   -- each input now lives on as the first child of its step
   forM_ (zip refs ids) $ \(Ref _ r, i) -> case M.lookup i out of
@@ -186,7 +188,7 @@ fetch cluster r = head <$> fetchMany cluster [r]
 fetchMany :: Store a => Cluster -> [Ref a] -> IO [a]
 fetchMany cluster refs = do
   ids <- mapM (current cluster) refs
-  (out, _) <- evolveRaw M.empty defaultEvolveOptions cluster (closureRef fetchStep) (\() -> valueEncoder ()) decodeValueIO
+  (out, _) <- evolveRaw (clusterRefRegistry cluster) M.empty defaultEvolveOptions cluster (closureRef fetchStep) (\() -> valueEncoder ()) decodeValueIO
                         (M.fromList [ (i, ()) | i <- ids ])
   forM (zip refs ids) $ \(Ref _ r, i) -> case M.lookup i out of
     Just [(kept, value)] -> value <$ writeIORef r (Just kept)
@@ -201,7 +203,7 @@ releaseMany :: Cluster -> [Ref a] -> IO ()
 releaseMany cluster refs = do
   mapM_ (ownRef cluster) refs
   ids <- fmap concat $ forM refs $ \(Ref _ r) -> atomicModifyIORef' r (\i -> (Nothing, maybe [] pure i))
-  releaseStatesRaw cluster ids
+  releaseStatesRaw (clusterRefRegistry cluster) cluster ids
 
 -- The states of one call, refused with 'ArgumentError' if one comes twice
 -- (a step's input is per state, and a value named twice would be stepped
