@@ -3,7 +3,6 @@ module ConfigSpec (spec) where
 
 import Herd
 import Herd.Config
-import Herd.Monitor
 import Data.List (isInfixOf, sort)
 import Herd.Settings (listenHostFor, parseHostList, parseHostsFile, validateConfig)
 import Herd.Node.Agent (parseAgentCount)

@@ -6,8 +6,6 @@ module HandAgent
   ) where
 
 import Herd
-import Herd.Config
-import Herd.Monitor
 import System.Environment (getEnvironment, getExecutablePath)
 import System.Process (CreateProcess (..), ProcessHandle, StdStream (..), proc, withCreateProcess)
 

@@ -6,7 +6,6 @@ import Control.Exception (try)
 import Data.List (isInfixOf)
 import Herd
 import Herd.Config
-import Herd.Monitor
 import Herd.Options
 import Options.Applicative
 import System.Directory (getTemporaryDirectory, removeFile)
