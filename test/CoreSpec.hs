@@ -1,4 +1,4 @@
--- | Properties of the master's pure core ("Herd.Core.Master.Core"), driven by
+-- | Properties of the master's pure core ("Herd.Core.Master"), driven by
 -- simulated workers and callers with no socket: random interleavings of
 -- worker messages, joins, losses, protocol-breaking peers, and concurrent
 -- farm jobs, stream processes and evolve sessions. At every step no worker
@@ -21,11 +21,11 @@ import qualified Data.Sequence as Seq
 import Herd.Settings (Batching (..))
 import Herd.Core.Error (HerdError (..))
 import Herd.Core.Fault (LinkFault (..), StreamBreak)
-import Herd.Core.Master.Core
+import Herd.Core.Master
 import Herd.Core.Master.Events
-import Herd.Core.Master.Session
+import Herd.Core.Session
 import Herd.Core.Packet.Policy (Urgency (..))
-import Herd.Core.Scheduler (WorkerId, liveWorkers, outstandingFor, pendingTasks, rangeIndices)
+import Herd.Core.Farm (WorkerId, liveWorkers, outstandingFor, pendingTasks, rangeIndices)
 import Herd.Task (taskRef)
 import Herd.Core.Base (TaskRef (..))
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
@@ -286,7 +286,7 @@ act w a = case a of
       { machineMessage = \_ x msg pending -> case msg of { StatesCleared -> (M.delete x pending, []); _ -> (pending, []) }
       , machineLost = \_ x _ pending -> (M.delete x pending, [])
       , machineJoined = \_ _ st -> (st, []), machineStarved = \st -> (st, [])
-      , machineDone = M.null, machineView = const Nothing }
+      , machineDone = M.null, machineView = const Nothing, machineClaims = claimsNothing }
 
 -- Let everything in flight run to its end: workers handle and answer all
 -- they were sent, callers feed and read their streams.
@@ -361,16 +361,18 @@ traceTail w = unlines $ ("the core's last " ++ show (length steps) ++ " steps:")
 inertMachine :: Machine ()
 inertMachine = Machine { machineMessage = \_ _ _ st -> (st, []), machineLost = \_ _ _ st -> (st, [])
                        , machineJoined = \_ _ st -> (st, []), machineStarved = \st -> (st, [])
-                       , machineDone = const False, machineView = const Nothing }
+                       , machineDone = const False, machineView = const Nothing, machineClaims = claimsNothing }
 
--- A session that keeps the messages it is given and is done at the first.
-recordMachine :: Machine [FromWorker]
-recordMachine = Machine { machineMessage = \_ _ m ms -> (ms ++ [m], []), machineLost = \_ _ _ st -> (st, [])
+-- A session that keeps the messages it is given and is done at the first;
+-- beside others, it claims the answers about this state.
+recordMachine :: Word64 -> Machine [FromWorker]
+recordMachine s = Machine { machineMessage = \_ _ m ms -> (ms ++ [m], []), machineLost = \_ _ _ st -> (st, [])
                         , machineJoined = \_ _ st -> (st, []), machineStarved = \st -> (st, [])
-                        , machineDone = not . null, machineView = const Nothing }
+                        , machineDone = not . null, machineView = const Nothing
+                        , machineClaims = \_ msg _ -> answerState msg == Just s }
 
 spec :: Spec
-spec = describe "Herd.Core.Master.Core" $ do
+spec = describe "Herd.Core.Master" $ do
   it "answers every caller once, accepts every task once, and streams return their input, under random interleavings" $
     withMaxSuccess 300 $ forAll (resize 120 (listOf genAction)) $ \actions -> ioProperty $ do
       (w, problems) <- runWorld actions
@@ -439,7 +441,7 @@ spec = describe "Herd.Core.Master.Core" $ do
 
   it "routes each worker's answer to the session that asked, and names each session's function before its states" $ do
     let other = ref { refName = "other" }
-        asker f s = SessionRequest "ask" Nothing (Just f) (\ws -> Right (recordMachine, [], [ SendTo w (EvolveState s B.empty) | w <- ws ]))
+        asker f s = SessionRequest "ask" Nothing (Just f) (\ws -> Right (recordMachine s, [], [ SendTo w (EvolveState s B.empty) | w <- ws ]))
         ended out = [ (sid, fmap (fmap endState . outcomeEnd) r) | SessionEnded sid r <- out ]
         (c1, _) = step 0 (LinkUp 1) emptyCore
         (c2, openA) = step 0 (SessionStart 7 (asker ref 100)) c1
@@ -455,7 +457,7 @@ spec = describe "Herd.Core.Master.Core" $ do
     againA `shouldBe` [SendAll 1 [EvolveWith ref, EvolveState 300 B.empty]]
 
   it "gives each worker's StatesCleared to the oldest session that asked it to reset" $ do
-    let resets = SessionRequest "reset" Nothing Nothing (\ws -> Right (recordMachine, [], [ SendTo w StatesReset | w <- ws ]))
+    let resets = SessionRequest "reset" Nothing Nothing (\ws -> Right (recordMachine 0, [], [ SendTo w StatesReset | w <- ws ]))
         ended out = [ sid | SessionEnded sid _ <- out ]
         (c1, _) = step 0 (LinkUp 1) emptyCore
         (c2, _) = step 0 (SessionStart 7 resets) c1

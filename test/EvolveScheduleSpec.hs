@@ -20,12 +20,12 @@ import Herd.Core.Evolve.Call (callBusy, callMachine)
 import Herd.Core.Evolve.Registry (Placed (..), lineageDepth, keepOrigins, placedAt)
 import Herd.Core.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
 import qualified Herd.Core.Evolve.StateMap as SM
-import Herd.Core.Master.Session (Machine (..))
-import Herd.Core.Evolve.Held (Held, heldMessage, heldStateCount, newHeld)
-import Herd.Core.Master.Core (emptyCore, step)
+import Herd.Core.Session (Machine (..))
+import Herd.Core.Worker.Evolve (Held, heldMessage, heldStateCount, newHeld)
+import Herd.Core.Master (emptyCore, step)
 import qualified Herd.Core.Master.Events as Ev
 import Herd.Core.Packet.Policy (Urgency (..))
-import Herd.Core.Master.Session (Out (..))
+import Herd.Core.Session (Out (..))
 import qualified Data.Text as T
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 import Test.Hspec

@@ -72,9 +72,13 @@ spec = describe "results that stay on the workers" $ do
           (mapRefs cluster rendezvousRef refs >>= fetchMany cluster)
         map (map snd) (M.elems (fst evolved)) `shouldBe` [[True]]
         fetched `shouldBe` [True, True]
-        -- and the Refs outlive a reset of the evolve states
-        _ <- resetStates cluster countEvolver [1, 2, 3]
+        -- the Refs outlive a reset of the evolve states
+        again <- resetStates cluster countEvolver [1, 2, 3]
         fetchMany cluster refs `shouldReturn` [(file "spare", file "spare"), (file "ref", file "evolve")]
+        -- and an evolve call after a Ref call steps with its own function,
+        -- not the one the Ref call named last on the workers
+        outs <- evolveMany cluster countEvolver (M.fromList [ (i, 1) | i <- again ])
+        map (map snd) (M.elems outs) `shouldBe` [[10], [20], [30]]
 
   it "are kept where made, used where they live, fetched unchanged, and gone once released" $
     withCluster config $ \cluster -> do

@@ -7,8 +7,8 @@ module SchedulerSpec (spec) where
 import Data.List (foldl', sort)
 import qualified Data.Map.Strict as M
 import Herd.Settings (Batching (..))
-import Herd.Core.Scheduler
-import Herd.Core.Scheduler.State (Sched (..), Worker (..), Batch (..), Job (..))
+import Herd.Core.Farm
+import Herd.Core.Farm.State (Sched (..), Worker (..), Batch (..), Job (..))
 import qualified Data.Sequence as Seq
 import Test.Hspec
 import Test.QuickCheck
@@ -120,7 +120,7 @@ complete n sim =
         isFinish _ = False
 
 spec :: Spec
-spec = describe "Herd.Core.Scheduler" $ do
+spec = describe "Herd.Core.Farm" $ do
   it "passes over a worker near its memory limit while another can work, feeds all when all are held, and feeds it again once released" $ do
     let run evs = foldl (\(st, out) e -> let (st', o) = step 0 e st in (st', out ++ o)) (emptySched, []) evs
         sentTo cmds = [ w | SendBatch w _ _ <- cmds ]

@@ -19,7 +19,7 @@ import Herd
 import Herd.Config
 import Herd.Core.Base (TaskRef (..))
 import Herd.Sys.Clock (monotonicSeconds)
-import Herd.Core.Evolve.Held
+import Herd.Core.Worker.Evolve
 import qualified Data.Text as T
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Core.Evolve.Registry (stateIdBits)

@@ -33,7 +33,7 @@ module Herd.Monitor
   , prometheusText
   ) where
 
-import Herd.Core.Master.Session (SessionView (..))
+import Herd.Core.Session (SessionView (..))
 import Herd.Core.Monitor.Ledger (Account (..), Departure (..))
 import Herd.Core.Monitor.Status (JobRow (..), Status (..), WorkerRow (..), WorkerState (..))
 import Herd.Core.Packet.Policy (FlushReason (..))

@@ -1,7 +1,7 @@
 -- | @herd bench evolvecore@: the master's core alone on evolve calls, with
 -- no socket, no process and no clock but a simulated one. Simulated
 -- workers answer the core's messages after a fixed delay and take a fixed
--- time per step; the core ("Herd.Core.Master.Core") and the call's two ends
+-- time per step; the core ("Herd.Core.Master") and the call's two ends
 -- ("Herd.Core.Evolve.Start") are the ones a real master runs. What is timed is
 -- the core's own work: each event's step, forced, with the collections it
 -- causes. So a row says what one state costs the master's CPU, without
@@ -39,9 +39,9 @@ import Herd.Core.Evolve.Start (CallStart (..), estimateFrom, registryAfter, star
 import Herd.Core.Evolve.StateMap (StateId (..))
 import qualified Herd.Core.Evolve.StateMap as SM
 import Herd.Examples.ParticleFilter (particleStep)
-import Herd.Core.Master.Core (Core, emptyCore, step)
+import Herd.Core.Master (Core, emptyCore, step)
 import Herd.Core.Master.Events (Command (..), Event (..))
-import Herd.Core.Master.Session (SessionEnd (..), SessionOutcome, SessionRequest (..), outcomeEnd)
+import Herd.Core.Session (SessionEnd (..), SessionOutcome, SessionRequest (..), outcomeEnd)
 import Herd.Core.Error (HerdError)
 import Herd.Core.Fault (renderFault)
 import Herd.Core.Report

@@ -18,7 +18,7 @@ module Herd.Reader
 
 import qualified Data.ByteString as B
 import Herd.Settings (MasterLoop)
-import Herd.Core.Scheduler (WorkerId)
+import Herd.Core.Farm (WorkerId)
 import Herd.Transport (Connection)
 
 -- | Hand over one frame; 'Left' means it was bad and the link is lost.

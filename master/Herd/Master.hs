@@ -1,7 +1,7 @@
 {-# LANGUAGE ScopedTypeVariables #-}
 -- | The master: a cluster of workers, and the calls that run work on it.
 --
--- One pure core ("Herd.Core.Master.Core") makes every decision for farm jobs,
+-- One pure core ("Herd.Core.Master") makes every decision for farm jobs,
 -- stream processes and evolve sessions; a shell ("Herd.Master.Shell")
 -- steps it under one lock and carries out its commands; a reader feeds it
 -- the workers' frames, either one thread over epoll or a thread per worker
@@ -95,7 +95,7 @@ import Herd.Master.Types
 import Herd.Master.Monitor.Feed (newFeed, teeLog)
 import Herd.Master.Monitor.Server (withDashboard)
 import Herd.Core.Monitor.Status (Status)
-import Herd.Core.Scheduler (JobStats, Range (..))
+import Herd.Core.Farm (JobStats, Range (..))
 import Herd.Task (TaskRef (..), tryUser)
 import Herd.Transport
 import Herd.Transport.Tcp

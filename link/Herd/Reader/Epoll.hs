@@ -49,6 +49,25 @@ framesPerVisit = 64
 wakeTag :: Int
 wakeTag = -1
 
+-- One epoll reader's state: its descriptors, its links, and what its
+-- loop has left to do.
+data Poller = Poller
+  { plEpoll  :: !Epoll
+  , plWake   :: !CInt                       -- ^ the eventfd that wakes the loop
+  , plCap    :: !Int                        -- ^ the largest frame taken
+  , plLinks  :: !(IORef (M.Map Int Polled))
+  , plEdged  :: !(IORef (M.Map Int Polled))
+    -- ^ the edge-triggered links among them: the only ones armed before a
+    -- blocking wait (a pass over every link before each wait cost O(links)
+    -- a round at thousands of workers, for nothing on TCP)
+  , plFresh  :: !(IORef [Int])
+    -- ^ links added since the reader last looked: read once each, since
+    -- bytes may wait in their buffers already (a read of every link per
+    -- added one made a start of 2048 workers cost 744 000 receives)
+  , plAgain  :: !(IORef [Int])              -- ^ links left with frames at the last visit
+  , plVisits :: !(IORef Int)
+  }
+
 -- | An epoll reader for frames of at most this size, its thread not yet
 -- running, and the action that releases its descriptors once that thread
 -- has stopped. The action given runs after each round of deliveries.
@@ -59,102 +78,120 @@ newEpollReader cap afterRound = do
   when (wake < 0) $ epollClose ep >> systemCallFailed "eventfd" (fromIntegral (negate wake))
   rc <- epollAdd ep wake wakeTag False
   when (rc /= 0) $ systemCallFailed "epoll_ctl" rc
-  links <- newIORef (M.empty :: M.Map Int Polled)
-  -- the edge-triggered links among them: the only ones armed before a
-  -- blocking wait (a pass over every link before each wait cost O(links)
-  -- a round at thousands of workers, for nothing on TCP)
-  edged <- newIORef (M.empty :: M.Map Int Polled)
-  -- links added since the reader last looked: read once each, since bytes
-  -- may wait in their buffers already (a read of every link per added
-  -- one made a start of 2048 workers cost 744 000 receives)
-  fresh <- newIORef ([] :: [Int])
-  again <- newIORef ([] :: [Int])   -- links left with frames at the last visit
-  visits <- newIORef (0 :: Int)
-  let add wid conn onPacket onLost = do
-        let polled = Polled conn onPacket onLost
-        atomicModifyIORef' links (\m -> (M.insert wid polled m, ()))
-        when (connEdgeTriggered conn) $ atomicModifyIORef' edged (\m -> (M.insert wid polled m, ()))
-        -- a shared ring signals only a reader that said it waits
-        _ <- trySync (armConnection conn)
-        fds <- connWaitFds conn
-        forM_ fds $ \fd -> do
-          r <- epollAdd ep fd wid (connEdgeTriggered conn)
-          when (r /= 0) $ onLost ("epoll_ctl failed (errno " ++ show r ++ ")")
-        -- bytes that came before it was watched (edge-triggered links say nothing of them)
-        atomicModifyIORef' fresh (\ts -> (wid : ts, ()))
-        c_signal wake
-      remove wid conn = do
-        atomicModifyIORef' links (\m -> (M.delete wid m, ()))
-        atomicModifyIORef' edged (\m -> (M.delete wid m, ()))
-        fds <- trySync (connWaitFds conn)
-        either (const (pure ())) (mapM_ (epollDel ep)) fds
-      lookupLink tag = fmap (\l -> (tag, l)) . M.lookup tag <$> readIORef links
-      lose tag l why = do
-        remove tag (polConn l)
-        polLost l why
-      -- every whole frame, then what the transport has, until it has
-      -- nothing or the visit's share is used ('True': more may be there).
-      -- A short read empties a level-triggered link: its frames are
-      -- handed over and the visit ends without one more receive to hear
-      -- "nothing ready" (epoll reports the link again when more comes)
-      drain l k emptied
-        | k >= framesPerVisit = pure (Right True)
-        | otherwise = do
-            frame <- takeBufferedFrame cap (polConn l)
-            case frame of
-              Just packet -> do
-                ok <- polPacket l packet
-                either (pure . Left) (const (drain l (k + 1) emptied)) ok
-              Nothing | emptied -> pure (Right False)
-                      | otherwise -> do
-                (got, short) <- recvAvailableShort (polConn l)
-                case got of
-                  0 -> pure (Left "connection closed")
-                  -1 -> pure (Right False)
-                  _ -> drain l k (short && not (connEdgeTriggered (polConn l)))
-      readLink tag l = do
-        modifyIORef' visits (+ 1)
-        r <- trySync (drain l 0 False)
-        case r of
-          Left (e :: SomeException) -> lose tag l (displayException e)
-          Right (Left why) -> lose tag l why
-          Right (Right more) -> when more $ modifyIORef' again (tag :)
-      -- epoll reported the link: on a shared ring the report may be the
-      -- control socket's end, which the ring looks at only when told to
-      -- (arming tells it), since an empty ring is otherwise no news
-      readReported tag l = do
-        when (connEdgeTriggered (polConn l)) $ void (trySync (armConnection (polConn l)))
-        readLink tag l
-      readFresh = do
-        tags <- atomicModifyIORef' fresh (\ts -> ([], ts))
-        forM_ (reverse tags) $ \tag -> lookupLink tag >>= mapM_ (uncurry readLink)
-      -- arm the edge-triggered links before blocking; read any that has bytes
-      armAll = do
-        ls <- M.toList <$> readIORef edged
-        fmap or $ mapM (\(tag, l) -> do
-          r <- trySync (armConnection (polConn l))
-          case r of
-            Left (e :: SomeException) -> False <$ lose tag l (displayException e)
-            Right True -> True <$ readLink tag l
-            Right False -> pure False) ls
-      run = allocaArray 256 $ \tags -> forever $ do
-        revisit <- atomicModifyIORef' again (\ts -> ([], reverse ts))
-        -- under load something is usually ready: look first without
-        -- blocking, and block (releasing the runtime) only when nothing is
-        n0 <- epollPoll ep tags 256
-        n <- if n0 /= 0 || not (null revisit) then pure n0 else do
-          ready <- armAll
-          if ready then pure 0 else epollWait ep tags 256 1000
-        when (n < 0) $ systemCallFailed "epoll_wait" (negate n)
-        ready <- peekArray n tags
-        forM_ ready $ \tag ->
-          if fromIntegral tag == wakeTag then c_drain wake >> readFresh
-          else lookupLink (fromIntegral tag) >>= mapM_ (uncurry readReported)
-        forM_ revisit $ \tag -> lookupLink tag >>= mapM_ (uncurry readLink)
-        afterRound
-      release = do
+  pl <- Poller ep wake cap <$> newIORef M.empty <*> newIORef M.empty <*> newIORef [] <*> newIORef [] <*> newIORef 0
+  let release = do
         _ <- c_close wake
         epollClose ep
-  pure ( Reader { readerLoop = EpollLoop, readerAdd = add, readerRemove = remove, readerRun = run
-                , readerVisits = readIORef visits }
+  pure ( Reader { readerLoop = EpollLoop, readerAdd = addLink pl, readerRemove = removeLink pl
+                , readerRun = runPoller pl afterRound, readerVisits = readIORef (plVisits pl) }
        , release )
+
+-- Watch a link: its descriptors join the epoll set, and it is read once
+-- at the next round (bytes that came before it was watched: an
+-- edge-triggered link says nothing of them).
+addLink :: Poller -> Int -> Connection -> OnPacket -> OnLost -> IO ()
+addLink pl wid conn onPacket onLost = do
+  let polled = Polled conn onPacket onLost
+  atomicModifyIORef' (plLinks pl) (\m -> (M.insert wid polled m, ()))
+  when (connEdgeTriggered conn) $ atomicModifyIORef' (plEdged pl) (\m -> (M.insert wid polled m, ()))
+  -- a shared ring signals only a reader that said it waits
+  _ <- trySync (armConnection conn)
+  fds <- connWaitFds conn
+  forM_ fds $ \fd -> do
+    r <- epollAdd (plEpoll pl) fd wid (connEdgeTriggered conn)
+    when (r /= 0) $ onLost ("epoll_ctl failed (errno " ++ show r ++ ")")
+  atomicModifyIORef' (plFresh pl) (\ts -> (wid : ts, ()))
+  c_signal (plWake pl)
+
+-- Stop watching a link.
+removeLink :: Poller -> Int -> Connection -> IO ()
+removeLink pl wid conn = do
+  atomicModifyIORef' (plLinks pl) (\m -> (M.delete wid m, ()))
+  atomicModifyIORef' (plEdged pl) (\m -> (M.delete wid m, ()))
+  fds <- trySync (connWaitFds conn)
+  either (const (pure ())) (mapM_ (epollDel (plEpoll pl))) fds
+
+lookupLink :: Poller -> Int -> IO (Maybe (Int, Polled))
+lookupLink pl tag = fmap (\l -> (tag, l)) . M.lookup tag <$> readIORef (plLinks pl)
+
+loseLink :: Poller -> Int -> Polled -> String -> IO ()
+loseLink pl tag l why = do
+  removeLink pl tag (polConn l)
+  polLost l why
+
+-- Every whole frame, then what the transport has, until it has nothing
+-- or the visit's share is used ('True': more may be there). A short read
+-- empties a level-triggered link: its frames are handed over and the
+-- visit ends without one more receive to hear "nothing ready" (epoll
+-- reports the link again when more comes).
+drainLink :: Int -> Polled -> Int -> Bool -> IO (Either String Bool)
+drainLink cap l k emptied
+  | k >= framesPerVisit = pure (Right True)
+  | otherwise = do
+      frame <- takeBufferedFrame cap (polConn l)
+      case frame of
+        Just packet -> do
+          ok <- polPacket l packet
+          either (pure . Left) (const (drainLink cap l (k + 1) emptied)) ok
+        Nothing | emptied -> pure (Right False)
+                | otherwise -> do
+          (got, short) <- recvAvailableShort (polConn l)
+          case got of
+            0 -> pure (Left "connection closed")
+            -1 -> pure (Right False)
+            _ -> drainLink cap l k (short && not (connEdgeTriggered (polConn l)))
+
+-- One visit to a link: what it has is handed over; a link left with
+-- frames is visited again next round.
+readLink :: Poller -> Int -> Polled -> IO ()
+readLink pl tag l = do
+  modifyIORef' (plVisits pl) (+ 1)
+  r <- trySync (drainLink (plCap pl) l 0 False)
+  case r of
+    Left (e :: SomeException) -> loseLink pl tag l (displayException e)
+    Right (Left why) -> loseLink pl tag l why
+    Right (Right more) -> when more $ modifyIORef' (plAgain pl) (tag :)
+
+-- Epoll reported the link: on a shared ring the report may be the
+-- control socket's end, which the ring looks at only when told to
+-- (arming tells it), since an empty ring is otherwise no news.
+readReported :: Poller -> Int -> Polled -> IO ()
+readReported pl tag l = do
+  when (connEdgeTriggered (polConn l)) $ void (trySync (armConnection (polConn l)))
+  readLink pl tag l
+
+-- The links added since the last round, each read once.
+readFresh :: Poller -> IO ()
+readFresh pl = do
+  tags <- atomicModifyIORef' (plFresh pl) (\ts -> ([], ts))
+  forM_ (reverse tags) $ \tag -> lookupLink pl tag >>= mapM_ (uncurry (readLink pl))
+
+-- Arm the edge-triggered links before blocking; read any that has bytes
+-- ('True': one had).
+armAll :: Poller -> IO Bool
+armAll pl = do
+  ls <- M.toList <$> readIORef (plEdged pl)
+  fmap or $ mapM (\(tag, l) -> do
+    r <- trySync (armConnection (polConn l))
+    case r of
+      Left (e :: SomeException) -> False <$ loseLink pl tag l (displayException e)
+      Right True -> True <$ readLink pl tag l
+      Right False -> pure False) ls
+
+-- The reader's loop: under load something is usually ready, so it looks
+-- first without blocking, and blocks (releasing the runtime) only when
+-- nothing is; after each round, the action given.
+runPoller :: Poller -> IO () -> IO ()
+runPoller pl afterRound = allocaArray 256 $ \tags -> forever $ do
+  revisit <- atomicModifyIORef' (plAgain pl) (\ts -> ([], reverse ts))
+  n0 <- epollPoll (plEpoll pl) tags 256
+  n <- if n0 /= 0 || not (null revisit) then pure n0 else do
+    ready <- armAll pl
+    if ready then pure 0 else epollWait (plEpoll pl) tags 256 1000
+  when (n < 0) $ systemCallFailed "epoll_wait" (negate n)
+  ready <- peekArray n tags
+  forM_ ready $ \tag ->
+    if fromIntegral tag == wakeTag then c_drain (plWake pl) >> readFresh pl
+    else lookupLink pl (fromIntegral tag) >>= mapM_ (uncurry (readReported pl))
+  forM_ revisit $ \tag -> lookupLink pl tag >>= mapM_ (uncurry (readLink pl))
+  afterRound

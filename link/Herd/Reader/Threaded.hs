@@ -16,7 +16,7 @@ import Data.IORef
 import qualified Data.Map.Strict as M
 import Herd.Settings (MasterLoop (..))
 import Herd.Reader
-import Herd.Core.Scheduler (WorkerId)
+import Herd.Core.Farm (WorkerId)
 import Herd.Transport (awaitReadable, recvFrame)
 
 -- | A reader for frames of at most this size; the action runs after each

@@ -24,7 +24,7 @@ import qualified Data.Text as T
 import Herd.Transport.Auth
 import Herd.Settings
 import Herd.Master.Types
-import Herd.Core.Scheduler (WorkerId)
+import Herd.Core.Farm (WorkerId)
 import Herd.Transport
 import Herd.Transport.Shm (upgradeMaster)
 import Herd.Core.Wire

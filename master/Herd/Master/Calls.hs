@@ -17,7 +17,7 @@ import Herd.Settings (Config (..))
 import Herd.Core.Error (HerdError)
 import Herd.Core.Exchange (ExchangeJob (..))
 import Herd.Core.Master.Events (Event (..))
-import Herd.Core.Master.Session (SessionOutcome, SessionRequest)
+import Herd.Core.Session (SessionOutcome, SessionRequest)
 import Herd.Master.Cluster
 import Herd.Master.Shell (Registration (..), shellRegister)
 import Herd.Task (TaskRef)

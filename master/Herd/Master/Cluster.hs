@@ -50,7 +50,7 @@ import Herd.Master.Monitor.Feed (Feed, feedStarted, recentLines)
 import Herd.Core.Monitor.Status (Inputs (..), Status, buildStatus)
 import Herd.Master.Types
 import Herd.Packet (PeerStats (..), senderStats)
-import Herd.Core.Scheduler (WorkerId)
+import Herd.Core.Farm (WorkerId)
 import System.Environment (getExecutablePath, getProgName)
 import System.Timeout (timeout)
 

@@ -28,7 +28,7 @@ import Herd.Settings
 import Herd.Core.Fault (LinkFault (..), renderFault)
 import Herd.Core.Master.Events (Event (..))
 import Herd.Core.Packet.Policy (Urgency (..))
-import Herd.Core.Scheduler (WorkerId)
+import Herd.Core.Farm (WorkerId)
 import Herd.Core.Wire (noCpu)
 import Herd.Core.Wire.Host
 import Herd.Wire.HostEntry (controlEncoder, sentPacketEntry)

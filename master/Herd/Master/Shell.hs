@@ -1,5 +1,5 @@
 {-# LANGUAGE ScopedTypeVariables #-}
--- | The imperative shell around the master's core ("Herd.Core.Master.Core"):
+-- | The imperative shell around the master's core ("Herd.Core.Master"):
 -- it owns the core's state behind one lock, steps it with events from the
 -- reader, the accepting threads and callers, and carries out its commands
 -- ("Herd.Master.Execute").
@@ -69,7 +69,7 @@ import Control.Exception (evaluate)
 import Herd.Master.StepTrace (traceSlowStep)
 import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Settings
-import Herd.Core.Master.Core
+import Herd.Core.Master
 import Herd.Core.Master.Events
 import Herd.Master.Execute
 import Herd.Master.Link
@@ -79,7 +79,7 @@ import Herd.Core.Fault (LinkFault (..), renderFault)
 import Herd.Master.Types
 import Herd.Sys.Trace (traceHerd, tracing)
 import Herd.Packet
-import Herd.Core.Scheduler (WorkerId)
+import Herd.Core.Farm (WorkerId)
 import Herd.Transport
 import Herd.Core.Wire
 import Herd.Core.Packet.Policy (Urgency (..))

@@ -27,13 +27,13 @@ import qualified Data.Set as S
 import Data.Word (Word64)
 import Herd.Settings
 import Herd.Core.Error
-import Herd.Core.Master.Core
-import Herd.Core.Master.Session (SessionOutcome)
+import Herd.Core.Master
+import Herd.Core.Session (SessionOutcome)
 import Herd.Master.Link
 import Herd.Reader
 import Herd.Master.Types
 import Herd.Packet
-import Herd.Core.Scheduler (JobId, WorkerId)
+import Herd.Core.Farm (JobId, WorkerId)
 
 -- | What the shell's lock guards.
 data ShellState = ShellState

@@ -15,7 +15,7 @@ module Herd.Master.Types
 import Control.Concurrent.STM (TQueue, TVar)
 import qualified Data.ByteString as B
 import Herd.Wire.ArgTable (ArgTable)
-import Herd.Core.Scheduler (JobStats, Range)
+import Herd.Core.Farm (JobStats, Range)
 import Herd.Task (TaskRef)
 import Herd.Core.Error (HerdError)
 import Herd.Core.Master.Workers (ConnectionCounters (..), WorkerInfo (..), noCounters)

@@ -8,7 +8,7 @@
 -- worker numbered by the master on it and its packets carried as entries
 -- of the link's ("Herd.Core.Wire.Host"). Each simulated worker runs the
 -- worker's own steps: the farm's pure step
--- ("Herd.Core.Worker.Step") and the evolve holder's ("Herd.Core.Evolve.Held"),
+-- ("Herd.Core.Worker.Step") and the evolve holder's ("Herd.Core.Worker.Evolve"),
 -- calling the real task and evolve functions. Only the time is simulated:
 -- what a function declares through 'Herd.Simulate.simulatedWork' is not
 -- slept but becomes a timer, and the answer leaves when it fires. While a
@@ -43,7 +43,7 @@ import Herd.Node.Store (newAssembly)
 import Herd.Sys.BuildId (buildIdentity)
 import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Sys.Epoll
-import Herd.Core.Evolve.Held
+import Herd.Core.Worker.Evolve
 import Herd.Sys.HeapReserve (heapReserveBytes, reserveHeap)
 import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Wire.Host

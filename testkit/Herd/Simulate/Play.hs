@@ -2,7 +2,7 @@
 -- | The simulated host's workers ("Herd.Simulate.Host"): what one
 -- simulated worker does with a message from the master or a timer that
 -- fired. It runs the worker's own steps (the farm's "Herd.Core.Worker.Step",
--- the evolve holder's "Herd.Core.Evolve.Held") with the real functions, and
+-- the evolve holder's "Herd.Core.Worker.Evolve") with the real functions, and
 -- turns a declared simulated cost into a timer instead of a sleep.
 -- Answers are queued per worker, for the host's loop to send at the end
 -- of its round.
@@ -38,7 +38,7 @@ import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Task.Closure (cachedLookup)
 import Herd.Sys.Epoll
 import Herd.Task.Evolver (EvolveRunner, lookupEvolver)
-import Herd.Core.Evolve.Held
+import Herd.Core.Worker.Evolve
 import Herd.Node.Worker.Evolve (runJob)
 import Herd.Sys.Log (logToStderr)
 import Herd.Packet (Sender, sendMessageHeld)

@@ -1,5 +1,5 @@
 {-# LANGUAGE BangPatterns #-}
--- | One evolve call as a pure session ("Herd.Core.Master.Session"): the plan
+-- | One evolve call as a pure session ("Herd.Core.Session"): the plan
 -- ("Herd.Core.Evolve.Schedule") fed by the workers' answers, with the outputs,
 -- where each state now lives, and the recomputation of states lost with
 -- their worker. The master's core hosts it; nothing here does IO.
@@ -29,7 +29,7 @@ import Herd.Core.Error (HerdError (..))
 import Herd.Core.Evolve.Registry (Placed (..), costOr, stateIdBits)
 import Herd.Core.Evolve.Schedule
 import Herd.Core.Evolve.Plan (planRunning)
-import Herd.Core.Master.Session (Machine (..), Out (..), SessionView (..))
+import Herd.Core.Session (Machine (..), Out (..), SessionView (..), answerState)
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 
 -- | The state of one call's session.
@@ -77,7 +77,7 @@ callMachine name = dropOnFail (callMachineOf name)
 -- it was given and the children it made are forgotten by the caller's
 -- registry ('regAbandoned'), so each worker holding some is told to drop
 -- them. (A step still running reports later; its children are dropped
--- then, "Herd.Core.Master.Core".)
+-- then, "Herd.Core.Master".)
 dropOnFail :: Machine Call -> Machine Call
 dropOnFail m = m
   { machineMessage = \now wid msg call -> drops (machineMessage m now wid msg call)
@@ -93,7 +93,12 @@ dropOnFail m = m
 
 callMachineOf :: String -> Machine Call
 callMachineOf name = Machine
-  { machineMessage = \now wid msg call -> case msg of
+  { machineClaims = \_ msg call -> case answerState msg of
+      -- every state of its population is the call's: it may move or recover any
+      Just s -> SM.member (StateId s) (callStates call) || S.member (StateId s) (callAbandoned call)
+                || SM.member (StateId s) (callReplaying call)
+      Nothing -> False
+  , machineMessage = \now wid msg call -> case msg of
       -- a failed call's state its worker went on with: its children go
       StateEvolved parent _ children | S.member (StateId parent) (callAbandoned call) ->
         (call, [ SendTo wid (StatesDrop (map fst children)) | not (null children) ])

@@ -4,7 +4,7 @@
 -- ('StateAdd'), and keeps the bytes as the state's new origin. A later
 -- recovery of that state then starts from those bytes instead of replaying
 -- every step since it was uploaded. Pure: a session machine
--- ("Herd.Core.Master.Session") and the registry's update.
+-- ("Herd.Core.Session") and the registry's update.
 --
 -- Promises: each state asked for is either checkpointed (its origin is the
 -- bytes its worker gave, and it lives where it lived) or left as it was (its
@@ -22,7 +22,7 @@ import qualified Data.Map.Strict as M
 import Herd.Core.Base (WorkerId)
 import Herd.Core.Evolve.Registry
 import qualified Herd.Core.Evolve.StateMap as SM
-import Herd.Core.Master.Session (Machine (..), Out (..))
+import Herd.Core.Session (Machine (..), Out (..), answerState)
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 
 -- | A checkpoint in progress.
@@ -59,7 +59,8 @@ checkpointStart live states =
       , machineJoined = \_ _ cp -> (cp, [])
       , machineStarved = \cp -> (cp { cpPending = M.empty }, [])
       , machineDone = M.null . cpPending
-      , machineView = const Nothing }
+      , machineView = const Nothing
+      , machineClaims = \w msg cp -> maybe False (\k -> M.lookup (StateId k) (cpPending cp) == Just w) (answerState msg) }
     forget s cp = cp { cpPending = M.delete s (cpPending cp) }
 
 -- | The registry after a checkpoint: the states given back start their

@@ -8,7 +8,7 @@ module Herd.Core.Evolve.Plan
   ( PlanSettings (..)
   , defaultPlanSettings
   , WorkerPlan (..)
-  , module Herd.Core.Evolve.HeldStates
+  , module Herd.Core.Evolve.Unstarted
   , Plan (..)
   , Move (..)
   , PlanEvent (..)
@@ -44,7 +44,7 @@ import Data.Sequence (Seq, ViewL (..), viewl)
 import qualified Data.Sequence as Seq
 import qualified Data.Set as S
 import Herd.Core.Base (WorkerId)
-import Herd.Core.Evolve.HeldStates
+import Herd.Core.Evolve.Unstarted
 import Herd.Core.Evolve.StateMap (StateId, StateMap)
 import qualified Herd.Core.Evolve.StateMap as SM
 

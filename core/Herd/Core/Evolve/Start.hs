@@ -25,7 +25,7 @@ import Herd.Core.Evolve.Registry (Placed (..), costOr, keepOrigins, needsTelling
 import Herd.Core.Evolve.Schedule
 import Herd.Core.Evolve.StateMap (StateMap)
 import qualified Herd.Core.Evolve.StateMap as SM
-import Herd.Core.Master.Session (Out (..))
+import Herd.Core.Session (Out (..))
 import Herd.Core.Wire (ToWorker (..))
 
 -- | What a call starts from, besides the workers it is given.

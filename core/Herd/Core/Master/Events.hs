@@ -1,4 +1,4 @@
--- | The vocabulary of the master's core ("Herd.Core.Master.Core"): the events a
+-- | The vocabulary of the master's core ("Herd.Core.Master"): the events a
 -- driver feeds it and the commands it returns. Plain data; the core gives
 -- them their meaning. Both can be printed and compared, so a test can show
 -- and check a trace of the core.
@@ -15,9 +15,9 @@ import Herd.Core.Base (BatchId, Batching, JobId, Range, TaskRef, WorkerId)
 import Herd.Core.Error (HerdError)
 import Herd.Core.Exchange (ExchangeJob)
 import Herd.Core.Fault (LinkFault, StreamBreak)
-import Herd.Core.Master.Session (SessionOutcome, SessionRequest)
+import Herd.Core.Session (SessionOutcome, SessionRequest)
 import Herd.Core.Packet.Policy (Urgency)
-import Herd.Core.Scheduler (JobStats)
+import Herd.Core.Farm (JobStats)
 import Herd.Core.Wire (FromWorker, ToWorker)
 
 -- | A farm job as the core knows it.

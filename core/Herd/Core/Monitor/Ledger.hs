@@ -1,7 +1,7 @@
 -- | What each worker has done since it joined the cluster, for watching a
 -- cluster while it runs (the dashboard, @/metrics@): tasks and evolve
 -- steps done, busy seconds as the worker measured them, and waiting
--- seconds. Pure; the master's core ("Herd.Core.Master.Core") keeps one and
+-- seconds. Pure; the master's core ("Herd.Core.Master") keeps one and
 -- updates it as events arrive.
 --
 -- Waiting is the particle-filter seed's diagnosis: time a worker was

@@ -22,13 +22,13 @@ module Herd.Core.Monitor.Status
 import qualified Data.Map.Strict as M
 import Data.Maybe (isJust)
 import Herd.Core.Base (WorkerId)
-import Herd.Core.Master.Core
-import Herd.Core.Master.Session (SessionView (..))
+import Herd.Core.Master
+import Herd.Core.Session (SessionView (..))
 import Herd.Core.Master.Workers (ConnectionCounters (..), WorkerInfo (..))
 import Herd.Core.Monitor.Ledger
 import Herd.Core.Packet.Policy (FlushReason, allFlushReasons)
 import Herd.Core.Packet.Stats (PeerStats (..))
-import qualified Herd.Core.Scheduler as S
+import qualified Herd.Core.Farm as S
 import Herd.Core.Shared (sharesHeldBy, sharesLive, sharesSpilledBy)
 
 -- | What a worker is doing.

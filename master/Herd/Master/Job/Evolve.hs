@@ -16,7 +16,7 @@
 -- > outs <- evolveMany cluster stepFn (M.fromList [ (i, obs) | i <- ids ])
 --
 -- Scheduling is "Herd.Core.Evolve.Schedule" (pure); each call is a session of
--- the master's core ("Herd.Core.Master.Core"), beside farm jobs and streams,
+-- the master's core ("Herd.Core.Master"), beside farm jobs and streams,
 -- driven by the cluster's loop ('configMasterLoop'): one thread per worker
 -- or one thread over epoll.
 --
@@ -69,7 +69,7 @@ import Herd.Core.Evolve.Schedule hiding (StateId, stateIdWord)
 import qualified Herd.Core.Evolve.StateMap as SM
 import qualified Data.Set as S
 import Herd.Master
-import Herd.Core.Master.Session
+import Herd.Core.Session
 import Herd.Wire.Writer (Encoder, encoderBytes)
 import Herd.Task (TaskRef (..), tryUser)
 import Herd.Core.Wire

@@ -29,7 +29,7 @@ import GHC.StaticPtr (StaticPtr)
 import Herd.Settings (Config (..))
 import Herd.Master
 import qualified Data.ByteString as B
-import Herd.Core.Scheduler (JobStats, Range, rangeIndices)
+import Herd.Core.Farm (JobStats, Range, rangeIndices)
 import Herd.Core.Error (HerdError (..))
 import Herd.Task
 import Herd.Wire.ArgTable (ArgTable, argCount, argsArena, arenaBytesOf, newArena)

@@ -23,7 +23,7 @@ import Data.Word (Word64)
 import Herd.Core.Error
 import Herd.Core.Evolve.Registry (Origin (..), Placed (..), Registry (..), StateId (..))
 import qualified Herd.Core.Evolve.StateMap as SM
-import Herd.Core.Master.Session
+import Herd.Core.Session
 import Herd.Core.Wire
 import Herd.Core.Base (WorkerId)
 import Herd.Master
@@ -43,7 +43,7 @@ session cluster name limit function start = do
 
 -- | A session that only sends: done at once, deaf to every answer.
 quietMachine :: Machine st
-quietMachine = Machine (\_ _ _ p -> (p, [])) (\_ _ _ p -> (p, [])) (\_ _ p -> (p, [])) (\p -> (p, [])) (const True) (const Nothing)
+quietMachine = Machine (\_ _ _ p -> (p, [])) (\_ _ _ p -> (p, [])) (\_ _ p -> (p, [])) (\p -> (p, [])) (const True) (const Nothing) claimsNothing
 
 -- | Upload encoded states into this population beside those the workers
 -- hold (nothing is reset), spread round robin over the live workers (the
@@ -90,6 +90,7 @@ releaseStatesRaw population cluster sids = modifyMVar_ population $ \reg -> do
           _ -> (pending, [])
       , machineLost = \_ wid _ pending -> (M.delete wid pending, [])
       , machineDone = M.null
+      , machineClaims = \wid msg pending -> maybe False (\k -> k `elem` M.findWithDefault [] wid pending) (answerState msg)
       , machineJoined = \_ _ st -> (st, [])
       , machineStarved = \st -> (st, [])
       , machineView = const Nothing

@@ -16,7 +16,7 @@ module Herd.Master.Monitor.Render
 import Data.List (intercalate)
 import qualified Data.Map.Strict as M
 import Herd.Core.Base (transportName)
-import Herd.Core.Master.Session (SessionView (..))
+import Herd.Core.Session (SessionView (..))
 import Herd.Master.Types (ConnectionCounters (..), WorkerInfo (..))
 import Herd.Core.Monitor.Ledger (Account (..), Departure (..))
 import Herd.Core.Monitor.Status

@@ -16,7 +16,7 @@ import qualified Data.Map.Strict as M
 import Herd.Packet (PeerStats (..))
 import Herd.Core.Packet.Policy (allFlushReasons)
 import Herd.Core.Report (fixed, renderTable)
-import Herd.Core.Scheduler (JobStats (..), WorkerStats (..))
+import Herd.Core.Farm (JobStats (..), WorkerStats (..))
 
 -- | Busy seconds summed over workers.
 totalBusy :: JobStats -> Double

@@ -1,6 +1,6 @@
 {-# LANGUAGE ScopedTypeVariables #-}
 -- | The worker's side of the evolve API in a real worker: the pure machine
--- of "Herd.Core.Evolve.Held" under one 'TVar', and a thread that evolves the
+-- of "Herd.Core.Worker.Evolve" under one 'TVar', and a thread that evolves the
 -- states it hands out, one at a time.
 --
 -- States are kept encoded, as the master sent them or as the evolve
@@ -12,7 +12,7 @@
 -- functions are pure, so replaying the steps that made it, keeping the
 -- right child each time, gives it back exactly.
 --
--- Promise: the answers of "Herd.Core.Evolve.Held", each sent once, in the
+-- Promise: the answers of "Herd.Core.Worker.Evolve", each sent once, in the
 -- order the machine gives them.
 module Herd.Node.Worker.Evolve
   ( Holder
@@ -33,7 +33,7 @@ import Data.Word (Word64)
 import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Task.Closure (cachedLookup, describeClosureError)
 import Herd.Task.Evolver (EvolveRunner (..), lookupEvolver)
-import Herd.Core.Evolve.Held
+import Herd.Core.Worker.Evolve
 import Herd.Core.Evolve.Registry (stateIdBits)
 import Herd.Task (TaskRef, tryUser)
 import Herd.Core.Wire

@@ -6,7 +6,7 @@
 -- Only idle workers take copies, and only once a job has no task left to
 -- hand out, so a copy never delays work that has not started; each batch
 -- is copied at most once at a time.
-module Herd.Core.Scheduler.Straggle
+module Herd.Core.Farm.Straggle
   ( speculate
   , supersede
   , forgetTwin
@@ -17,7 +17,7 @@ import Data.List (sortOn)
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Herd.Core.Base (BatchId, WorkerId)
-import Herd.Core.Scheduler.State
+import Herd.Core.Farm.State
 
 -- | How long a batch may run before a copy is run elsewhere: four times
 -- what the job's estimate says the worker needs to reach its end (its

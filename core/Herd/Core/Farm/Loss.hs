@@ -13,7 +13,7 @@
 -- a death ends a job, so a task is named only after it killed a worker on
 -- its own. With a limit of one and a first death shared with other tasks,
 -- that makes two deaths.
-module Herd.Core.Scheduler.Loss
+module Herd.Core.Farm.Loss
   ( Returned (..)
   , returnBatches
   , splitAtTask
@@ -24,7 +24,7 @@ import Data.List (foldl', sort)
 import Data.Sequence ((<|))
 import qualified Data.Sequence as Seq
 import Herd.Core.Base (BatchId, Range (..), rangeIndices, rangeSize)
-import Herd.Core.Scheduler.State
+import Herd.Core.Farm.State
 
 -- | A job after a loss.
 data Returned

@@ -2,7 +2,7 @@
 -- statistics it reports from that: tasks, batches, busy time as the worker
 -- measured it, and waiting time (present during the job, not computing).
 -- Pure.
-module Herd.Core.Scheduler.Presence
+module Herd.Core.Farm.Presence
   ( WorkerStats (..)
   , JobStats (..)
   , Presence

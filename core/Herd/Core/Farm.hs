@@ -21,12 +21,12 @@
 --   died are charged with the death and then run one at a time, each on a
 --   worker holding nothing else; a task charged with its job's limit of
 --   deaths ends the job with 'TaskKilledWorkers' naming it
---   ("Herd.Core.Scheduler.Loss").
+--   ("Herd.Core.Farm.Loss").
 -- * INV-AWAIT: a job fails for want of workers only when none is live and
 --   none is being restarted.
 --
--- Batch sizes adapt to the measured time per task ("Herd.Core.Scheduler.Sizing").
-module Herd.Core.Scheduler
+-- Batch sizes adapt to the measured time per task ("Herd.Core.Farm.Sizing").
+module Herd.Core.Farm
   ( -- * Identifiers
     WorkerId
   , BatchId
@@ -64,11 +64,11 @@ import qualified Data.Set as S
 import Data.Sequence (ViewL (..), (<|))
 import qualified Data.Sequence as Seq
 import Herd.Core.Base (BatchId, JobId, Range (..), WorkerId, rangeIndices, rangeSize, takeTasks)
-import Herd.Core.Scheduler.Loss
-import Herd.Core.Scheduler.Presence
-import Herd.Core.Scheduler.Sizing
-import Herd.Core.Scheduler.State
-import Herd.Core.Scheduler.Straggle
+import Herd.Core.Farm.Loss
+import Herd.Core.Farm.Presence
+import Herd.Core.Farm.Sizing
+import Herd.Core.Farm.State
+import Herd.Core.Farm.Straggle
 
 -- | Advance the machine by one event at the given time (seconds, from any
 -- fixed origin).

@@ -1,8 +1,8 @@
 -- | The task farm scheduler's state and vocabulary: its workers, jobs and
 -- outstanding batches, the events it is fed and the commands it returns,
 -- and the questions a driver or a test may ask of it. Plain data; every
--- change to it is "Herd.Core.Scheduler"'s 'Herd.Core.Scheduler.step'. Pure.
-module Herd.Core.Scheduler.State
+-- change to it is "Herd.Core.Farm"'s 'Herd.Core.Farm.step'. Pure.
+module Herd.Core.Farm.State
   ( -- * State
     Batch (..)
   , Worker (..)
@@ -32,7 +32,7 @@ import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Data.Sequence (Seq)
 import Herd.Core.Base (BatchId, Batching (..), JobId, Range (..), WorkerId)
-import Herd.Core.Scheduler.Presence
+import Herd.Core.Farm.Presence
 
 -- | A batch handed to a worker whose results have not come back.
 data Batch = Batch
@@ -138,7 +138,7 @@ data Event
     -- ^ this many lost workers are being restarted now
   | Tick
     -- ^ time passed: run a copy of any batch that has run far longer than
-    -- its estimate, if a worker is idle ("Herd.Core.Scheduler.Straggle")
+    -- its estimate, if a worker is idle ("Herd.Core.Farm.Straggle")
   | WorkerHeld !WorkerId !Bool
     -- ^ the worker is near its memory limit ('True': give it no new batch
     -- while another worker can take it) or has fallen back ('False')

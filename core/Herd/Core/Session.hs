@@ -9,7 +9,7 @@
 -- loss of one of its workers once; it ends the session when the machine
 -- says it is done, when it fails, or when none of its workers is left.
 -- Nothing here does IO.
-module Herd.Core.Master.Session
+module Herd.Core.Session
   ( Machine (..)
   , Out (..)
   , SessionEnd (..)
@@ -18,7 +18,7 @@ module Herd.Core.Master.Session
   , outcomeEnd
   , SessionView (..)
   , isEvolveMessage
-    -- * Hosting (for "Herd.Core.Master.Core")
+    -- * Hosting (for "Herd.Core.Master")
   , Hosted
   , hostStart
   , hostMessage
@@ -32,6 +32,9 @@ module Herd.Core.Master.Session
   , hostAbort
   , hostView
   , hostHas
+  , hostClaims
+  , answerState
+  , claimsNothing
   ) where
 
 import Data.List (sortBy)
@@ -41,6 +44,7 @@ import qualified Data.Set as S
 import Data.Typeable (Typeable, cast)
 import Herd.Core.Error (HerdError)
 import Herd.Core.Base (TaskRef, WorkerId)
+import Data.Word (Word64)
 import Herd.Core.Wire (FromWorker (..), ToWorker)
 
 -- | A session's logic: pure functions of its state.
@@ -56,6 +60,10 @@ data Machine st = Machine
   , machineDone    :: st -> Bool
   , machineView    :: st -> Maybe SessionView
     -- ^ what a watcher of the cluster is shown ('Nothing': nothing worth showing)
+  , machineClaims  :: WorkerId -> FromWorker -> st -> Bool
+    -- ^ whether this worker's answer about a state ('answerState') is the
+    -- session's: asked only while other sessions run beside it (a session
+    -- running alone is given every evolve message of its workers)
   }
 
 -- | A running session as the dashboard shows it.
@@ -232,3 +240,22 @@ hostAbort e (Hosted _ st _ lost _) = SessionOutcome (SessionEnd st (Just e) (M.t
 -- | Whether this worker is one of the session's live workers.
 hostHas :: WorkerId -> Hosted -> Bool
 hostHas w (Hosted _ _ ws lost _) = S.member w ws && not (M.member w lost)
+
+-- | Whether the session claims this worker's answer ('machineClaims').
+hostClaims :: WorkerId -> FromWorker -> Hosted -> Bool
+hostClaims w msg (Hosted machine st _ _ _) = machineClaims machine w msg st
+
+-- | The state a worker's evolve answer is about, if it names one.
+answerState :: FromWorker -> Maybe Word64
+answerState msg = case msg of
+  StateEvolved s _ _ -> Just s
+  EvolveThrew s _ -> Just s
+  StateReleased s _ -> Just s
+  StateKept s -> Just s
+  StateMissing s -> Just s
+  StateReplayed s -> Just s
+  _ -> Nothing
+
+-- | 'machineClaims' of a session that asks workers nothing about states.
+claimsNothing :: WorkerId -> FromWorker -> st -> Bool
+claimsNothing _ _ _ = False

@@ -1,9 +1,9 @@
--- | The farm side of the master's core ("Herd.Core.Master.Core"): stepping the
--- pure scheduler ("Herd.Core.Scheduler") and turning its decisions into the
+-- | The farm side of the master's core ("Herd.Core.Master"): stepping the
+-- pure scheduler ("Herd.Core.Farm") and turning its decisions into the
 -- core's commands (batches to send with what their link now expects,
 -- results to accept, answers to callers, log lines), and ending a job
 -- with an error. Pure.
-module Herd.Core.Master.CoreFarm
+module Herd.Core.Master.Farms
   ( sched
   , endFarm
   ) where
@@ -12,10 +12,10 @@ import Data.List (partition)
 import qualified Data.Map.Strict as M
 import Herd.Core.Base (JobId, Range (..), TaskRef (..))
 import Herd.Core.Error (HerdError (..))
-import Herd.Core.Master.CoreState
+import Herd.Core.Master.State
 import Herd.Core.Master.Events
 import Herd.Core.Master.Expect (expectBatch)
-import qualified Herd.Core.Scheduler as S
+import qualified Herd.Core.Farm as S
 
 -- | End a farm job with an error (if it is still running).
 endFarm :: Double -> JobId -> HerdError -> Core -> (Core, [Command])

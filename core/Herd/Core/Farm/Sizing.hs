@@ -8,7 +8,7 @@
 -- (factoring), so the tail is shared out in ever smaller pieces. Short
 -- tasks get one batch prefetched per worker, so a worker does not sit idle
 -- during a round trip.
-module Herd.Core.Scheduler.Sizing
+module Herd.Core.Farm.Sizing
   ( estimate
   , batchSize
   , wantsBatch

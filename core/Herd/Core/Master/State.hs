@@ -1,8 +1,8 @@
--- | The master core's state ("Herd.Core.Master.Core") and what a watcher can
+-- | The master core's state ("Herd.Core.Master") and what a watcher can
 -- read from it: the running jobs' progress, streams per worker, the
--- evolve call. Pure data; every change to it is "Herd.Core.Master.Core"'s
--- 'Herd.Core.Master.Core.step'.
-module Herd.Core.Master.CoreState
+-- evolve call. Pure data; every change to it is "Herd.Core.Master"'s
+-- 'Herd.Core.Master.step'.
+module Herd.Core.Master.State
   ( Core (..)
   , Stream (..)
   , Running (..)
@@ -22,11 +22,11 @@ import Herd.Core.Base (JobId, Range (..), TaskRef (..), WorkerId)
 import Herd.Core.Exchange (Exchange)
 import Herd.Core.Master.Events (FarmJob (..))
 import Herd.Core.Master.Expect (Expected)
-import Herd.Core.Master.Session (Hosted, SessionView, hostView)
+import Herd.Core.Session (Hosted, SessionView, hostView)
 import Herd.Core.Monitor.Ledger (Ledger, emptyLedger)
 import Herd.Core.Shared (Shares, emptyShares)
-import Herd.Core.Scheduler (Sched, emptySched)
-import qualified Herd.Core.Scheduler as S
+import Herd.Core.Farm (Sched, emptySched)
+import qualified Herd.Core.Farm as S
 
 -- | An open stream process.
 data Stream = Stream
@@ -41,9 +41,6 @@ data Core = Core
   , coreFarms    :: !(M.Map JobId FarmJob)       -- ^ the running farm jobs
   , coreStreams  :: !(M.Map Word64 Stream)       -- ^ the open stream processes
   , coreSessions :: !(M.Map Word64 Running)     -- ^ the running sessions, by the numbers their callers gave them
-  , coreAsked    :: !(M.Map Word64 Word64)
-    -- ^ for each state a session asked a worker about (to evolve, give
-    -- back or recompute it), that session: the worker's answer goes there
   , coreResets   :: !(M.Map WorkerId [Word64])   -- ^ the sessions each worker owes a 'StatesCleared', oldest first
   , coreRunners  :: !(M.Map WorkerId TaskRef)    -- ^ the evolve function each worker was told last
   , coreStopping :: !Bool   -- ^ the cluster is stopping: no new link or job is taken
@@ -63,7 +60,7 @@ data Running = Running
 
 -- | No links, no jobs.
 emptyCore :: Core
-emptyCore = Core emptySched M.empty M.empty M.empty M.empty M.empty M.empty M.empty False [] emptyLedger emptyShares M.empty
+emptyCore = Core emptySched M.empty M.empty M.empty M.empty M.empty M.empty False [] emptyLedger emptyShares M.empty
 
 -- | The farm jobs running.
 coreFarmJobs :: Core -> [JobId]

@@ -1,5 +1,5 @@
--- | The evolve sessions' side of the master's core ("Herd.Core.Master.Core"):
--- starting sessions ("Herd.Core.Master.Session"), any number at once,
+-- | The evolve sessions' side of the master's core ("Herd.Core.Master"):
+-- starting sessions ("Herd.Core.Session"), any number at once,
 -- handing each its workers' messages, arrivals and losses, and turning
 -- what it decides into the core's commands; a report of a call that
 -- ended drops the states it made. Pure. A session's peer that broke its
@@ -7,14 +7,17 @@
 --
 -- Promises:
 --
--- * INV-ROUTE for sessions: a worker's answer about a state goes to the
---   session that last asked that worker about it; a 'StatesCleared' to
---   the oldest session that asked that worker to reset; an answer no
---   running session asked for is a late one (what it made is dropped).
+-- * INV-ROUTE for sessions: a session running alone is given every evolve
+--   message of its workers, as before; beside others, a worker's answer
+--   about a state goes to the session that claims the state
+--   ('machineClaims': its population's, which no other session's shares),
+--   a 'StatesCleared' to the oldest session that asked that worker to
+--   reset; an answer no running session claims is a late one (what it
+--   made is dropped).
 -- * A worker asked to evolve a state for a session has been told that
 --   session's function last: when another session's function was the
 --   last it heard, the core names the right one first.
-module Herd.Core.Master.CoreSession
+module Herd.Core.Master.Sessions
   ( DropPeer
   , startSession
   , cancelSession
@@ -25,16 +28,16 @@ module Herd.Core.Master.CoreSession
   , sessionLost
   ) where
 
-import Data.List (foldl')
+import Data.List (foldl', mapAccumL)
 import qualified Data.Map.Strict as M
 import Data.Word (Word64)
 import Herd.Core.Base (TaskRef, WorkerId)
 import Herd.Core.Error (HerdError (..))
-import Herd.Core.Master.CoreState
+import Herd.Core.Master.State
 import Herd.Core.Master.Events
-import Herd.Core.Master.Session
+import Herd.Core.Session
 import Herd.Core.Packet.Policy (Urgency (..))
-import qualified Herd.Core.Scheduler as S
+import qualified Herd.Core.Farm as S
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 
 -- | Drop a worker that broke the session's protocol, saying why.
@@ -58,18 +61,26 @@ cancelSession = forget
 -- | The cluster stops: every session ends with this error.
 stopSessions :: HerdError -> Core -> (Core, [Command])
 stopSessions e core =
-  ( core { coreSessions = M.empty, coreAsked = M.empty, coreResets = M.empty }
+  ( core { coreSessions = M.empty, coreResets = M.empty }
   , [ SessionEnded sid (Right (hostAbort e (runHosted r))) | (sid, r) <- M.toList (coreSessions core) ] )
 
 -- | Hand a worker's evolve message to the session it answers.
 sessionMessage :: DropPeer -> Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
-sessionMessage drop now w msg core0 =
+sessionMessage drop now w msg core0
+  -- alone, a session is given every evolve message of its workers
+  | M.size (coreSessions core0) == 1, notReset msg =
+      let (sid, r) = M.findMin (coreSessions core0)
+      in case hostMessage now w msg (runHosted r) of
+           Just (hosted, outs) -> settle drop sid r { runHosted = hosted } outs core0
+           Nothing -> late
+  | otherwise =
   case [ (sid, x) | sid <- targets, Just r <- [M.lookup sid (coreSessions core)], Just x <- [(,) r <$> hostMessage now w msg (runHosted r)] ] of
     [] -> late
     found -> foldl' (\(c, out) (sid, (r, (hosted, outs))) ->
                        let (c', out') = settle drop sid r { runHosted = hosted } outs c in (c', out ++ out'))
                     (core, []) found
   where
+    notReset m = case m of { StatesCleared -> False; _ -> True }
     (targets, core) = answered w msg core0
     late = case msg of
       -- a late answer of a call that ended: what it made is nobody's
@@ -80,20 +91,14 @@ sessionMessage drop now w msg core0 =
 -- off the worker's list of resets owed.
 answered :: WorkerId -> FromWorker -> Core -> ([Word64], Core)
 answered w msg core = case msg of
-  StateEvolved s _ _ -> asked s
-  EvolveThrew s _ -> asked s
-  StateReleased s _ -> asked s
-  StateKept s -> asked s
-  StateMissing s -> asked s
-  StateReplayed s -> asked s
   StatesCleared -> case M.findWithDefault [] w (coreResets core) of
     sid : rest -> ([sid], core { coreResets = M.insert w rest (coreResets core) })
     [] -> ([], core)
+  _ | M.size (coreSessions core) == 1 -> ([fst (M.findMin (coreSessions core))], core)
   -- a worker that cannot run a function refuses it without naming it:
   -- every session it takes part in hears
   EvolveRejected _ -> ([ sid | (sid, r) <- M.toList (coreSessions core), hostHas w (runHosted r) ], core)
-  _ -> ([], core)
-  where asked s = (maybe [] pure (M.lookup s (coreAsked core)), core)
+  _ -> (take 1 [ sid | (sid, r) <- M.toList (coreSessions core), hostClaims w msg (runHosted r) ], core)
 
 -- | A worker joined while sessions run: it becomes one of each session's,
 -- up to each one's limit (so a lost worker's replacement can take up its
@@ -134,44 +139,63 @@ sessionLost drop now w why core0 =
       Nothing -> (core, out)
 
 -- Carry out a session's outs and end it if it is over. Messages to one
--- worker go out together, in one command, the last one urgent; each is
--- recorded as the session's question, and the session's function goes
--- first where the worker was last told another; a dropped peer is a
--- lost worker for the session too.
+-- worker go out together, in one command, the last one urgent; the
+-- session's function goes first where the worker was last told another;
+-- a dropped peer is a lost worker for the session too.
 settle :: DropPeer -> Word64 -> Running -> [Out] -> Core -> (Core, [Command])
 settle drop sid r outs core0 =
-  let (hosted1, perWorker, drops) = hostApply (`M.member` coreLinks core0) outs (runHosted r)
-      (core1, sends) = foldl' (\(c, acc) (w, ms) -> let (c', ms') = asking sid (runFunction r) w ms c in (c', sendTo w ms' : acc))
-                              (core0 { coreSessions = M.insert sid r { runHosted = hosted1 } (coreSessions core0) }, [])
-                              [ x | x@(_, ms) <- perWorker, not (null ms) ]
+  let (hosted1, perWorker0, drops) = hostApply (`M.member` coreLinks core0) outs (runHosted r)
+      busy = [ x | x@(_, ms) <- perWorker0, not (null ms) ]
+      core1a = core0 { coreSessions = M.insert sid r { runHosted = hosted1 } (coreSessions core0) }
+      -- the common case (each worker was told this session's function
+      -- last, no reset) costs one look-up per worker and allocates nothing
+      (core1, perWorker)
+        | any (needsAsking (runFunction r) core0) busy =
+            mapAccumL (\c (w, ms) -> let (c', ms') = asking sid (runFunction r) w ms c in (c', (w, ms'))) core1a busy
+        | otherwise = (core1a, busy)
+      sends = [ sendTo w ms | (w, ms) <- perWorker ]
       sendTo w [m] = Send w Urgent m
       sendTo w ms = SendAll w ms
       (core2, dropOut) = foldl (\(c, acc) (w, why) -> let (c', o) = drop w why c in (c', acc ++ o)) (core1, []) drops
   in case M.lookup sid (coreSessions core2) of
-       Just h | hostOver (runHosted h) -> (forget sid core2, reverse sends ++ dropOut ++ [SessionEnded sid (Right (hostAnswer (runHosted h)))])
-       _ -> (core2, reverse sends ++ dropOut)
+       Just h | hostOver (runHosted h) -> (forget sid core2, sends ++ dropOut ++ [SessionEnded sid (Right (hostAnswer (runHosted h)))])
+       _ -> (core2, sends ++ dropOut)
 
--- A session's messages to one worker: which states it asks about, the
--- resets it is owed, and its function named first where needed.
-asking :: Word64 -> Maybe TaskRef -> WorkerId -> [ToWorker] -> Core -> (Core, [ToWorker])
-asking sid function w msgs core0 = (core1 { coreRunners = maybe (M.delete w) (M.insert w) runner' (coreRunners core1) }, reverse out)
+-- Whether a session's messages to a worker change anything of the core's
+-- ('asking'): a reset it will be owed, or a function to name.
+needsAsking :: Maybe TaskRef -> Core -> (WorkerId, [ToWorker]) -> Bool
+needsAsking function core (w, ms) = any isReset ms || (function /= Nothing && M.lookup w (coreRunners core) /= function && any evolvesOrNames ms)
   where
-    (core1, runner', out) = foldl' one (core0, M.lookup w (coreRunners core0), []) msgs
-    one (c, runner, acc) m = case m of
-      EvolveWith ref -> (c, Just ref, m : acc)
-      EvolveState s _
-        | Just f <- function, runner /= Just f -> (ask s c, Just f, m : EvolveWith f : acc)
-        | otherwise -> (ask s c, runner, m : acc)
-      StateRelease s -> (ask s c, runner, m : acc)
-      StateReplay s _ _ -> (ask s c, runner, m : acc)
-      StatesReset -> (c { coreResets = M.insertWith (flip (++)) w [sid] (coreResets c) }, runner, m : acc)
-      _ -> (c, runner, m : acc)
-    ask s c = c { coreAsked = M.insert s sid (coreAsked c) }
+    isReset m = case m of { StatesReset -> True; _ -> False }
+    evolvesOrNames m = case m of { EvolveState {} -> True; EvolveWith _ -> True; _ -> False }
 
--- Forget a session and the questions it asked.
+-- A session's messages to one worker: the resets it will be owed, and
+-- its function named first where the worker was last told another's. A
+-- session names no other function than its own, so a worker whose last
+-- function is the session's needs nothing (the common case: no work).
+asking :: Word64 -> Maybe TaskRef -> WorkerId -> [ToWorker] -> Core -> (Core, [ToWorker])
+asking sid function w msgs core0 = case function of
+  Nothing -> (core, msgs)
+  Just f
+    | M.lookup w (coreRunners core) == function -> (core, msgs)
+    | not (any evolves msgs) && not (any names msgs) -> (core, msgs)
+    | otherwise ->
+        ( core { coreRunners = M.insert w f (coreRunners core) }
+        -- named at the front, unless the session names it before its first request
+        , if namesFirst msgs then msgs else EvolveWith f : msgs )
+  where
+    core | any isReset msgs = core0 { coreResets = M.insertWith (flip (++)) w [ sid | m <- msgs, isReset m ] (coreResets core0) }
+         | otherwise = core0
+    isReset m = case m of { StatesReset -> True; _ -> False }
+    evolves m = case m of { EvolveState {} -> True; _ -> False }
+    names m = case m of { EvolveWith _ -> True; _ -> False }
+    namesFirst ms = case dropWhile (\m -> not (evolves m || names m)) ms of
+      EvolveWith _ : _ -> True
+      _ -> False
+
+-- Forget a session and the resets it is owed.
 forget :: Word64 -> Core -> Core
 forget sid core
   | not (M.member sid (coreSessions core)) = core
   | otherwise = core { coreSessions = M.delete sid (coreSessions core)
-                     , coreAsked = if M.size (coreSessions core) == 1 then M.empty else M.filter (/= sid) (coreAsked core)
-                     , coreResets = M.map (filter (/= sid)) (coreResets core) }
+                     , coreResets = if M.null (coreResets core) then M.empty else M.map (filter (/= sid)) (coreResets core) }

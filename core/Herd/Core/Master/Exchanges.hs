@@ -1,9 +1,9 @@
--- | The keyed reductions' side of the master's core ("Herd.Core.Master.Core"):
+-- | The keyed reductions' side of the master's core ("Herd.Core.Master"):
 -- hosting any number of exchanges ("Herd.Core.Exchange") beside farm
 -- jobs, streams and the evolve session, handing each the workers' words
 -- that are its own and every link's arrival and loss, and turning what
 -- it decides into the core's commands. Pure.
-module Herd.Core.Master.CoreExchange
+module Herd.Core.Master.Exchanges
   ( startExchange
   , cancelExchange
   , exchangeReceived
@@ -19,7 +19,7 @@ import Data.Word (Word64)
 import Herd.Core.Base (WorkerId)
 import Herd.Core.Error (HerdError (..))
 import Herd.Core.Exchange
-import Herd.Core.Master.CoreState
+import Herd.Core.Master.State
 import Herd.Core.Master.Events
 import Herd.Core.Wire (FromWorker, ToWorker (..), toWorkerUrgency)
 

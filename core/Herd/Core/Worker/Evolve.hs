@@ -15,7 +15,7 @@
 -- 'StatesCleared', after the answer to the job in progress. A child's id
 -- carries the worker's number in its high bits, so ids never collide
 -- across workers.
-module Herd.Core.Evolve.Held
+module Herd.Core.Worker.Evolve
   ( Held
   , newHeld
   , Job (..)

@@ -9,7 +9,7 @@
 -- interleaving of workers, losses and concurrent jobs can be replayed in a
 -- QuickCheck property without a socket.
 --
--- Invariants (besides the scheduler's, "Herd.Core.Scheduler"):
+-- Invariants (besides the scheduler's, "Herd.Core.Farm"):
 --
 -- * INV-ORDER: a worker answers the batches of a link in the order they
 --   were sent; the core tracks, per link, which tasks each run of results is for,
@@ -22,7 +22,7 @@
 -- * INV-ROUTE: a worker's message reaches only the job, stream or session
 --   it belongs to; a message for one that ended is dropped quietly, a
 --   message that belongs to nothing it was sent is a protocol error.
-module Herd.Core.Master.Core
+module Herd.Core.Master
   ( -- * The machine
     Core
   , emptyCore
@@ -46,19 +46,19 @@ import qualified Data.Text as T
 import Herd.Core.Error (HerdError (..))
 import Herd.Core.Fault
 import Herd.Core.Master.Events
-import Herd.Core.Master.CoreState
+import Herd.Core.Master.State
 import Herd.Core.Master.Expect
-import Herd.Core.Master.Session
-import Herd.Core.Master.CoreFarm (endFarm, sched)
-import Herd.Core.Master.CoreExchange
-import Herd.Core.Master.CoreSession
+import Herd.Core.Session
+import Herd.Core.Master.Farms (endFarm, sched)
+import Herd.Core.Master.Exchanges
+import Herd.Core.Master.Sessions
 import Herd.Core.Exchange (exchangeOf)
 import Herd.Core.Monitor.Ledger
 import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Base (WorkerId, rangeSize)
-import Herd.Core.Scheduler (outstandingFor)
+import Herd.Core.Farm (outstandingFor)
 import Herd.Core.Shared
-import qualified Herd.Core.Scheduler as S
+import qualified Herd.Core.Farm as S
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 
 -- | Advance the core by one event at the given time (seconds from any

@@ -2,7 +2,7 @@
 -- as the evolve scheduler ("Herd.Core.Evolve.Plan") keeps them: costliest
 -- first, ties by state, so the order is total and a moved state lands in
 -- its place. Pure.
-module Herd.Core.Evolve.HeldStates
+module Herd.Core.Evolve.Unstarted
   ( Held
   , heldFromList
   , heldToList
