@@ -92,7 +92,7 @@ import Herd.Master.Streams
 import Herd.Reader.Threaded
 import Herd.Master.Cluster
 import Herd.Master.Types
-import Herd.Master.Monitor.Feed (newFeed, teeLog)
+import Herd.Master.Monitor.Feed (Feed, newFeed, teeLog)
 import Herd.Master.Monitor.Server (withDashboard)
 import Herd.Core.Monitor.Status (Status)
 import Herd.Core.Farm (JobStats, Range (..))
@@ -102,7 +102,7 @@ import Herd.Transport.Tcp
 import Herd.Transport.Tls (newTlsIdentity, tlsAccept)
 import Herd.Transport.Unix (listenUnix, acceptUnix)
 import Herd.Node (serveIfWorker)
-import Network.Socket (close)
+import Network.Socket (Socket, close)
 import System.Environment (getEnvironment)
 import System.Posix.Unistd (getSystemID, nodeName)
 import System.Timeout (timeout)
@@ -144,47 +144,17 @@ withMaster config raw body = do
   plan <- planCpus cfg
   slurmTasks <- if not (configSlurm cfg) then pure Nothing else
     either (throwIO . LaunchError) (pure . Just) . slurmTaskCount =<< getEnvironment
-  let host = listenHostFor cfg
-      cap = configMaxFrameBytes cfg
   shell <- newShell cfg
-  let makeReader = case configMasterLoop cfg of
-        EpollLoop | epollAvailable -> do
-          (r, release) <- newEpollReader cap (afterRound shell)
-          pure (r, release)
-        _ -> do
-          r <- newThreadedReader cap (afterRound shell)
-          pure (r, pure ())
-  bracket (listenTcp host (configListenPort cfg)) close $ \lsock ->
-   bracket makeReader snd $ \(reader, _) -> do
+  bracket (listenTcp (listenHostFor cfg) (configListenPort cfg)) close $ \lsock ->
+   bracket (makeReader cfg shell) snd $ \(reader, _) -> do
     setReader shell reader
-    port <- listenPort lsock
-    advertise <- case configAdvertiseHost cfg of
-      Just a -> pure a
-      Nothing | isWildcard host -> nodeName <$> getSystemID
-              | otherwise -> pure host
-    tag <- newClusterTag
-    cluster <- Cluster cfg shell port tag <$> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newMVar emptyRegistry
-                                      <*> newMVar emptyRegistry { regNextId = refIdBase }
-                                      <*> pure feed <*> newIORef Nothing
-    build <- buildIdentity
+    cluster <- newCluster cfg shell feed lsock
+    acceptor <- newAcceptor cfg secret shell raw
     -- TLS on TCP links: a fresh key and certificate for this master
     tcpUpgrade <- if configTls cfg then tlsAccept <$> newTlsIdentity else pure plainLink
-    nextId <- newIORef (1 :: Int)
-    nonces <- newNonceSource
-    let acceptor = Acceptor
-          { accConfig = cfg, accSecret = secret, accNonces = nonces, accBuild = build, accNextId = nextId
-          , accCounters = readIORef (shellCounters shell), accBump = bumpCounter shell
-          , accJoined = case raw of
-              Nothing -> joinLink shell
-              Just q -> \wid conn info -> do
-                atomically $ do
-                  writeTQueue q conn
-                  modifyTVar' (shellWorkers shell) (M.insert wid info)
-          , accHostJoined = joinHost shell (atomicModifyIORef' nextId (\n -> (n + 1, n))) }
-        transport = localTransport cfg
-        localSocket = not (null plan) && transport /= TcpTransport
+    let localSocket = not (null plan) && localTransport cfg /= TcpTransport
     withDashboardFor cluster $
-     withLocalListener localSocket port $ \local ->
+     withLocalListener localSocket (clPort cluster) $ \local ->
      withAsync (readerRun reader) $ \reading ->
      -- stragglers are looked for ten times a second (a step with no farm
      -- job running does nothing)
@@ -192,34 +162,82 @@ withMaster config raw body = do
       withAsync (acceptLoop acceptor tcpUpgrade (acceptTcp lsock)) $ \_ ->
       withAsync (mapM_ (\(usock, _) -> acceptLoop acceptor plainLink (acceptUnix usock)) local) $ \_ -> do
         link reading
-        when (not (isLoopback host) || (null plan && not (hasRemoteLaunch cfg) && configSimulatedWorkers cfg == 0)) $ do
-          joinCmd <- clusterJoinCommand cluster
-          configLog cfg ("herd: master listening on " ++ host ++ ":" ++ show port
-                         ++ "; to add a worker run: " ++ joinCmd)
-        let localAddr = case (local, transport) of
-              (Just (_, name), ShmTransport) -> "shm:" ++ name
-              (Just (_, name), _) -> "unix:" ++ name
-              _ -> tcpAddr
-            -- with TLS on, every TCP address a worker is given says so
-            tlsPrefix = if configTls cfg then "tls:" else ""
-            remoteAddr = tlsPrefix ++ advertise ++ ":" ++ show port
-            -- the listening socket as a process of this machine reaches it
-            tcpAddr = tlsPrefix ++ (if isWildcard host then "127.0.0.1" else host) ++ ":" ++ show port
-        bracket (startLaunches cfg secret plan slurmTasks localAddr tcpAddr remoteAddr) (mapM_ launchStop . fst) $
-          \(launches, local) -> do
-            awaitLaunches cfg (M.elems <$> readTVarIO (shellWorkers shell)) launches
-            joined <- M.size <$> readTVarIO (shellWorkers shell)
-            reserveHeap (heapReserveBytes (configMasterHeapReserve cfg) joined)
-            withRestarts cfg shell (clClosed cluster) local $
-              withMemoryWatch cfg shell (length plan) (body cluster)
+        launchAndRun cfg secret cluster plan slurmTasks (snd <$> local) body
   where
-    isWildcard h = h `elem` ["0.0.0.0", "::", "*"]
     -- the abstract socket local workers connect to, named after the TCP
     -- port so that two clusters of one process differ
     withLocalListener False _ act = act Nothing
     withLocalListener True port act =
       bracket (listenUnix port) (close . fst) (act . Just)
-    isLoopback h = h `elem` ["127.0.0.1", "::1", "localhost"]
+
+-- The reader the configuration asks for, and how to release it.
+makeReader :: Config -> Shell -> IO (Reader, IO ())
+makeReader cfg shell = case configMasterLoop cfg of
+  EpollLoop | epollAvailable -> newEpollReader (configMaxFrameBytes cfg) (afterRound shell)
+  _ -> (\r -> (r, pure ())) <$> newThreadedReader (configMaxFrameBytes cfg) (afterRound shell)
+
+-- A cluster listening on this socket, with no worker yet.
+newCluster :: Config -> Shell -> Feed -> Socket -> IO Cluster
+newCluster cfg shell feed lsock = do
+  let host = listenHostFor cfg
+  port <- listenPort lsock
+  advertise <- case configAdvertiseHost cfg of
+    Just a -> pure a
+    Nothing | isWildcard host -> nodeName <$> getSystemID
+            | otherwise -> pure host
+  tag <- newClusterTag
+  Cluster cfg shell port tag <$> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newMVar emptyRegistry
+                             <*> newMVar emptyRegistry { regNextId = refIdBase }
+                             <*> pure feed <*> newIORef Nothing
+
+-- How the master admits the workers and host agents that connect (with a
+-- queue, the raw links are handed there instead of to the shell).
+newAcceptor :: Config -> Secret -> Shell -> Maybe (TQueue Connection) -> IO Acceptor
+newAcceptor cfg secret shell raw = do
+  build <- buildIdentity
+  nextId <- newIORef (1 :: Int)
+  nonces <- newNonceSource
+  pure Acceptor
+    { accConfig = cfg, accSecret = secret, accNonces = nonces, accBuild = build, accNextId = nextId
+    , accCounters = readIORef (shellCounters shell), accBump = bumpCounter shell
+    , accJoined = case raw of
+        Nothing -> joinLink shell
+        Just q -> \wid conn info -> atomically $ do
+          writeTQueue q conn
+          modifyTVar' (shellWorkers shell) (M.insert wid info)
+    , accHostJoined = joinHost shell (atomicModifyIORef' nextId (\n -> (n + 1, n))) }
+
+-- Start the launches, wait for their workers, and run the body with
+-- lost workers restarted and local workers' memory watched.
+launchAndRun :: Config -> Secret -> Cluster -> [Maybe Int] -> Maybe Int -> Maybe String -> (Cluster -> IO r) -> IO r
+launchAndRun cfg secret cluster plan slurmTasks localName body = do
+  let shell = clShell cluster
+      host = listenHostFor cfg
+      port = clPort cluster
+  when (not (isLoopback host) || (null plan && not (hasRemoteLaunch cfg) && configSimulatedWorkers cfg == 0)) $ do
+    joinCmd <- clusterJoinCommand cluster
+    configLog cfg ("herd: master listening on " ++ host ++ ":" ++ show port ++ "; to add a worker run: " ++ joinCmd)
+  let localAddr = case (localName, localTransport cfg) of
+        (Just name, ShmTransport) -> "shm:" ++ name
+        (Just name, _) -> "unix:" ++ name
+        _ -> tcpAddr
+      -- with TLS on, every TCP address a worker is given says so
+      tlsPrefix = if configTls cfg then "tls:" else ""
+      remoteAddr = tlsPrefix ++ clAdvertise cluster ++ ":" ++ show port
+      -- the listening socket as a process of this machine reaches it
+      tcpAddr = tlsPrefix ++ (if isWildcard host then "127.0.0.1" else host) ++ ":" ++ show port
+  bracket (startLaunches cfg secret plan slurmTasks localAddr tcpAddr remoteAddr) (mapM_ launchStop . fst) $
+    \(launches, local) -> do
+      awaitLaunches cfg (M.elems <$> readTVarIO (shellWorkers shell)) launches
+      joined <- M.size <$> readTVarIO (shellWorkers shell)
+      reserveHeap (heapReserveBytes (configMasterHeapReserve cfg) joined)
+      withRestarts cfg shell (clClosed cluster) local $
+        withMemoryWatch cfg shell (length plan) (body cluster)
+  where isLoopback h = h `elem` ["127.0.0.1", "::1", "localhost"]
+
+-- Whether a listening address is every interface.
+isWildcard :: String -> Bool
+isWildcard h = h `elem` ["0.0.0.0", "::", "*"]
 
 -- A link used as accepted: no upgrade, no channel binding.
 plainLink :: Connection -> IO (Connection, B.ByteString)

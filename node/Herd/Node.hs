@@ -176,31 +176,7 @@ slurmCpu = do
 -- breaks the protocol.
 runWorker :: WorkerOptions -> IO ()
 runWorker opts = do
-  when (workerWatchStdin opts) $
-    if tracing
-      then do
-        -- a traced worker leaves through the RTS's own exit, which writes
-        -- out its eventlog; the C watchdog's _exit would lose the last events
-        main <- myThreadId
-        void $ forkIO $ do
-          _ <- try (hIsEOF stdin >>= \eof -> unless eof (void (hGetContents stdin))) :: IO (Either IOException ())
-          throwTo main ExitSuccess
-      else do
-        rc <- exitWhenStdinCloses
-        when (rc /= 0) $ warn ("cannot watch the master's pipe (error " ++ show rc ++ ")")
-  niceText <- lookupEnv envNice
-  forM_ niceText $ \t -> case readMaybe t of
-    Just n | n >= 0 && n <= (19 :: Int) -> do
-      rc <- niceProcessThreads n
-      when (rc /= 0) $ warn ("cannot set nice value " ++ show n ++ " (errno " ++ show rc ++ ")")
-    _ -> warn (envNice ++ ": not a nice value from 0 to 19: " ++ show t ++ "; ignored")
-  pinned <- case workerCpu opts of
-    Nothing -> pure Nothing
-    Just cpu -> do
-      rc <- pinProcessThreads cpu
-      if rc == 0 then pure (Just cpu) else do
-        warn ("cannot pin to CPU " ++ show cpu ++ " (errno " ++ show rc ++ "); running unpinned")
-        pure Nothing
+  pinned <- prepareProcess opts
   secret <- loadSecret (workerSecret opts) >>= either (failWith 2 . ("no usable secret: " ++)) pure
   build <- buildIdentity
   let connect = case workerAddress opts of
@@ -223,14 +199,7 @@ runWorker opts = do
                                  failWith 3 ("TLS with the master at " ++ where_ ++ " failed: " ++ displayException e))
     _ -> pure Nothing
   let (link0, binding) = maybe (conn, mempty) id tls
-  -- the nursery's first pass faults in every page of it: paid here, before
-  -- the master counts this worker in, not during the first job
-  reserveText <- lookupEnv envHeapReserve
-  reserve <- case traverse parseWorkerHeapReserve reserveText of
-    Left why -> failWith 2 (envHeapReserve ++ ": " ++ why)
-    Right r -> pure (maybe defaultWorkerHeapReserve id r)
-  -- and the heap its collections will reach for (see 'defaultWorkerHeapReserve')
-  if reserve > 0 then reserveHeap (reserve * 1024 * 1024) else warmNursery
+  touchWorkerReserve
   joined <- joinMaster secret binding build where_ hello link0
   case joined of
     Left why -> failWith 3 why
@@ -243,7 +212,54 @@ runWorker opts = do
       serve link (joinedId j) (joinedMaxFrame j) (joinedPolicy j) (joinedWindow j) `finally` closeConnection link
   where
     where_ = showMasterAddress (workerAddress opts)
-    warn msg = logToStderr ("herd worker: " ++ msg)
+    warn = warnWorker
+
+-- What a worker process does before it connects: watch the master's
+-- pipe, take its nice value, pin itself to its CPU. The CPU it is
+-- pinned to, if it could be.
+prepareProcess :: WorkerOptions -> IO (Maybe Int)
+prepareProcess opts = do
+  when (workerWatchStdin opts) $
+    if tracing
+      then do
+        -- a traced worker leaves through the RTS's own exit, which writes
+        -- out its eventlog; the C watchdog's _exit would lose the last events
+        main <- myThreadId
+        void $ forkIO $ do
+          _ <- try (hIsEOF stdin >>= \eof -> unless eof (void (hGetContents stdin))) :: IO (Either IOException ())
+          throwTo main ExitSuccess
+      else do
+        rc <- exitWhenStdinCloses
+        when (rc /= 0) $ warnWorker ("cannot watch the master's pipe (error " ++ show rc ++ ")")
+  niceText <- lookupEnv envNice
+  forM_ niceText $ \t -> case readMaybe t of
+    Just n | n >= 0 && n <= (19 :: Int) -> do
+      rc <- niceProcessThreads n
+      when (rc /= 0) $ warnWorker ("cannot set nice value " ++ show n ++ " (errno " ++ show rc ++ ")")
+    _ -> warnWorker (envNice ++ ": not a nice value from 0 to 19: " ++ show t ++ "; ignored")
+  case workerCpu opts of
+    Nothing -> pure Nothing
+    Just cpu -> do
+      rc <- pinProcessThreads cpu
+      if rc == 0 then pure (Just cpu) else do
+        warnWorker ("cannot pin to CPU " ++ show cpu ++ " (errno " ++ show rc ++ "); running unpinned")
+        pure Nothing
+
+-- A warning of the worker's, on its standard error.
+warnWorker :: String -> IO ()
+warnWorker msg = logToStderr ("herd worker: " ++ msg)
+
+-- The heap reserve the worker touches before it joins (the nursery's
+-- first pass faults in every page of it: paid before the master counts
+-- this worker in, not during the first job), from its variable.
+touchWorkerReserve :: IO ()
+touchWorkerReserve = do
+  reserveText <- lookupEnv envHeapReserve
+  reserve <- case traverse parseWorkerHeapReserve reserveText of
+    Left why -> failWith 2 (envHeapReserve ++ ": " ++ why)
+    Right r -> pure (maybe defaultWorkerHeapReserve id r)
+  -- and the heap its collections will reach for (see 'defaultWorkerHeapReserve')
+  if reserve > 0 then reserveHeap (reserve * 1024 * 1024) else warmNursery
 
 failWith :: Int -> String -> IO a
 failWith code msg = logToStderr ("herd worker: " ++ msg) >> exitWith (ExitFailure code)

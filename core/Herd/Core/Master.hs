@@ -58,6 +58,8 @@ import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Base (WorkerId, rangeSize)
 import Herd.Core.Farm (outstandingFor)
 import Herd.Core.Shared
+import Herd.Core.Step (current, emit, runStep, transition, update)
+import Control.Monad (forM_, when)
 import qualified Herd.Core.Farm as S
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 
@@ -81,24 +83,25 @@ advance now ev core = case ev of
     | otherwise ->
         -- INV-SHARE-BEFORE: the shared values go first
         let (shares, shared) = shareJoined w (coreShares core)
-            (core1, out1) = sched now (S.WorkerJoined w) core { coreLinks = M.insert w noneExpected (coreLinks core)
-                                                             , coreLedger = ledgerJoin now w (coreLedger core)
-                                                             , coreShares = shares }
-            (core2, out2) = sessionJoined (dropPeer now) now w core1
-            (core3, out3) = exchangesJoined w core2
-        in (core3, [ ShareTo w n bytes | (n, bytes) <- shared ] ++ out1 ++ out2 ++ out3)
+        in flip runStep core $ do
+             emit [ ShareTo w n bytes | (n, bytes) <- shared ]
+             update (\c -> c { coreLinks = M.insert w noneExpected (coreLinks c), coreLedger = ledgerJoin now w (coreLedger c)
+                             , coreShares = shares })
+             transition (sched now (S.WorkerJoined w))
+             transition (sessionJoined (dropPeer now) now w)
+             transition (exchangesJoined w)
   LinkDown w why -> linkDown now w True why core
   LinkBroken w why -> linkDown now w False why core
-  WorkersAwaited n -> let (core1, out1) = sched now (S.WorkersAwaited n) core
-                          (core2, out2) = sessionStarved (dropPeer now) now core1
-                          (core3, out3) = if n == 0 then exchangesStarved core2 else (core2, [])
-                      in (core3, out1 ++ out2 ++ out3)
+  WorkersAwaited n -> flip runStep core $ do
+    transition (sched now (S.WorkersAwaited n))
+    transition (sessionStarved (dropPeer now) now)
+    when (n == 0) $ transition exchangesStarved
   Tick | M.null (coreFarms core) -> (core, [])
        | otherwise -> sched now S.Tick core
   WorkerHeld w held
-    | M.member w (coreLinks core) -> let (core1, out1) = sched now (S.WorkerHeld w held) core
-                                         (core2, out2) = exchangesHeld w held core1
-                                     in (core2, out1 ++ out2)
+    | M.member w (coreLinks core) -> flip runStep core $ do
+        transition (sched now (S.WorkerHeld w held))
+        transition (exchangesHeld w held)
     | otherwise -> (core, [])
   Received w msg
     | M.member w (coreLinks core) -> received now w msg core
@@ -113,14 +116,12 @@ advance now ev core = case ev of
     Nothing -> (core, [])
     Just l ->
       let (gone, kept) = forgetBatch bid l
-          core1 = core { coreLinks = M.insert w kept (coreLinks core) }
-      in case gone of
-           Just jid ->
-             let (core2, out1) = endFarm now jid err core1
-                 -- the batch is stale now: the scheduler forgets it
-                 (core3, out2) = sched now (S.BatchCompleted w bid 0 Nothing) core2
-             in (core3, out1 ++ out2)
-           Nothing -> (core1, [])
+      in flip runStep core $ do
+           update (\c -> c { coreLinks = M.insert w kept (coreLinks c) })
+           forM_ gone $ \jid -> do
+             transition (endFarm now jid err)
+             -- the batch is stale now: the scheduler forgets it
+             transition (sched now (S.BatchCompleted w bid 0 Nothing))
   OpenStream sid ref window
     | coreStopping core -> (core, [StreamOpened sid (Left ClusterClosed)])
     | otherwise -> case leastLoaded core of
@@ -151,12 +152,14 @@ advance now ev core = case ev of
     let farms = [ JobDone jid (Left ClusterClosed) | jid <- M.keys (coreFarms core) ]
         streams = [ StreamEnded sid (Just StreamClusterClosed) | sid <- M.keys (coreStreams core) ]
         stops = [ Send w Urgent Shutdown | w <- M.keys (coreLinks core) ]
-        (core1, ended) = stopSessions ClusterClosed core
-        (core1', exchangesEnded) = stopExchanges core1
-    in ( core1' { coreStopping = True, coreFarms = M.empty, coreStreams = M.empty
-               , coreSched = foldr (\jid s -> fst (S.step now (S.JobCancelled jid) s)) (coreSched core)
-                                   (M.keys (coreFarms core)) }
-       , farms ++ streams ++ ended ++ exchangesEnded ++ stops )
+    in flip runStep core $ do
+         emit (farms ++ streams)
+         transition (stopSessions ClusterClosed)
+         transition stopExchanges
+         emit stops
+         update (\c -> c { coreStopping = True, coreFarms = M.empty, coreStreams = M.empty
+                         , coreSched = foldr (\jid sc -> fst (S.step now (S.JobCancelled jid) sc)) (coreSched core)
+                                             (M.keys (coreFarms core)) })
   where
     withStream sid act = maybe (core, []) act (M.lookup sid (coreStreams core))
 
@@ -182,18 +185,20 @@ linkDown now w died fault core
                                                               ++ " unfinished tasks will run elsewhere"))
                  | not (coreStopping core) ]
           ends = [ StreamEnded sid (Just (StreamWorkerLost w fault)) | sid <- M.keys broken ]
-          core1 = core { coreLinks = M.delete w (coreLinks core), coreStreams = kept
-                       , coreShares = shareLost w (coreShares core)
-                       , coreLedger = ledgerLose now w why (coreLedger core)
-                       , coreRequeued = [ (w, now, unfinished) | not (null unfinished), not (coreStopping core) ]
-                                        ++ coreRequeued core }
-          (core2, sessionOut) = sessionLost (dropPeer now) now w why core1
           death = [ S.Death bid got why | died, Just (bid, got) <- [oldestDue (coreLinks core M.! w)] ]
-          (core3, schedOut) = sched now (S.WorkerLost w (case death of { d : _ -> Just d; [] -> Nothing })) core2
-          (core4, starvedOut) = sessionStarved (dropPeer now) now core3
-          (core5, exchangeOut) = exchangesLost w died why core4
-          (core6, exStarvedOut) = if S.awaitedWorkers (coreSched core5) == 0 then exchangesStarved core5 else (core5, [])
-      in (core6, note ++ [Drop w fault] ++ ends ++ sessionOut ++ schedOut ++ starvedOut ++ exchangeOut ++ exStarvedOut)
+      in flip runStep core $ do
+           emit (note ++ [Drop w fault] ++ ends)
+           update (\c -> c { coreLinks = M.delete w (coreLinks c), coreStreams = kept
+                           , coreShares = shareLost w (coreShares c)
+                           , coreLedger = ledgerLose now w why (coreLedger c)
+                           , coreRequeued = [ (w, now, unfinished) | not (null unfinished), not (coreStopping c) ]
+                                            ++ coreRequeued c })
+           transition (sessionLost (dropPeer now) now w why)
+           transition (sched now (S.WorkerLost w (case death of { d : _ -> Just d; [] -> Nothing })))
+           transition (sessionStarved (dropPeer now) now)
+           transition (exchangesLost w died why)
+           awaited <- S.awaitedWorkers . coreSched <$> current
+           when (awaited == 0) $ transition exchangesStarved
 
 -- A message from a live worker.
 received :: Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])

@@ -22,6 +22,7 @@ import Control.Monad (void, when)
 import System.Timeout (timeout)
 import qualified Data.ByteString as B
 import Data.IORef
+import Data.Word (Word32)
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Herd.Settings
@@ -46,7 +47,7 @@ import Herd.Transport
 joinHost :: Shell -> IO WorkerId -> WorkerId -> Connection -> WorkerInfo -> IO ()
 joinHost sh nextId hid conn hostInfo = do
   let cfg = shConfig sh
-  members <- newIORef (M.empty :: M.Map WorkerId (IORef PeerStats))
+  members <- newIORef M.empty
   reader <- readIORef (shReader sh)
   let loseAll why = do
         gone <- atomicModifyIORef' members (\m -> (M.empty, M.keys m))
@@ -54,86 +55,118 @@ joinHost sh nextId hid conn hostInfo = do
         -- one event for the host: all its workers' work runs elsewhere
         shellStep sh True [ LinkDown w (PeerLost ("its host agent's link was lost: " ++ why)) | w <- gone ]
   handle <- openLinkWith (hostLinkPolicy (configMaxFrameBytes cfg) (packetPolicyOf cfg)) cfg (shShared sh) conn loseAll
-  let hostSender = lhSender handle
-      -- the cluster is closing: the host hears so after its workers' last
-      -- messages, and the link closes once the writer has sent them (or
-      -- after two seconds)
-      closeHost = do
-        _ <- trySync (control CloseHost >> flushIdle hostSender)
-        stopWriting handle
-        void $ forkIO $ do
-          _ <- timeout 2000000 (atomically (readTVar (lhBacklog handle) >>= \b -> when (b > 0) retry))
-          readerRemove reader hid conn
-          closeConnection conn
-      control c = sendMessageTail hostSender Urgent (controlEncoder c) B.empty
-      -- a worker's packets become entries of the host's (the first part
-      -- is the worker sender's own buffer and its frame length, dropped)
-      entryOut wid parts = mapM_ (uncurry (sendMessageTail hostSender Bulk)) (sentPacketEntry (fromIntegral wid) parts)
-      addWorker token pid cpu = do
-        wid <- nextId
-        received <- newIORef noPeerStats
-        sender <- newSender (packetPolicyOf cfg) (entryOut wid)
-        let info = hostInfo { infoId = wid, infoPid = fromIntegral pid
-                            , infoCpu = if cpu == noCpu then Nothing else Just (fromIntegral cpu) }
-            end = do
-              known <- atomicModifyIORef' members (\m -> (M.delete wid m, M.member wid m))
-              when known $ control (StopWorker (fromIntegral wid))
-            link = WorkerLink sender (lhBacklog handle) (Just (hid, hostSender)) end (pure ())
-        modifyIORef' members (M.insert wid received)
-        -- the number goes out before anything the core sends the worker
-        control (WorkerAdded token (fromIntegral wid))
-        added <- addWorkerLink sh wid info link received (pure ())
-        when (not added) $ modifyIORef' members (M.delete wid)
-        bumpCounter sh (\c -> c { countJoined = countJoined c + 1 })
-      -- a control message is acted on in order: the workers' events
-      -- gathered before it are stepped first
-      onControl pending body = case decodeHostControl body of
-        Left why -> pure (Left ("bad host control message: " ++ why))
-        Right (AddWorker token pid cpu) -> Right [] <$ (deliverEvents sh (reverse pending) >> addWorker token pid cpu)
-        Right (WorkerGone w reason) -> do
-          let wid = fromIntegral w
-          known <- M.member wid <$> readIORef members
-          pure (Right (if known then LinkDown wid (goneFault reason) : pending else pending))
-        Right (WorkerHold w held) -> do
-          let wid = fromIntegral w
-          known <- M.member wid <$> readIORef members
-          pure (Right (if known then WorkerHeld wid held : pending else pending))
-        Right (WorkerMemory readings) -> do
-          mine <- readIORef members
-          let known = M.fromList [ (fromIntegral w, fromIntegral b) | (w, b) <- readings, M.member (fromIntegral w) mine ]
-          shellRecordHostMemory sh known
-          pure (Right pending)
-        Right other -> pure (Left ("a host agent sent " ++ show other ++ ", which only the master sends"))
-      onEntry pending entry = case decodeEntry entry of
-        Left why -> pure (Left why)
-        Right (slot, body)
-          | slot == controlSlot -> onControl pending body
-          | otherwise -> do
-              let wid = fromIntegral slot
-              -- INV-HOST-ROUTE: only the workers numbered on this link
-              found <- M.lookup wid <$> readIORef members
-              case found of
-                -- dropped already, its packets still on the way
-                Nothing -> pure (Right pending)
-                Just received -> do
-                  decoded <- packetEvents sh wid conn received body
-                  -- a bad packet breaks that worker alone: the core drops it
-                  pure (Right (either (\fault -> [LinkBroken wid fault]) reverse decoded ++ pending))
-      -- all the entries' events in one step of the core
-      onPacket packet = case splitPacket (configMaxFrameBytes cfg `div` 5) packet of
-        Left why -> pure (Left (renderFault (BadPacket (connPeer conn) why)))
-        Right entries -> go [] entries
-          where go pending [] = Right () <$ deliverEvents sh (reverse pending)
-                go pending (e : es) = onEntry pending e >>= either (\why -> deliverEvents sh (reverse pending) >> pure (Left why)) (\p -> go p es)
-  atomically $ modifyTVar' (shHosts sh) (M.insert hid closeHost)
+  let host = HostLink sh nextId hid conn hostInfo members handle reader
+  atomically $ modifyTVar' (shHosts sh) (M.insert hid (closeHost host))
   -- the host watches its workers' memory against the cluster's limit
-  _ <- trySync (control (HostMemoryLimit (hostLimit (configWorkerMemoryLimit cfg))) >> flushIdle hostSender)
-  readerAdd reader hid conn onPacket loseAll
+  _ <- trySync (hostControl host (HostMemoryLimit (hostLimit (configWorkerMemoryLimit cfg))) >> flushIdle (lhSender handle))
+  readerAdd reader hid conn (onHostPacket host) loseAll
   where
     hostLimit l = case l of
       NoMemoryLimit -> NoHostLimit
       MemoryLimitAuto -> HostLimitAuto
       MemoryLimitMiB mib -> HostLimitBytes (fromIntegral mib * 1024 * 1024)
+
+-- One host agent's link as the shell serves it.
+data HostLink = HostLink
+  { hlShell   :: !Shell
+  , hlNextId  :: IO WorkerId                      -- ^ numbers for its workers
+  , hlId      :: !WorkerId                        -- ^ the host's own number
+  , hlConn    :: !Connection
+  , hlInfo    :: !WorkerInfo                      -- ^ the host's hello, for its workers
+  , hlMembers :: !(IORef (M.Map WorkerId (IORef PeerStats)))  -- ^ its workers, numbered by the master
+  , hlHandle  :: !LinkHandle
+  , hlReader  :: !Reader
+  }
+
+-- The host link's sender.
+hostSenderOf :: HostLink -> Sender
+hostSenderOf = lhSender . hlHandle
+
+-- A control message to the host.
+hostControl :: HostLink -> HostControl -> IO ()
+hostControl host c = sendMessageTail (hostSenderOf host) Urgent (controlEncoder c) B.empty
+
+-- The cluster is closing: the host hears so after its workers' last
+-- messages, and the link closes once the writer has sent them (or after
+-- two seconds).
+closeHost :: HostLink -> IO ()
+closeHost host = do
+  _ <- trySync (hostControl host CloseHost >> flushIdle (hostSenderOf host))
+  stopWriting (hlHandle host)
+  void $ forkIO $ do
+    _ <- timeout 2000000 (atomically (readTVar (lhBacklog (hlHandle host)) >>= \b -> when (b > 0) retry))
+    readerRemove (hlReader host) (hlId host) (hlConn host)
+    closeConnection (hlConn host)
+
+-- The host started a worker: number it, tell the host the number before
+-- anything the core sends it, and link it (its packets become entries of
+-- the host's: the first part is the worker sender's own buffer and its
+-- frame length, dropped).
+addHostWorker :: HostLink -> Word32 -> Word32 -> Word32 -> IO ()
+addHostWorker host token pid cpu = do
+  let sh = hlShell host
+      cfg = shConfig sh
+  wid <- hlNextId host
+  received <- newIORef noPeerStats
+  sender <- newSender (packetPolicyOf cfg) (\parts -> mapM_ (uncurry (sendMessageTail (hostSenderOf host) Bulk)) (sentPacketEntry (fromIntegral wid) parts))
+  let info = (hlInfo host) { infoId = wid, infoPid = fromIntegral pid
+                           , infoCpu = if cpu == noCpu then Nothing else Just (fromIntegral cpu) }
+      end = do
+        known <- atomicModifyIORef' (hlMembers host) (\m -> (M.delete wid m, M.member wid m))
+        when known $ hostControl host (StopWorker (fromIntegral wid))
+      link = WorkerLink sender (lhBacklog (hlHandle host)) (Just (hlId host, hostSenderOf host)) end (pure ())
+  modifyIORef' (hlMembers host) (M.insert wid received)
+  hostControl host (WorkerAdded token (fromIntegral wid))
+  added <- addWorkerLink sh wid info link received (pure ())
+  when (not added) $ modifyIORef' (hlMembers host) (M.delete wid)
+  bumpCounter sh (\c -> c { countJoined = countJoined c + 1 })
+
+-- A control message is acted on in order: the workers' events gathered
+-- before it are stepped first.
+onHostControl :: HostLink -> [Event] -> B.ByteString -> IO (Either String [Event])
+onHostControl host pending body = case decodeHostControl body of
+  Left why -> pure (Left ("bad host control message: " ++ why))
+  Right (AddWorker token pid cpu) -> Right [] <$ (deliverEvents (hlShell host) (reverse pending) >> addHostWorker host token pid cpu)
+  Right (WorkerGone w reason) -> ifMember w (LinkDown (fromIntegral w) (goneFault reason))
+  Right (WorkerHold w held) -> ifMember w (WorkerHeld (fromIntegral w) held)
+  Right (WorkerMemory readings) -> do
+    mine <- readIORef (hlMembers host)
+    let known = M.fromList [ (fromIntegral w, fromIntegral b) | (w, b) <- readings, M.member (fromIntegral w) mine ]
+    shellRecordHostMemory (hlShell host) known
+    pure (Right pending)
+  Right other -> pure (Left ("a host agent sent " ++ show other ++ ", which only the master sends"))
+  where
+    ifMember w ev = do
+      known <- M.member (fromIntegral w) <$> readIORef (hlMembers host)
+      pure (Right (if known then ev : pending else pending))
     goneFault reason = case reason of
       GoneDied why -> PeerLost (T.unpack why)
       GoneMemory used limit -> MemoryExceeded (fromIntegral used) (fromIntegral limit)
+
+-- One entry of the host's packet: a control message, or a worker's packet.
+onHostEntry :: HostLink -> [Event] -> B.ByteString -> IO (Either String [Event])
+onHostEntry host pending entry = case decodeEntry entry of
+  Left why -> pure (Left why)
+  Right (slot, body)
+    | slot == controlSlot -> onHostControl host pending body
+    | otherwise -> do
+        let wid = fromIntegral slot
+        -- INV-HOST-ROUTE: only the workers numbered on this link
+        found <- M.lookup wid <$> readIORef (hlMembers host)
+        case found of
+          -- dropped already, its packets still on the way
+          Nothing -> pure (Right pending)
+          Just received -> do
+            decoded <- packetEvents (hlShell host) wid (hlConn host) received body
+            -- a bad packet breaks that worker alone: the core drops it
+            pure (Right (either (\fault -> [LinkBroken wid fault]) reverse decoded ++ pending))
+
+-- A packet from the host: all its entries' events in one step of the core.
+onHostPacket :: HostLink -> OnPacket
+onHostPacket host packet = case splitPacket (configMaxFrameBytes (shConfig (hlShell host)) `div` 5) packet of
+  Left why -> pure (Left (renderFault (BadPacket (connPeer (hlConn host)) why)))
+  Right entries -> go [] entries
+  where
+    step = deliverEvents (hlShell host) . reverse
+    go pending [] = Right () <$ step pending
+    go pending (e : es) = onHostEntry host pending e >>= either (\why -> step pending >> pure (Left why)) (\p -> go p es)

@@ -138,7 +138,39 @@ keepsBytes msg = case msg of
 
 handleMessage :: Serving -> Pending -> ToWorker -> IO ()
 handleMessage sv pending msg = case msg of
-  Ping n _ -> send Urgent (Pong n)
+  Ping n _ -> reply sv Urgent (Pong n)
+  RunBatch {} -> farmMessage sv msg
+  Args {} -> farmMessage sv msg
+  Shutdown -> pure ()   -- stops the loop in processAll before it gets here
+  StreamOpen {} -> streamMessage sv pending msg
+  StreamIn {} -> streamMessage sv pending msg
+  StreamEnd {} -> streamMessage sv pending msg
+  StreamCredit {} -> streamMessage sv pending msg
+  StreamClose {} -> streamMessage sv pending msg
+  SharePart n total piece -> do
+    whole <- receivePiece (svShares sv) n total piece
+    case whole of
+      Left why -> failWith 4 why
+      Right True -> reply sv Bulk (ShareHeld n) >> tellSpilled sv
+      Right False -> pure ()
+  ShareDrop n -> dropShared (svShares sv) n >> reply sv Urgent (ShareDropped n)
+  HoldBudget b -> setHoldBudget (fromIntegral b) >> tellSpilled sv
+  _ | isExchangeMessage msg -> exchangeMessage (svExchange sv) (reply sv) msg
+    | otherwise -> holderMessage (svHolder sv) msg
+
+-- Answer the master.
+reply :: Serving -> Urgency -> FromWorker -> IO ()
+reply sv u m = sendMessage (svSender sv) u (encodeFromWorker m)
+{-# INLINE reply #-}
+
+-- Values that went to disk: the master shows them on the worker's row.
+tellSpilled :: Serving -> IO ()
+tellSpilled sv = takeSpilled >>= mapM_ (reply sv Bulk . ShareSpilled)
+
+-- A farm's batch and its arguments, through the pure step
+-- ("Herd.Core.Worker.Step").
+farmMessage :: Serving -> ToWorker -> IO ()
+farmMessage sv msg = case msg of
   RunBatch bid ref count -> do
     runner <- cachedLookup (svRunners sv) lookupRunner ref
     traceHerd ("herd worker batch " ++ show bid ++ " of " ++ refName ref ++ ": " ++ show count ++ " tasks")
@@ -158,13 +190,34 @@ handleMessage sv pending msg = case msg of
               ChunkThrew j why -> Threw j why
         stepBatches (applied end outcome) >>= mapM_ plain
       _ -> plain v
-  Shutdown -> pure ()   -- stops the loop in processAll before it gets here
+  _ -> pure ()
+  where
+    -- the new state is forced before its verdicts are carried out, so a
+    -- batch's start is read before its first task runs
+    stepBatches f = do
+      (b', verdicts) <- f <$> readIORef (svBatches sv)
+      writeIORef (svBatches sv) $! b'
+      pure verdicts
+    plain v = case v of
+      Reply u m@(BatchDone bid ns) -> do
+        traceHerd ("herd worker batch " ++ show bid ++ " done, busy " ++ show (ns `div` 1000) ++ " us")
+        reply sv u m
+      Reply u m -> reply sv u m
+      Broken why -> failWith 4 why
+      Apply {} -> failWith 4 "a function call asked for outside a run of arguments"
+    -- the step reads the time only at a batch's first argument and its
+    -- end: the clock is read only if it does
+    lazyClock = unsafeInterleaveIO monotonicSeconds
+
+-- A stream process's opening, input, credit and end.
+streamMessage :: Serving -> Pending -> ToWorker -> IO ()
+streamMessage sv pending msg = case msg of
   StreamOpen sid ref -> do
     known <- M.member sid <$> readIORef (svSlots sv)
     when known $ failWith 4 ("master opened stream " ++ show sid ++ " twice")
     runner <- cachedLookup (svProcs sv) lookupProcess ref
     case runner of
-      Left why -> send Urgent (StreamAborted sid (T.pack why))
+      Left why -> reply sv Urgent (StreamAborted sid (T.pack why))
       Right pr -> do
         slot <- Slot <$> newTQueueIO <*> newTVarIO 0 <*> newEmptyMVar
         modifyIORef' (svSlots sv) (M.insert sid slot)
@@ -179,36 +232,8 @@ handleMessage sv pending msg = case msg of
   StreamClose sid -> withSlot sid $ \slot -> do
     modifyIORef' (svSlots sv) (M.delete sid)
     tryReadMVar (slotThread slot) >>= mapM_ killThread
-  SharePart n total piece -> do
-    whole <- receivePiece (svShares sv) n total piece
-    case whole of
-      Left why -> failWith 4 why
-      Right True -> send Bulk (ShareHeld n) >> tellSpilled
-      Right False -> pure ()
-  ShareDrop n -> dropShared (svShares sv) n >> send Urgent (ShareDropped n)
-  HoldBudget b -> setHoldBudget (fromIntegral b) >> tellSpilled
-  _ | isExchangeMessage msg -> exchangeMessage (svExchange sv) send msg
-    | otherwise -> holderMessage (svHolder sv) msg
+  _ -> pure ()
   where
-    send u m = sendMessage (svSender sv) u (encodeFromWorker m)
-    -- the new state is forced before its verdicts are carried out, so a
-    -- batch's start is read before its first task runs
-    stepBatches f = do
-      (b', verdicts) <- f <$> readIORef (svBatches sv)
-      writeIORef (svBatches sv) $! b'
-      pure verdicts
-    plain v = case v of
-      Reply u m@(BatchDone bid ns) -> do
-        traceHerd ("herd worker batch " ++ show bid ++ " done, busy " ++ show (ns `div` 1000) ++ " us")
-        send u m
-      Reply u m -> send u m
-      Broken why -> failWith 4 why
-      Apply {} -> failWith 4 "a function call asked for outside a run of arguments"
-    -- values that went to disk: the master shows them on the worker's row
-    tellSpilled = takeSpilled >>= mapM_ (send Bulk . ShareSpilled)
-    -- the step reads the time only at a batch's first argument and its
-    -- end: the clock is read only if it does
-    lazyClock = unsafeInterleaveIO monotonicSeconds
     -- a stream that already ended or was closed: late messages are dropped
     withSlot sid act = M.lookup sid <$> readIORef (svSlots sv) >>= mapM_ act
 

@@ -88,146 +88,171 @@ inboxBytes = 64 * 1024
 sessionConnection :: IORef [String] -> Bool -> Raw -> Connection -> IO Connection
 sessionConnection logged isClient raw conn = do
   (clientSecret, serverSecret) <- trafficSecrets logged
-
   sealer <- newAead (if isClient then clientSecret else serverSecret) True
   -- the server's tls context sealed its tickets with the same key, after
   -- the client's Finished (the last thing it read): our records follow them
   unless isClient $ readIORef (rawSentSinceRecv raw) >>= \k -> withForeignPtr sealer (\a -> c_aeadSkip a (fromIntegral k))
   opener <- newAead (if isClient then serverSecret else clientSecret) False
-  plain <- newIORef B.empty
-  sendBuf <- newIORef =<< ((,) <$> mallocForeignPtrBytes (64 * 1024) <*> pure (64 * 1024))
   -- received records are opened where they landed: one buffer, its
   -- unopened bytes between two offsets (what the handshake read past its
-  -- end goes first)
+  -- end goes first); room for all the handshake read past its end (a
+  -- receive of up to a raw chunk), and a whole record after it
   leftover <- readIORef (rawIn raw)
-  -- room for all the handshake read past its end (a receive of up to a
-  -- raw chunk), and a whole record after it
   let inboxSize = max inboxBytes (B.length leftover + maxRecord)
   inbox <- mallocForeignPtrBytes inboxSize
   withForeignPtr inbox $ \d -> BU.unsafeUseAsCString leftover $ \src -> copyBytes d (castPtr src) (B.length leftover)
-  span' <- newIORef (0 :: Int, B.length leftover)
-  ended <- newIORef False
+  ss <- Session (rawEp raw) sealer opener inbox inboxSize
+          <$> newIORef B.empty
+          <*> (newIORef =<< ((,) <$> mallocForeignPtrBytes (64 * 1024) <*> pure (64 * 1024)))
+          <*> newIORef (0, B.length leftover) <*> newIORef False
   let ep0 = rawEp raw
-      -- the length of the whole record at the front, if all of it is there
-      wholeRecord = do
-        (from, to) <- readIORef span'
-        if to - from < 5 then pure Nothing else withForeignPtr inbox $ \d -> do
-          hi <- peekByteOff d (from + 3) :: IO Word8
-          lo <- peekByteOff d (from + 4) :: IO Word8
-          let len = 5 + fromIntegral hi * 256 + fromIntegral lo
-          -- a header claiming more than TLS allows would never fit: refused
-          when (len > maxRecord) $ throwIO RecordRefused
-          pure (if to - from >= len then Just len else Nothing)
-      -- open the record at the front into dst (room for its body): its
-      -- content's length and type
-      openAt dst len = do
-        (from, to) <- readIORef span'
-        r <- withForeignPtr inbox $ \d -> withForeignPtr opener $ \a -> alloca $ \ty -> do
-          k <- c_aeadOpen a (d `plusPtr` from) (fromIntegral len) dst ty
-          t <- peek ty
-          pure (fromIntegral k :: Int, fromIntegral t :: Int)
-        writeIORef span' (if from + len == to then (0, 0) else (from + len, to))
-        when (fst r < 0) $ throwIO RecordRefused
-        pure r
-      -- receive what the link has after the unopened bytes (moved to the
-      -- front first when the room after them is short): the count, 0 at
-      -- the end, -1 for nothing
-      receive wait = do
-        done <- readIORef ended
-        if done then pure 0 else do
-          (from, to) <- readIORef span'
-          (from', to') <- if inboxSize - to >= maxRecord || from == 0 then pure (from, to) else do
-            withForeignPtr inbox $ \d -> moveBytes d (d `plusPtr` from) (to - from)
-            pure (0, to - from)
-          writeIORef span' (from', to')
-          k <- withForeignPtr inbox $ \d -> (if wait then epRecvWait else epRecv) ep0 (d `plusPtr` to') (inboxSize - to')
-          when (k > 0) $ writeIORef span' (from', to' + k)
-          when (k == 0) $ writeIORef ended True
-          pure k
-      -- copy what is there into the caller's buffer, opening records that
-      -- have come (waiting for the first only when asked to)
-      fill wait p n = go 0
-        where
-          go off
-            | off >= n = pure n
-            | otherwise = do
-                bytes <- readIORef plain
-                if not (B.null bytes) then do
-                  let k = min (n - off) (B.length bytes)
-                  BU.unsafeUseAsCString bytes $ \src -> copyBytes (p `plusPtr` off) (castPtr src) k
-                  writeIORef plain (B.drop k bytes)
-                  go (off + k)
-                else do
-                  whole <- wholeRecord
-                  case whole of
-                    Just len -> do
-                      let body = len - 5
-                      -- straight into the caller's buffer when it has room for the body
-                      (k, ty) <- if n - off >= body then openAt (p `plusPtr` off) len else do
-                        fp <- mallocForeignPtrBytes body
-                        (k, ty) <- withForeignPtr fp $ \d -> openAt d len
-                        when (ty == 23) $ writeIORef plain (BI.fromForeignPtr fp 0 k)
-                        pure (0, ty)
-                      case ty of
-                        23 -> go (off + k)
-                        22 -> go off          -- a post-handshake message (a ticket): nothing for herd
-                        21 -> pure off        -- an alert: the session's end
-                        _ -> throwIO RecordRefused
-                    Nothing -> do
-                      got <- receive (wait && off == 0)
-                      case got of
-                        -1 -> pure (if off > 0 then off else -1)
-                        0 -> pure off
-                        _ -> go off
-      sendAll q total = do
-        let loop o | o >= total = pure ()
-                   | otherwise = do
-                       k <- epSend ep0 (q `plusPtr` o) (total - o)
-                       when (k == 0) (epWaitOut ep0)
-                       loop (o + k)
-        loop 0
-      -- seal at most a MiB of data at a time into the send buffer, and send it
-      sealAndSend p n
-        | n <= 0 = pure ()
-        | otherwise = do
-            let slice = min n (4 * recordData)
-                records = (slice + recordData - 1) `div` recordData
-                need = slice + records * recordOverhead
-            (buf0, cap) <- readIORef sendBuf
-            buf <- if need <= cap then pure buf0 else do
-              fresh <- mallocForeignPtrBytes need
-              writeIORef sendBuf (fresh, need)
-              pure fresh
-            withForeignPtr buf $ \out -> withForeignPtr sealer $ \a -> do
-              let sealFrom i o
-                    | i >= slice = pure o
-                    | otherwise = do
-                        let k = min recordData (slice - i)
-                        w <- c_aeadSeal a (p `plusPtr` i) (fromIntegral k) (out `plusPtr` o)
-                        when (w < 0) $ throwIO RecordRefused
-                        sealFrom (i + k) (o + fromIntegral w)
-              total <- sealFrom 0 0
-              sendAll out total
-            sealAndSend (p `plusPtr` slice) (n - slice)
-      send p n = do
-        room <- connFd >>= c_writableNow
-        if room < 0 then throwIO (errnoToIOError "poll" (Errno (negate room)) Nothing Nothing)
-        else if room == 0 then pure 0 else n <$ sealAndSend p n
-      connFd = do
-        fds <- epFds ep0
-        case fds of
-          f : _ -> pure f
-          [] -> throwIO NotOverTcp
       ep = ep0
-        { epRecv = fill False
-        , epRecvWait = fill True
-        , epSend = send
+        { epRecv = fillPlain ss False
+        , epRecvWait = fillPlain ss True
+        , epSend = sendSealed ss
         , epWaitOut = epWaitOut ep0
         , epArm = \_ -> do
-            a <- readIORef plain
-            b <- wholeRecord
+            a <- readIORef (sPlain ss)
+            b <- wholeRecord ss
             pure (not (B.null a) || b /= Nothing)
         , epClose = epClose ep0
         , epSocket = Nothing
         }
   newConnection ep (connPeer conn ++ " (TLS)")
+
+-- One TLS session's record layer after the handshake.
+data Session = Session
+  { sEp        :: !Endpoint                          -- ^ the raw link under the records
+  , sSealer    :: !(ForeignPtr Aead)
+  , sOpener    :: !(ForeignPtr Aead)
+  , sInbox     :: !(ForeignPtr Word8)                -- ^ received bytes, records opened in place
+  , sInboxSize :: !Int
+  , sPlain     :: !(IORef B.ByteString)              -- ^ opened data the caller has not taken yet
+  , sSendBuf   :: !(IORef (ForeignPtr Word8, Int))   -- ^ where records are sealed before they are sent
+  , sSpan      :: !(IORef (Int, Int))                -- ^ the inbox's unopened bytes
+  , sEnded     :: !(IORef Bool)                      -- ^ the link ended
+  }
+
+-- The length of the whole record at the front, if all of it is there.
+wholeRecord :: Session -> IO (Maybe Int)
+wholeRecord ss = do
+  (from, to) <- readIORef (sSpan ss)
+  if to - from < 5 then pure Nothing else withForeignPtr (sInbox ss) $ \d -> do
+    hi <- peekByteOff d (from + 3) :: IO Word8
+    lo <- peekByteOff d (from + 4) :: IO Word8
+    let len = 5 + fromIntegral hi * 256 + fromIntegral lo
+    -- a header claiming more than TLS allows would never fit: refused
+    when (len > maxRecord) $ throwIO RecordRefused
+    pure (if to - from >= len then Just len else Nothing)
+
+-- Open the record at the front into dst (room for its body): its
+-- content's length and type.
+openAt :: Session -> Ptr Word8 -> Int -> IO (Int, Int)
+openAt ss dst len = do
+  (from, to) <- readIORef (sSpan ss)
+  r <- withForeignPtr (sInbox ss) $ \d -> withForeignPtr (sOpener ss) $ \a -> alloca $ \ty -> do
+    k <- c_aeadOpen a (d `plusPtr` from) (fromIntegral len) dst ty
+    t <- peek ty
+    pure (fromIntegral k :: Int, fromIntegral t :: Int)
+  writeIORef (sSpan ss) (if from + len == to then (0, 0) else (from + len, to))
+  when (fst r < 0) $ throwIO RecordRefused
+  pure r
+
+-- Receive what the link has after the unopened bytes (moved to the front
+-- first when the room after them is short): the count, 0 at the end, -1
+-- for nothing.
+receiveMore :: Session -> Bool -> IO Int
+receiveMore ss wait = do
+  done <- readIORef (sEnded ss)
+  if done then pure 0 else do
+    (from, to) <- readIORef (sSpan ss)
+    (from', to') <- if sInboxSize ss - to >= maxRecord || from == 0 then pure (from, to) else do
+      withForeignPtr (sInbox ss) $ \d -> moveBytes d (d `plusPtr` from) (to - from)
+      pure (0, to - from)
+    writeIORef (sSpan ss) (from', to')
+    k <- withForeignPtr (sInbox ss) $ \d ->
+      (if wait then epRecvWait else epRecv) (sEp ss) (d `plusPtr` to') (sInboxSize ss - to')
+    when (k > 0) $ writeIORef (sSpan ss) (from', to' + k)
+    when (k == 0) $ writeIORef (sEnded ss) True
+    pure k
+
+-- Copy what is there into the caller's buffer, opening records that have
+-- come (waiting for the first only when asked to).
+fillPlain :: Session -> Bool -> Ptr Word8 -> Int -> IO Int
+fillPlain ss wait p n = go 0
+  where
+    go off
+      | off >= n = pure n
+      | otherwise = do
+          bytes <- readIORef (sPlain ss)
+          if not (B.null bytes) then do
+            let k = min (n - off) (B.length bytes)
+            BU.unsafeUseAsCString bytes $ \src -> copyBytes (p `plusPtr` off) (castPtr src) k
+            writeIORef (sPlain ss) (B.drop k bytes)
+            go (off + k)
+          else wholeRecord ss >>= maybe (more off) (openNext off)
+    openNext off len = do
+      let body = len - 5
+      -- straight into the caller's buffer when it has room for the body
+      (k, ty) <- if n - off >= body then openAt ss (p `plusPtr` off) len else do
+        fp <- mallocForeignPtrBytes body
+        (k, ty) <- withForeignPtr fp $ \d -> openAt ss d len
+        when (ty == 23) $ writeIORef (sPlain ss) (BI.fromForeignPtr fp 0 k)
+        pure (0, ty)
+      case ty of
+        23 -> go (off + k)
+        22 -> go off          -- a post-handshake message (a ticket): nothing for herd
+        21 -> pure off        -- an alert: the session's end
+        _ -> throwIO RecordRefused
+    more off = do
+      got <- receiveMore ss (wait && off == 0)
+      case got of
+        -1 -> pure (if off > 0 then off else -1)
+        0 -> pure off
+        _ -> go off
+
+-- Send these bytes, seal and all, if the socket has room now (else 0).
+sendSealed :: Session -> Ptr Word8 -> Int -> IO Int
+sendSealed ss p n = do
+  fds <- epFds (sEp ss)
+  fd <- case fds of
+    f : _ -> pure f
+    [] -> throwIO NotOverTcp
+  room <- c_writableNow fd
+  if room < 0 then throwIO (errnoToIOError "poll" (Errno (negate room)) Nothing Nothing)
+  else if room == 0 then pure 0 else n <$ sealAndSend ss p n
+
+-- Seal at most a MiB of data at a time into the send buffer, and send it.
+sealAndSend :: Session -> Ptr Word8 -> Int -> IO ()
+sealAndSend ss p n
+  | n <= 0 = pure ()
+  | otherwise = do
+      let slice = min n (4 * recordData)
+          records = (slice + recordData - 1) `div` recordData
+          need = slice + records * recordOverhead
+      (buf0, cap) <- readIORef (sSendBuf ss)
+      buf <- if need <= cap then pure buf0 else do
+        fresh <- mallocForeignPtrBytes need
+        writeIORef (sSendBuf ss) (fresh, need)
+        pure fresh
+      withForeignPtr buf $ \out -> withForeignPtr (sSealer ss) $ \a -> do
+        let sealFrom i o
+              | i >= slice = pure o
+              | otherwise = do
+                  let k = min recordData (slice - i)
+                  w <- c_aeadSeal a (p `plusPtr` i) (fromIntegral k) (out `plusPtr` o)
+                  when (w < 0) $ throwIO RecordRefused
+                  sealFrom (i + k) (o + fromIntegral w)
+        total <- sealFrom 0 0
+        sendAllBytes (sEp ss) out total
+      sealAndSend ss (p `plusPtr` slice) (n - slice)
+
+-- Send all these bytes on the raw link, waiting for room as needed.
+sendAllBytes :: Endpoint -> Ptr Word8 -> Int -> IO ()
+sendAllBytes ep q total = loop 0
+  where
+    loop o | o >= total = pure ()
+           | otherwise = do
+               k <- epSend ep (q `plusPtr` o) (total - o)
+               when (k == 0) (epWaitOut ep)
+               loop (o + k)
