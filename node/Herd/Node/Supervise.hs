@@ -116,11 +116,11 @@ stopSupervisor sup = do
 -- One slot's life: wait for its process to exit, then replace it.
 watch :: SuperviseHooks -> Supervisor -> Int -> IO ()
 watch hooks sup i = do
-  code <- waitExit
+  code <- waitExit hooks sup i
   -- a worker killed cannot remove the shared values it spilled: its
   -- supervisor does ("Herd.Node.Store")
   (slotPid . (IM.! i) <$> readTVarIO (supSlots sup)) >>= mapM_ removeSpillsOf
-  stopping <- halted
+  stopping <- halted hooks sup
   if stopping then pure () else if not (hookRestarts hooks code) then
     atomically $ modifyTVar' (supSlots sup) (IM.adjust (\s -> s { slotAwaited = False, slotDown = True }) i)
   else do
@@ -142,55 +142,65 @@ watch hooks sup i = do
         hookLog hooks ("herd: local worker" ++ cpuText w ++ " " ++ exitText code ++ "; restarting it"
                        ++ (if pause > 0 then " in " ++ show pause ++ " s" else ""))
         threadDelay (round (pause * 1e6))
-        again <- not <$> halted
-        when again $ do
-          fresh <- try (hookSpawn hooks (localCpu w))
-          case fresh of
-            Left (e :: SomeException) -> do
-              hookLog hooks ("herd: could not restart a local worker: " ++ displayException e)
-              watch hooks sup i
-            Right w' -> do
-              pid <- pidOf w'
-              atomically $ do
-                modifyTVar' (supSlots sup) (IM.adjust (\s -> s { slotWorker = w', slotPid = pid, slotLostAt = Nothing }) i)
-                modifyTVar' (supRestarts sup) (+ 1)
-              awaitJoin w' pid
-              watch hooks sup i
-  where
-    halted = (||) <$> readTVarIO (supStopping sup) <*> hookClosing hooks
-    -- the process's exit; a process whose link died is killed after a grace
-    waitExit = do
-      s <- (IM.! i) <$> readTVarIO (supSlots sup)
-      code <- getProcessExitCode (localHandle (slotWorker s))
-      case code of
-        Just c -> pure c
-        Nothing -> do
-          stopping <- halted
-          if stopping then pure ExitSuccess else do
-            t <- monotonicSeconds
-            forM_ (slotLostAt s) $ \lost -> when (t - lost > 2) $
-              mapM_ killPid (slotPid s)
-            threadDelay 20000
-            waitExit
-    -- the replacement joins, dies, or runs out of time (then it is killed
-    -- and counts as a death)
-    awaitJoin w pid = do
-      deadline <- (+ hookStartTimeout hooks) <$> monotonicSeconds
-      let loop = do
-            joined <- maybe (pure False) (hookJoined hooks) pid
-            exited <- getProcessExitCode (localHandle w)
-            t <- monotonicSeconds
-            stopping <- halted
-            if joined then do
-              atomically $ modifyTVar' (supSlots sup) (IM.adjust (\s -> s { slotAwaited = False }) i)
-              hookAwaited hooks
-            else if exited /= Nothing || stopping then pure ()
-            else if t > deadline then do
-              hookLog hooks ("herd: a restarted local worker did not join within "
-                             ++ show (hookStartTimeout hooks) ++ " s; killing it")
-              mapM_ killPid pid
-            else threadDelay 10000 >> loop
-      loop
+        again <- not <$> halted hooks sup
+        when again $ restart hooks sup i w
+
+-- Start the slot's worker again, wait for it to join, and watch it.
+restart :: SuperviseHooks -> Supervisor -> Int -> LocalWorker -> IO ()
+restart hooks sup i w = do
+  fresh <- try (hookSpawn hooks (localCpu w))
+  case fresh of
+    Left (e :: SomeException) -> do
+      hookLog hooks ("herd: could not restart a local worker: " ++ displayException e)
+      watch hooks sup i
+    Right w' -> do
+      pid <- pidOf w'
+      atomically $ do
+        modifyTVar' (supSlots sup) (IM.adjust (\s -> s { slotWorker = w', slotPid = pid, slotLostAt = Nothing }) i)
+        modifyTVar' (supRestarts sup) (+ 1)
+      awaitJoin hooks sup i w' pid
+      watch hooks sup i
+
+-- Whether the supervisor or the cluster is stopping.
+halted :: SuperviseHooks -> Supervisor -> IO Bool
+halted hooks sup = (||) <$> readTVarIO (supStopping sup) <*> hookClosing hooks
+
+-- The slot's process's exit; a process whose link died is killed after a grace.
+waitExit :: SuperviseHooks -> Supervisor -> Int -> IO ExitCode
+waitExit hooks sup i = do
+  s <- (IM.! i) <$> readTVarIO (supSlots sup)
+  code <- getProcessExitCode (localHandle (slotWorker s))
+  case code of
+    Just c -> pure c
+    Nothing -> do
+      stopping <- halted hooks sup
+      if stopping then pure ExitSuccess else do
+        t <- monotonicSeconds
+        forM_ (slotLostAt s) $ \lost -> when (t - lost > 2) $
+          mapM_ killPid (slotPid s)
+        threadDelay 20000
+        waitExit hooks sup i
+
+-- The replacement joins, dies, or runs out of time (then it is killed and
+-- counts as a death).
+awaitJoin :: SuperviseHooks -> Supervisor -> Int -> LocalWorker -> Maybe Int -> IO ()
+awaitJoin hooks sup i w pid = do
+  deadline <- (+ hookStartTimeout hooks) <$> monotonicSeconds
+  let loop = do
+        joined <- maybe (pure False) (hookJoined hooks) pid
+        exited <- getProcessExitCode (localHandle w)
+        t <- monotonicSeconds
+        stopping <- halted hooks sup
+        if joined then do
+          atomically $ modifyTVar' (supSlots sup) (IM.adjust (\s -> s { slotAwaited = False }) i)
+          hookAwaited hooks
+        else if exited /= Nothing || stopping then pure ()
+        else if t > deadline then do
+          hookLog hooks ("herd: a restarted local worker did not join within "
+                         ++ show (hookStartTimeout hooks) ++ " s; killing it")
+          mapM_ killPid pid
+        else threadDelay 10000 >> loop
+  loop
 
 -- SIGKILL a process, which may have gone already.
 killPid :: Int -> IO ()
