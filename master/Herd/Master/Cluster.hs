@@ -191,7 +191,6 @@ ensureOpen cluster = do
   closed <- readTVarIO (clClosed cluster)
   when closed $ throwIO ClusterClosed
 
--- | A fresh number for a job or a stream, once the cluster is known open.
 -- | A number for a handle the caller keeps (a shared value's): a fresh
 -- number with the cluster's tag in its high 24 bits, so that no two
 -- clusters' handles share a number, and a handle of another cluster is
@@ -223,6 +222,7 @@ newClusterTag = do
 describeTag :: Word64 -> String
 describeTag t = "cluster " ++ showHex t ""
 
+-- | A fresh number for a job or a stream, once the cluster is known open.
 freshId :: Cluster -> IO Word64
 freshId cluster = do
   ensureOpen cluster
