@@ -78,18 +78,7 @@ step now ev core =
 
 advance :: Double -> Event -> Core -> (Core, [Command])
 advance now ev core = case ev of
-  LinkUp w
-    | coreStopping core || M.member w (coreLinks core) -> (core, [])
-    | otherwise ->
-        -- INV-SHARE-BEFORE: the shared values go first
-        let (shares, shared) = shareJoined w (coreShares core)
-        in flip runStep core $ do
-             emit [ ShareTo w n bytes | (n, bytes) <- shared ]
-             update (\c -> c { coreLinks = M.insert w noneExpected (coreLinks c), coreLedger = ledgerJoin now w (coreLedger c)
-                             , coreShares = shares })
-             transition (sched now (S.WorkerJoined w))
-             transition (sessionJoined (dropPeer now) now w)
-             transition (exchangesJoined w)
+  LinkUp w -> linkUp now w core
   LinkDown w why -> linkDown now w True why core
   LinkBroken w why -> linkDown now w False why core
   WorkersAwaited n -> flip runStep core $ do
@@ -106,6 +95,42 @@ advance now ev core = case ev of
   Received w msg
     | M.member w (coreLinks core) -> received now w msg core
     | otherwise -> (core, [])   -- dropped already: its messages go with it
+  FarmSubmit {} -> farmEvent now ev core
+  FarmCancel {} -> farmEvent now ev core
+  FarmBroken {} -> farmEvent now ev core
+  BatchNotSent {} -> farmEvent now ev core
+  OpenStream {} -> streamEvent ev core
+  EndStreamInput {} -> streamEvent ev core
+  ConsumedStream {} -> streamEvent ev core
+  CloseStream {} -> streamEvent ev core
+  SessionStart sid req -> startSession (dropPeer now) sid req core
+  -- INV-ONCE: a caller that gave up is not answered; its workers' late
+  -- answers are dropped as those of an ended session
+  SessionCancel sid -> (cancelSession sid core, [])
+  ShareValue {} -> shareEvent ev core
+  Unshare {} -> shareEvent ev core
+  ExchangeStart xid job -> startExchange xid job core
+  ExchangeCancel xid -> cancelExchange xid core
+  Stop -> stopAll now core
+
+-- A worker's link is up: the shared values go first (INV-SHARE-BEFORE),
+-- then the scheduler, the sessions and the exchanges take it up.
+linkUp :: Double -> WorkerId -> Core -> (Core, [Command])
+linkUp now w core
+  | coreStopping core || M.member w (coreLinks core) = (core, [])
+  | otherwise =
+      let (shares, shared) = shareJoined w (coreShares core)
+      in flip runStep core $ do
+           emit [ ShareTo w n bytes | (n, bytes) <- shared ]
+           update (\c -> c { coreLinks = M.insert w noneExpected (coreLinks c), coreLedger = ledgerJoin now w (coreLedger c)
+                           , coreShares = shares })
+           transition (sched now (S.WorkerJoined w))
+           transition (sessionJoined (dropPeer now) now w)
+           transition (exchangesJoined w)
+
+-- A farm job's submission, cancel or breakage, and a batch that could not be sent.
+farmEvent :: Double -> Event -> Core -> (Core, [Command])
+farmEvent now ev core = case ev of
   FarmSubmit jid job
     | coreStopping core -> (core, [JobDone jid (Left ClusterClosed)])
     | otherwise -> sched now (S.JobSubmitted jid (farmTasks job) (farmBatching job) (farmTarget job) (farmMaxDeaths job) (farmKeepGoing job))
@@ -122,6 +147,11 @@ advance now ev core = case ev of
              transition (endFarm now jid err)
              -- the batch is stale now: the scheduler forgets it
              transition (sched now (S.BatchCompleted w bid 0 Nothing))
+  _ -> (core, [])
+
+-- A caller's stream: its opening, the end of its input, its credit and its close.
+streamEvent :: Event -> Core -> (Core, [Command])
+streamEvent ev core = case ev of
   OpenStream sid ref window
     | coreStopping core -> (core, [StreamOpened sid (Left ClusterClosed)])
     | otherwise -> case leastLoaded core of
@@ -134,34 +164,37 @@ advance now ev core = case ev of
     , [Send (streamWorker s) Urgent (StreamCredit sid (fromIntegral k))] )
   CloseStream sid -> withStream sid $ \s ->
     (core { coreStreams = M.delete sid (coreStreams core) }, [Send (streamWorker s) Urgent (StreamClose sid)])
-  SessionStart sid req -> startSession (dropPeer now) sid req core
-  -- INV-ONCE: a caller that gave up is not answered; its workers' late
-  -- answers are dropped as those of an ended session
-  SessionCancel sid -> (cancelSession sid core, [])
+  _ -> (core, [])
+  where
+    withStream sid act = maybe (core, []) act (M.lookup sid (coreStreams core))
+
+-- A value shared or unshared ("Herd.Core.Shared").
+shareEvent :: Event -> Core -> (Core, [Command])
+shareEvent ev core = case ev of
   ShareValue n bytes
     | coreStopping core -> (core, [])
     | otherwise ->
         let (shares, sends) = shareAdd n bytes (M.keys (coreLinks core)) (coreShares core)
         in (core { coreShares = shares }, [ ShareTo w n bytes | w <- sends ])
-  ExchangeStart xid job -> startExchange xid job core
-  ExchangeCancel xid -> cancelExchange xid core
   Unshare n ->
     let (shares, sends) = shareRemove n (M.keys (coreLinks core)) (coreShares core)
     in (core { coreShares = shares }, [ Send w Urgent m | (w, m) <- sends ] ++ [ Unshared n | n `elem` sharesLive (coreShares core) ])
-  Stop ->
-    let farms = [ JobDone jid (Left ClusterClosed) | jid <- M.keys (coreFarms core) ]
-        streams = [ StreamEnded sid (Just StreamClusterClosed) | sid <- M.keys (coreStreams core) ]
-        stops = [ Send w Urgent Shutdown | w <- M.keys (coreLinks core) ]
-    in flip runStep core $ do
-         emit (farms ++ streams)
-         transition (stopSessions ClusterClosed)
-         transition stopExchanges
-         emit stops
-         update (\c -> c { coreStopping = True, coreFarms = M.empty, coreStreams = M.empty
-                         , coreSched = foldr (\jid sc -> fst (S.step now (S.JobCancelled jid) sc)) (coreSched core)
-                                             (M.keys (coreFarms core)) })
-  where
-    withStream sid act = maybe (core, []) act (M.lookup sid (coreStreams core))
+  _ -> (core, [])
+
+-- The cluster stops: every caller is answered, every worker told to stop.
+stopAll :: Double -> Core -> (Core, [Command])
+stopAll now core =
+  let farms = [ JobDone jid (Left ClusterClosed) | jid <- M.keys (coreFarms core) ]
+      streams = [ StreamEnded sid (Just StreamClusterClosed) | sid <- M.keys (coreStreams core) ]
+      stops = [ Send w Urgent Shutdown | w <- M.keys (coreLinks core) ]
+  in flip runStep core $ do
+       emit (farms ++ streams)
+       transition (stopSessions ClusterClosed)
+       transition stopExchanges
+       emit stops
+       update (\c -> c { coreStopping = True, coreFarms = M.empty, coreStreams = M.empty
+                       , coreSched = foldr (\jid sc -> fst (S.step now (S.JobCancelled jid) sc)) (coreSched core)
+                                           (M.keys (coreFarms core)) })
 
 -- The worker with the fewest open streams (lowest number on a tie).
 leastLoaded :: Core -> Maybe WorkerId

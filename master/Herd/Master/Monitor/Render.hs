@@ -36,7 +36,7 @@ statusJson s = renderJson $ JObject
   , ("tasks_completed_total", JInt (fromIntegral (statusTasksDone s)))
   , ("working_s", JNumber (statusWorkingSeconds s))
   , ("streams_open", JInt (fromIntegral (statusStreams s)))
-  , ("workers", JArray (map worker (statusWorkers s)))
+  , ("workers", JArray (map workerJson (statusWorkers s)))
   , ("jobs", JArray (map job (statusJobs s)))
   , ("evolve", maybe JNull evolve (statusEvolve s))
   , ("connections", connections (statusCounters s))
@@ -52,37 +52,6 @@ statusJson s = renderJson $ JObject
   ]
   where
     int = JInt . fromIntegral
-    worker r =
-      let a = rowAccount r
-          info = rowInfo r
-      in JObject $
-           [ ("id", int (rowWorker r))
-           , ("state", JString (workerStateName (rowState r)))
-           , ("host", maybe JNull (JString . infoHost) info)
-           , ("pid", maybe JNull (int . infoPid) info)
-           , ("cpu", maybe JNull int (info >>= infoCpu))
-           , ("transport", maybe JNull (JString . transportName . infoTransport) info)
-           , ("peer", maybe JNull (JString . infoPeer) info)
-           , ("launch", maybe JNull (JString . infoGroup) info)
-           , ("tasks", int (accountTasks a))
-           , ("batches", int (accountBatches a))
-           , ("evolved", int (accountEvolved a))
-           , ("busy_s", JNumber (accountBusy a))
-           , ("waiting_s", JNumber (rowWaiting r))
-           , ("in_flight", int (rowInFlight r))
-           , ("streams", int (rowStreams r))
-           , ("states", int (rowStates r))
-           , ("lost_why", maybe JNull (JString . departedWhy) (accountLeft a))
-           , ("memory_bytes", maybe JNull int (rowMemory r))
-           , ("shared", int (rowShared r))
-           , ("shared_spilled", int (rowSpilled r))
-           ] ++ maybe [] link (rowLink r)
-    link p =
-      [ ("packets_sent", int (packetsSent p)), ("messages_sent", int (messagesSent p))
-      , ("values_sent", int (valuesSent p)), ("bytes_sent", int (bytesSent p))
-      , ("packets_received", int (packetsReceived p)), ("messages_received", int (messagesReceived p))
-      , ("values_received", int (valuesReceived p)), ("bytes_received", int (bytesReceived p))
-      , ("flushes", JObject [ (flushReasonName r, int n) | (r, n) <- M.toList (flushesBy p) ]) ]
     job j = JObject
       [ ("id", int (jobRowId j)), ("function", JString (jobRowFunction j))
       , ("tasks", int (jobRowTotal j)), ("done", int (jobRowDone j))
@@ -99,6 +68,44 @@ statusJson s = renderJson $ JObject
       , ("joined", int (countJoined c)), ("worker_messages", int (countWorkerMessages c))
       , ("restarts", int (countRestarts c)) ]
 
+-- One worker's row of the JSON snapshot.
+workerJson :: WorkerRow -> Json
+workerJson r =
+  let a = rowAccount r
+      info = rowInfo r
+      int = JInt . fromIntegral
+  in JObject $
+       [ ("id", int (rowWorker r))
+       , ("state", JString (workerStateName (rowState r)))
+       , ("host", maybe JNull (JString . infoHost) info)
+       , ("pid", maybe JNull (int . infoPid) info)
+       , ("cpu", maybe JNull int (info >>= infoCpu))
+       , ("transport", maybe JNull (JString . transportName . infoTransport) info)
+       , ("peer", maybe JNull (JString . infoPeer) info)
+       , ("launch", maybe JNull (JString . infoGroup) info)
+       , ("tasks", int (accountTasks a))
+       , ("batches", int (accountBatches a))
+       , ("evolved", int (accountEvolved a))
+       , ("busy_s", JNumber (accountBusy a))
+       , ("waiting_s", JNumber (rowWaiting r))
+       , ("in_flight", int (rowInFlight r))
+       , ("streams", int (rowStreams r))
+       , ("states", int (rowStates r))
+       , ("lost_why", maybe JNull (JString . departedWhy) (accountLeft a))
+       , ("memory_bytes", maybe JNull int (rowMemory r))
+       , ("shared", int (rowShared r))
+       , ("shared_spilled", int (rowSpilled r))
+       ] ++ maybe [] linkJson (rowLink r)
+
+-- A worker's link's counters, in its row.
+linkJson :: PeerStats -> [(String, Json)]
+linkJson p =
+  [ ("packets_sent", int (packetsSent p)), ("messages_sent", int (messagesSent p))
+  , ("values_sent", int (valuesSent p)), ("bytes_sent", int (bytesSent p))
+  , ("packets_received", int (packetsReceived p)), ("messages_received", int (messagesReceived p))
+  , ("values_received", int (valuesReceived p)), ("bytes_received", int (bytesReceived p))
+  , ("flushes", JObject [ (flushReasonName r, int n) | (r, n) <- M.toList (flushesBy p) ]) ]
+  where int = JInt . fromIntegral
 
 -- | The snapshot in Prometheus's text format.
 prometheusText :: Status -> String
