@@ -6,6 +6,7 @@
 module AgentSpec (spec) where
 
 import Data.List (foldl')
+import qualified Data.ByteString.Char8 as BC
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import qualified Data.Text as T
@@ -25,13 +26,14 @@ data Action
   | Gone Int
   | Stop Int
   | Limit
+  | Share
   deriving (Show)
 
 instance Arbitrary Action where
   arbitrary = frequency
     [ (4, pure Hello), (4, Number <$> choose (0, 5)), (1, Late <$> choose (0, 5)), (1, pure NumberUnknown)
     , (6, Entry <$> worker), (5, Packet <$> worker <*> resize 3 (listOf worker) <*> choose (0, 2))
-    , (2, Gone <$> worker), (1, Stop <$> worker), (1, pure Limit) ]
+    , (2, Gone <$> worker), (1, Stop <$> worker), (1, pure Limit), (1, pure Share) ]
     where worker = choose (1, 8)
 
 -- The model: what the master asked, what is numbered and live, and what
@@ -71,6 +73,7 @@ eventOf m act = case act of
   Gone w -> (m, LocalGone w (GoneDied (T.pack "killed")))
   Stop w -> (m, ControlCame (StopWorker (fromIntegral w)))
   Limit -> (m, ControlCame (HostMemoryLimit (HostLimitBytes 1000000)))
+  Share -> (m, ControlCame (HostShare 7 3 (BC.pack "abc")))
   _ -> (m, NumberingLate 123456)   -- nothing to number: a late token nobody has
 
 -- One step: the machine's commands, checked against the model; the
@@ -96,6 +99,11 @@ check m0 act =
               let want = [ ToWorker d p | (d, p) <- parts, S.member d live ] ++ map (ToMaster w) rest
               in [ "worker " ++ show w ++ "'s packet went " ++ show cmds ++ ", not " ++ show want | cmds /= want ]
           | otherwise -> [ "a packet of worker " ++ show w ++ ", not live here, went " ++ show cmds | not (null cmds) ]
+        -- a limit's budgets and a share's value go to exactly the live workers
+        ControlCame (HostMemoryLimit l) ->
+          [ "a limit went " ++ show cmds | cmds /= [SendBudgets l (S.size live) (S.toList live)] ]
+        ControlCame c@(HostShare {}) ->
+          [ "a share's piece went " ++ show cmds | cmds /= [HoldSharePiece c (S.toList live)] ]
         ControlCame (WorkerAdded t wid) | t `elem` mAsked m, Just pid <- M.lookup t (mPids m) ->
           let w = fromIntegral wid
               want = [OpenLocal w pid, SendBudgets (agentLimit (mAgent m)) (S.size live + 1) [w], SendHeldShares w, WelcomeLocal t w]
@@ -130,7 +138,7 @@ runAll acts =
 
 spec :: Spec
 spec = describe "the host agent's machine" $ do
-  it "routes each entry and part only to a live worker, once and in order, and the rest of a packet up under its sender" $
+  it "routes each entry and part only to a live worker, once and in order, the rest of a packet up under its sender, and budgets and shares to exactly the live workers" $
     withMaxSuccess 500 $ \acts -> let fs = runAll acts in counterexample (unlines (take 5 fs)) (null fs)
 
   it "tells the master once of each worker it lost, never of one it was told to stop" $ do
