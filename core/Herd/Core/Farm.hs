@@ -63,7 +63,7 @@ import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Data.Sequence (ViewL (..), (<|))
 import qualified Data.Sequence as Seq
-import Herd.Core.Base (BatchId, JobId, Range (..), WorkerId, rangeIndices, rangeSize, takeTasks)
+import Herd.Core.Base (Batching, BatchId, JobId, Range (..), WorkerId, rangeIndices, rangeSize, takeTasks)
 import Herd.Core.Farm.Loss
 import Herd.Core.Farm.Presence
 import Herd.Core.Farm.Sizing
@@ -81,33 +81,7 @@ step now ev s = case ev of
                    , schedJobs = M.map (\j -> j { jobPresence = joined now w (jobPresence j) }) (schedJobs s) }
         in assign now s1 []
 
-  WorkerLost w death -> case M.lookup w (schedWorkers s) of
-    Nothing -> (s, [])
-    Just worker ->
-      -- INV-LOST, INV-POISON: the lost worker's batches of running jobs
-      -- go back to their jobs, the tasks that may have killed it charged
-      let s1 = s { schedWorkers = M.delete w (schedWorkers s), schedHeld = S.delete w (schedHeld s) }
-          -- a batch whose twin lives on (or whose results were taken
-          -- from its twin) needs no second run: the twin forgets it
-          twinned = [ t | b <- M.elems (workerOutstanding worker), not (batchSuperseded b), Just t <- [batchTwin b] ]
-          s1' = foldr forgetTwin s1 twinned
-          batchesOf jid = [ (bid, b) | (bid, b) <- M.toAscList (workerOutstanding worker), batchJob b == jid
-                                     , not (batchSuperseded b), not (twinLives b) ]
-          twinLives b = case batchTwin b of
-            Just t -> any (M.member t . workerOutstanding) (M.elems (schedWorkers s1))
-            Nothing -> False
-          back (st, out) j = case returnBatches death (batchesOf (jobId j)) j { jobPresence = left now w (jobPresence j) } of
-            Requeued j' -> (st { schedJobs = M.insert (jobId j) j' (schedJobs st) }, out)
-            Poisoned i d j'
-              | jobKeepGoing j ->
-                  let failure = TaskKilledWorkers i d (maybe "" deathWhy death)
-                  in finishedAfter now (st { schedJobs = M.insert (jobId j) j' { jobDone = jobDone j' + 1 } (schedJobs st) })
-                                   j' { jobDone = jobDone j' + 1 } (out ++ [TaskFailedAt (jobId j) i failure])
-              | otherwise ->
-                  ( endJob (jobId j) st
-                  , out ++ [AbortJob (jobId j) (TaskKilledWorkers i d (maybe "" deathWhy death)) (statsOf now j)] )
-          (s2, aborted) = foldl back (s1', []) (M.elems (schedJobs s1'))
-      in starved now s2 aborted
+  WorkerLost w death -> workerLost now w death s
 
   WorkersAwaited n -> starved now s { schedAwaited = max 0 n } []
 
@@ -118,49 +92,9 @@ step now ev s = case ev of
   WorkerHeld w held ->
     assign now s { schedHeld = (if held then S.insert else S.delete) w (schedHeld s) } []
 
-  JobSubmitted jid n batching target maxDeaths keepGoing ->
-    let job = Job { jobId = jid, jobTotal = n, jobPending = if n > 0 then Seq.singleton (Range 0 n) else Seq.empty
-                  , jobPendingN = n, jobDone = 0, jobStart = now, jobBatching = batching
-                  , jobTarget = target, jobEstimate = Nothing
-                  , jobPresence = presentFrom now (M.keys (schedWorkers s))
-                  , jobMaxDeaths = max 1 maxDeaths, jobDeaths = mempty, jobSuspects = Seq.empty
-                  , jobKeepGoing = keepGoing }
-    in if M.member jid (schedJobs s) then (s, [])   -- a repeated submission is ignored
-       else if n == 0 then (s, [FinishJob jid (statsOf now job)])
-       else if M.null (schedWorkers s) && schedAwaited s == 0 then (s, [AbortJob jid NoWorkersLeft (statsOf now job)])
-       else assign now s { schedJobs = M.insert jid job (schedJobs s), schedTurn = jid : schedTurn s } []
+  JobSubmitted jid n batching target maxDeaths keepGoing -> jobSubmitted now jid n batching target maxDeaths keepGoing s
 
-  BatchCompleted w bid busy failure -> case takeBatch w bid s of
-    Nothing -> (s, [DropResults bid])
-    -- INV-TWIN: the copy that ends first counts; the other's results are dropped
-    Just (b, s0) | batchSuperseded b -> assign now s0 [DropResults bid]
-    Just (b, s0) -> let s1 = maybe s0 (\t -> supersede t s0) (batchTwin b) in case M.lookup (batchJob b) (schedJobs s1) of
-      Just j -> case failure of
-        Just (pos, msg)
-          -- the tasks before the failed one gave results; those after it
-          -- did not run: they go back to the queue
-          | jobKeepGoing j ->
-              let at = max 0 (min (batchTasks b - 1) pos)
-                  (done, rest) = splitAtTask at (batchRanges b)
-                  (failedAt, after) = splitAtTask 1 rest
-                  idx = head (rangeIndices failedAt)
-                  j1 = (credit w b busy j) { jobDone = jobDone j + at + 1
-                                           , jobPending = foldr (<|) (jobPending j) after
-                                           , jobPendingN = jobPendingN j + sum (map rangeSize after) }
-                  out = [ AcceptResults (jobId j) bid done | at > 0 ] ++ [TaskFailedAt (jobId j) idx (TaskError idx msg)]
-              in finishedAfter now s1 { schedJobs = M.insert (jobId j) j1 (schedJobs s1) } j1 out
-          | otherwise ->
-              let j1 = credit w b busy j
-                  idx = rangeIndices (batchRanges b) !! max 0 (min (batchTasks b - 1) pos)
-              in assign now (endJob (jobId j) s1) [DropResults bid, AbortJob (jobId j) (TaskError idx msg) (statsOf now j1)]
-        Nothing ->
-          let j1 = (credit w b busy j) { jobDone = jobDone j + batchTasks b
-                                       , jobEstimate = Just (estimate (jobEstimate j) busy (batchTasks b)) }
-              accept = AcceptResults (jobId j) bid (batchRanges b)
-          in if jobDone j1 == jobTotal j1
-               then assign now (endJob (jobId j) s1) [accept, FinishJob (jobId j1) (statsOf now j1)]
-               else assign now s1 { schedJobs = M.insert (jobId j) j1 (schedJobs s1) } [accept]
-      Nothing -> assign now s1 [DropResults bid]
+  BatchCompleted w bid busy failure -> batchCompleted now w bid busy failure s
 
   JobCancelled jid -> assign now (endJob jid s) []
 
@@ -169,6 +103,91 @@ step now ev s = case ev of
     Just (b, s1) -> case M.lookup (batchJob b) (schedJobs s1) of
       Just j -> assign now (endJob (jobId j) s1) [AbortJob (jobId j) (FunctionRefused why) (statsOf now j)]
       Nothing -> assign now s1 []
+
+-- INV-LOST, INV-POISON: a lost worker's batches of running jobs go back
+-- to their jobs, the tasks that may have killed it charged.
+workerLost :: Double -> WorkerId -> Maybe Death -> Sched -> (Sched, [Command])
+workerLost now w death s = case M.lookup w (schedWorkers s) of
+  Nothing -> (s, [])
+  Just worker ->
+    -- INV-LOST, INV-POISON: the lost worker's batches of running jobs
+    -- go back to their jobs, the tasks that may have killed it charged
+    let s1 = s { schedWorkers = M.delete w (schedWorkers s), schedHeld = S.delete w (schedHeld s) }
+        -- a batch whose twin lives on (or whose results were taken
+        -- from its twin) needs no second run: the twin forgets it
+        twinned = [ t | b <- M.elems (workerOutstanding worker), not (batchSuperseded b), Just t <- [batchTwin b] ]
+        s1' = foldr forgetTwin s1 twinned
+        batchesOf jid = [ (bid, b) | (bid, b) <- M.toAscList (workerOutstanding worker), batchJob b == jid
+                                   , not (batchSuperseded b), not (twinLives b) ]
+        twinLives b = case batchTwin b of
+          Just t -> any (M.member t . workerOutstanding) (M.elems (schedWorkers s1))
+          Nothing -> False
+        back (st, out) j = case returnBatches death (batchesOf (jobId j)) j { jobPresence = left now w (jobPresence j) } of
+          Requeued j' -> (st { schedJobs = M.insert (jobId j) j' (schedJobs st) }, out)
+          Poisoned i d j'
+            | jobKeepGoing j ->
+                let failure = TaskKilledWorkers i d (maybe "" deathWhy death)
+                in finishedAfter now (st { schedJobs = M.insert (jobId j) j' { jobDone = jobDone j' + 1 } (schedJobs st) })
+                                 j' { jobDone = jobDone j' + 1 } (out ++ [TaskFailedAt (jobId j) i failure])
+            | otherwise ->
+                ( endJob (jobId j) st
+                , out ++ [AbortJob (jobId j) (TaskKilledWorkers i d (maybe "" deathWhy death)) (statsOf now j)] )
+        (s2, aborted) = foldl back (s1', []) (M.elems (schedJobs s1'))
+    in starved now s2 aborted
+
+-- A job submitted: queued, or answered at once (no task, no worker).
+jobSubmitted :: Double -> JobId -> Int -> Batching -> Double -> Int -> Bool -> Sched -> (Sched, [Command])
+jobSubmitted now jid n batching target maxDeaths keepGoing s =
+  let job = Job { jobId = jid, jobTotal = n, jobPending = if n > 0 then Seq.singleton (Range 0 n) else Seq.empty
+                , jobPendingN = n, jobDone = 0, jobStart = now, jobBatching = batching
+                , jobTarget = target, jobEstimate = Nothing
+                , jobPresence = presentFrom now (M.keys (schedWorkers s))
+                , jobMaxDeaths = max 1 maxDeaths, jobDeaths = mempty, jobSuspects = Seq.empty
+                , jobKeepGoing = keepGoing }
+  in if M.member jid (schedJobs s) then (s, [])   -- a repeated submission is ignored
+     else if n == 0 then (s, [FinishJob jid (statsOf now job)])
+     else if M.null (schedWorkers s) && schedAwaited s == 0 then (s, [AbortJob jid NoWorkersLeft (statsOf now job)])
+     else assign now s { schedJobs = M.insert jid job (schedJobs s), schedTurn = jid : schedTurn s } []
+
+-- A batch answered, whole or up to a failed task.
+batchCompleted :: Double -> WorkerId -> BatchId -> Double -> Maybe (Int, String) -> Sched -> (Sched, [Command])
+batchCompleted now w bid busy failure s = case takeBatch w bid s of
+  Nothing -> (s, [DropResults bid])
+  -- INV-TWIN: the copy that ends first counts; the other's results are dropped
+  Just (b, s0) | batchSuperseded b -> assign now s0 [DropResults bid]
+  Just (b, s0) -> let s1 = maybe s0 (\t -> supersede t s0) (batchTwin b) in case M.lookup (batchJob b) (schedJobs s1) of
+    Just j -> case failure of
+      Just (pos, msg) -> batchFailed now w bid busy b j pos msg s1
+      Nothing ->
+        let j1 = (credit w b busy j) { jobDone = jobDone j + batchTasks b
+                                     , jobEstimate = Just (estimate (jobEstimate j) busy (batchTasks b)) }
+            accept = AcceptResults (jobId j) bid (batchRanges b)
+        in if jobDone j1 == jobTotal j1
+             then assign now (endJob (jobId j) s1) [accept, FinishJob (jobId j1) (statsOf now j1)]
+             else assign now s1 { schedJobs = M.insert (jobId j) j1 (schedJobs s1) } [accept]
+    Nothing -> assign now s1 [DropResults bid]
+
+-- A batch whose task at this position failed: in a job that keeps going,
+-- the tasks before it count and those after it go back to the queue;
+-- otherwise the job ends with that task's error.
+batchFailed :: Double -> WorkerId -> BatchId -> Double -> Batch -> Job -> Int -> String -> Sched -> (Sched, [Command])
+batchFailed now w bid busy b j pos msg s1
+  -- the tasks before the failed one gave results; those after it
+  -- did not run: they go back to the queue
+  | jobKeepGoing j =
+      let at = max 0 (min (batchTasks b - 1) pos)
+          (done, rest) = splitAtTask at (batchRanges b)
+          (failedAt, after) = splitAtTask 1 rest
+          idx = head (rangeIndices failedAt)
+          j1 = (credit w b busy j) { jobDone = jobDone j + at + 1
+                                   , jobPending = foldr (<|) (jobPending j) after
+                                   , jobPendingN = jobPendingN j + sum (map rangeSize after) }
+          out = [ AcceptResults (jobId j) bid done | at > 0 ] ++ [TaskFailedAt (jobId j) idx (TaskError idx msg)]
+      in finishedAfter now s1 { schedJobs = M.insert (jobId j) j1 (schedJobs s1) } j1 out
+  | otherwise =
+      let j1 = credit w b busy j
+          idx = rangeIndices (batchRanges b) !! max 0 (min (batchTasks b - 1) pos)
+      in assign now (endJob (jobId j) s1) [DropResults bid, AbortJob (jobId j) (TaskError idx msg) (statsOf now j1)]
 
 -- A job that kept going past a failed task: finished if that was its last.
 finishedAfter :: Double -> Sched -> Job -> [Command] -> (Sched, [Command])
