@@ -20,6 +20,7 @@ import qualified Data.ByteString as B
 import Data.Bits (shiftR)
 import Data.List (foldl')
 import qualified Data.Map.Strict as M
+import Data.Word (Word64)
 import Herd.Core.Evolve.StateMap (StateMap)
 import qualified Herd.Core.Evolve.StateMap as SM
 import qualified Data.Set as S
@@ -98,50 +99,9 @@ callMachineOf name = Machine
       Just s -> SM.member (StateId s) (callStates call) || S.member (StateId s) (callAbandoned call)
                 || SM.member (StateId s) (callReplaying call)
       Nothing -> False
-  , machineMessage = \now wid msg call -> case msg of
-      -- a failed call's state its worker went on with: its children go
-      StateEvolved parent _ children | S.member (StateId parent) (callAbandoned call) ->
-        (call, [ SendTo wid (StatesDrop (map fst children)) | not (null children) ])
-      EvolveThrew sid _ | S.member (StateId sid) (callAbandoned call) -> (call, [])
-      StateEvolved parent busyNs children -> evolved now wid (StateId parent) (fromIntegral busyNs / 1e9) children call
-      StateReleased sid bytes ->
-        -- the master has seen its bytes: a lineage can start here now
-        let !origins = SM.insert (StateId sid) (Seen bytes) (callOrigin call)
-        in planStep now wid (Released wid (StateId sid) bytes) call { callOrigin = origins }
-      StateKept sid -> planStep now wid (Kept wid (StateId sid)) call
-      StateMissing sid
-        -- asked back after it had been evolved: it simply stays
-        | planIsMoving (StateId sid) (callPlan call) -> planStep now wid (Kept wid (StateId sid)) call
-        | otherwise -> (call, [DropPeer wid ("it does not hold " ++ show (StateId sid) ++ ", which it was given")])
-      StateReplayed sid -> case SM.lookup (StateId sid) (callReplaying call) of
-        Just (w, toEvolve, cost) | w == wid ->
-          let call' = call { callReplaying = SM.delete (StateId sid) (callReplaying call)
-                           , callStates = SM.insert (StateId sid) (Placed wid cost) (callStates call)
-                           , callRecovered = callRecovered call + 1 }
-          in if toEvolve then planStep now wid (Adopted wid [(StateId sid, cost)]) call' else (call', [])
-        _ -> (call, [DropPeer wid ("it recomputed " ++ show (StateId sid) ++ ", which it was not asked to")])
-      EvolveThrew sid why -> (call, [Fail (EvolveFailed name (show (StateId sid)) (T.unpack why))])
-      EvolveRejected why -> (call, [Fail (RemoteFunctionError name (T.unpack why))])
-      _ -> (call, [])
-  , machineLost = \now wid why call0 ->
-      -- the first state asked of a worker is the one it was evolving: a
-      -- step that kills its worker is named after the limit of deaths,
-      -- like a step that throws
-      let running = planRunning wid (callPlan call0)
-          deaths s = SM.findWithDefault 0 s (callDeaths call0) + 1
-          call = maybe call0 (\s -> call0 { callDeaths = SM.insert s (deaths s) (callDeaths call0) }) running
-      in case running of
-        Just s | deaths s >= callMaxDeaths call0 ->
-          (call, [Fail (EvolveFailed name (show s) ("it was being evolved on " ++ show (deaths s)
-                                                     ++ " workers that were lost (the last: worker " ++ show wid
-                                                     ++ ", " ++ why ++ "); it is not tried again"))])
-        _ -> lostWorker now wid why call
-  , machineJoined = \now wid call -> case stepPlan now (WorkerCame wid) (callPlan call) of
-      Left _ -> (call, [])
-      Right (plan, cmds) ->
-        let (call1, outs) = commandsToOuts call { callPlan = plan } cmds
-            (call2, recover) = recoverStates (callOrphanWhy call1) (callOrphans call1) call1 { callOrphans = [] }
-        in (call2, SendTo wid (EvolveWith (callRef call)) : outs ++ recover)
+  , machineMessage = callMessage name
+  , machineLost = callLost name
+  , machineJoined = callJoined
   , machineStarved = \call ->
       if planDone (callPlan call) && SM.null (callReplaying call) && null (callOrphans call) then (call, [])
       else (call, [Fail (StatesLost (map show (S.toList (S.fromList (callOrphans call ++ SM.keys (callReplaying call)))))
@@ -154,43 +114,108 @@ callMachineOf name = Machine
       , viewMoved = callMoved call
       , viewRecovered = callRecovered call }
   }
-  where
-    isLose c = case c of { Lose _ -> True; _ -> False }
-    lostWorker now wid why call = case stepPlan now (WorkerGone wid) (callPlan call) of
-      Left _ -> (call, [])
-      Right (plan, cmds) ->
-        -- besides the states the plan still had there, the lost worker held
-        -- children made in this call, states without an input, and states
-        -- being recomputed there: all are recomputed elsewhere
-        let held = [ sid | (sid, p) <- SM.toList (callStates call), placedOn p == wid ]
-            replaying = [ sid | (sid, (w, _, _)) <- SM.toList (callReplaying call), w == wid ]
-            lost = S.toList (S.fromList (concat [ ss | Lose ss <- cmds ] ++ held ++ replaying))
-            (call1, outs) = commandsToOuts call { callPlan = plan } [ c | c <- cmds, not (isLose c) ]
-            (call2, recover) = recoverStates ("worker " ++ show wid ++ " was lost: " ++ why) lost call1
-        in (call2, outs ++ recover)
-    planStep now wid ev call = case stepPlan now ev (callPlan call) of
+
+-- A worker's evolve message to the call.
+callMessage :: String -> Double -> WorkerId -> FromWorker -> Call -> (Call, [Out])
+callMessage name now wid msg call = case msg of
+  -- a failed call's state its worker went on with: its children go
+  StateEvolved parent _ children | S.member (StateId parent) (callAbandoned call) ->
+    (call, [ SendTo wid (StatesDrop (map fst children)) | not (null children) ])
+  EvolveThrew sid _ | S.member (StateId sid) (callAbandoned call) -> (call, [])
+  StateEvolved parent busyNs children -> evolved now wid (StateId parent) (fromIntegral busyNs / 1e9) children call
+  StateReleased sid bytes ->
+    -- the master has seen its bytes: a lineage can start here now
+    let !origins = SM.insert (StateId sid) (Seen bytes) (callOrigin call)
+    in planStep now wid (Released wid (StateId sid) bytes) call { callOrigin = origins }
+  StateKept sid -> planStep now wid (Kept wid (StateId sid)) call
+  StateMissing sid
+    -- asked back after it had been evolved: it simply stays
+    | planIsMoving (StateId sid) (callPlan call) -> planStep now wid (Kept wid (StateId sid)) call
+    | otherwise -> (call, [DropPeer wid ("it does not hold " ++ show (StateId sid) ++ ", which it was given")])
+  StateReplayed sid -> case SM.lookup (StateId sid) (callReplaying call) of
+    Just (w, toEvolve, cost) | w == wid ->
+      let call' = call { callReplaying = SM.delete (StateId sid) (callReplaying call)
+                       , callStates = SM.insert (StateId sid) (Placed wid cost) (callStates call)
+                       , callRecovered = callRecovered call + 1 }
+      in if toEvolve then planStep now wid (Adopted wid [(StateId sid, cost)]) call' else (call', [])
+    _ -> (call, [DropPeer wid ("it recomputed " ++ show (StateId sid) ++ ", which it was not asked to")])
+  EvolveThrew sid why -> (call, [Fail (EvolveFailed name (show (StateId sid)) (T.unpack why))])
+  EvolveRejected why -> (call, [Fail (RemoteFunctionError name (T.unpack why))])
+  _ -> (call, [])
+
+-- A worker of the call was lost: the first state asked of it is the one
+-- it was evolving, so a step that kills its worker is named after the
+-- limit of deaths, like a step that throws.
+callLost :: String -> Double -> WorkerId -> String -> Call -> (Call, [Out])
+callLost name now wid why call0 =
+  let running = planRunning wid (callPlan call0)
+      deaths s = SM.findWithDefault 0 s (callDeaths call0) + 1
+      call = maybe call0 (\s -> call0 { callDeaths = SM.insert s (deaths s) (callDeaths call0) }) running
+  in case running of
+    Just s | deaths s >= callMaxDeaths call0 ->
+      (call, [Fail (EvolveFailed name (show s) ("it was being evolved on " ++ show (deaths s)
+                                                 ++ " workers that were lost (the last: worker " ++ show wid
+                                                 ++ ", " ++ why ++ "); it is not tried again"))])
+    _ -> lostWorker now wid why call
+
+-- A worker joined the call: the plan takes it up, and states orphaned
+-- before it came are recomputed there.
+callJoined :: Double -> WorkerId -> Call -> (Call, [Out])
+callJoined now wid call = case stepPlan now (WorkerCame wid) (callPlan call) of
+  Left _ -> (call, [])
+  Right (plan, cmds) ->
+    let (call1, outs) = commandsToOuts call { callPlan = plan } cmds
+        (call2, recover) = recoverStates (callOrphanWhy call1) (callOrphans call1) call1 { callOrphans = [] }
+    in (call2, SendTo wid (EvolveWith (callRef call)) : outs ++ recover)
+
+-- Whether a plan's command is a loss.
+isLose :: Command -> Bool
+isLose c = case c of { Lose _ -> True; _ -> False }
+-- A worker of the call is gone: what the plan still had there, the children
+-- it made in this call, states without an input and states being
+-- recomputed there are all recomputed elsewhere.
+lostWorker :: Double -> WorkerId -> String -> Call -> (Call, [Out])
+lostWorker now wid why call = case stepPlan now (WorkerGone wid) (callPlan call) of
+  Left _ -> (call, [])
+  Right (plan, cmds) ->
+    -- besides the states the plan still had there, the lost worker held
+    -- children made in this call, states without an input, and states
+    -- being recomputed there: all are recomputed elsewhere
+    let held = [ sid | (sid, p) <- SM.toList (callStates call), placedOn p == wid ]
+        replaying = [ sid | (sid, (w, _, _)) <- SM.toList (callReplaying call), w == wid ]
+        lost = S.toList (S.fromList (concat [ ss | Lose ss <- cmds ] ++ held ++ replaying))
+        (call1, outs) = commandsToOuts call { callPlan = plan } [ c | c <- cmds, not (isLose c) ]
+        (call2, recover) = recoverStates ("worker " ++ show wid ++ " was lost: " ++ why) lost call1
+    in (call2, outs ++ recover)
+-- Step the plan with a worker's event (one that breaks the plan drops the worker).
+planStep :: Double -> WorkerId -> PlanEvent -> Call -> (Call, [Out])
+planStep now wid ev call = case stepPlan now ev (callPlan call) of
+  Left why -> (call, [DropPeer wid why])
+  Right (plan, cmds) ->
+    let moved = length [ () | Place {} <- cmds ]
+    in commandsToOuts call { callPlan = plan, callMoved = callMoved call + moved } cmds
+-- A state evolved into these children (ids the worker made, new ones).
+evolved :: Double -> WorkerId -> StateId -> Double -> [(Word64, B.ByteString)] -> Call -> (Call, [Out])
+evolved now wid parent secs children call
+  | bad : _ <- [ c | (c, _) <- children, not (ownId wid c) || SM.member (StateId c) (callStates call) ] =
+      (call, [DropPeer wid ("it named a child " ++ show (StateId bad) ++ " with an id that is not its own or not new")])
+  | otherwise = case stepPlan now (Evolved wid parent secs) (callPlan call) of
       Left why -> (call, [DropPeer wid why])
       Right (plan, cmds) ->
-        let moved = length [ () | Place {} <- cmds ]
-        in commandsToOuts call { callPlan = plan, callMoved = callMoved call + moved } cmds
-    evolved now wid parent secs children call
-      | bad : _ <- [ c | (c, _) <- children, not (ownId wid c) || SM.member (StateId c) (callStates call) ] =
-          (call, [DropPeer wid ("it named a child " ++ show (StateId bad) ++ " with an id that is not its own or not new")])
-      | otherwise = case stepPlan now (Evolved wid parent secs) (callPlan call) of
-          Left why -> (call, [DropPeer wid why])
-          Right (plan, cmds) ->
-            let kids = [ (StateId c, o) | (c, o) <- children ]
-                input = SM.findWithDefault B.empty parent (callInputs call)
-                !origins = foldl' (\m (k, (c, _)) -> SM.insert c (ChildOf parent (callRef call) input k) m)
-                                  (callOrigin call) (zip [0 ..] kids)
-                call' = call
-                  { callPlan = plan
-                  , callOutputs = SM.insert parent kids (callOutputs call)
-                  , callStates = foldl' (\m (c, _) -> SM.insert c (Placed wid secs) m) (SM.delete parent (callStates call)) kids
-                  , callOrigin = origins
-                  , callChildren = callChildren call + length kids }
-            in commandsToOuts call' cmds
-    ownId wid c = fromIntegral (c `shiftR` stateIdBits) == wid
+        let kids = [ (StateId c, o) | (c, o) <- children ]
+            input = SM.findWithDefault B.empty parent (callInputs call)
+            !origins = foldl' (\m (k, (c, _)) -> SM.insert c (ChildOf parent (callRef call) input k) m)
+                              (callOrigin call) (zip [0 ..] kids)
+            call' = call
+              { callPlan = plan
+              , callOutputs = SM.insert parent kids (callOutputs call)
+              , callStates = foldl' (\m (c, _) -> SM.insert c (Placed wid secs) m) (SM.delete parent (callStates call)) kids
+              , callOrigin = origins
+              , callChildren = callChildren call + length kids }
+        in commandsToOuts call' cmds
+-- Whether a child id carries this worker's number.
+ownId :: WorkerId -> Word64 -> Bool
+ownId wid c = fromIntegral (c `shiftR` stateIdBits) == wid
 
 -- | Recompute states lost with their worker on the live workers, spread
 -- round robin; those that still had to be evolved in this call join the
