@@ -16,6 +16,8 @@ module TestTasks
   , countEvolver
   , slowEvolver
   , SlowToDecode (..)
+  , decodeStarted
+  , decodeGate
   , memoryHogTask
   , slowToDecodeTask
   , exitEvolver
@@ -37,6 +39,7 @@ module TestTasks
   ) where
 
 import Control.Concurrent (threadDelay)
+import Control.Concurrent.MVar (MVar, newEmptyMVar, readMVar, tryPutMVar)
 import Control.Exception (evaluate)
 import Control.Monad.IO.Class (liftIO)
 import Data.Store (Size (..), Store (..))
@@ -73,8 +76,9 @@ spin n = go n 0
     go k acc = go (k - 1) (acc + k `mod` 7)
 
 -- | A number whose decoding takes 200 ms (its encoding is an Int's): the
--- results of 'slowToDecodeTask', for the test that a slow decoder slows
--- only its own job.
+-- results of 'slowToDecodeTask', for the test that a slow decoder holds
+-- up only its own job: decoding one (on the master, by the caller) says
+-- so in 'decodeStarted' and then waits until 'decodeGate' is open.
 newtype SlowToDecode = SlowToDecode Int deriving (Eq, Show)
 
 instance Store SlowToDecode where
@@ -84,8 +88,21 @@ instance Store SlowToDecode where
   poke (SlowToDecode x) = poke x
   peek = do
     x <- peek
-    liftIO (threadDelay 200000)
+    liftIO $ do
+      _ <- tryPutMVar decodeStarted ()
+      readMVar decodeGate
     pure (SlowToDecode x)
+
+-- | Filled when the first 'SlowToDecode' starts decoding (a test's own
+-- signal, in the test's process).
+decodeStarted :: MVar ()
+decodeStarted = unsafePerformIO newEmptyMVar
+{-# NOINLINE decodeStarted #-}
+
+-- | Empty until the test lets 'SlowToDecode' results decode.
+decodeGate :: MVar ()
+decodeGate = unsafePerformIO newEmptyMVar
+{-# NOINLINE decodeGate #-}
 
 -- | Its argument, as a result that takes 200 ms to decode.
 slowToDecodeTask :: StaticPtr (Task Int SlowToDecode)
