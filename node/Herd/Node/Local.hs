@@ -21,6 +21,7 @@ module Herd.Node.Local
   ) where
 
 import Herd.Sys.Trace (workerEventlogOptions)
+import Data.Char (isDigit)
 import Control.Concurrent (threadDelay)
 import Control.Exception
 import Control.Monad (forM_)
@@ -145,8 +146,10 @@ stopLocalWorkers workers = do
         _ <- waitForProcess (localHandle w)
         pure ()
 
--- The port of a @HOST:PORT@ address (0 when it has none).
+-- The master's port in a worker's address: the number it ends with
+-- (@HOST:PORT@, or @shm:herd-PID-PORT@ and @unix:herd-PID-PORT@, whose
+-- socket is named after the port); 0 when it ends with none.
 portOf :: String -> Int
-portOf address = case reads (reverse (takeWhile (/= ':') (reverse address))) of
-  [(p, "")] -> p
+portOf address = case reverse (takeWhile isDigit (reverse address)) of
+  digits@(_ : _) | length digits < 10 -> read digits
   _ -> 0

@@ -148,7 +148,7 @@ settle drop sid r outs core0 =
       busy = [ x | x@(_, ms) <- perWorker0, not (null ms) ]
       core1a = core0 { coreSessions = M.insert sid r { runHosted = hosted1 } (coreSessions core0) }
       -- the common case (each worker was told this session's function
-      -- last, no reset) costs one look-up per worker and allocates nothing
+      -- last, no reset) costs one look-up per worker and no change to the core
       (core1, perWorker)
         | any (needsAsking (runFunction r) core0) busy =
             mapAccumL (\c (w, ms) -> let (c', ms') = asking sid (runFunction r) w ms c in (c', (w, ms'))) core1a busy

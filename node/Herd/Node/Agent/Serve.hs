@@ -259,14 +259,15 @@ onHostPacket relay packet = case splitPacket (rlMaxFrame relay `div` 5) packet o
 -- A worker's packet, as it came, becomes an entry of the host link's (a
 -- reduction's part for a worker of this host goes to it directly).
 onLocalPacket :: Relay -> Int -> OnPacket
-onLocalPacket relay wid packet = do
-  here <- readMVar (rlAgent relay)
+onLocalPacket relay wid packet = Right () <$ modifyMVar_ (rlAgent relay) (\here -> do
+  -- split by the same state the step then sees: one hold of the lock a packet
   event <- case splitLocalParts (rlMaxFrame relay `div` 5) (agentHolds here . fromIntegral) packet of
     Nothing -> pure (LocalPacket wid [] [packet])
     Just (parts, rest) -> do
       encoded <- forM parts $ \(d, msg) -> (,) (fromIntegral d) <$> workerPacketOf msg
       pure (LocalPacket wid encoded (maybe [] pure rest))
-  Right () <$ stepRelay relay [event]
+  let (here', cmds) = stepAgent event here
+  here' <$ mapM_ (runCommand relay) cmds)
 
 -- The memory watch's view of the workers ("Herd.Node.Agent.Memory").
 governed :: Relay -> AgentWorkers
