@@ -15,6 +15,8 @@ import Data.Word (Word64, Word8)
 import qualified Data.Text as T
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Core.Base (TaskRef (..))
+import Herd.Core.Master (features)
+import Herd.Core.Master.Feature (Feature (..))
 import Herd.Wire.Writer (encoderBytes)
 import Herd.Core.Wire
 import Herd.Core.Wire.Codec (Get, getCount, getSizedBytes, getWord64, getWord8, runGet)
@@ -82,6 +84,9 @@ genFromWorker = oneof
 
 spec :: Spec
 spec = describe "every protocol message" $ do
+  it "from a worker is the business of at most one feature of the master's core" $
+    forAll genFromWorker $ \m -> counterexample (show [ featureName f | f <- features, featureOwns f m ]) $
+      length [ () | f <- features, featureOwns f m ] <= 1
   it "to a worker round-trips, whichever constructor" $
     forAll genToWorker $ \m -> ioProperty $ do
       b <- encoderBytes (encodeToWorker m)

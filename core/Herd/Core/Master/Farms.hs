@@ -1,23 +1,122 @@
--- | The farm side of the master's core ("Herd.Core.Master"): stepping the
--- pure scheduler ("Herd.Core.Farm") and turning its decisions into the
--- core's commands (batches to send with what their link now expects,
--- results to accept, answers to callers, log lines), and ending a job
--- with an error. Pure.
+-- | The farm jobs as a feature of the master's core ("Herd.Core.Master",
+-- "Herd.Core.Master.Feature"): a caller's submission, cancel and breakage,
+-- the workers' results checked against what each link has due
+-- (INV-ORDER), the cluster's events handed to the pure scheduler
+-- ("Herd.Core.Farm"), and its decisions turned into the core's commands
+-- (batches to send with what their link now expects, results to accept,
+-- answers to callers, log lines). Pure.
 module Herd.Core.Master.Farms
-  ( sched
-  , endFarm
+  ( farmFeature
+  , farmEvent
   ) where
 
+import Control.Monad (forM_)
 import Data.List (partition)
 import qualified Data.Map.Strict as M
-import Herd.Core.Base (JobId, Range (..), TaskRef (..))
+import qualified Data.Text as T
+import Herd.Core.Base (JobId, Range (..), TaskRef (..), WorkerId)
 import Herd.Core.Error (HerdError (..))
+import Herd.Core.Fault (Violation (..))
 import Herd.Core.Master.State
 import Herd.Core.Master.Events
-import Herd.Core.Master.Expect (expectBatch)
+import Herd.Core.Master.Expect
+import Herd.Core.Master.Feature
+import Herd.Core.Monitor.Ledger (ledgerCredit)
+import Herd.Core.Step (runStep, transition, update)
 import qualified Herd.Core.Farm as S
+import Herd.Core.Wire (FromWorker (..))
 
--- | End a farm job with an error (if it is still running).
+-- | The farm jobs: the scheduler hears of every worker's arrival, loss,
+-- hold and of the time passing; the workers' batch answers are theirs.
+farmFeature :: Feature
+farmFeature = (quiet "farm")
+  { featureOwns = ownsFarm
+  , featureReceived = received
+  , featureJoined = \_ now w -> sched now (S.WorkerJoined w)
+  , featureLost = lost
+  , featureAwaited = \now n -> sched now (S.WorkersAwaited n)
+  , featureHeld = \now w held -> sched now (S.WorkerHeld w held)
+  , featureTick = \now core -> if M.null (coreFarms core) then (core, []) else sched now S.Tick core
+  , featureStop = stop
+  , featureBusy = not . M.null . coreFarms
+  }
+
+ownsFarm :: FromWorker -> Bool
+ownsFarm msg = case msg of
+  Results {} -> True
+  BatchDone {} -> True
+  TaskThrew {} -> True
+  BatchRejected {} -> True
+  _ -> False
+
+-- | A farm job's submission, cancel or breakage, and a batch that could not be sent.
+farmEvent :: Double -> Event -> Core -> (Core, [Command])
+farmEvent now ev core = case ev of
+  FarmSubmit jid job
+    | coreStopping core -> (core, [JobDone jid (Left ClusterClosed)])
+    | otherwise -> sched now (S.JobSubmitted jid (farmTasks job) (farmBatching job) (farmTarget job) (farmMaxDeaths job) (farmKeepGoing job))
+                         core { coreFarms = M.insert jid job (coreFarms core) }
+  FarmCancel jid -> sched now (S.JobCancelled jid) core { coreFarms = M.delete jid (coreFarms core) }
+  FarmBroken jid err -> endFarm now jid err core
+  BatchNotSent w bid err -> case M.lookup w (coreLinks core) of
+    Nothing -> (core, [])
+    Just l ->
+      let (gone, kept) = forgetBatch bid l
+      in flip runStep core $ do
+           update (\c -> c { coreLinks = M.insert w kept (coreLinks c) })
+           forM_ gone $ \jid -> do
+             transition (endFarm now jid err)
+             -- the batch is stale now: the scheduler forgets it
+             transition (sched now (S.BatchCompleted w bid 0 Nothing))
+  _ -> (core, [])
+
+-- A worker's answer about a batch of its link.
+received :: Hooks -> Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
+received hooks now w msg core = case msg of
+  -- INV-ORDER: a run of results is for the next tasks of the oldest batch due on its link
+  Results k value -> case nextResults (fromIntegral k) link of
+    Just (jid, tasks, link') -> (setExpect link', [ Stage jid tasks value | M.member jid (coreFarms core) ])
+    Nothing -> bad (UnexpectedResults (fromIntegral k))
+  BatchDone bid busyNs -> popExpect bid $ \e core1 ->
+    if expLeft e > 0
+      then badIn core1 (EarlyBatchEnd bid (expGot e) (expGot e + expLeft e))
+      else let busy = fromIntegral busyNs / 1e9
+           in sched now (S.BatchCompleted w bid busy Nothing)
+                    core1 { coreLedger = ledgerCredit w (expGot e) 1 0 busy (coreLedger core1) }
+  TaskThrew bid pos why -> popExpect bid $ \e core1 ->
+    if fromIntegral pos /= expGot e
+      then badIn core1 (MisplacedFailure bid (fromIntegral pos) (expGot e))
+      else sched now (S.BatchCompleted w bid 0 (Just (fromIntegral pos, T.unpack why))) core1
+  BatchRejected bid why -> popExpect bid $ \_ core1 -> sched now (S.BatchRefused w bid (T.unpack why)) core1
+  _ -> (core, [])
+  where
+    link = M.findWithDefault noneExpected w (coreLinks core)
+    setExpect l = core { coreLinks = M.insert w l (coreLinks core) }
+    -- INV-ORDER: a batch's end must be the oldest batch's
+    popExpect bid act = case endOfBatch bid link of
+      Just (e, later) -> act e (setExpect later)
+      Nothing -> bad (UnknownBatchEnd bid)
+    bad = badIn core
+    badIn c violation = hookDropPeer hooks w violation c
+
+-- A worker's link is gone: its batches run elsewhere; a link that died
+-- charges the oldest batch due on it (INV-POISON).
+lost :: Hooks -> Double -> WorkerId -> Loss -> Core -> (Core, [Command])
+lost _ now w loss core =
+  let unfinished = concatMap snd (S.outstandingFor w (coreSched core))
+      death = [ S.Death bid got (lossWhy loss) | lossDied loss, Just (bid, got) <- [oldestDue (lossDue loss)] ]
+      requeued = [ (w, now, unfinished) | not (null unfinished), not (coreStopping core) ]
+  in sched now (S.WorkerLost w (case death of { d : _ -> Just d; [] -> Nothing }))
+           core { coreRequeued = requeued ++ coreRequeued core }
+
+-- The cluster stops: every job is answered and forgotten.
+stop :: Double -> Core -> (Core, [Command])
+stop now core =
+  ( core { coreFarms = M.empty
+         , coreSched = foldr (\jid sc -> fst (S.step now (S.JobCancelled jid) sc)) (coreSched core) (M.keys (coreFarms core)) }
+  , [ JobDone jid (Left ClusterClosed) | jid <- M.keys (coreFarms core) ] )
+
+-- End a farm job with an error (if it is still running).
 endFarm :: Double -> JobId -> HerdError -> Core -> (Core, [Command])
 endFarm now jid err core
   | M.member jid (coreFarms core) =
@@ -25,7 +124,7 @@ endFarm now jid err core
       in (core1, JobDone jid (Left err) : out)
   | otherwise = (core, [])
 
--- | Step the scheduler and turn its commands into the core's.
+-- Step the scheduler and turn its commands into the core's.
 sched :: Double -> S.Event -> Core -> (Core, [Command])
 sched now ev core =
   let (s', cmds) = S.step now ev (coreSched core)

@@ -18,14 +18,9 @@
 --   session's function last: when another session's function was the
 --   last it heard, the core names the right one first.
 module Herd.Core.Master.Sessions
-  ( DropPeer
+  ( sessionFeature
   , startSession
   , cancelSession
-  , stopSessions
-  , sessionMessage
-  , sessionJoined
-  , sessionStarved
-  , sessionLost
   ) where
 
 import Data.List (foldl', mapAccumL)
@@ -33,38 +28,60 @@ import qualified Data.Map.Strict as M
 import Data.Word (Word64)
 import Herd.Core.Base (TaskRef, WorkerId)
 import Herd.Core.Error (HerdError (..))
+import Herd.Core.Fault (Violation (..))
 import Herd.Core.Master.State
 import Herd.Core.Master.Events
+import Herd.Core.Master.Feature
+import Herd.Core.Monitor.Ledger (ledgerCredit)
 import Herd.Core.Session
 import Herd.Core.Packet.Policy (Urgency (..))
 import qualified Herd.Core.Farm as S
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 
--- | Drop a worker that broke the session's protocol, saying why.
+-- | The running sessions: each hears of its workers' messages, arrivals
+-- and losses, and of a cluster left with none of its workers.
+sessionFeature :: Feature
+sessionFeature = (quiet "session")
+  { featureOwns = isEvolveMessage
+  , featureReceived = \hooks now w msg core -> case msg of
+      StateEvolved _ busyNs _ ->
+        sessionMessage (dropOf hooks) now w msg core { coreLedger = ledgerCredit w 0 0 1 (fromIntegral busyNs / 1e9) (coreLedger core) }
+      _ -> sessionMessage (dropOf hooks) now w msg core
+  , featureJoined = \hooks now w -> sessionJoined (dropOf hooks) now w
+  , featureLost = \hooks now w loss -> sessionLost (dropOf hooks) now w (lossWhy loss)
+  , featureStarved = \hooks now -> sessionStarved (dropOf hooks) now
+  , featureStop = \_ -> stopSessions ClusterClosed
+  , featureBusy = not . M.null . coreSessions
+  }
+
+-- Drop a worker that broke the session's protocol, saying why.
 type DropPeer = WorkerId -> String -> Core -> (Core, [Command])
+
+dropOf :: Hooks -> DropPeer
+dropOf hooks w why = hookDropPeer hooks w (SessionViolation why)
 
 -- | Start a session on the live workers (the lowest numbered, up to its
 -- limit), beside any sessions already running.
-startSession :: DropPeer -> Word64 -> SessionRequest -> Core -> (Core, [Command])
-startSession drop sid req core
+startSession :: Hooks -> Word64 -> SessionRequest -> Core -> (Core, [Command])
+startSession hooks sid req core
   | coreStopping core = (core, [SessionEnded sid (Left ClusterClosed)])
   | M.member sid (coreSessions core) = (core, [SessionEnded sid (Left (EvolveFailed "" "" "a session of this number is running"))])
   | otherwise = case hostStart (maybe id take (requestLimit req) (M.keys (coreLinks core))) req of
       Left err -> (core, [SessionEnded sid (Left err)])
-      Right (hosted, outs) -> settle drop sid (Running hosted (requestLimit req) (requestFunction req)) outs core
+      Right (hosted, outs) -> settle (dropOf hooks) sid (Running hosted (requestLimit req) (requestFunction req)) outs core
 
 -- | A caller gave up on its session: it is forgotten, unanswered (INV-ONCE);
 -- its workers' late answers are dropped as those of an ended session.
 cancelSession :: Word64 -> Core -> Core
 cancelSession = forget
 
--- | The cluster stops: every session ends with this error.
+-- The cluster stops: every session ends with this error.
 stopSessions :: HerdError -> Core -> (Core, [Command])
 stopSessions e core =
   ( core { coreSessions = M.empty, coreResets = M.empty }
   , [ SessionEnded sid (Right (hostAbort e (runHosted r))) | (sid, r) <- M.toList (coreSessions core) ] )
 
--- | Hand a worker's evolve message to the session it answers.
+-- Hand a worker's evolve message to the session it answers.
 sessionMessage :: DropPeer -> Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
 sessionMessage drop now w msg core0
   -- alone, a session is given every evolve message of its workers
@@ -100,7 +117,7 @@ answered w msg core = case msg of
   EvolveRejected _ -> ([ sid | (sid, r) <- M.toList (coreSessions core), hostHas w (runHosted r) ], core)
   _ -> (take 1 [ sid | (sid, r) <- M.toList (coreSessions core), hostClaims w msg (runHosted r) ], core)
 
--- | A worker joined while sessions run: it becomes one of each session's,
+-- A worker joined while sessions run: it becomes one of each session's,
 -- up to each one's limit (so a lost worker's replacement can take up its
 -- states).
 sessionJoined :: DropPeer -> Double -> WorkerId -> Core -> (Core, [Command])
@@ -111,7 +128,7 @@ sessionJoined drop now w core0 = foldl' joinOne (core0, []) (M.toList (coreSessi
           let (core', out') = settle drop sid r { runHosted = hosted } outs core in (core', out ++ out')
       | otherwise = (core, out)
 
--- | No worker of some session is live and none is being restarted: states
+-- No worker of some session is live and none is being restarted: states
 -- waiting for a worker will not get one.
 sessionStarved :: DropPeer -> Double -> Core -> (Core, [Command])
 sessionStarved drop now core0 = foldl' starveOne (core0, []) (M.keys (coreSessions core0))
@@ -128,7 +145,7 @@ sessionStarved drop now core0 = foldl' starveOne (core0, []) (M.keys (coreSessio
         in (core', out ++ out')
       _ -> (core, out)
 
--- | A worker was lost: each session it took part in hears.
+-- A worker was lost: each session it took part in hears.
 sessionLost :: DropPeer -> Double -> WorkerId -> String -> Core -> (Core, [Command])
 sessionLost drop now w why core0 =
   foldl' loseOne (core0 { coreResets = M.delete w (coreResets core0), coreRunners = M.delete w (coreRunners core0) }, [])

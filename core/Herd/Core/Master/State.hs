@@ -12,7 +12,6 @@ module Herd.Core.Master.State
   , coreStreamCount
   , coreSessionView
   , coreRunsExchange
-  , hasWork
   ) where
 
 import Data.Maybe (listToMaybe, mapMaybe)
@@ -83,9 +82,3 @@ coreSessionView core = listToMaybe (mapMaybe (hostView . runHosted) (M.elems (co
 -- | Whether this keyed reduction is running.
 coreRunsExchange :: Word64 -> Core -> Bool
 coreRunsExchange xid = M.member xid . coreExchanges
-
--- | Whether the cluster has work: a farm job, a stream, a session or a
--- reduction.
-hasWork :: Core -> Bool
-hasWork core = not (M.null (coreFarms core)) || not (M.null (coreStreams core)) || not (M.null (coreSessions core))
-               || not (M.null (coreExchanges core))
