@@ -16,7 +16,7 @@ import System.Exit (ExitCode (..), exitWith)
 import System.Posix.Unistd (getSystemID, nodeName)
 import Herd.Options (clusterFlags)
 import Options.Applicative
-import CliArgs (coreListArg, cpuArg, fibArg, positiveInt)
+import CliArgs (cpuArg, fibArg, positiveInt)
 import CliBench (benchCommands)
 
 data Command

@@ -10,7 +10,7 @@ import Herd
 import Herd.Config
 import Herd.Monitor
 import Herd.Node.Memory (hostMemoryBytes, residentBytes, resolveMemoryLimit)
-import Herd.Core.Launch.MemoryPolicy (MemoryVerdict (..), memoryVerdict, softShare)
+import Herd.Core.Launch.MemoryPolicy (MemoryVerdict (..), growthShare, memoryVerdict, softShare)
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Test.QuickCheck
@@ -18,7 +18,7 @@ import System.Posix.Process (getProcessID)
 import Test.Hspec
 import System.Process (terminateProcess)
 import HandAgent (withHandAgent)
-import TestTasks (memoryHogTask)
+import TestTasks (growingHogTask, memoryHogTask)
 
 -- A farm where task 10 holds 400 MiB, twice the limit, on every worker it
 -- runs on: that task is named for killing its workers after the limit of
@@ -35,20 +35,22 @@ hogNamed cluster = do
 
 spec :: Spec
 spec = describe "worker memory limits" $ do
-  it "holds exactly the workers between the soft share and the limit, kills those over it, and names only changes" $
-    property $ \(Positive capK) (wasList :: [Int]) (raw :: [(Int, NonNegative Int)]) ->
+  it "holds exactly the workers between the soft share and the limit or growing fast, kills those over it, and names only changes" $
+    property $ \(Positive capK) (wasList :: [Int]) (raw :: [(Int, NonNegative Int)]) (before :: [(Int, NonNegative Int)]) ->
       let cap = capK * 1000
           readings = M.toList (M.fromList [ (w `mod` 20, rss `mod` (2 * cap + 2)) | (w, NonNegative rss) <- raw ])
+          previous = M.fromList [ (w `mod` 20, rss `mod` (2 * cap + 2)) | (w, NonNegative rss) <- before ]
           was = S.fromList (map (`mod` 20) wasList)
           present = S.fromList (map fst readings)
-          v = memoryVerdict (Just cap) was present readings
+          v = memoryVerdict (Just cap) was previous present readings
           soft = floor (softShare * fromIntegral cap) :: Int
+          grew w r = maybe False (\p -> fromIntegral (r - p) > growthShare * fromIntegral cap) (M.lookup w previous)
       in conjoin
-           [ verdictHeld v === S.fromList [ w | (w, r) <- readings, r > soft, r <= cap ]
+           [ verdictHeld v === S.fromList [ w | (w, r) <- readings, r <= cap, r > soft || grew w r ]
            , verdictKill v === [ (w, r) | (w, r) <- readings, r > cap ]
            , S.fromList (verdictHold v) === verdictHeld v `S.difference` was
            , S.fromList (verdictRelease v) === (was `S.difference` verdictHeld v) `S.intersection` present
-           , memoryVerdict Nothing was present readings === MemoryVerdict S.empty [] (S.toList (was `S.intersection` present)) [] ]
+           , memoryVerdict Nothing was previous present readings === MemoryVerdict S.empty [] (S.toList (was `S.intersection` present)) [] ]
 
   it "reads a process's resident memory and shares out the host's" $ do
     me <- fromIntegral <$> getProcessID
@@ -78,6 +80,31 @@ spec = describe "worker memory limits" $ do
       live <- poll 50
       live `shouldSatisfy` (not . null)
       live `shouldSatisfy` all (< 200 * 1024 * 1024)
+
+  it "copies no straggler that grows toward its limit, and names a hog of 200 inputs after exactly the limit of deaths" $ do
+    let cfg = defaultConfig { configWorkers = Just 2, configWorkerMemoryLimit = MemoryLimitMiB 200
+                            , configSecret = SecretValue (BC.pack "memory-spec-secret-0123456789") }
+        inputs = [0 .. 149] ++ [-300] ++ [151 .. 199]
+    withCluster cfg $ \cluster -> do
+      before <- clusterStatus cluster
+      answers <- farmEither cluster growingHogTask inputs
+      [ y | Right y <- answers ] `shouldBe` filter (>= 0) inputs
+      after <- clusterStatus cluster
+      statusCopies after - statusCopies before `shouldBe` 0
+      statusLostTotal after - statusLostTotal before `shouldBe` configMaxTaskDeaths defaultConfig
+      case answers !! 150 of
+        Left (TaskKilledWorkers 150 _ deaths why) -> do
+          deaths `shouldBe` configMaxTaskDeaths defaultConfig
+          why `shouldSatisfy` ("limit 200 MiB" `isInfixOf`)
+        other -> expectationFailure ("input 150 should be named for killing its workers, got " ++ show other)
+      -- every worker takes part in the next farm
+      let waitFor k cond = do
+            ok <- cond
+            if ok || k <= (0 :: Int) then pure ok else threadDelay 100000 >> waitFor (k - 1) cond
+      waitFor 100 ((== 2) <$> clusterWorkerCount cluster) `shouldReturn` True
+      (results, stats) <- farmMeasured cluster growingHogTask [0 .. 99]
+      results `shouldBe` [0 .. 99]
+      length [ () | ws <- jobWorkerStats stats, statTasks ws > 0 ] `shouldBe` 2
 
   it "a host agent governs its workers the same way, over its one link: the task is named, the rest finish" $ do
     let secret = "memory-spec-agent-secret-0123456789"

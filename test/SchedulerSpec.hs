@@ -52,7 +52,7 @@ start :: Int -> Int -> Batching -> Sim
 start workers tasks batching =
   let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) [] M.empty
       s1 = foldl' (flip apply) s0 [ WorkerJoined w | w <- [1 .. workers] ]
-  in apply (JobSubmitted 1 tasks batching 0.02 1000 False) s1
+  in apply (JobSubmitted 1 tasks batching 0.02 1000 False True) s1
 
 -- | The outstanding batches, in a fixed order.
 outstanding :: Sim -> [(WorkerId, BatchId, Int)]
@@ -125,7 +125,7 @@ spec = describe "Herd.Core.Farm" $ do
     let run evs = foldl (\(st, out) e -> let (st', o) = step 0 e st in (st', out ++ o)) (emptySched, []) evs
         sentTo cmds = [ w | SendBatch w _ _ <- cmds ]
         joined = [WorkerJoined 1, WorkerJoined 2]
-        job = JobSubmitted 1 10 (FixedBatch 1) 0.02 3 False
+        job = JobSubmitted 1 10 (FixedBatch 1) 0.02 3 False True
         (_, oneHeld) = run (joined ++ [WorkerHeld 1 True, job])
         (_, bothHeld) = run (joined ++ [WorkerHeld 1 True, WorkerHeld 2 True, job])
         (_, released) = run (joined ++ [WorkerHeld 1 True, job, WorkerHeld 1 False])
@@ -213,6 +213,30 @@ spec = describe "Herd.Core.Farm" $ do
                , M.member killer (simAccepted sim) === False
                , simIdleBad sim === False ]
 
+    it "is charged with every death also when its batch is copied as a straggler, and not copied once charged" $
+      property $ \(Positive w0) (Positive n0) (NonNegative k0) (Positive m0) picks ->
+        let w = 2 + w0 `mod` 5
+            n = 1 + n0 `mod` 300
+            killer = k0 `mod` n
+            limit = 1 + m0 `mod` 4
+            -- time passes every third move, so overdue batches are copied to idle workers
+            go sim (p : ps) deaths copies fuel
+              | simEnd sim == Nothing && fuel > (0 :: Int) =
+                  if p `mod` 3 == 0
+                    then let sim' = wait sim in go sim' ps deaths (copies + copiesMade (simSched sim') - copiesMade (simSched sim)) (fuel - 1)
+                    else let (sim', died) = runStep killer p sim in go sim' ps (if died then deaths + 1 else deaths) copies (fuel - 1)
+            go sim _ deaths copies _ = (sim, deaths, copies)
+            (final, deaths, copies) = go (startWith limit w n Adaptive) (cycle (0 : 1 : picks)) (0 :: Int) (0 :: Int) 100000
+        in classify (copies > 0) "copied" $ counterexample ("end: " ++ show (simEnd final) ++ ", deaths " ++ show deaths ++ ", copies " ++ show copies) $
+             conjoin
+               [ case simEnd final of
+                   Just (AbortJob _ (TaskKilledWorkers i d _) _) -> i === killer .&&. d === deaths
+                   other -> counterexample (show other) False
+               -- a shared first death, and one shared with a copy's batch, cannot name one
+               , counterexample "deaths" (deaths >= limit && deaths <= limit + 2)
+               , simDup final === False
+               , M.member killer (simAccepted final) === False ]
+
     it "never fails a job for fewer deaths than its limit" $
       property $ \(Positive w0) (NonNegative n) (Positive m0) moves ->
         let w = 2 + w0 `mod` 6
@@ -263,7 +287,7 @@ spec = describe "Herd.Core.Farm" $ do
             killer = k0 `mod` n
             sim0 = let s0 = Sim emptySched 0 M.empty False False Nothing (w + 1) [] M.empty
                        s1 = foldl' (flip apply) s0 [ WorkerJoined x | x <- [1 .. w] ]
-                   in apply (JobSubmitted 1 n Adaptive 0.02 3 True) s1
+                   in apply (JobSubmitted 1 n Adaptive 0.02 3 True True) s1
             -- a worker runs its oldest batch: the killer kills it; else the
             -- first thrower ends the batch, the tasks before it answered
             stepOne sim p = case [ (x, b, rs) | x <- liveWorkers (simSched sim), (b, rs) : _ <- [outstandingFor x (simSched sim)] ] of
@@ -322,7 +346,7 @@ spec = describe "Herd.Core.Farm" $ do
         other -> expectationFailure (show other)
     it "takes a job submitted while none is live but some are awaited" $ do
       let s0 = Sim emptySched 0 M.empty False False Nothing 10 [] M.empty
-          sim = apply (JobSubmitted 1 5 Adaptive 0.02 3 False) (apply (WorkersAwaited 1) s0)
+          sim = apply (JobSubmitted 1 5 Adaptive 0.02 3 False True) (apply (WorkersAwaited 1) s0)
       simEnd sim `shouldBe` Nothing
       M.size (simAccepted (play 1e-3 False [] (apply (WorkerJoined 3) sim))) `shouldBe` 5
 
@@ -334,7 +358,7 @@ startWith :: Int -> Int -> Int -> Batching -> Sim
 startWith limit workers tasks batching =
   let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) [] M.empty
       s1 = foldl' (flip apply) s0 [ WorkerJoined w | w <- [1 .. workers] ]
-  in apply (JobSubmitted 1 tasks batching 0.02 limit False) s1
+  in apply (JobSubmitted 1 tasks batching 0.02 limit False True) s1
 
 -- | Spread some moves among others.
 interleave :: [a] -> [a] -> [a]

@@ -19,6 +19,7 @@ module TestTasks
   , decodeStarted
   , decodeGate
   , memoryHogTask
+  , growingHogTask
   , slowToDecodeTask
   , exitEvolver
   , sharedIndexTask
@@ -124,6 +125,28 @@ memoryHog n
 -- | 'memoryHog' as a task: for the memory limit's test.
 memoryHogTask :: StaticPtr (Task Int Int)
 memoryHogTask = static (named "memoryHog" (task memoryHog))
+
+-- Its input back after 5 ms; a negative input -n first grows to n MiB
+-- resident over a second (a tenth at a time, each written), then holds it
+-- for two seconds: slow enough to look like a straggler before it passes
+-- a limit.
+growingHog :: Int -> Int
+growingHog n
+  | n >= 0 = unsafePerformIO (threadDelay 5000 >> pure n)
+  | otherwise = unsafePerformIO $ do
+      let piece = negate n * 1024 * 1024 `div` 10
+      held <- mapM (\k -> do
+                      let b = B.replicate piece (fromIntegral k)
+                      _ <- evaluate (B.length b)
+                      threadDelay 100000
+                      pure b) [1 .. 10 :: Int]
+      threadDelay 2000000
+      pure (sum (map (fromIntegral . B.last) held))
+{-# NOINLINE growingHog #-}
+
+-- | 'growingHog' as a task: for speculation's memory test.
+growingHogTask :: StaticPtr (Task Int Int)
+growingHogTask = static (named "growingHog" (task growingHog))
 
 -- | Square an Int.
 squareTask :: StaticPtr (Task Int Int)

@@ -55,6 +55,7 @@ module Herd.Core.Farm
   , inFlightFor
   , taskDeaths
   , awaitedWorkers
+  , copiesMade
   , Death (..)
   ) where
 
@@ -92,7 +93,7 @@ step now ev s = case ev of
   WorkerHeld w held ->
     assign now s { schedHeld = (if held then S.insert else S.delete) w (schedHeld s) } []
 
-  JobSubmitted jid n batching target maxDeaths keepGoing -> jobSubmitted now jid n batching target maxDeaths keepGoing s
+  JobSubmitted jid n batching target maxDeaths keepGoing copies -> jobSubmitted now jid n batching target maxDeaths keepGoing copies s
 
   BatchCompleted w bid busy failure -> batchCompleted now w bid busy failure s
 
@@ -117,12 +118,14 @@ workerLost now w death s = case M.lookup w (schedWorkers s) of
         -- from its twin) needs no second run: the twin forgets it
         twinned = [ t | b <- M.elems (workerOutstanding worker), not (batchSuperseded b), Just t <- [batchTwin b] ]
         s1' = foldr forgetTwin s1 twinned
-        batchesOf jid = [ (bid, b) | (bid, b) <- M.toAscList (workerOutstanding worker), batchJob b == jid
-                                   , not (batchSuperseded b), not (twinLives b) ]
+        ofJob jid = [ x | x@(_, b) <- M.toAscList (workerOutstanding worker), batchJob b == jid, not (batchSuperseded b) ]
+        batchesOf jid = [ x | x@(_, b) <- ofJob jid, not (twinLives b) ]
+        copiedOn jid = [ x | x@(_, b) <- ofJob jid, twinLives b ]
         twinLives b = case batchTwin b of
           Just t -> any (M.member t . workerOutstanding) (M.elems (schedWorkers s1))
           Nothing -> False
-        back (st, out) j = case returnBatches death (batchesOf (jobId j)) j { jobPresence = left now w (jobPresence j) } of
+        back (st, out) j = case returnBatches death (batchesOf (jobId j))
+                                              (chargeRunning death (copiedOn (jobId j)) j) { jobPresence = left now w (jobPresence j) } of
           Requeued j' -> (st { schedJobs = M.insert (jobId j) j' (schedJobs st) }, out)
           Poisoned i d j'
             | jobKeepGoing j ->
@@ -136,14 +139,14 @@ workerLost now w death s = case M.lookup w (schedWorkers s) of
     in starved now s2 aborted
 
 -- A job submitted: queued, or answered at once (no task, no worker).
-jobSubmitted :: Double -> JobId -> Int -> Batching -> Double -> Int -> Bool -> Sched -> (Sched, [Command])
-jobSubmitted now jid n batching target maxDeaths keepGoing s =
+jobSubmitted :: Double -> JobId -> Int -> Batching -> Double -> Int -> Bool -> Bool -> Sched -> (Sched, [Command])
+jobSubmitted now jid n batching target maxDeaths keepGoing copies s =
   let job = Job { jobId = jid, jobTotal = n, jobPending = if n > 0 then Seq.singleton (Range 0 n) else Seq.empty
                 , jobPendingN = n, jobDone = 0, jobStart = now, jobBatching = batching
                 , jobTarget = target, jobEstimate = Nothing
                 , jobPresence = presentFrom now (M.keys (schedWorkers s))
                 , jobMaxDeaths = max 1 maxDeaths, jobDeaths = mempty, jobSuspects = Seq.empty
-                , jobKeepGoing = keepGoing }
+                , jobKeepGoing = keepGoing, jobCopies = copies }
   in if M.member jid (schedJobs s) then (s, [])   -- a repeated submission is ignored
      else if n == 0 then (s, [FinishJob jid (statsOf now job)])
      else if M.null (schedWorkers s) && schedAwaited s == 0 then (s, [AbortJob jid NoWorkersLeft (statsOf now job)])

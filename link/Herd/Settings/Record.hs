@@ -142,6 +142,11 @@ data Config = Config
     -- crash, the out-of-memory killer) fails its job with
     -- 'Herd.Error.TaskKilledWorkers' instead of being tried again
     -- (default 3, as Dask's @allowed-failures@)
+  , configStragglerCopies  :: Bool
+    -- ^ run a second copy of a farm batch that has run far longer than
+    -- its job's estimate on an idle worker, and take whichever ends first
+    -- (default 'True'); never of a worker held for its memory, nor of a
+    -- task that was running on a worker that died
   , configRestartWorkers   :: Bool
     -- ^ restart a local worker process that dies (default 'True'), with a
     -- growing pause between restarts; one that keeps dying is left down
@@ -241,6 +246,7 @@ defaultConfig = Config
   , configSimulatedHosts   = 1
   , configTls              = False
   , configMaxTaskDeaths    = 3
+  , configStragglerCopies  = True
   , configRestartWorkers   = True
   , configMasterHeapReserve = Nothing
   , configWorkerHeapReserve = defaultWorkerHeapReserve

@@ -47,7 +47,7 @@ withMemoryWatch cfg sh localWorkers body = do
   -- the workers linked already learn their budget for shared values
   -- (those linking later learn it as they link)
   shellSetMemoryLimit sh limit
-  held <- newIORef S.empty
+  held <- newIORef (S.empty, M.empty)
   if localWorkers <= 0 then body else withAsync (forever (watchOnce held limit >> pause)) (const body)
   where
     pause = threadDelay (round (memoryWatchPeriod * 1e6))
@@ -56,10 +56,10 @@ withMemoryWatch cfg sh localWorkers body = do
       let pids = M.map infoPid (M.filter ((== "local") . infoGroup) workers)
       readings <- fmap catMaybes $ forM (M.toList pids) $ \(w, pid) -> fmap ((,) w) <$> residentBytes pid
       shellRecordLocalMemory sh (M.keysSet pids) (M.fromList readings)
-      was <- readIORef held
-      let verdict = memoryVerdict limit was (M.keysSet workers) readings
+      (was, previous) <- readIORef held
+      let verdict = memoryVerdict limit was previous (M.keysSet workers) readings
           changes = map (`WorkerHeld` True) (verdictHold verdict) ++ map (`WorkerHeld` False) (verdictRelease verdict)
-      writeIORef held (verdictHeld verdict)
+      writeIORef held (verdictHeld verdict, M.fromList readings)
       when (not (null changes)) $ shellStep sh True changes
       forM_ [ (w, rss, cap, pid) | Just cap <- [limit], (w, rss) <- verdictKill verdict, Just pid <- [M.lookup w pids] ] $
         \(w, rss, cap, pid) -> do

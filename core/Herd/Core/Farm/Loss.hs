@@ -16,6 +16,7 @@
 module Herd.Core.Farm.Loss
   ( Returned (..)
   , returnBatches
+  , chargeRunning
   , splitAtTask
   ) where
 
@@ -58,6 +59,16 @@ returnBatches death batches j =
        (i, d) : _ -> Poisoned i d requeued { jobSuspects = Seq.filter (/= i) (jobSuspects requeued)
                                            , jobPendingN = jobPendingN requeued - 1 }
        [] -> Requeued requeued
+
+-- | Charge the death to the tasks of a lost worker's batches that may
+-- have been running, without giving them back: batches whose copy runs on
+-- (a straggler's twin). The death still counts against those tasks, so a
+-- task that kills every worker it is copied to is not copied again
+-- ("Herd.Core.Farm.Straggle") and is named once it kills workers alone.
+chargeRunning :: Maybe Death -> [(BatchId, Batch)] -> Job -> Job
+chargeRunning death batches j = case death of
+  Nothing -> j
+  Just _ -> j { jobDeaths = foldl' (\m i -> IM.insertWith (+) i 1 m) (jobDeaths j) (concatMap (snd . splitBatch death) batches) }
 
 -- One batch's tasks: those that go back to the queue, and the suspects.
 splitBatch :: Maybe Death -> (BatchId, Batch) -> ([Range], [Int])

@@ -25,6 +25,7 @@ module Herd.Core.Farm.State
   , jobActive
   , taskDeaths
   , awaitedWorkers
+  , copiesMade
   ) where
 
 import qualified Data.IntMap.Strict as IM
@@ -76,6 +77,8 @@ data Job = Job
   , jobKeepGoing :: !Bool
     -- ^ a failed task is reported on its own ('TaskFailedAt') and the job
     -- goes on; otherwise it ends the job
+  , jobCopies    :: !Bool
+    -- ^ a straggling batch may be copied to an idle worker
   } deriving (Show)
 
 -- | The scheduler's state.
@@ -90,11 +93,13 @@ data Sched = Sched
     -- rather than failing for want of workers
   , schedHeld      :: !(S.Set WorkerId)
     -- ^ workers near their memory limit: no new batch while another worker can take it
+  , schedCopies    :: !Int
+    -- ^ straggler copies started since the start ("Herd.Core.Farm.Straggle")
   } deriving (Show)
 
 -- | A scheduler with no workers and no job.
 emptySched :: Sched
-emptySched = Sched M.empty M.empty [] 1 0 S.empty
+emptySched = Sched M.empty M.empty [] 1 0 S.empty 0
 
 -- | How a worker died, as far as its link tells: the oldest batch it held
 -- and how many of that batch's results had arrived (the task after those,
@@ -123,10 +128,11 @@ data Event
     -- ^ a worker is gone: its process or link died ('Just', which charges
     -- the tasks that may have been running), or it was dropped for
     -- another reason ('Nothing': a protocol error, the cluster stopping)
-  | JobSubmitted !JobId !Int !Batching !Double !Int !Bool
+  | JobSubmitted !JobId !Int !Batching !Double !Int !Bool !Bool
     -- ^ a job of this many tasks, with a batching policy, target seconds
-    -- per batch, how many worker deaths one task may cause, and whether it
-    -- keeps going past failed tasks
+    -- per batch, how many worker deaths one task may cause, whether it
+    -- keeps going past failed tasks, and whether a straggling batch may be
+    -- copied
   | BatchCompleted !WorkerId !BatchId !Double !(Maybe (Int, String))
     -- ^ a batch's results arrived, with the worker's busy seconds and the
     -- first failed task (position within the batch, message), if any
@@ -208,3 +214,7 @@ awaitedWorkers = schedAwaited
 -- how many died.
 taskDeaths :: JobId -> Sched -> [(Int, Int)]
 taskDeaths jid s = maybe [] (IM.toList . jobDeaths) (M.lookup jid (schedJobs s))
+
+-- | Straggler copies started since the start.
+copiesMade :: Sched -> Int
+copiesMade = schedCopies

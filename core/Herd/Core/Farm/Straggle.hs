@@ -5,7 +5,12 @@
 --
 -- Only idle workers take copies, and only once a job has no task left to
 -- hand out, so a copy never delays work that has not started; each batch
--- is copied at most once at a time.
+-- is copied at most once at a time. A batch is never copied from a worker
+-- held for its memory (above its soft share, or growing fast: a task
+-- filling its memory would take as much again where it is copied), nor
+-- when one of its tasks was running on a worker that died (it runs alone
+-- until cleared, "Herd.Core.Farm.Loss"), nor for a job that asked for no
+-- copies.
 module Herd.Core.Farm.Straggle
   ( speculate
   , supersede
@@ -14,9 +19,10 @@ module Herd.Core.Farm.Straggle
   ) where
 
 import Data.List (sortOn)
+import qualified Data.IntMap.Strict as IM
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
-import Herd.Core.Base (BatchId, WorkerId)
+import Herd.Core.Base (BatchId, Range (..), WorkerId)
 import Herd.Core.Farm.State
 
 -- | How long a batch may run before a copy is run elsewhere: four times
@@ -35,12 +41,17 @@ speculate now s =
       overdue = sortOn (\(_, _, _, late) -> negate late)
         [ (w, bid, b, now - batchSent b)
         | (w, wk) <- M.toList (schedWorkers s)
+        , not (S.member w (schedHeld s))
         , (bid, b, upTo) <- withQueued (M.toAscList (workerOutstanding wk))
         , not (batchSuspect b), not (batchSuperseded b), batchTwin b == Nothing
-        , Just j <- [M.lookup (batchJob b) (schedJobs s)], jobPendingN j == 0
-        , now - batchSent b > slowAfter (jobEstimate j) upTo ]
+        , Just j <- [M.lookup (batchJob b) (schedJobs s)], jobPendingN j == 0, jobCopies j
+        , now - batchSent b > slowAfter (jobEstimate j) upTo
+        , not (charged j b) ]
   in foldl copy (s, []) (zip idle overdue)
   where
+    -- a task of the batch was running on a worker that died
+    charged j b = not (IM.null (jobDeaths j))
+                  && or [ lo <= i && i < hi | i <- IM.keys (jobDeaths j), Range lo hi <- batchRanges b ]
     -- each batch with the tasks its worker must run to reach its end
     withQueued bs = zipWith (\(bid, b) upTo -> (bid, b, upTo)) bs (scanl1 (+) (map (batchTasks . snd) bs))
     copy (st, out) (to, (from, bid, b, late)) =
@@ -49,7 +60,7 @@ speculate now s =
           est = maybe 0 (\j -> maybe 0 (* fromIntegral (batchTasks b)) (jobEstimate j)) (M.lookup (batchJob b) (schedJobs st))
           st1 = onBatch from bid (\x -> x { batchTwin = Just fresh }) st
           st2 = st1 { schedWorkers = M.adjust (\wk -> Worker (M.insert fresh twin (workerOutstanding wk))) to (schedWorkers st1)
-                    , schedNextBatch = fresh + 1 }
+                    , schedNextBatch = fresh + 1, schedCopies = schedCopies st1 + 1 }
       in (st2, out ++ [SlowBatch from bid (batchTasks b) late est to, SendBatch to fresh (batchRanges b)])
 
 -- | A batch's twin ended first: the batch's results, when they come, are

@@ -3,23 +3,37 @@
 -- worker can take one), which to release, and which to kill. The watcher
 -- ("Herd.Node.Memory") reads the memory and carries the verdict out.
 --
--- Promises: a worker is held only while its reading is above the soft
--- share of the limit and at most the limit; one above the limit is killed
--- (and not held); holds and releases name only changes from the last
--- round; with no limit, nothing is held or killed.
+-- A worker is held too while it grows fast (more than 'growthShare' of
+-- the limit since the last round): a task that is filling its memory is
+-- fed nothing more, and the farm does not copy it as a straggler
+-- ("Herd.Core.Farm.Straggle"), which would double what it takes.
+--
+-- Promises: a worker is held only while its reading is at most the limit
+-- and either above the soft share of it or grown by more than the growth
+-- share since the last round; one above the limit is killed (and not
+-- held); holds and releases name only changes from the last round; with
+-- no limit, nothing is held or killed.
 module Herd.Core.Launch.MemoryPolicy
   ( MemoryVerdict (..)
   , memoryVerdict
   , softShare
+  , growthShare
   , heldBudget
   ) where
 
+import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Herd.Core.Base (WorkerId)
 
 -- | The share of its limit above which a worker gets no new work: 0.8.
 softShare :: Double
 softShare = 0.8
+
+-- | The share of its limit by which a worker's reading may grow from one
+-- round to the next (a fifth of a second apart) before it is held as
+-- growing: 0.1 (at that pace it reaches the limit within two seconds).
+growthShare :: Double
+growthShare = 0.1
 
 -- | The bytes of shared values (encoded) a worker with this memory limit
 -- keeps in memory before it spills them to disk ("Herd.Node.Store"): a
@@ -37,11 +51,11 @@ data MemoryVerdict = MemoryVerdict
   } deriving (Eq, Show)
 
 -- | Decide, given the limit in bytes ('Nothing': none), the workers held
--- after the last round, the workers connected now, and this round's
--- readings (resident bytes per worker).
-memoryVerdict :: Maybe Int -> S.Set WorkerId -> S.Set WorkerId -> [(WorkerId, Int)] -> MemoryVerdict
-memoryVerdict Nothing was present _ = MemoryVerdict S.empty [] (S.toList (was `S.intersection` present)) []
-memoryVerdict (Just cap) was present readings = MemoryVerdict
+-- after the last round and that round's readings, the workers connected
+-- now, and this round's readings (resident bytes per worker).
+memoryVerdict :: Maybe Int -> S.Set WorkerId -> M.Map WorkerId Int -> S.Set WorkerId -> [(WorkerId, Int)] -> MemoryVerdict
+memoryVerdict Nothing was _ present _ = MemoryVerdict S.empty [] (S.toList (was `S.intersection` present)) []
+memoryVerdict (Just cap) was previous present readings = MemoryVerdict
   { verdictHeld = held
   , verdictHold = S.toList (held `S.difference` was)
   , verdictRelease = S.toList ((was `S.difference` held) `S.intersection` present)
@@ -49,4 +63,6 @@ memoryVerdict (Just cap) was present readings = MemoryVerdict
   }
   where
     soft = floor (softShare * fromIntegral cap) :: Int
-    held = S.fromList [ w | (w, rss) <- readings, rss > soft, rss <= cap ]
+    growth = floor (growthShare * fromIntegral cap) :: Int
+    growing w rss = maybe False (\p -> rss - p > growth) (M.lookup w previous)
+    held = S.fromList [ w | (w, rss) <- readings, rss <= cap, rss > soft || growing w rss ]

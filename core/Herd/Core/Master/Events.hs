@@ -28,6 +28,7 @@ data FarmJob = FarmJob
   , farmTarget   :: !Double    -- ^ seconds of work per batch
   , farmMaxDeaths :: !Int      -- ^ workers one task may kill before the job fails
   , farmKeepGoing :: !Bool     -- ^ a failed task is answered alone, and the job goes on
+  , farmCopies   :: !Bool      -- ^ a straggling batch may be copied to an idle worker
   } deriving (Eq, Show)
 
 -- | Something that happened, or that a caller asks for.

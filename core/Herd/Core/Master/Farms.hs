@@ -54,7 +54,7 @@ farmEvent :: Double -> Event -> Core -> (Core, [Command])
 farmEvent now ev core = case ev of
   FarmSubmit jid job
     | coreStopping core -> (core, [JobDone jid (Left ClusterClosed)])
-    | otherwise -> sched now (S.JobSubmitted jid (farmTasks job) (farmBatching job) (farmTarget job) (farmMaxDeaths job) (farmKeepGoing job))
+    | otherwise -> sched now (S.JobSubmitted jid (farmTasks job) (farmBatching job) (farmTarget job) (farmMaxDeaths job) (farmKeepGoing job) (farmCopies job))
                          core { coreFarms = M.insert jid job (coreFarms core) }
   FarmCancel jid -> sched now (S.JobCancelled jid) core { coreFarms = M.delete jid (coreFarms core) }
   FarmBroken jid err -> endFarm now jid err core

@@ -95,6 +95,7 @@ data Status = Status
   , statusSharedBytes :: !Int           -- ^ the bytes of those sends
   , statusRelayedParts :: !Int          -- ^ keyed reductions' parts the master relayed between workers, since the start
   , statusRelayedBytes :: !Int          -- ^ the bytes of those parts
+  , statusCopies    :: !Int             -- ^ straggler copies of farm batches started since the start
   } deriving (Eq, Show)
 
 -- | What a snapshot is built from.
@@ -138,6 +139,7 @@ buildStatus i = Status
   , statusSharedBytes = snd (inShareSends i)
   , statusRelayedParts = fst (inRelayed i)
   , statusRelayedBytes = snd (inRelayed i)
+  , statusCopies = S.copiesMade (coreSched core)
   }
   where
     core = inCore i

@@ -49,6 +49,7 @@ statusJson s = renderJson $ JObject
   , ("shared_bytes_sent_total", int (statusSharedBytes s))
   , ("exchange_parts_relayed_total", int (statusRelayedParts s))
   , ("exchange_bytes_relayed_total", int (statusRelayedBytes s))
+  , ("straggler_copies_total", int (statusCopies s))
   ]
   where
     int = JInt . fromIntegral
@@ -148,6 +149,8 @@ prometheusText s = concat
   , metric "herd_shared_values" "gauge" "Shared values live now." [ ([], fromIntegral (statusShared s)) ]
   , metric "herd_shared_sends_total" "counter" "Times a shared value was sent to a worker."
       [ ([], fromIntegral (statusSharedSends s)) ]
+  , metric "herd_straggler_copies_total" "counter" "Straggler copies of farm batches started since the cluster started."
+      [([], fromIntegral (statusCopies s))]
   , metric "herd_exchange_parts_relayed_total" "counter" "Keyed reductions' parts the master relayed between workers."
       [ ([], fromIntegral (statusRelayedParts s)) ]
   , perWorker "herd_worker_shared_values" "gauge" "Shared values the worker said it holds."

@@ -19,6 +19,7 @@ import Control.Exception (IOException, try)
 import Control.Monad (forM, forM_, unless, void)
 import Data.IORef
 import Data.Maybe (catMaybes)
+import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Herd.Settings (MemoryLimit (..))
 import Herd.Core.Fault (LinkFault (..), renderFault)
@@ -49,16 +50,16 @@ hostLimitBytes setting n = case setting of
   HostLimitBytes b -> pure (Just (fromIntegral b))
   HostLimitAuto -> resolveMemoryLimit MemoryLimitAuto (max 1 n)
 
--- | One round of the watch; the workers held after the last round are
--- in the reference, and are updated.
-watchAgentMemory :: AgentWorkers -> IORef (S.Set Int) -> IO ()
+-- | One round of the watch; the workers held after the last round, and
+-- its readings, are in the reference, and are updated.
+watchAgentMemory :: AgentWorkers -> IORef (S.Set Int, M.Map Int Int) -> IO ()
 watchAgentMemory aw heldRef = do
   ls <- awWorkers aw
   readings <- fmap catMaybes $ forM ls $ \(w, pid) -> fmap ((,) w) <$> residentBytes pid
   limit <- awLimit aw >>= \setting -> hostLimitBytes setting (length ls)
-  was <- readIORef heldRef
-  let verdict = memoryVerdict limit was (S.fromList (map fst ls)) readings
-  writeIORef heldRef (verdictHeld verdict)
+  (was, previous) <- readIORef heldRef
+  let verdict = memoryVerdict limit was previous (S.fromList (map fst ls)) readings
+  writeIORef heldRef (verdictHeld verdict, M.fromList readings)
   unless (null readings) $
     awControl aw (WorkerMemory [ (fromIntegral w, fromIntegral b) | (w, b) <- readings ])
   forM_ (verdictHold verdict) $ \w -> awControl aw (WorkerHold (fromIntegral w) True)

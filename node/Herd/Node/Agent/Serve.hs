@@ -135,7 +135,7 @@ serveHost secret build j conn action = do
   (reader, release) <- newEpollReader (joinedMaxFrame j + 1024) (void (try (flushIdle hostSender) :: IO (Either SomeException ())))
   relay <- Relay <$> newMVar newAgent <*> newIORef M.empty <*> newIORef M.empty <*> pure hostSender
                  <*> newAgentShares <*> pure reader <*> newEmptyMVar <*> pure (joinedMaxFrame j) <*> newNonceSource
-  heldRef <- newIORef S.empty
+  heldRef <- newIORef (S.empty, M.empty)
   let watching = forever $ do
         r <- try (watchAgentMemory (governed relay) heldRef)
         either (\(e :: SomeException) -> hostLost relay ("cannot send to the master: " ++ displayException e)) pure r
