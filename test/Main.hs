@@ -16,6 +16,7 @@ import qualified CallerThreadSpec
 import qualified OptionsSpec
 import qualified DocsSpec
 import qualified MemorySpec
+import qualified CancelSpec
 import qualified SharedSpec
 import qualified ReduceSpec
 import qualified KMeansSpec
@@ -93,5 +94,6 @@ main = do
       OptionsSpec.spec
       DocsSpec.spec
       MemorySpec.spec
+      CancelSpec.spec
       DashboardSpec.spec
       LogSpec.spec

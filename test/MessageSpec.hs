@@ -33,6 +33,7 @@ toWorkerIndex m = case m of
   EvolveState {} -> 11; StateRelease {} -> 12; StateReplay {} -> 13; Ping {} -> 14
   SharePart {} -> 15; ShareDrop {} -> 16; HoldBudget {} -> 17
   GroupRun {} -> 18; PartIn {} -> 19; PartitionCombine {} -> 20; ExchangeEnd {} -> 21; StatesDrop {} -> 22
+  BatchCancel {} -> 23
 
 fromWorkerIndex :: FromWorker -> Int
 fromWorkerIndex m = case m of
@@ -42,7 +43,7 @@ fromWorkerIndex m = case m of
   StatesCleared -> 14; StateReplayed {} -> 15; Pong {} -> 16; ShareHeld {} -> 17
   ShareDropped {} -> 18; ShareSpilled {} -> 19
   Forward {} -> 20; GroupSent {} -> 21; GroupThrew {} -> 22; PartHeld {} -> 23; PartitionDone {} -> 24
-  PartitionThrew {} -> 25
+  PartitionThrew {} -> 25; BatchStopped {} -> 26
 
 bytes :: Gen B.ByteString
 bytes = B.pack <$> resize 40 arbitrary
@@ -66,7 +67,7 @@ genToWorker = oneof
   , GroupRun <$> arbitrary <*> arbitrary <*> ref <*> arbitrary <*> resize 5 (listOf arbitrary) <*> bytes
   , PartIn <$> arbitrary <*> arbitrary <*> arbitrary <*> bytes
   , PartitionCombine <$> arbitrary <*> arbitrary <*> ref <*> arbitrary, ExchangeEnd <$> arbitrary
-  , StatesDrop <$> resize 6 (listOf arbitrary) ]
+  , StatesDrop <$> resize 6 (listOf arbitrary), BatchCancel <$> arbitrary ]
 
 genFromWorker :: Gen FromWorker
 genFromWorker = oneof
@@ -80,7 +81,8 @@ genFromWorker = oneof
   , ShareSpilled <$> arbitrary
   , Forward <$> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary <*> bytes, GroupSent <$> arbitrary <*> arbitrary
   , GroupThrew <$> arbitrary <*> arbitrary <*> text, PartHeld <$> arbitrary <*> arbitrary <*> arbitrary
-  , PartitionDone <$> arbitrary <*> arbitrary <*> bytes, PartitionThrew <$> arbitrary <*> arbitrary <*> text ]
+  , PartitionDone <$> arbitrary <*> arbitrary <*> bytes, PartitionThrew <$> arbitrary <*> arbitrary <*> text
+  , BatchStopped <$> arbitrary ]
 
 spec :: Spec
 spec = describe "every protocol message" $ do
@@ -117,8 +119,8 @@ spec = describe "every protocol message" $ do
   it "has a generator for every constructor" $ do
     ts <- generate (vectorOf 3000 genToWorker)
     fs <- generate (vectorOf 3000 genFromWorker)
-    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 22]
-    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 25]
+    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 23]
+    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 26]
 
 -- The report as the general decoder reads it (tag byte skipped).
 generalEvolved :: Get (Word64, Word64, [(Word64, B.ByteString)])

@@ -24,6 +24,7 @@ data Sim = Sim
   , simNextW    :: WorkerId
   , simBatchSizes :: [Int]
   , simFailed   :: M.Map Int Int     -- task index -> times reported failed (a job that keeps going)
+  , simCancelled :: [(WorkerId, BatchId)]  -- batches the scheduler told their workers to stop, newest first
   }
 
 apply :: Event -> Sim -> Sim
@@ -44,13 +45,14 @@ apply ev sim =
       FinishJob _ _ -> s { simEnd = Just c }
       AbortJob {} -> s { simEnd = Just c }
       DropResults _ -> s
+      CancelBatch w b -> s { simCancelled = (w, b) : simCancelled s }
       SlowBatch {} -> s
       TaskFailedAt _ i _ -> s { simFailed = M.insertWith (+) i 1 (simFailed s) }
 
 -- | Start a simulation with some workers and a job.
 start :: Int -> Int -> Batching -> Sim
 start workers tasks batching =
-  let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) [] M.empty
+  let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) [] M.empty []
       s1 = foldl' (flip apply) s0 [ WorkerJoined w | w <- [1 .. workers] ]
   in apply (JobSubmitted 1 tasks batching 0.02 1000 False True) s1
 
@@ -285,7 +287,7 @@ spec = describe "Herd.Core.Farm" $ do
             w = 2 + w0 `mod` 4
             throwers = [ t `mod` n | t <- take 5 (throwers0 :: [NonNegative Int]) >>= \(NonNegative t) -> [t] ]
             killer = k0 `mod` n
-            sim0 = let s0 = Sim emptySched 0 M.empty False False Nothing (w + 1) [] M.empty
+            sim0 = let s0 = Sim emptySched 0 M.empty False False Nothing (w + 1) [] M.empty []
                        s1 = foldl' (flip apply) s0 [ WorkerJoined x | x <- [1 .. w] ]
                    in apply (JobSubmitted 1 n Adaptive 0.02 3 True True) s1
             -- a worker runs its oldest batch: the killer kills it; else the
@@ -314,6 +316,43 @@ spec = describe "Herd.Core.Farm" $ do
              , sort (M.keys (simAccepted final) ++ M.keys (simFailed final)) === [0 .. n - 1] ]
 
   describe "stragglers (INV-TWIN)" $ do
+    it "tells a stopped worker to stop a batch whose copy was accepted, and frees it when it answers" $
+      property $ \(Positive n0) (Positive w0) ->
+        let n = 10 + n0 `mod` 200
+            w = 2 + w0 `mod` 4
+            others sim = [ (x, b) | x <- liveWorkers (simSched sim), x /= 1, (b, _) : _ <- [outstandingFor x (simSched sim)] ]
+            -- a batch whose copy was accepted is cancelled in the same step
+            stale sim = [ bid | wk <- M.elems (schedWorkers (simSched sim)), (bid, b) <- M.toList (workerOutstanding wk)
+                              , batchSuperseded b, not (batchCancelled b) ]
+            go sim fuel
+              | not (null (stale sim)) = sim { simDup = True }
+              | simEnd sim /= Nothing || fuel == (0 :: Int) = sim
+              | otherwise = case others sim of
+                  (x, b) : _ -> go (apply (BatchCompleted x b 1e-3 Nothing) sim) (fuel - 1)
+                  [] -> go (wait sim) (fuel - 1)
+            final = go (start w n Adaptive) 100000
+            toOne = [ b | (1, b) <- simCancelled final ]
+            held = map fst (outstandingFor 1 (simSched final))
+            answered = foldl' (\sim b -> apply (BatchStopped 1 b) sim) final toOne
+        in counterexample ("cancelled " ++ show (simCancelled final) ++ ", worker 1 holds " ++ show held) $ conjoin
+             [ complete n final
+             -- every batch worker 1 still holds was cancelled (its copies won), once each
+             , sort toOne === sort held
+             , length (simCancelled final) === length (M.fromList [ (c, ()) | c <- simCancelled final ])
+             , outstandingFor 1 (simSched answered) === [] ]
+
+    it "cancels each outstanding batch of a job its caller gave up on, once" $
+      property $ \(Positive n0) (Positive w0) ->
+        let sim0 = start (1 + w0 `mod` 5) (1 + n0 `mod` 300) Adaptive
+            before = [ (x, b) | x <- liveWorkers (simSched sim0), (b, _) <- outstandingFor x (simSched sim0) ]
+            sim1 = apply (JobCancelled 1) sim0
+            sim2 = apply (JobCancelled 1) sim1
+            answered = foldl' (\sim (x, b) -> apply (BatchStopped x b) sim) sim2 before
+        in conjoin
+             [ sort (simCancelled sim1) === sort before
+             , simCancelled sim2 === simCancelled sim1
+             , concat [ outstandingFor x (simSched answered) | x <- liveWorkers (simSched answered) ] === [] ]
+
     it "runs a copy of a stopped worker's batches on an idle one, and the job ends without it" $
       property $ \(Positive n0) (Positive w0) ->
         let n = 10 + n0 `mod` 200
@@ -345,7 +384,7 @@ spec = describe "Herd.Core.Farm" $ do
         Just (AbortJob _ NoWorkersLeft _) -> pure ()
         other -> expectationFailure (show other)
     it "takes a job submitted while none is live but some are awaited" $ do
-      let s0 = Sim emptySched 0 M.empty False False Nothing 10 [] M.empty
+      let s0 = Sim emptySched 0 M.empty False False Nothing 10 [] M.empty []
           sim = apply (JobSubmitted 1 5 Adaptive 0.02 3 False True) (apply (WorkersAwaited 1) s0)
       simEnd sim `shouldBe` Nothing
       M.size (simAccepted (play 1e-3 False [] (apply (WorkerJoined 3) sim))) `shouldBe` 5
@@ -356,7 +395,7 @@ isFinished c = case c of { FinishJob _ _ -> True; _ -> False }
 -- | Start a simulation whose job allows this many deaths per task.
 startWith :: Int -> Int -> Int -> Batching -> Sim
 startWith limit workers tasks batching =
-  let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) [] M.empty
+  let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) [] M.empty []
       s1 = foldl' (flip apply) s0 [ WorkerJoined w | w <- [1 .. workers] ]
   in apply (JobSubmitted 1 tasks batching 0.02 limit False True) s1
 

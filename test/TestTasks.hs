@@ -20,6 +20,8 @@ module TestTasks
   , decodeGate
   , memoryHogTask
   , growingHogTask
+  , sleepMsTask
+  , slowOnceTask
   , slowToDecodeTask
   , exitEvolver
   , sharedIndexTask
@@ -48,6 +50,7 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as BC
 import GHC.StaticPtr (StaticPtr)
 import Herd
+import System.Environment (lookupEnv)
 import System.Exit (ExitCode (..))
 import System.IO.Unsafe (unsafePerformIO)
 import System.Directory (doesFileExist)
@@ -147,6 +150,33 @@ growingHog n
 -- | 'growingHog' as a task: for speculation's memory test.
 growingHogTask :: StaticPtr (Task Int Int)
 growingHogTask = static (named "growingHog" (task growingHog))
+
+-- Its input back after that many milliseconds asleep (a negative input:
+-- at once).
+sleepMs :: Int -> Int
+sleepMs n = unsafePerformIO (threadDelay (max 0 n * 1000) >> pure n)
+{-# NOINLINE sleepMs #-}
+
+-- | 'sleepMs' as a task: for cancellation's tests.
+sleepMsTask :: StaticPtr (Task Int Int)
+sleepMsTask = static (named "sleepMs" (task sleepMs))
+
+-- Its input back; a negative input sleeps 30 s the first time it runs
+-- (the first to create its marker file in $HERD_TEST_SLOW_ONCE) and
+-- answers at once after that: a straggler whose copy wins.
+slowOnce :: Int -> Int
+slowOnce n
+  | n >= 0 = n
+  | otherwise = unsafePerformIO $ do
+      dir <- maybe "/tmp" id <$> lookupEnv "HERD_TEST_SLOW_ONCE"
+      let marker = dir ++ "/slow-once-" ++ show (negate n)
+      seen <- doesFileExist marker
+      if seen then pure n else writeFile marker "" >> threadDelay 30000000 >> pure n
+{-# NOINLINE slowOnce #-}
+
+-- | 'slowOnce' as a task.
+slowOnceTask :: StaticPtr (Task Int Int)
+slowOnceTask = static (named "slowOnce" (task slowOnce))
 
 -- | Square an Int.
 squareTask :: StaticPtr (Task Int Int)

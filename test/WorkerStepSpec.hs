@@ -87,6 +87,39 @@ spec = describe "Herd.Core.Worker.Step" $ do
            classify (any ((> 1) . length) (concatMap caseRuns cases)) "runs of several arguments" $
            null broken && shape sent == concatMap (shape . uncurry expected) (zip [1 ..] cases)
 
+  it "answers a batch cancelled before any run, between runs or during one as stopped, once, unless it had ended" $
+    property $ \bc (NonNegative k0) during ->
+      let runs = caseRuns bc
+          k = k0 `mod` (length runs + 1)
+          n = length (caseCalls bc)
+          (b1, v1) = startBatch 0 9 (if caseFound bc then Right () else Left "unknown") n "f" noBatch
+          feed (b, out) run =
+            let (b', vs) = arguments 1 (length run) b
+            in foldl' (\(bb, oo) v -> case v of
+                         Apply () _ _ ->
+                           let (ok, rest) = span (== Ok) run
+                               outcome = case rest of
+                                 [] -> Computed
+                                 Bad : _ -> Undecodable (length ok) "garbage"
+                                 _ -> Threw (length ok) "boom"
+                           in let (bb', vs') = applied 2 outcome bb
+                              in (bb', oo ++ [ Reply Bulk (Results (fromIntegral (length ok)) mempty) | not (null ok) ] ++ vs')
+                         _ -> (bb, oo ++ [v])) (b', out) vs
+          (b2, v2) = foldl' feed (b1, v1) (take k runs)
+          -- the k-th run stopped as it computed, or the cancel between runs
+          (b3, v3) = case drop k runs of
+            run : _ | during, Apply {} : _ <- snd (arguments 1 (length run) b2) ->
+              let (bb, _) = arguments 1 (length run) b2 in applied 2 Stopped bb
+            _ -> cancel 9 b2
+          (_, v4) = foldl' feed (b3, []) (drop (k + 1) runs)
+          ended = [ m | Reply _ m <- v2, isEnd m ]
+          isEnd m = case m of { BatchDone {} -> True; TaskThrew {} -> True; BatchRejected {} -> True; _ -> False }
+          stops = [ () | Reply _ (BatchStopped 9) <- v3 ++ v4 ]
+      in counterexample (show [ [ m | Reply _ m <- vs ] | vs <- [v2, v3, v4] ]) $ conjoin
+           [ length stops === (if null ended then 1 else 0)
+           , [ () | Reply _ m <- v3 ++ v4, isEnd m ] === []
+           , [ () | Apply {} <- v4 ] === [] ]
+
   it "measures a batch from its first run of arguments to its last" $ do
     let (b1, _) = startBatch 0 7 (Right ()) 3 "f" noBatch
         (b2, _) = arguments 1.5 2 b1

@@ -97,13 +97,23 @@ step now ev s = case ev of
 
   BatchCompleted w bid busy failure -> batchCompleted now w bid busy failure s
 
-  JobCancelled jid -> assign now (endJob jid s) []
+  JobCancelled jid -> let (s1, cancels) = endJob jid s in assign now s1 cancels
 
   BatchRefused w bid why -> case takeBatch w bid s of
     Nothing -> (s, [])
     Just (b, s1) -> case M.lookup (batchJob b) (schedJobs s1) of
-      Just j -> assign now (endJob (jobId j) s1) [AbortJob (jobId j) (FunctionRefused why) (statsOf now j)]
+      Just j -> let (s2, cancels) = endJob (jobId j) s1
+                in assign now s2 (AbortJob (jobId j) (FunctionRefused why) (statsOf now j) : cancels)
       Nothing -> assign now s1 []
+
+  BatchStopped w bid -> case takeBatch w bid s of
+    Nothing -> (s, [])
+    Just (b, s1)
+      -- a batch stopped without being told (or before its twin's results
+      -- were taken): its tasks go back to the front of the queue, uncharged
+      | not (batchCancelled b), not (batchSuperseded b), Just j <- M.lookup (batchJob b) (schedJobs s1) ->
+          assign now s1 { schedJobs = M.insert (jobId j) (requeue b j) (schedJobs s1) } [DropResults bid]
+      | otherwise -> assign now s1 [DropResults bid]
 
 -- INV-LOST, INV-POISON: a lost worker's batches of running jobs go back
 -- to their jobs, the tasks that may have killed it charged.
@@ -133,8 +143,8 @@ workerLost now w death s = case M.lookup w (schedWorkers s) of
                 in finishedAfter now (st { schedJobs = M.insert (jobId j) j' { jobDone = jobDone j' + 1 } (schedJobs st) })
                                  j' { jobDone = jobDone j' + 1 } (out ++ [TaskFailedAt (jobId j) i failure])
             | otherwise ->
-                ( endJob (jobId j) st
-                , out ++ [AbortJob (jobId j) (TaskKilledWorkers i d (maybe "" deathWhy death)) (statsOf now j)] )
+                let (st', cancels) = endJob (jobId j) st
+                in (st', out ++ [AbortJob (jobId j) (TaskKilledWorkers i d (maybe "" deathWhy death)) (statsOf now j)] ++ cancels)
         (s2, aborted) = foldl back (s1', []) (M.elems (schedJobs s1'))
     in starved now s2 aborted
 
@@ -158,17 +168,18 @@ batchCompleted now w bid busy failure s = case takeBatch w bid s of
   Nothing -> (s, [DropResults bid])
   -- INV-TWIN: the copy that ends first counts; the other's results are dropped
   Just (b, s0) | batchSuperseded b -> assign now s0 [DropResults bid]
-  Just (b, s0) -> let s1 = maybe s0 (\t -> supersede t s0) (batchTwin b) in case M.lookup (batchJob b) (schedJobs s1) of
+  Just (b, s0) -> let (s1, stopTwin) = maybe (s0, []) (\t -> supersede t s0) (batchTwin b) in case M.lookup (batchJob b) (schedJobs s1) of
     Just j -> case failure of
-      Just (pos, msg) -> batchFailed now w bid busy b j pos msg s1
+      Just (pos, msg) -> let (s2, out) = batchFailed now w bid busy b j pos msg s1 in (s2, stopTwin ++ out)
       Nothing ->
         let j1 = (credit w b busy j) { jobDone = jobDone j + batchTasks b
                                      , jobEstimate = Just (estimate (jobEstimate j) busy (batchTasks b)) }
             accept = AcceptResults (jobId j) bid (batchRanges b)
         in if jobDone j1 == jobTotal j1
-             then assign now (endJob (jobId j) s1) [accept, FinishJob (jobId j1) (statsOf now j1)]
-             else assign now s1 { schedJobs = M.insert (jobId j) j1 (schedJobs s1) } [accept]
-    Nothing -> assign now s1 [DropResults bid]
+             then let (s2, cancels) = endJob (jobId j) s1
+                  in assign now s2 (accept : FinishJob (jobId j1) (statsOf now j1) : stopTwin ++ cancels)
+             else assign now s1 { schedJobs = M.insert (jobId j) j1 (schedJobs s1) } (accept : stopTwin)
+    Nothing -> assign now s1 (DropResults bid : stopTwin)
 
 -- A batch whose task at this position failed: in a job that keeps going,
 -- the tasks before it count and those after it go back to the queue;
@@ -190,12 +201,14 @@ batchFailed now w bid busy b j pos msg s1
   | otherwise =
       let j1 = credit w b busy j
           idx = rangeIndices (batchRanges b) !! max 0 (min (batchTasks b - 1) pos)
-      in assign now (endJob (jobId j) s1) [DropResults bid, AbortJob (jobId j) (TaskError idx msg) (statsOf now j1)]
+          (s2, cancels) = endJob (jobId j) s1
+      in assign now s2 ([DropResults bid, AbortJob (jobId j) (TaskError idx msg) (statsOf now j1)] ++ cancels)
 
 -- A job that kept going past a failed task: finished if that was its last.
 finishedAfter :: Double -> Sched -> Job -> [Command] -> (Sched, [Command])
 finishedAfter now s j out
-  | jobDone j >= jobTotal j = assign now (endJob (jobId j) s) (out ++ [FinishJob (jobId j) (statsOf now j)])
+  | jobDone j >= jobTotal j = let (s1, cancels) = endJob (jobId j) s
+                              in assign now s1 (out ++ [FinishJob (jobId j) (statsOf now j)] ++ cancels)
   | otherwise = assign now s out
 
 -- INV-AWAIT: with no live worker and none being restarted, every running
@@ -206,10 +219,19 @@ starved now s out
       (s { schedJobs = M.empty, schedTurn = [] }, out ++ [ AbortJob (jobId j) NoWorkersLeft (statsOf now j) | j <- M.elems (schedJobs s) ])
   | otherwise = assign now s out
 
--- Forget a job: its outstanding batches stay with their workers (their
--- results will be dropped) but no more of its tasks are handed out.
-endJob :: JobId -> Sched -> Sched
-endJob jid s = s { schedJobs = M.delete jid (schedJobs s), schedTurn = filter (/= jid) (schedTurn s) }
+-- Forget a job: no more of its tasks are handed out, and each of its
+-- outstanding batches is cancelled on its worker (its results, if they
+-- come, are dropped; the worker is free once it answers).
+endJob :: JobId -> Sched -> (Sched, [Command])
+endJob jid s =
+  let forgotten = s { schedJobs = M.delete jid (schedJobs s), schedTurn = filter (/= jid) (schedTurn s) }
+      doomed = [ (w, bid) | (w, wk) <- M.toList (schedWorkers s), (bid, b) <- M.toList (workerOutstanding wk)
+                          , batchJob b == jid, not (batchCancelled b) ]
+  in foldl (\(st, out) (w, bid) -> let (st', c) = cancelOn w bid st in (st', out ++ c)) (forgotten, []) doomed
+
+-- A batch's tasks back at the front of its job's queue.
+requeue :: Batch -> Job -> Job
+requeue b j = j { jobPending = foldr (<|) (jobPending j) (batchRanges b), jobPendingN = jobPendingN j + batchTasks b }
 
 -- Remove an outstanding batch from a worker.
 takeBatch :: WorkerId -> BatchId -> Sched -> Maybe (Batch, Sched)
@@ -245,9 +267,9 @@ wantsWork j worker =
 nextBatch :: Double -> Int -> Worker -> Job -> (Batch, Job)
 nextBatch now live worker j = case Seq.viewl (jobSuspects j) of
   i :< rest | M.null (workerOutstanding worker) ->
-    (Batch (jobId j) [Range i (i + 1)] 1 True now Nothing False, j { jobSuspects = rest, jobPendingN = jobPendingN j - 1 })
+    (Batch (jobId j) [Range i (i + 1)] 1 True now Nothing False False, j { jobSuspects = rest, jobPendingN = jobPendingN j - 1 })
   _ -> let (ranges, n, pending') = takeTasks (sizeOf live j) (jobPending j)
-       in (Batch (jobId j) ranges n False now Nothing False, j { jobPending = pending', jobPendingN = jobPendingN j - n })
+       in (Batch (jobId j) ranges n False now Nothing False False, j { jobPending = pending', jobPendingN = jobPendingN j - n })
 
 -- Hand out pending tasks: first to workers with nothing outstanding (fewest
 -- first), then a prefetch to those that want one. Each batch comes from the

@@ -120,6 +120,7 @@ decodeToWorkerSlow = runGet $ do
       | tag == tagStatesDrop -> do
           n <- getCount 8
           StatesDrop <$> replicateM n getWord64
+      | tag == tagBatchCancel -> BatchCancel <$> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 
 -- | Decode one message to the master (a value inside is a slice of the input).
@@ -168,5 +169,6 @@ decodeFromWorkerSlow = runGet $ do
       | tag == tagPartHeld -> PartHeld <$> getWord64 <*> getWord32 <*> getWord32
       | tag == tagPartitionDone -> PartitionDone <$> getWord64 <*> getWord32 <*> getRest
       | tag == tagPartitionThrew -> PartitionThrew <$> getWord64 <*> getWord32 <*> getText
+      | tag == tagBatchStopped -> BatchStopped <$> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 

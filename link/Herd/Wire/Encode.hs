@@ -40,6 +40,7 @@ toWorkerParts msg = case msg of
   StateRelease sid -> (taggedHead tagStateRelease sid, B.empty)
   SharePart n total piece -> (built' (putWord8 tagSharePart <> putWord64 n <> putWord64 total), piece)
   ShareDrop n -> (taggedHead tagShareDrop n, B.empty)
+  BatchCancel bid -> (taggedHead tagBatchCancel bid, B.empty)
   HoldBudget b -> (taggedHead tagHoldBudget b, B.empty)
   GroupRun xid g ref parts targets args ->
     ( built' (putWord8 tagGroupRun <> putWord64 xid <> putWord32 g <> putRef ref <> putWord32 parts
@@ -95,6 +96,7 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   PartHeld xid g j -> putWord8 tagPartHeld <> putWord64 xid <> putWord32 g <> putWord32 j
   PartitionDone xid j v -> putWord8 tagPartitionDone <> putWord64 xid <> putWord32 j <> BB.byteString v
   PartitionThrew xid j why -> putWord8 tagPartitionThrew <> putWord64 xid <> putWord32 j <> putText why
+  BatchStopped bid -> putWord8 tagBatchStopped <> putWord64 bid
 
 taggedStream :: Word8 -> Word64 -> Encoder -> Encoder
 taggedStream tag sid (Encoder n write) = Encoder (n + 9) $ \p -> do

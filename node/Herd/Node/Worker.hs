@@ -39,6 +39,7 @@ import Herd.Transport
 import Herd.Core.Wire
 import Herd.Wire.Encode
 import Herd.Node.Worker.Streams (Slot (..), StreamHost (..), runStream)
+import Herd.Node.Worker.Cancel (Canceller, computing, hasQueued, newCanceller, takeCancelled, takeQueued)
 import Herd.Core.Worker.Step
 import System.Exit
 import System.IO.Unsafe (unsafeInterleaveIO)
@@ -57,6 +58,7 @@ data Serving = Serving
   , svScratch :: !Scratch -- ^ the results of the run of arguments in progress
   , svShares  :: !Assembly -- ^ shared values arriving ("Herd.Node.Store")
   , svExchange :: !ExchangeTable -- ^ keyed reductions' parts ("Herd.Node.Worker.Exchange")
+  , svCancel  :: !Canceller -- ^ the watch that stops a cancelled batch as it runs ("Herd.Node.Worker.Cancel")
   }
 
 -- | Serve the master's packets on a joined link (this worker's number,
@@ -66,14 +68,15 @@ data Serving = Serving
 -- master is flushed whenever nothing is left to do (no whole frame
 -- waiting and no stream thread computing).
 serve :: Connection -> Word64 -> Int -> PacketPolicy -> Int -> IO ()
-serve conn wid maxFrame policy window = do
+serve conn wid maxFrame policy window = newCanceller conn maxFrame (maxFrame `div` 5) $ \cancels -> do
   sender <- newSender policy (sendRawParts conn)
   holder <- newHolder wid (\m -> sendMessage sender (fromWorkerUrgency m) (encodeFromWorker m))
   sv <- Serving sender <$> newIORef M.empty <*> newIORef M.empty <*> newIORef noBatch
                        <*> newIORef M.empty <*> newIORef 0 <*> pure window <*> pure holder <*> newScratch
-                       <*> newAssembly <*> newExchangeTable wid
+                       <*> newAssembly <*> newExchangeTable wid <*> pure cancels
   let loop = do
-        frame <- recvFrame maxFrame conn `catch` \(e :: SomeException) ->
+        -- frames the watch read while a run computed come first
+        frame <- (takeQueued cancels >>= maybe (recvFrame maxFrame conn) (pure . Just)) `catch` \(e :: SomeException) ->
           failWith 4 ("connection to master broke: " ++ displayException e)
         case frame of
           Nothing -> pure ()  -- the master is gone: stop quietly
@@ -87,7 +90,7 @@ serve conn wid maxFrame policy window = do
               -- handled here and now: its buffer may take the next one
               unless kept $ recycleFrame conn packet
               when go $ do
-                ready <- hasBufferedFrame conn
+                ready <- (||) <$> hasBufferedFrame conn <*> hasQueued cancels
                 busy <- readIORef (svBusy sv)
                 when (not ready && busy == 0) $ flushIdle sender
                 loop
@@ -134,6 +137,7 @@ keepsBytes msg = case msg of
   PartitionCombine {} -> False
   ExchangeEnd {} -> False
   StatesDrop {} -> False
+  BatchCancel {} -> False
   _ -> True
 
 handleMessage :: Serving -> Pending -> ToWorker -> IO ()
@@ -141,6 +145,7 @@ handleMessage sv pending msg = case msg of
   Ping n _ -> reply sv Urgent (Pong n)
   RunBatch {} -> farmMessage sv msg
   Args {} -> farmMessage sv msg
+  BatchCancel {} -> farmMessage sv msg
   Shutdown -> pure ()   -- stops the loop in processAll before it gets here
   StreamOpen {} -> streamMessage sv pending msg
   StreamIn {} -> streamMessage sv pending msg
@@ -176,18 +181,24 @@ farmMessage sv msg = case msg of
     traceHerd ("herd worker batch " ++ show bid ++ " of " ++ refName ref ++ ": " ++ show count ++ " tasks")
     now <- lazyClock
     stepBatches (startBatch now bid runner (fromIntegral count) (refName ref)) >>= mapM_ plain
+    -- cancelled before it started: stopped at once
+    gone <- takeCancelled (svCancel sv) bid
+    when gone $ stepBatches (cancel bid) >>= mapM_ plain
+  BatchCancel bid -> stepBatches (cancel bid) >>= mapM_ plain
   Args k bytes -> do
     now <- lazyClock
     verdicts <- stepBatches (arguments now (fromIntegral k))
     forM_ verdicts $ \v -> case v of
       Apply r _ count -> do
-        ran <- runnerChunk r (svScratch sv) bytes count
+        bid <- maybe 0 id . currentBatch <$> readIORef (svBatches sv)
+        ran <- computing (svCancel sv) bid (runnerChunk r (svScratch sv) bytes count)
         sendResults sv
         end <- lazyClock
         let outcome = case ran of
-              ChunkDone -> Computed
-              ChunkUndecodable j why -> Undecodable j why
-              ChunkThrew j why -> Threw j why
+              Just ChunkDone -> Computed
+              Just (ChunkUndecodable j why) -> Undecodable j why
+              Just (ChunkThrew j why) -> Threw j why
+              Nothing -> Stopped
         stepBatches (applied end outcome) >>= mapM_ plain
       _ -> plain v
   _ -> pure ()

@@ -1,3 +1,4 @@
+{-# LANGUAGE InterruptibleFFI #-}
 -- | Simulated cost: a task or evolve step that stands for work it does not
 -- do. In a worker process the cost is a sleep on the computing thread's
 -- own OS thread, so hundreds of workers fit on a few cores; in a
@@ -47,7 +48,7 @@ simulatedWork secs x
       pure x
 {-# NOINLINE simulatedWork #-}
 
-foreign import ccall safe "usleep" c_usleep :: CUInt -> IO CInt
+foreign import ccall interruptible "usleep" c_usleep :: CUInt -> IO CInt
 
 -- | Sleep this many seconds (rounded up to a microsecond) on the calling
 -- OS thread, not through the runtime's timer: the rest of the runtime goes

@@ -25,7 +25,7 @@ toMasterCorpus =
   , BatchRejected 1 (T.pack "unknown"), StreamOut 1 1 (word 5), StreamDone 1, StreamAborted 1 (T.pack "x")
   , StreamTaken 1 1, StateEvolved 1 100 [(2, word 9)], EvolveThrew 1 (T.pack "x"), EvolveRejected (T.pack "x")
   , StateReleased 1 (word 4), StateKept 1, StateMissing 1, StatesCleared, StateReplayed 1, Pong 1
-  , ShareHeld 1, ShareDropped 1, ShareSpilled 1
+  , ShareHeld 1, ShareDropped 1, ShareSpilled 1, BatchStopped 1
   , Forward 2 1 0 0 (word 3), GroupSent 1 0, GroupThrew 1 0 (T.pack "x"), PartHeld 1 0 0
   , PartitionDone 1 0 (word 3), PartitionThrew 1 0 (T.pack "x") ]
 
@@ -37,7 +37,7 @@ toWorkerCorpus ref =
   , EvolveState 1 (word 6), StateRelease 1, StateReplay 1 (word 5) [(ref, word 1, 0)], Ping 1 B.empty
   , SharePart 1 8 (word 2), ShareDrop 1, HoldBudget 1024
   , GroupRun 1 0 ref 2 [(0, 1), (1, 2)] (word 0), PartIn 1 0 0 (word 3), PartitionCombine 1 0 ref 1
-  , ExchangeEnd 1, StatesDrop [1, 2] ]
+  , ExchangeEnd 1, StatesDrop [1, 2], BatchCancel 1 ]
 
 -- An Int as store encodes it (8 bytes, little-endian).
 word :: Word64 -> B.ByteString

@@ -144,6 +144,8 @@ deliver host tag s msg = do
       forM_ verdicts $ \v -> case v of
         Apply r _ count -> runFarm host tag s r bytes count
         _ -> verdict host tag s v
+    -- a run's cost is its simulated time, which a cancel does not cut short
+    BatchCancel bid -> stateRef (sBatches s) (cancel bid) >>= mapM_ (verdict host tag s)
     StreamOpen sid _ -> say host tag s (StreamAborted sid (T.pack "simulated workers do not run stream processes"))
     StreamIn {} -> pure ()
     StreamEnd _ -> pure ()

@@ -49,6 +49,9 @@ data Batch = Batch
   , batchSuperseded :: !Bool
     -- ^ its twin's results were accepted: its own are dropped, and its
     -- tasks are not run again if its worker is lost
+  , batchCancelled :: !Bool
+    -- ^ its worker was told to stop it ('CancelBatch'): its results are
+    -- not wanted, and its worker is free once it answers
   } deriving (Show)
 
 -- | A live worker.
@@ -148,6 +151,9 @@ data Event
   | WorkerHeld !WorkerId !Bool
     -- ^ the worker is near its memory limit ('True': give it no new batch
     -- while another worker can take it) or has fallen back ('False')
+  | BatchStopped !WorkerId !BatchId
+    -- ^ the worker stopped a batch early, as it was told ('CancelBatch'):
+    -- what it sent of it is not wanted
   deriving (Eq, Show)
 
 -- | Something the master loop must do.
@@ -162,6 +168,10 @@ data Command
   | AbortJob !JobId !JobFailure !JobStats
   | TaskFailedAt !JobId !Int !JobFailure
     -- ^ in a job that keeps going: this task failed, and has no result
+  | CancelBatch !WorkerId !BatchId
+    -- ^ tell the worker to stop this batch: its twin's results were
+    -- accepted, or its job ended; it answers with 'BatchStopped' (or its
+    -- results, if it had finished)
   | SlowBatch !WorkerId !BatchId !Int !Double !Double !WorkerId
     -- ^ for the log: this worker's batch of this many tasks has run this
     -- many seconds against an estimate of that many; a copy went to the

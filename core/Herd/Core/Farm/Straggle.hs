@@ -15,6 +15,7 @@ module Herd.Core.Farm.Straggle
   ( speculate
   , supersede
   , forgetTwin
+  , cancelOn
   , slowAfter
   ) where
 
@@ -64,9 +65,18 @@ speculate now s =
       in (st2, out ++ [SlowBatch from bid (batchTasks b) late est to, SendBatch to fresh (batchRanges b)])
 
 -- | A batch's twin ended first: the batch's results, when they come, are
--- dropped, and its tasks are not run again if its worker is lost.
-supersede :: BatchId -> Sched -> Sched
-supersede t = onAnyBatch t (\x -> x { batchSuperseded = True, batchTwin = Nothing })
+-- dropped, and its tasks are not run again if its worker is lost; its
+-- worker is told to stop it.
+supersede :: BatchId -> Sched -> (Sched, [Command])
+supersede t s = case holderOf t s of
+  Just w -> cancelOn w t (onBatch w t (\x -> x { batchSuperseded = True, batchTwin = Nothing }) s)
+  Nothing -> (s, [])
+
+-- | Tell a batch's worker to stop it (once).
+cancelOn :: WorkerId -> BatchId -> Sched -> (Sched, [Command])
+cancelOn w bid s = case M.lookup w (schedWorkers s) >>= M.lookup bid . workerOutstanding of
+  Just b | not (batchCancelled b) -> (onBatch w bid (\x -> x { batchCancelled = True }) s, [CancelBatch w bid])
+  _ -> (s, [])
 
 -- | A batch's twin was lost: it is a single copy again.
 forgetTwin :: BatchId -> Sched -> Sched
@@ -76,6 +86,10 @@ onBatch :: WorkerId -> BatchId -> (Batch -> Batch) -> Sched -> Sched
 onBatch w bid f s = s { schedWorkers = M.adjust (\wk -> Worker (M.adjust f bid (workerOutstanding wk))) w (schedWorkers s) }
 
 onAnyBatch :: BatchId -> (Batch -> Batch) -> Sched -> Sched
-onAnyBatch bid f s = case [ w | (w, wk) <- M.toList (schedWorkers s), M.member bid (workerOutstanding wk) ] of
-  w : _ -> onBatch w bid f s
-  [] -> s
+onAnyBatch bid f s = maybe s (\w -> onBatch w bid f s) (holderOf bid s)
+
+-- The worker an outstanding batch is on.
+holderOf :: BatchId -> Sched -> Maybe WorkerId
+holderOf bid s = case [ w | (w, wk) <- M.toList (schedWorkers s), M.member bid (workerOutstanding wk) ] of
+  w : _ -> Just w
+  [] -> Nothing

@@ -24,7 +24,8 @@ import Herd.Core.Master.Feature
 import Herd.Core.Monitor.Ledger (ledgerCredit)
 import Herd.Core.Step (runStep, transition, update)
 import qualified Herd.Core.Farm as S
-import Herd.Core.Wire (FromWorker (..))
+import Herd.Core.Packet.Policy (Urgency (..))
+import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 
 -- | The farm jobs: the scheduler hears of every worker's arrival, loss,
 -- hold and of the time passing; the workers' batch answers are theirs.
@@ -47,6 +48,7 @@ ownsFarm msg = case msg of
   BatchDone {} -> True
   TaskThrew {} -> True
   BatchRejected {} -> True
+  BatchStopped {} -> True
   _ -> False
 
 -- | A farm job's submission, cancel or breakage, and a batch that could not be sent.
@@ -88,6 +90,8 @@ received hooks now w msg core = case msg of
       then badIn core1 (MisplacedFailure bid (fromIntegral pos) (expGot e))
       else sched now (S.BatchCompleted w bid 0 (Just (fromIntegral pos, T.unpack why))) core1
   BatchRejected bid why -> popExpect bid $ \_ core1 -> sched now (S.BatchRefused w bid (T.unpack why)) core1
+  -- a batch stopped as it was told: what came of it is dropped
+  BatchStopped bid -> popExpect bid $ \_ core1 -> sched now (S.BatchStopped w bid) core1
   _ -> (core, [])
   where
     link = M.findWithDefault noneExpected w (coreLinks core)
@@ -141,6 +145,9 @@ sched now ev core =
         | M.member jid (coreFarms c) -> (c, out ++ [Accept jid ranges])
         | otherwise -> (c, out)
       S.DropResults _ -> (c, out)
+      S.CancelBatch w bid
+        | M.member w (coreLinks c) -> (c, out ++ [Send w Urgent (BatchCancel bid)])
+        | otherwise -> (c, out)
       S.TaskFailedAt jid i failure -> case M.lookup jid (coreFarms c) of
         Just job -> (c, out ++ [FailTask jid i (failureError (refName (farmRef job)) failure)])
         Nothing -> (c, out)

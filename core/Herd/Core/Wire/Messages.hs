@@ -76,6 +76,10 @@ data ToWorker
   | StatesDrop ![Word64]
     -- ^ forget these evolve states (of a call that failed), and any
     -- evolution of them not started; no answer
+  | BatchCancel !Word64
+    -- ^ the master no longer wants this batch's results (its copy won,
+    -- or its caller gave up): stop it, running or not started, and
+    -- answer 'BatchStopped'; a batch that already ended is not answered
   deriving (Eq, Show)
 
 -- | Messages from worker to master.
@@ -120,6 +124,9 @@ data FromWorker
   | PartHeld !Word64 !Word32 !Word32  -- ^ this group's part of this partition is held here
   | PartitionDone !Word64 !Word32 !B.ByteString  -- ^ this partition's parts, combined
   | PartitionThrew !Word64 !Word32 !Text  -- ^ combining this partition failed
+  | BatchStopped !Word64
+    -- ^ answers 'BatchCancel': the batch ended here early (the results
+    -- before it were sent; none after it will be)
   deriving (Eq, Show)
 
 -- | How soon a message to a worker must leave: control messages and the

@@ -7,13 +7,14 @@ module Herd.Core.Wire.Tags
     tagRunBatch, tagArgs, tagShutdown, tagStreamOpen, tagStreamIn, tagStreamEnd, tagStreamCredit
   , tagStreamClose, tagStatesReset, tagStateAdd, tagEvolveWith, tagEvolveState, tagStateRelease
   , tagStateReplay, tagPing, tagSharePart, tagShareDrop, tagHoldBudget
-  , tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd, tagStatesDrop
+  , tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd, tagStatesDrop, tagBatchCancel
     -- * Worker to master
   , tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone
   , tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected
   , tagStateReleased, tagStateKept, tagStateMissing, tagStatesCleared, tagStateReplayed, tagPong
   , tagShareHeld, tagShareDropped, tagShareSpilled
   , tagForward, tagGroupSent, tagGroupThrew, tagPartHeld, tagPartitionDone, tagPartitionThrew
+  , tagBatchStopped
   ) where
 
 import Data.Word (Word8)
@@ -50,6 +51,10 @@ tagPartitionCombine = 21
 tagExchangeEnd = 22
 tagStatesDrop = 23
 
+-- | Tag of the message that stops a batch whose results are not wanted.
+tagBatchCancel :: Word8
+tagBatchCancel = 24
+
 -- | Tags of the messages to the master.
 tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone,
   tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected,
@@ -84,3 +89,7 @@ tagGroupThrew = 23
 tagPartHeld = 24
 tagPartitionDone = 25
 tagPartitionThrew = 26
+
+-- | Tag of a worker's word that it stopped a batch it was told to.
+tagBatchStopped :: Word8
+tagBatchStopped = 27

@@ -8,9 +8,11 @@
 -- Promises (checked by properties in "WorkerStepSpec"): every batch
 -- started is answered exactly once: with 'Herd.Wire.BatchDone' after one
 -- result per argument, with 'Herd.Wire.TaskThrew' naming the position of
--- the first task that threw (after the results before it), or with
+-- the first task that threw (after the results before it), with
 -- 'Herd.Wire.BatchRejected' when the function cannot run here or an
--- argument does not decode. Arguments outside any batch, more arguments
+-- argument does not decode, or with 'Herd.Wire.BatchStopped' when the
+-- master cancelled it before its end ('cancel', or a run 'Stopped'); a
+-- cancel of a batch that already ended is not answered. Arguments outside any batch, more arguments
 -- than the batch holds, or a batch started before the last one's
 -- arguments all came, break the protocol.
 module Herd.Core.Worker.Step
@@ -21,6 +23,8 @@ module Herd.Core.Worker.Step
   , startBatch
   , arguments
   , applied
+  , cancel
+  , currentBatch
   ) where
 
 import qualified Data.Text as T
@@ -69,6 +73,7 @@ data Outcome
   = Computed                   -- ^ every result was sent
   | Undecodable !Int String    -- ^ the argument at this position did not decode
   | Threw !Int String          -- ^ the function (or forcing its result) threw on this one
+  | Stopped                    -- ^ the run was stopped by a cancel of its batch (the results so far were sent)
 
 -- | A batch of this many tasks starts, of a function found here ('Right')
 -- or not ('Left', why), named for messages.
@@ -110,10 +115,24 @@ applied now outcome (Batches current) = case current of
             , [Reply Urgent (BatchRejected (curBatch c) (T.pack ("argument " ++ show (curPos c + j) ++ " for "
                                                                    ++ curName c ++ " does not decode: " ++ why)))] )
           Threw j why -> (c { curRunner = Nothing }, [Reply Urgent (TaskThrew (curBatch c) (fromIntegral (curPos c + j)) (T.pack why))])
+          Stopped -> (c { curRunner = Nothing }, [Reply Urgent (BatchStopped (curBatch c))])
         c2 = advance (curRun c) c1
         finished = [ Reply Bulk (BatchDone (curBatch c2) (round (max 0 (now - curStarted c2) * 1e9)))
                    | curLeft c2 == 0, Just _ <- [curRunner c2] ]
     in (inProgress c2 { curRun = 0 }, out ++ finished)
+
+-- | The master cancelled this batch: if it is the one in progress and has
+-- not been answered, the rest of its arguments are skipped and it is
+-- answered as stopped; otherwise (it ended, or is not this worker's) nothing.
+cancel :: Word64 -> Batches r -> (Batches r, [Verdict r])
+cancel bid (Batches current) = case current of
+  Just c | curBatch c == bid, Just _ <- curRunner c, curLeft c > 0 || curRun c > 0 ->
+    (inProgress c { curRunner = Nothing }, [Reply Urgent (BatchStopped bid)])
+  _ -> (Batches current, [])
+
+-- | The batch in progress, if any.
+currentBatch :: Batches r -> Maybe Word64
+currentBatch (Batches current) = curBatch <$> current
 
 advance :: Int -> Current r -> Current r
 advance k c = c { curLeft = curLeft c - k, curPos = curPos c + k }

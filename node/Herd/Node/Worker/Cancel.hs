@@ -1,0 +1,152 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | Stopping a farm batch on a worker while it computes. The worker's loop
+-- ("Herd.Node.Worker") reads its link and computes on one thread, so a
+-- 'Herd.Core.Wire.BatchCancel' sent while a long task runs would wait for
+-- the task's end. A watch thread looks at the link every 20 ms while a run
+-- of the loop's computes (never otherwise): it reads what has come without
+-- waiting, keeps those frames (copied) for the loop to handle next, in
+-- order, notes every cancel in them, and interrupts the run when its own
+-- batch is cancelled.
+--
+-- Promises: the loop's reads and the watch's never overlap (the watch
+-- reads only while a run computes, and the run waits for a read in
+-- progress to end before it returns); frames reach the loop in
+-- the order they came; an interrupt reaches the run it was meant for and
+-- no later code ('computing' answers 'Nothing' for it). A run costs the
+-- loop one write and one atomic change, no lock. A task is stopped
+-- at its next allocation: a loop that allocates nothing runs to its end.
+module Herd.Node.Worker.Cancel
+  ( Canceller
+  , newCanceller
+  , computing
+  , takeCancelled
+  , takeQueued
+  , hasQueued
+  ) where
+
+import Control.Concurrent (ThreadId, forkIO, killThread, myThreadId, threadDelay, yield)
+import Control.Exception
+import Control.Monad (forever, when)
+import qualified Data.ByteString as B
+import Data.IORef
+import Data.Sequence (Seq, ViewL (..), (|>))
+import qualified Data.Sequence as Seq
+import qualified Data.Set as S
+import Data.Word (Word64)
+import Herd.Core.Wire (ToWorker (..), decodeToWorker)
+import Herd.Packet (splitPacket)
+import Herd.Transport (Connection, recvAvailable, takeBufferedFrame)
+
+-- | The interrupt a cancelled run is stopped with: asynchronous, so the
+-- task runners pass it on instead of reporting it as the task's failure.
+data BatchInterrupted = BatchInterrupted
+  deriving (Show)
+
+instance Exception BatchInterrupted where
+  toException = asyncExceptionToException
+  fromException = asyncExceptionFromException
+
+-- What the loop is doing, as the watch sees it: the watch reads the link
+-- only in 'Reading', which it enters from 'Computing' and leaves back to
+-- it, and the loop leaves 'Computing' only by one atomic change, so the
+-- two never read the link at once (and no lock is taken per run).
+data Run = Idle | Computing !Word64 | Reading !Word64 | Interrupting
+
+-- | The watch over one link.
+data Canceller = Canceller
+  { cnConn      :: !Connection
+  , cnCap       :: !Int                        -- ^ the frame cap
+  , cnSplit     :: !Int                        -- ^ the packet's message cap
+  , cnRun       :: !(IORef Run)
+  , cnCancelled :: !(IORef (S.Set Word64))     -- ^ batches cancelled in frames read ahead
+  , cnQueued    :: !(IORef (Seq B.ByteString)) -- ^ frames read ahead, for the loop
+  , cnLoop      :: !ThreadId                   -- ^ the loop's thread
+  }
+
+-- | Start the watch for this link (its frame cap and its packets' message
+-- cap), run the body with it, and stop the watch after.
+newCanceller :: Connection -> Int -> Int -> (Canceller -> IO a) -> IO a
+newCanceller conn cap split body = do
+  me <- myThreadId
+  cn <- Canceller conn cap split <$> newIORef Idle <*> newIORef S.empty <*> newIORef Seq.empty <*> pure me
+  bracket (forkIO (watch cn)) killThread (const (body cn))
+
+-- | Run a computation of this batch, lending the link to the watch
+-- meanwhile: 'Nothing' if the batch was cancelled and the run stopped.
+computing :: Canceller -> Word64 -> IO a -> IO (Maybe a)
+computing cn bid act = mask $ \restore -> do
+  writeIORef (cnRun cn) (Computing bid)
+  r <- try (restore act)
+  was <- leave
+  case (r, was) of
+    (Left e, _) | Just BatchInterrupted <- fromException e -> pure Nothing
+    (Left e, _) -> throwIO e
+    -- the watch is throwing: take its interrupt here, not later
+    (Right _, Interrupting) -> (restore (forever (threadDelay 1000000)) `catch` \BatchInterrupted -> pure ()) >> pure Nothing
+    (Right x, _) -> pure (Just x)
+  where
+    -- back to idle, once a read of the watch's in progress has ended
+    leave = do
+      was <- atomicModifyIORef' (cnRun cn) $ \st -> case st of
+        Reading _ -> (st, st)
+        _ -> (Idle, st)
+      case was of
+        Reading _ -> yield >> leave
+        _ -> pure was
+
+-- | Whether a batch was cancelled in a frame read ahead (its start may
+-- be read later: it is then stopped before it runs); the note is used up.
+takeCancelled :: Canceller -> Word64 -> IO Bool
+takeCancelled cn bid = atomicModifyIORef' (cnCancelled cn) (\s -> (S.delete bid s, S.member bid s))
+
+-- | The oldest frame read ahead, if any.
+takeQueued :: Canceller -> IO (Maybe B.ByteString)
+takeQueued cn = do
+  q <- readIORef (cnQueued cn)
+  case Seq.viewl q of
+    f :< rest -> writeIORef (cnQueued cn) rest >> pure (Just f)
+    EmptyL -> pure Nothing
+
+-- | Whether frames read ahead wait.
+hasQueued :: Canceller -> IO Bool
+hasQueued cn = not . Seq.null <$> readIORef (cnQueued cn)
+
+-- Every 20 ms: while a run computes, read what came, and interrupt the
+-- run if its batch is cancelled.
+watch :: Canceller -> IO ()
+watch cn = forever $ do
+  threadDelay 20000
+  st <- readIORef (cnRun cn)
+  case st of
+    Computing bid -> do
+      lent <- atomicModifyIORef' (cnRun cn) $ \s -> case s of
+        Computing b | b == bid -> (Reading bid, True)
+        _ -> (s, False)
+      when lent $ readAhead cn `finally` atomicModifyIORef' (cnRun cn) (\_ -> (Computing bid, ()))
+      hit <- S.member bid <$> readIORef (cnCancelled cn)
+      when hit $ do
+        go <- atomicModifyIORef' (cnRun cn) $ \s -> case s of
+          Computing b | b == bid -> (Interrupting, True)
+          _ -> (s, False)
+        when go $ throwTo (cnLoop cn) BatchInterrupted
+    _ -> pure ()
+
+-- Read without waiting, keep each whole frame (copied) and note its
+-- cancels. A failure of the link is left for the loop to meet.
+readAhead :: Canceller -> IO ()
+readAhead cn = do
+  r <- try (recvAvailable (cnConn cn) >> frames)
+  case r of
+    Left (_ :: SomeException) -> pure ()
+    Right fs -> mapM_ keep fs
+  where
+    frames = do
+      f <- takeBufferedFrame (cnCap cn) (cnConn cn)
+      case f of
+        Just frame -> (B.copy frame :) <$> frames
+        Nothing -> pure []
+    keep frame = do
+      modifyIORef' (cnQueued cn) (|> frame)
+      case splitPacket (cnSplit cn) frame of
+        Right msgs -> modifyIORef' (cnCancelled cn) (S.union (S.fromList [ bid | Right (BatchCancel bid) <- map decodeToWorker msgs ]))
+        Left _ -> pure ()
