@@ -65,8 +65,9 @@ run o = do
     putStrLn "per worker, single-worker run:"
     putStr (renderStats oneStats)
    runOn label workers = do
-      let cfg = defaultConfig { configWorkers = workers, configTransport = flagTransport (optCluster o)
-                              , configTls = flagTls (optCluster o), configDashboard = flagDashboard (optCluster o) }
+      -- every cluster flag counts, the worker count as this run asks
+      flagged <- configFromFlags (optCluster o) defaultConfig
+      let cfg = flagged { configWorkers = workers }
       withCluster cfg $ \cluster -> do
         n <- clusterWorkerCount cluster
         putStrLn ("\n" ++ label ++ ": " ++ show n ++ " worker process" ++ (if n == 1 then "" else "es"))

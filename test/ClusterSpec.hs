@@ -328,6 +328,16 @@ eventually cond = go (100 :: Int)
 spec :: Spec
 spec = describe "a cluster of local worker processes" $ do
   forM_ [minBound .. maxBound] $ \t -> forM_ [ThreadedLoop, EpollLoop] (transportSpec t)
+  it "names the address and --listen when it cannot listen there" $
+    bracket (listenTcp "127.0.0.1" 0) close $ \taken -> do
+      port <- listenPort taken
+      r <- try (withCluster defaultConfig { configWorkers = Just 0, configListenHost = Just "127.0.0.1"
+                                          , configListenPort = port } (const (pure ())))
+      case r of
+        Left (ConfigError field why) -> do
+          field `shouldBe` "configListenHost"
+          why `shouldSatisfy` (("cannot listen on 127.0.0.1:" ++ show port ++ " (--listen)") `isInfixOf`)
+        other -> expectationFailure ("expected a ConfigError, got " ++ either show (const "a cluster") other)
   it "refuses a worker from a different build, with a clear message on both sides" $
     withTestCluster 0 $ \logs cluster -> do
       exe <- getExecutablePath

@@ -62,6 +62,8 @@ spec = do
       parseHostList "a:8,b:x" `shouldSatisfy` either ("\"b:x\"" `isInfixOf`) (const False)
       parseHostList "a:0" `shouldSatisfy` isLeft
       parseHostList "" `shouldSatisfy` isLeft
+      parseHostList "a,,b" `shouldSatisfy` either ("entry 2 of 3" `isInfixOf`) (const False)
+      parseHostList ",a" `shouldSatisfy` either ("entry 1 of 2" `isInfixOf`) (const False)
       parseHostList "-oProxyCommand=x" `shouldSatisfy` isLeft
       parseHostList "a;rm:2" `shouldSatisfy` isLeft
     it "reads SLURM's tasks per node, and names a bad list" $ do

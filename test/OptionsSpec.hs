@@ -26,10 +26,14 @@ spec = describe "Herd.Options" $ do
     fmap fst (parseArgs []) `shouldSatisfy` either (const False) ((== Nothing) . flagWorkers)
     fmap snd (parseArgs ["--count", "7", "--workers", "3"]) `shouldBe` Right 7
   it "turns the flags into the configuration they name" $ do
+    dir <- getTemporaryDirectory
+    (secretPath, h) <- openTempFile dir "secret"
+    hClose h
     let Right (flags, _) = parseArgs [ "--workers", "3", "--hosts", "a:2,b", "--listen", "0.0.0.0:7000"
                                      , "--tls", "--transport", "tcp", "--dashboard", "127.0.0.1:0"
-                                     , "--liveness", "6", "--secret-file", "/tmp/s", "--memory-limit", "300" ]
+                                     , "--liveness", "6", "--secret-file", secretPath, "--memory-limit", "300" ]
     cfg <- configFromFlags flags defaultConfig
+    removeFile secretPath
     configWorkers cfg `shouldBe` Just 3
     map hostTarget (configHosts cfg) `shouldBe` ["a", "b"]
     (configListenHost cfg, configListenPort cfg) `shouldBe` (Just "0.0.0.0", 7000)
@@ -37,7 +41,7 @@ spec = describe "Herd.Options" $ do
     configTransport cfg `shouldBe` Just TcpTransport
     configDashboard cfg `shouldBe` Just "127.0.0.1:0"
     configLivenessTimeout cfg `shouldBe` 6
-    configSecret cfg `shouldBe` SecretFile "/tmp/s"
+    configSecret cfg `shouldBe` SecretFile secretPath
     configWorkerMemoryLimit cfg `shouldBe` MemoryLimitMiB 300
     let limitOf args = either (const (pure Nothing)) (\(f, _) -> Just . configWorkerMemoryLimit <$> configFromFlags f defaultConfig) (parseArgs args)
     limitOf ["--memory-limit", "none"] `shouldReturn` Just NoMemoryLimit
@@ -55,6 +59,8 @@ spec = describe "Herd.Options" $ do
     refused ["--transport", "carrier-pigeon"] "transport" `shouldBe` True
     refused ["--dashboard", "nowhere"] "--dashboard" `shouldBe` True
     refused ["--hosts", "a:x"] "a:x" `shouldBe` True
+    refused ["--hosts", "a,,b"] "entry 2 of 3 in the host list is empty" `shouldBe` True
+    refused ["--hosts", "a,"] "entry 2 of 2 in the host list is empty" `shouldBe` True
     refused ["--liveness", "0"] "seconds" `shouldBe` True
     refused ["--memory-limit", "8"] "MiB from 16, auto or none" `shouldBe` True
     refused ["--memory-limit", "lots"] "--memory-limit" `shouldBe` True
@@ -74,3 +80,13 @@ spec = describe "Herd.Options" $ do
       Left (ConfigError field why) -> (field, bad `isInfixOf` why) `shouldBe` ("--hosts-file", True)
       other -> expectationFailure ("expected a ConfigError naming --hosts-file, got " ++ either show (const "a configuration") other)
     mapM_ removeFile [good, bad]
+  it "names --hosts-file and --secret-file when their file is missing" $ do
+    let failsNaming args flag = case parseArgs args of
+          Left why -> expectationFailure ("the flags did not parse: " ++ why)
+          Right (flags, _) -> do
+            r <- try (configFromFlags flags defaultConfig)
+            case r of
+              Left (ConfigError field why) -> (field, "no such file" `isInfixOf` why) `shouldBe` (flag, True)
+              other -> expectationFailure ("expected a ConfigError naming " ++ flag ++ ", got " ++ either show (const "a configuration") other)
+    failsNaming ["--hosts-file", "/nonexistent/hosts"] "--hosts-file"
+    failsNaming ["--secret-file", "/nonexistent/secret"] "--secret-file"

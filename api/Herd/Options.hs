@@ -1,3 +1,4 @@
+{-# LANGUAGE ScopedTypeVariables #-}
 -- | Your program's command line: herd's cluster flags (the ones @herd
 -- demo@ takes) as an optparse-applicative parser, and 'herdMain', a
 -- @main@ that serves as a worker before anything else runs.
@@ -31,8 +32,11 @@ module Herd.Options
   , awaitFlaggedWorkers
   ) where
 
-import Control.Exception (throwIO)
-import Control.Monad (unless, when)
+import Control.Exception (throwIO, try)
+import Control.Monad (forM_, unless, when)
+import System.Directory (doesFileExist)
+import GHC.IO.Exception (IOException (ioe_description))
+import System.IO.Error (isDoesNotExistError, isPermissionError)
 import Data.Char (isDigit)
 import Herd
 import Herd.Config
@@ -120,8 +124,13 @@ configFromFlags f base = do
   fileHosts <- case flagHostsFile f of
     Nothing -> pure []
     Just path -> do
-      text <- readFile path
+      read' <- try (readFile path >>= \t -> length t `seq` pure t)
+      text <- either (\(e :: IOException) -> throwIO (ConfigError "--hosts-file" (path ++ ": " ++ ioReason e))) pure read'
       either (throwIO . ConfigError "--hosts-file" . (\why -> path ++ ": " ++ why)) pure (parseHostsFile text)
+  forM_ (flagSecretFile f) $ \path -> do
+    there <- doesFileExist path
+    unless there $ throwIO (ConfigError "--secret-file" (path ++ ": no such file (make one with: head -c 32 /dev/urandom | base64 > "
+                                                         ++ path ++ "; chmod 600 " ++ path ++ ")"))
   let remote = flagsNameRemoteWorkers f
   pure base
     { configWorkers = case flagWorkers f of
@@ -144,6 +153,13 @@ configFromFlags f base = do
     , configDashboard = maybe (configDashboard base) Just (flagDashboard f)
     , configWorkerMemoryLimit = maybe (configWorkerMemoryLimit base) id (flagMemoryLimit f)
     }
+
+-- Why a file could not be read, in words.
+ioReason :: IOException -> String
+ioReason e
+  | isDoesNotExistError e = "no such file"
+  | isPermissionError e = "permission denied"
+  | otherwise = ioe_description e
 
 -- | Wait for the workers @--wait-workers@ asked for (at least one), for up
 -- to the start timeout (600 s if none was given); throws 'LaunchError'

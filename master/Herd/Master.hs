@@ -103,6 +103,7 @@ import Herd.Transport.Tls (newTlsIdentity, tlsAccept)
 import Herd.Transport.Unix (listenUnix, acceptUnix)
 import Herd.Node (serveIfWorker)
 import Network.Socket (Socket, close)
+import GHC.IO.Exception (IOException (ioe_description))
 import System.Environment (getEnvironment)
 import System.Posix.Unistd (getSystemID, nodeName)
 import System.Timeout (timeout)
@@ -131,6 +132,19 @@ withCluster :: Config -> (Cluster -> IO r) -> IO r
 withCluster config body = runInUnboundThread $
   withMaster config Nothing $ \cluster -> body cluster `finally` shutdown cluster
 
+-- The master's listening socket, or a 'ConfigError' naming the address
+-- and why it cannot be had (in use, not this host's, not allowed).
+listenFor :: Config -> IO Socket
+listenFor cfg = do
+  let host = listenHostFor cfg
+      port = configListenPort cfg
+  r <- try (listenTcp host port)
+  case r of
+    Right s -> pure s
+    Left (e :: IOException) ->
+      throwIO (ConfigError "configListenHost" ("cannot listen on " ++ host ++ ":" ++ show port
+                                               ++ " (--listen): " ++ ioe_description e))
+
 -- The master with its listeners, reader and launches. With a raw queue,
 -- joined links go there instead of to the core.
 withMaster :: Config -> Maybe (TQueue Connection) -> (Cluster -> IO r) -> IO r
@@ -145,7 +159,7 @@ withMaster config raw body = do
   slurmTasks <- if not (configSlurm cfg) then pure Nothing else
     either (throwIO . LaunchError) (pure . Just) . slurmTaskCount =<< getEnvironment
   shell <- newShell cfg
-  bracket (listenTcp (listenHostFor cfg) (configListenPort cfg)) close $ \lsock ->
+  bracket (listenFor cfg) close $ \lsock ->
    bracket (makeReader cfg shell) snd $ \(reader, _) -> do
     setReader shell reader
     cluster <- newCluster cfg shell feed lsock

@@ -16,6 +16,25 @@ grep -q "^Usage: [^ ]* bench echo " <<<"$err" || fail "herd bench echo showed no
 if err=$("$H" demo --workers many 2>&1); then fail "herd demo accepted --workers many"; fi
 grep -q "option --workers: expected a worker count" <<<"$err" || fail "herd demo --workers many said: $err"
 
+# each bad input names its cause, and nothing starts
+expect_refused() {  # expect_refused NEEDLE ARGS...: herd demo ARGS fails, saying NEEDLE
+  local needle=$1; shift
+  local said
+  if said=$(timeout 30 "$H" demo "$@" 2>&1); then fail "herd demo $* was accepted"; fi
+  grep -qF -- "$needle" <<<"$said" || fail "herd demo $* did not say '$needle': $said"
+}
+expect_refused "--workers 0 starts no worker" --workers 0
+expect_refused "entry 2 of 3 in the host list is empty" --hosts a,,b
+expect_refused "invalid --hosts-file: /nonexistent/hosts: no such file" --hosts-file /nonexistent/hosts
+expect_refused "invalid --secret-file: /nonexistent/secret: no such file" --secret-file /nonexistent/secret --workers 1
+busy_port=$(( 40000 + RANDOM % 20000 ))
+python3 -c "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', $busy_port)); s.listen(1); time.sleep(30)" &
+holder=$!
+sleep 0.3
+expect_refused "cannot listen on 127.0.0.1:$busy_port (--listen)" --listen "127.0.0.1:$busy_port" --workers 1
+kill "$holder" 2>/dev/null || true
+wait "$holder" 2>/dev/null || true
+
 # a worker that cannot reach its master logs one stamped line and exits
 if err=$(timeout 20 "$H" worker --connect 127.0.0.1:1 2>&1); then fail "a worker with no master exited 0"; fi
 grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}[+-][0-9]{2}:[0-9]{2} herd worker: ' <<<"$err" \
@@ -30,6 +49,7 @@ head -c 32 /dev/urandom | base64 > "$secret"
 out=$(mktemp); err=$(mktemp); agent_err=$(mktemp)
 trap 'rm -f "$secret" "$out" "$err" "$agent_err"' EXIT
 port=$(( 40000 + RANDOM % 20000 ))
+[ "$port" != "$busy_port" ] || port=$(( port + 1 ))
 timeout 120 "$H" demo --listen "127.0.0.1:$port" --wait-workers 2 --fib 32 --tasks 300 --secret-file "$secret" \
   >"$out" 2>"$err" &
 demo=$!

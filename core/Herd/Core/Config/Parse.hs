@@ -54,11 +54,15 @@ data HostSpec = HostSpec
   } deriving (Eq, Show)
 
 -- | Parse @a:8,b:8,c@ (a host without a count gets one worker per physical
--- core), naming the entry that does not parse.
+-- core), naming the entry that does not parse; an empty entry (two commas,
+-- or one at an end) is refused, naming its place.
 parseHostList :: String -> Either String [HostSpec]
-parseHostList s = case filter (not . null) (splitOn ',' (filter (not . isSpace) s)) of
-  [] -> Left "no hosts given (expected HOST[:WORKERS],...)"
-  entries -> mapM (parseEntry ':') entries
+parseHostList s = case splitOn ',' (filter (not . isSpace) s) of
+  [""] -> Left "no hosts given (expected HOST[:WORKERS],...)"
+  entries -> case [ i | (i, "") <- zip [1 :: Int ..] entries ] of
+    i : _ -> Left ("entry " ++ show i ++ " of " ++ show (length entries) ++ " in the host list is empty"
+                   ++ " (two commas, or one at an end; expected HOST[:WORKERS],...)")
+    [] -> mapM (parseEntry ':') entries
 
 -- | Parse a hosts file: one host per line, @HOST [WORKERS]@ or
 -- @HOST:WORKERS@; blank lines and text after @#@ are ignored. Errors name
