@@ -25,7 +25,7 @@ import qualified Network.Socket as N
 import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec
 import Test.QuickCheck
-import TestTasks (sleepySquareTask)
+import TestTasks (refSlowInc, refSquare, slowCountReducer, sleepySquareTask)
 
 -- One change to the ledger, as the core makes them.
 data Op
@@ -195,6 +195,26 @@ spec = describe "the dashboard" $ do
       case r of
         Left (ConfigError "configDashboard" why) -> why `shouldContain` show port
         other -> expectationFailure ("expected a ConfigError, got " ++ show (fmap (const ()) other))
+
+  it "shows a keyed reduction and a Ref call as calls while they run, with their workers busy, in /api/status and /metrics" $
+    withDashboardCluster $ \(host, port) cluster -> do
+      let seen kind = eventually $ do
+            st <- clusterStatus cluster
+            let mine = [ c | c <- statusCalls st, callKind c == kind ]
+                busy = [ r | r <- statusWorkers st, rowState r == Busy ]
+            (_, metrics) <- httpGet host port "/metrics"
+            pure (not (null mine) && all (not . null . callFunction) mine && not (null busy)
+                  && ("herd_calls_running{kind=\"" ++ kind ++ "\"} 1") `isInfixOf` metrics)
+      withAsync (reduceByKey cluster slowCountReducer [ (d, 20) | d <- [1 .. 150 :: Int] ]) $ \job -> do
+        seen "reduce" `shouldReturn` True
+        _ <- wait job
+        pure ()
+      squares <- farmRefs cluster refSquare [1 .. 200 :: Int]
+      withAsync (mapRefs cluster refSlowInc squares) $ \job -> do
+        seen "evolve" `shouldReturn` True
+        incs <- wait job
+        fetchMany cluster incs `shouldReturn` [ x * x + 1 | x <- [1 .. 200] ]
+      statusCalls <$> clusterStatus cluster `shouldReturn` []
 
   it "serves /api/status and /metrics during a farm, with counters that rise, and refuses writes" $
     withDashboardCluster $ \(host, port) cluster ->

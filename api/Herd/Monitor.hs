@@ -26,6 +26,7 @@ module Herd.Monitor
   , WorkerRow (..)
   , WorkerState (..)
   , JobRow (..)
+  , CallView (..)
   , Account (..)
   , Departure (..)
   , SessionView (..)
@@ -35,7 +36,7 @@ module Herd.Monitor
 
 import Herd.Core.Session (SessionView (..))
 import Herd.Core.Monitor.Ledger (Account (..), Departure (..))
-import Herd.Core.Monitor.Status (JobRow (..), Status (..), WorkerRow (..), WorkerState (..))
+import Herd.Core.Monitor.Status (CallView (..), JobRow (..), Status (..), WorkerRow (..), WorkerState (..))
 import Herd.Core.Packet.Policy (FlushReason (..))
 import Herd.Master (ConnectionCounters (..), clusterCounters, clusterDashboard, clusterPacketStats, clusterStatus)
 import Herd.Master.Job.Farm (FarmStats, farmMeasured)

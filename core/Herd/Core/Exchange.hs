@@ -42,6 +42,7 @@ module Herd.Core.Exchange
   , exchangeOwners
   , exchangeDelivered
   , exchangeRunning
+  , exchangeView
   , runsPerWorker
   ) where
 
@@ -97,6 +98,15 @@ exchangeDelivered = xDelivered
 -- | The groups each worker was sent to run and has not finished.
 exchangeRunning :: Exchange -> M.Map WorkerId [Int]
 exchangeRunning = M.map (map fst) . xRuns
+
+-- | What a watcher is shown: the reducer's name, the partitions not yet
+-- combined, and the workers running its groups or combining its partitions.
+exchangeView :: Exchange -> (String, Int, [WorkerId])
+exchangeView x =
+  ( refName (xRef x)
+  , xParts x - M.size (xDone x)
+  , S.toList (S.fromList ([ w | (w, runs) <- M.toList (xRuns x), not (null runs) ]
+                          ++ [ o | j <- S.toList (xCombining x), not (M.member j (xDone x)), Just o <- [M.lookup j (xOwner x)] ])) )
 
 -- | A worker's word. 'Nothing' when the exchange is over (its 'XEnded'
 -- is among the outs).

@@ -134,8 +134,8 @@ workerLost now w death s = case M.lookup w (schedWorkers s) of
         twinLives b = case batchTwin b of
           Just t -> any (M.member t . workerOutstanding) (M.elems (schedWorkers s1))
           Nothing -> False
-        back (st, out) j = case returnBatches death (batchesOf (jobId j))
-                                              (chargeRunning death (copiedOn (jobId j)) j) { jobPresence = left now w (jobPresence j) } of
+        back (st, out) j = case returnBatches death (batchesOf (jobId j)) (copiedOn (jobId j))
+                                              j { jobPresence = left now w (jobPresence j) } of
           Requeued j' -> (st { schedJobs = M.insert (jobId j) j' (schedJobs st) }, out)
           Poisoned i d j'
             | jobKeepGoing j ->

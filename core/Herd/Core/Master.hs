@@ -43,6 +43,8 @@ module Herd.Core.Master
   , coreSessionView
   , coreRunsExchange
   , coreShares
+  , coreCalls
+  , CallView (..)
   ) where
 
 import Data.List (find)
@@ -82,6 +84,10 @@ step now ev core =
       working = hasWork core'
   in if working == ledgerWorking (coreLedger core') then (core', out)
      else (core' { coreLedger = ledgerTick now working (coreLedger core') }, out)
+
+-- | Every running call, of every kind, in the features' order.
+coreCalls :: Core -> [CallView]
+coreCalls core = concatMap (`featureCalls` core) features
 
 -- Whether the cluster has work: a farm job, a stream, a session or a
 -- reduction.

@@ -16,7 +16,6 @@
 module Herd.Core.Farm.Loss
   ( Returned (..)
   , returnBatches
-  , chargeRunning
   , splitAtTask
   ) where
 
@@ -37,19 +36,23 @@ data Returned
 
 -- | Give back a lost worker's batches of one job (in the order they were
 -- sent), given how it died ('Nothing': it was dropped, not killed, and
--- nothing is charged).
-returnBatches :: Maybe Death -> [(BatchId, Batch)] -> Job -> Returned
-returnBatches death batches j =
+-- nothing is charged). The batches whose copy runs on elsewhere (a
+-- straggler's twin) are charged too but not given back: the death counts
+-- against their tasks, so a task that kills every worker it is copied to
+-- is not copied again ("Herd.Core.Farm.Straggle").
+returnBatches :: Maybe Death -> [(BatchId, Batch)] -> [(BatchId, Batch)] -> Job -> Returned
+returnBatches death batches copied j =
   let split = map (splitBatch death) batches
       kept = concatMap fst split
       suspects = sort (concatMap snd split)
+      running = suspects ++ concatMap (snd . splitBatch death) copied
       deaths = case death of
-        Just _ -> foldl' (\m i -> IM.insertWith (+) i 1 m) (jobDeaths j) suspects
+        Just _ -> foldl' (\m i -> IM.insertWith (+) i 1 m) (jobDeaths j) running
         Nothing -> jobDeaths j
       -- only a death that can have been one task's alone condemns it: a
       -- task charged by the deaths of workers that ran others beside it
-      -- first runs alone
-      worst = [ (i, d) | Just _ <- [death], [i] <- [suspects], Just d <- [IM.lookup i deaths], d >= jobMaxDeaths j ]
+      -- first runs alone (one whose copy runs on waits for that copy)
+      worst = [ (i, d) | Just _ <- [death], [i] <- [running], i `elem` suspects, Just d <- [IM.lookup i deaths], d >= jobMaxDeaths j ]
       n = sum (map rangeSize kept) + length suspects
       requeued = j { jobPending = foldr (<|) (jobPending j) kept
                    , jobSuspects = Seq.fromList suspects <> jobSuspects j
@@ -59,16 +62,6 @@ returnBatches death batches j =
        (i, d) : _ -> Poisoned i d requeued { jobSuspects = Seq.filter (/= i) (jobSuspects requeued)
                                            , jobPendingN = jobPendingN requeued - 1 }
        [] -> Requeued requeued
-
--- | Charge the death to the tasks of a lost worker's batches that may
--- have been running, without giving them back: batches whose copy runs on
--- (a straggler's twin). The death still counts against those tasks, so a
--- task that kills every worker it is copied to is not copied again
--- ("Herd.Core.Farm.Straggle") and is named once it kills workers alone.
-chargeRunning :: Maybe Death -> [(BatchId, Batch)] -> Job -> Job
-chargeRunning death batches j = case death of
-  Nothing -> j
-  Just _ -> j { jobDeaths = foldl' (\m i -> IM.insertWith (+) i 1 m) (jobDeaths j) (concatMap (snd . splitBatch death) batches) }
 
 -- One batch's tasks: those that go back to the queue, and the suspects.
 splitBatch :: Maybe Death -> (BatchId, Batch) -> ([Range], [Int])

@@ -36,6 +36,8 @@ exchangeFeature = (quiet "exchange")
   , featureStarved = \_ _ core -> if S.awaitedWorkers (coreSched core) == 0 then exchangesStarved core else (core, [])
   , featureStop = \_ -> stopExchanges
   , featureBusy = not . M.null . coreExchanges
+  , featureCalls = \core -> [ let (name, left, ws) = exchangeView x in CallView "reduce" name left ws
+                            | x <- M.elems (coreExchanges core) ]
   }
 
 -- | Start a reduction on the live workers.

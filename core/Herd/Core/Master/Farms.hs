@@ -11,7 +11,7 @@ module Herd.Core.Master.Farms
   ) where
 
 import Control.Monad (forM_)
-import Data.List (partition)
+import Data.List (group, partition, sort)
 import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Herd.Core.Base (JobId, Range (..), TaskRef (..), WorkerId)
@@ -40,7 +40,16 @@ farmFeature = (quiet "farm")
   , featureTick = \now core -> if M.null (coreFarms core) then (core, []) else sched now S.Tick core
   , featureStop = stop
   , featureBusy = not . M.null . coreFarms
+  , featureCalls = \core ->
+      let holding = M.fromListWith (++) [ (jid, [w]) | w <- S.liveWorkers (coreSched core), (bid, _) <- S.outstandingFor w (coreSched core)
+                                                      , Just jid <- [S.batchJobOf w bid (coreSched core)] ]
+      in [ CallView "farm" name (S.progressTotal p - S.progressDone p) (nubOrdered (M.findWithDefault [] (S.progressJob p) holding))
+         | (name, p) <- coreJobView core ]
   }
+
+-- Each worker once, in order.
+nubOrdered :: [WorkerId] -> [WorkerId]
+nubOrdered = map head . group . sort
 
 ownsFarm :: FromWorker -> Bool
 ownsFarm msg = case msg of

@@ -29,7 +29,7 @@ import Herd.Core.Base (WorkerId)
 import Herd.Core.Fault (LinkFault, Violation, renderFault)
 import Herd.Core.Master.Events (Command)
 import Herd.Core.Master.Expect (Expected)
-import Herd.Core.Master.State (Core)
+import Herd.Core.Master.State (CallView, Core)
 import Herd.Core.Wire (FromWorker)
 
 -- | What the core gives a feature to act on the whole cluster with.
@@ -75,6 +75,8 @@ data Feature = Feature
     -- ^ the cluster stops: answer every caller
   , featureBusy    :: Core -> Bool
     -- ^ whether it has work running (for the cluster's working time)
+  , featureCalls   :: Core -> [CallView]
+    -- ^ its running calls, as a watcher is shown them
   }
 
 -- | A feature that does nothing for any event: each feature names only
@@ -92,6 +94,7 @@ quiet name = Feature
   , featureTick = \_ core -> (core, [])
   , featureStop = \_ core -> (core, [])
   , featureBusy = const False
+  , featureCalls = const []
   }
 
 -- | No answer to a join.

@@ -52,6 +52,8 @@ sessionFeature = (quiet "session")
   , featureStarved = \hooks now -> sessionStarved (dropOf hooks) now
   , featureStop = \_ -> stopSessions ClusterClosed
   , featureBusy = not . M.null . coreSessions
+  , featureCalls = \core -> [ CallView "evolve" (viewFunction v) (viewLeft v) [ w | (w, n) <- viewStates v, n > 0 ]
+                            | r <- M.elems (coreSessions core), Just v <- [hostView (runHosted r)] ]
   }
 
 -- Drop a worker that broke the session's protocol, saying why.

@@ -6,6 +6,7 @@ module Herd.Core.Master.State
   ( Core (..)
   , Stream (..)
   , Running (..)
+  , CallView (..)
   , emptyCore
   , coreFarmJobs
   , coreJobView
@@ -48,6 +49,15 @@ data Core = Core
   , coreShares   :: !Shares  -- ^ the shared values, and who holds them ("Herd.Core.Shared")
   , coreExchanges :: !(M.Map Word64 Exchange)  -- ^ the keyed reductions running ("Herd.Core.Exchange")
   }
+
+-- | A running call of any kind (a farm, a stream, an evolve or Ref call,
+-- a keyed reduction), as a watcher is shown it.
+data CallView = CallView
+  { callKind     :: !String      -- ^ @farm@, @stream@, @evolve@ (evolve and Ref calls) or @reduce@
+  , callFunction :: !String      -- ^ its function's name
+  , callLeft     :: !Int         -- ^ its units not yet answered (tasks, evolutions, partitions; 0 for a stream)
+  , callWorkers  :: ![WorkerId]  -- ^ the workers with some of its work now
+  } deriving (Eq, Show)
 
 -- | A session the core hosts: its machine, the most workers it may have,
 -- and the evolve function its requests to evolve need on a worker.

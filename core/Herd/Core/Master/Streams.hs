@@ -34,6 +34,7 @@ streamFeature = (quiet "stream")
   , featureStop = \_ core ->
       (core { coreStreams = M.empty }, [ StreamEnded sid (Just StreamClusterClosed) | sid <- M.keys (coreStreams core) ])
   , featureBusy = not . M.null . coreStreams
+  , featureCalls = \core -> [ CallView "stream" "" 0 [streamWorker s] | s <- M.elems (coreStreams core) ]
   }
 
 ownsStream :: FromWorker -> Bool

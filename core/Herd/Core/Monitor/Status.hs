@@ -15,6 +15,7 @@ module Herd.Core.Monitor.Status
   , WorkerState (..)
   , workerStateName
   , JobRow (..)
+  , CallView (..)
   , Inputs (..)
   , buildStatus
   ) where
@@ -96,6 +97,7 @@ data Status = Status
   , statusRelayedParts :: !Int          -- ^ keyed reductions' parts the master relayed between workers, since the start
   , statusRelayedBytes :: !Int          -- ^ the bytes of those parts
   , statusCopies    :: !Int             -- ^ straggler copies of farm batches started since the start
+  , statusCalls     :: ![CallView]      -- ^ every running call: farms, streams, evolve and Ref calls, reductions
   } deriving (Eq, Show)
 
 -- | What a snapshot is built from.
@@ -140,6 +142,7 @@ buildStatus i = Status
   , statusRelayedParts = fst (inRelayed i)
   , statusRelayedBytes = snd (inRelayed i)
   , statusCopies = S.copiesMade (coreSched core)
+  , statusCalls = calls
   }
   where
     core = inCore i
@@ -148,13 +151,15 @@ buildStatus i = Status
     streams = coreStreamCount core
     session = coreSessionView core
     held = maybe M.empty (M.fromList . viewStates) session
+    calls = coreCalls core
+    inCall = M.fromList [ (w, ()) | c <- calls, w <- callWorkers c ]
     row (w, a) =
       let lost = isJust (accountLeft a)
           inFlight = if lost then 0 else S.inFlightFor w (coreSched core)
           nStreams = if lost then 0 else M.findWithDefault 0 w streams
           nStates = if lost then 0 else M.findWithDefault 0 w held
           state | lost = Lost
-                | inFlight > 0 || nStreams > 0 || nStates > 0 = Busy
+                | inFlight > 0 || nStreams > 0 || nStates > 0 || M.member w inCall = Busy
                 | otherwise = Idle
       in WorkerRow
            { rowWorker = w

@@ -50,6 +50,9 @@ statusJson s = renderJson $ JObject
   , ("exchange_parts_relayed_total", int (statusRelayedParts s))
   , ("exchange_bytes_relayed_total", int (statusRelayedBytes s))
   , ("straggler_copies_total", int (statusCopies s))
+  , ("calls", JArray [ JObject [ ("kind", JString (callKind c)), ("function", JString (callFunction c))
+                               , ("left", int (callLeft c)), ("workers", JArray (map int (callWorkers c))) ]
+                     | c <- statusCalls s ])
   ]
   where
     int = JInt . fromIntegral
@@ -149,6 +152,8 @@ prometheusText s = concat
   , metric "herd_shared_values" "gauge" "Shared values live now." [ ([], fromIntegral (statusShared s)) ]
   , metric "herd_shared_sends_total" "counter" "Times a shared value was sent to a worker."
       [ ([], fromIntegral (statusSharedSends s)) ]
+  , metric "herd_calls_running" "gauge" "Calls running now, by kind (farm, stream, evolve for evolve and Ref calls, reduce)."
+      [ ([("kind", k)], fromIntegral (length [ () | c <- statusCalls s, callKind c == k ])) | k <- ["farm", "stream", "evolve", "reduce"] ]
   , metric "herd_straggler_copies_total" "counter" "Straggler copies of farm batches started since the cluster started."
       [([], fromIntegral (statusCopies s))]
   , metric "herd_exchange_parts_relayed_total" "counter" "Keyed reductions' parts the master relayed between workers."
