@@ -32,6 +32,10 @@ spec = do
           , ConfigError "configDashboard" "bad port", StatesLost ["s1"] "worker 2 lost", NoWorkers ] $ \e -> do
       show e `shouldBe` displayException e
       show e `shouldSatisfy` (\t -> "herd: " `isPrefixOf` t && not ("{" `isInfixOf` t))
+  it "names a task by its index from 0 and the ordinal of its input" $ do
+    show (TaskFailed 0 "f" "m") `shouldBe` "herd: task 0 (the 1st input) of f failed: m"
+    [ show (TaskKilledWorkers i "f" 3 "x") | i <- [1, 10, 11, 12, 20, 101, 111] ] `shouldSatisfy`
+      and . zipWith isInfixOf ["(the 2nd input)", "(the 11th input)", "(the 12th input)", "(the 13th input)", "(the 21st input)", "(the 102nd input)", "(the 112th input)"]
   it "is printed as its sentence when it escapes main (GHC prints uncaught exceptions with show)" $ do
     self <- getExecutablePath
     base <- getEnvironment

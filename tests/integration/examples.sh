@@ -40,7 +40,7 @@ awk -v p="$pi" 'BEGIN { exit !(p > 3.10 && p < 3.18) }' || fail "pi is not near 
 out=$("$(bin herd-example-sweep)" --workers 2 --starts 100)
 grep -qx "76 of 101 starts converged, to -1.769292" <<<"$out" || fail "sweep printed: $out"
 grep -qx "25 did not:" <<<"$out" || fail "sweep printed: $out"
-grep -q "^  from 0.0000: herd: task 0 of newton .* failed: no root within 50 steps from 0.0$" <<<"$out" \
+grep -q "^  from 0.0000: herd: task 0 (the 1st input) of newton .* failed: no root within 50 steps from 0.0$" <<<"$out" \
   || fail "sweep did not name the start that cycles: $out"
 
 out=$("$(bin herd-example-pipeline)" --workers 2 --upto 10000)

@@ -76,6 +76,13 @@ data HerdError
     -- that made it, and the one it was given to. Nothing was run.
   deriving (Eq)
 
+-- | 1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, ..., 21st.
+ordinal :: Int -> String
+ordinal n = show n ++ suffix
+  where
+    suffix | n `mod` 100 `elem` [11, 12, 13] = "th"
+           | otherwise = case n `mod` 10 of { 1 -> "st"; 2 -> "nd"; 3 -> "rd"; _ -> "th" }
+
 -- | The sentence 'displayException' gives, not the record: GHC 9.0 prints
 -- an uncaught exception with 'show', so a program that does not catch a
 -- 'HerdError' still tells its user what went wrong in words.
@@ -84,17 +91,17 @@ instance Show HerdError where
 
 instance Exception HerdError where
   displayException err = case err of
-    TaskFailed i f m -> "herd: task " ++ show i ++ " of " ++ f ++ " failed: " ++ m
-    TaskKilledWorkers i f d w -> "herd: task " ++ show i ++ " of " ++ f ++ " was running on " ++ show d
+    TaskFailed i f m -> "herd: task " ++ position i ++ " of " ++ f ++ " failed: " ++ m
+    TaskKilledWorkers i f d w -> "herd: task " ++ position i ++ " of " ++ f ++ " was running on " ++ show d
       ++ " workers that died (the last: " ++ w ++ "); it is not tried again"
     RemoteFunctionError f r -> "herd: worker cannot run " ++ f ++ ": " ++ r
     AllWorkersLost d -> "herd: every worker was lost before the job finished (" ++ d ++ ")"
     NoWorkers -> "herd: the cluster has no workers"
-    ResultDecodeError i f r -> "herd: result of task " ++ show i ++ " of " ++ f ++ " does not decode: " ++ r
+    ResultDecodeError i f r -> "herd: result of task " ++ position i ++ " of " ++ f ++ " does not decode: " ++ r
     ConfigError f r -> "herd: invalid " ++ f ++ ": " ++ r
     LaunchError r -> "herd: could not start workers: " ++ r
     ClusterClosed -> "herd: the cluster is closed"
-    ArgumentError i f m -> "herd: argument " ++ show i ++ " for " ++ f ++ " cannot be encoded: " ++ m
+    ArgumentError i f m -> "herd: argument " ++ position i ++ " for " ++ f ++ " cannot be encoded: " ++ m
     StreamFailed f r -> "herd: stream process " ++ f ++ " failed: " ++ r
     EvolveFailed f st r -> "herd: evolving state " ++ st ++ " with " ++ f ++ " failed: " ++ r
     UnknownStates ss -> "herd: no such states: " ++ listSome ss
@@ -103,4 +110,6 @@ instance Exception HerdError where
     ForeignHandle h owner here -> "herd: " ++ h ++ " belongs to " ++ owner ++ ", not to " ++ here
       ++ ", which it was given to; a handle is used only with the cluster that made it"
     where
+      -- indices count from 0; the ordinal says which input that is
+      position i = show i ++ " (the " ++ ordinal (i + 1) ++ " input)"
       listSome ss = unwords (take 20 ss) ++ (if length ss > 20 then " and " ++ show (length ss - 20) ++ " more" else "")
