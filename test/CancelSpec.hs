@@ -6,6 +6,7 @@
 module CancelSpec (spec) where
 
 import Control.Concurrent (threadDelay)
+import Data.List (isInfixOf)
 import qualified Data.ByteString.Char8 as BC
 import System.Directory (createDirectoryIfMissing, getTemporaryDirectory, removeDirectoryRecursive)
 import System.Environment (setEnv)
@@ -58,6 +59,16 @@ spec = describe "cancellation" $ do
       eventually (allIdle cluster) `shouldReturn` True
       farm cluster sleepMsTask [1 .. 8] `shouldReturn` [1 .. 8]
       terminateProcess agent
+
+  it "stops a task past its deadline, failing it saying so, and answers every other task" $
+    withCluster config { configTaskDeadline = Just 0.5 } $ \cluster -> do
+      answers <- farmEither cluster sleepMsTask [10, 60000, 20, 30]
+      [ y | Right y <- answers ] `shouldBe` [10, 20, 30]
+      case answers !! 1 of
+        Left (TaskFailed 1 _ why) -> why `shouldSatisfy` ("ran past its deadline of 0.5 s" `isInfixOf`)
+        other -> expectationFailure ("task 1 should have failed for its deadline, got " ++ show other)
+      eventually (allIdle cluster) `shouldReturn` True
+      farm cluster sleepMsTask [1 .. 8] `shouldReturn` [1 .. 8]
 
   it "stops the losing copy of a straggler, so its worker takes part in the next farm" $ do
     tmp <- getTemporaryDirectory

@@ -33,7 +33,7 @@ toWorkerIndex m = case m of
   EvolveState {} -> 11; StateRelease {} -> 12; StateReplay {} -> 13; Ping {} -> 14
   SharePart {} -> 15; ShareDrop {} -> 16; HoldBudget {} -> 17
   GroupRun {} -> 18; PartIn {} -> 19; PartitionCombine {} -> 20; ExchangeEnd {} -> 21; StatesDrop {} -> 22
-  BatchCancel {} -> 23
+  BatchCancel {} -> 23; TaskDeadline {} -> 24
 
 fromWorkerIndex :: FromWorker -> Int
 fromWorkerIndex m = case m of
@@ -67,7 +67,7 @@ genToWorker = oneof
   , GroupRun <$> arbitrary <*> arbitrary <*> ref <*> arbitrary <*> resize 5 (listOf arbitrary) <*> bytes
   , PartIn <$> arbitrary <*> arbitrary <*> arbitrary <*> bytes
   , PartitionCombine <$> arbitrary <*> arbitrary <*> ref <*> arbitrary, ExchangeEnd <$> arbitrary
-  , StatesDrop <$> resize 6 (listOf arbitrary), BatchCancel <$> arbitrary ]
+  , StatesDrop <$> resize 6 (listOf arbitrary), BatchCancel <$> arbitrary, TaskDeadline <$> arbitrary ]
 
 genFromWorker :: Gen FromWorker
 genFromWorker = oneof
@@ -119,7 +119,7 @@ spec = describe "every protocol message" $ do
   it "has a generator for every constructor" $ do
     ts <- generate (vectorOf 3000 genToWorker)
     fs <- generate (vectorOf 3000 genFromWorker)
-    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 23]
+    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 24]
     sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 26]
 
 -- The report as the general decoder reads it (tag byte skipped).

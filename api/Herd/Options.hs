@@ -14,7 +14,8 @@
 -- Its @--help@ lists your flags and herd's: @--workers@, @--hosts@,
 -- @--hosts-file@, @--slurm@, @--listen@, @--advertise@, @--wait-workers@,
 -- @--secret-file@, @--ship@, @--allow-partial@, @--ssh@, @--liveness@,
--- @--start-timeout@, @--transport@, @--tls@ and @--dashboard@.
+-- @--start-timeout@, @--transport@, @--tls@, @--dashboard@, @--memory-limit@
+-- and @--task-deadline@.
 --
 -- Promises: every flag is validated when parsed, and a bad one is
 -- reported with its name and what it accepts (a bad hosts file as a
@@ -63,6 +64,7 @@ data ClusterFlags = ClusterFlags
   , flagTls          :: Bool                 -- ^ @--tls@
   , flagDashboard    :: Maybe String         -- ^ @--dashboard HOST:PORT@
   , flagMemoryLimit  :: Maybe MemoryLimit    -- ^ @--memory-limit MIB|auto|none@: each worker's resident memory
+  , flagTaskDeadline :: Maybe Double         -- ^ @--task-deadline SECONDS@: the most a farm task may compute
   } deriving (Eq, Show)
 
 -- | The cluster flags, each validated as it is parsed.
@@ -99,6 +101,8 @@ clusterFlags = ClusterFlags
   <*> optional (option (eitherReader parseMemoryLimit) (long "memory-limit" <> metavar "MIB|auto|none"
         <> help "resident memory each worker may hold: above it the worker is killed and its task charged, \
                 \above 80% it gets no new work (default auto: 90% of its host's memory shared among its workers)"))
+  <*> optional (option (seconds 0.001 1000000) (long "task-deadline" <> metavar "SECONDS"
+        <> help "stop a farm task that computes longer than this on its worker; it fails saying so (default: none)"))
 
 -- | Parse @--memory-limit@: a whole number of MiB from 16, @auto@ or
 -- @none@, naming what is wrong.
@@ -152,6 +156,7 @@ configFromFlags f base = do
     , configTls = configTls base || flagTls f
     , configDashboard = maybe (configDashboard base) Just (flagDashboard f)
     , configWorkerMemoryLimit = maybe (configWorkerMemoryLimit base) id (flagMemoryLimit f)
+    , configTaskDeadline = maybe (configTaskDeadline base) Just (flagTaskDeadline f)
     }
 
 -- Why a file could not be read, in words.

@@ -121,6 +121,7 @@ decodeToWorkerSlow = runGet $ do
           n <- getCount 8
           StatesDrop <$> replicateM n getWord64
       | tag == tagBatchCancel -> BatchCancel <$> getWord64
+      | tag == tagTaskDeadline -> TaskDeadline <$> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 
 -- | Decode one message to the master (a value inside is a slice of the input).

@@ -142,6 +142,11 @@ data Config = Config
     -- crash, the out-of-memory killer) fails its job with
     -- 'Herd.Error.TaskKilledWorkers' instead of being tried again
     -- (default 3, as Dask's @allowed-failures@)
+  , configTaskDeadline     :: Maybe Double
+    -- ^ seconds a farm task may compute on its worker before it is
+    -- stopped and fails as 'Herd.Error.TaskFailed' saying it exceeded its
+    -- deadline (default 'Nothing': no deadline; @--task-deadline@). It is
+    -- stopped at its next allocation, within about 20 ms of the deadline
   , configStragglerCopies  :: Bool
     -- ^ run a second copy of a farm batch that has run far longer than
     -- its job's estimate on an idle worker, and take whichever ends first
@@ -246,6 +251,7 @@ defaultConfig = Config
   , configSimulatedHosts   = 1
   , configTls              = False
   , configMaxTaskDeaths    = 3
+  , configTaskDeadline     = Nothing
   , configStragglerCopies  = True
   , configRestartWorkers   = True
   , configMasterHeapReserve = Nothing

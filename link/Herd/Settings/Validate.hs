@@ -69,6 +69,8 @@ validateConfig c
                                     ++ show (configSimulatedHosts c) ++ "), got " ++ show (configSimulatedWorkers c))
   | configTls c && configSimulatedWorkers c > 0 =
       bad "configTls" "simulated hosts do not speak TLS: use it without configSimulatedWorkers"
+  | Just d <- configTaskDeadline c, not (d >= 0.001 && d <= 1e6) =
+      bad "configTaskDeadline" ("must be from 0.001 to 1000000 seconds, got " ++ show d)
   | configMaxTaskDeaths c < 1 || configMaxTaskDeaths c > 1000 =
       bad "configMaxTaskDeaths" ("must be from 1 to 1000, got " ++ show (configMaxTaskDeaths c))
   | Just mib <- configMasterHeapReserve c, not (reserveInRange mib) =

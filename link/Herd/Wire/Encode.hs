@@ -41,6 +41,7 @@ toWorkerParts msg = case msg of
   SharePart n total piece -> (built' (putWord8 tagSharePart <> putWord64 n <> putWord64 total), piece)
   ShareDrop n -> (taggedHead tagShareDrop n, B.empty)
   BatchCancel bid -> (taggedHead tagBatchCancel bid, B.empty)
+  TaskDeadline ms -> (taggedHead tagTaskDeadline ms, B.empty)
   HoldBudget b -> (taggedHead tagHoldBudget b, B.empty)
   GroupRun xid g ref parts targets args ->
     ( built' (putWord8 tagGroupRun <> putWord64 xid <> putWord32 g <> putRef ref <> putWord32 parts

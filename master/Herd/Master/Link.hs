@@ -19,6 +19,7 @@ module Herd.Master.Link
   , stopWriting
   , trySync
   , sendHoldBudget
+  , sendTaskDeadline
   ) where
 
 import Control.Concurrent (forkIO)
@@ -125,6 +126,11 @@ openLinkWith policy cfg allowance conn onBroken = do
 -- | Let the writer send what waits, then end.
 stopWriting :: LinkHandle -> IO ()
 stopWriting l = atomically $ writeTQueue (lhOutbox l) Nothing
+
+-- | Tell a worker the seconds a farm task may compute ('TaskDeadline').
+sendTaskDeadline :: WorkerLink -> Double -> IO ()
+sendTaskDeadline l secs =
+  let (enc, tl) = toWorkerParts (TaskDeadline (max 1 (round (secs * 1000)))) in sendMessageTail (wlSender l) Urgent enc tl
 
 -- | Tell a worker on a link of its own its budget for the shared values
 -- it keeps in memory under this memory limit ('heldBudget').

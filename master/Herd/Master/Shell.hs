@@ -169,6 +169,8 @@ addWorkerLink sh wid info link received startReading =
       case (wlHost link, limit) of
         (Nothing, Just l) -> void (trySync (sendHoldBudget link l))
         _ -> pure ()
+      -- every worker hears the deadline per task before its first batch
+      forM_ (configTaskDeadline (shConfig sh)) $ \d -> trySync (sendTaskDeadline link d)
       t <- monotonicSeconds
       ss' <- runEvents sh t ss { ssLinks = M.insert wid link (ssLinks ss) } [LinkUp wid] >>= handOver >>= flushTouched
       pure (ss', True)

@@ -39,7 +39,7 @@ import Herd.Transport
 import Herd.Core.Wire
 import Herd.Wire.Encode
 import Herd.Node.Worker.Streams (Slot (..), StreamHost (..), runStream)
-import Herd.Node.Worker.Cancel (Canceller, computing, hasQueued, newCanceller, takeCancelled, takeQueued)
+import Herd.Node.Worker.Cancel (Canceller, Stop (..), computing, deadlineOf, hasQueued, newCanceller, setDeadline, takeCancelled, takeQueued)
 import Herd.Core.Worker.Step
 import System.Exit
 import System.IO.Unsafe (unsafeInterleaveIO)
@@ -68,11 +68,13 @@ data Serving = Serving
 -- master is flushed whenever nothing is left to do (no whole frame
 -- waiting and no stream thread computing).
 serve :: Connection -> Word64 -> Int -> PacketPolicy -> Int -> IO ()
-serve conn wid maxFrame policy window = newCanceller conn maxFrame (maxFrame `div` 5) $ \cancels -> do
+serve conn wid maxFrame policy window = do
+ scratch <- newScratch
+ newCanceller conn maxFrame (maxFrame `div` 5) (scratchCount scratch) $ \cancels -> do
   sender <- newSender policy (sendRawParts conn)
   holder <- newHolder wid (\m -> sendMessage sender (fromWorkerUrgency m) (encodeFromWorker m))
   sv <- Serving sender <$> newIORef M.empty <*> newIORef M.empty <*> newIORef noBatch
-                       <*> newIORef M.empty <*> newIORef 0 <*> pure window <*> pure holder <*> newScratch
+                       <*> newIORef M.empty <*> newIORef 0 <*> pure window <*> pure holder <*> pure scratch
                        <*> newAssembly <*> newExchangeTable wid <*> pure cancels
   let loop = do
         -- frames the watch read while a run computed come first
@@ -138,6 +140,7 @@ keepsBytes msg = case msg of
   ExchangeEnd {} -> False
   StatesDrop {} -> False
   BatchCancel {} -> False
+  TaskDeadline {} -> False
   _ -> True
 
 handleMessage :: Serving -> Pending -> ToWorker -> IO ()
@@ -160,6 +163,7 @@ handleMessage sv pending msg = case msg of
       Right False -> pure ()
   ShareDrop n -> dropShared (svShares sv) n >> reply sv Urgent (ShareDropped n)
   HoldBudget b -> setHoldBudget (fromIntegral b) >> tellSpilled sv
+  TaskDeadline ms -> setDeadline (svCancel sv) (fromIntegral ms / 1000)
   _ | isExchangeMessage msg -> exchangeMessage (svExchange sv) (reply sv) msg
     | otherwise -> holderMessage (svHolder sv) msg
 
@@ -193,12 +197,16 @@ farmMessage sv msg = case msg of
         bid <- maybe 0 id . currentBatch <$> readIORef (svBatches sv)
         ran <- computing (svCancel sv) bid (runnerChunk r (svScratch sv) bytes count)
         sendResults sv
+        -- a task past its deadline is the one after the results it sent
+        overran <- scratchCount (svScratch sv)
+        deadline <- deadlineOf (svCancel sv)
         end <- lazyClock
         let outcome = case ran of
-              Just ChunkDone -> Computed
-              Just (ChunkUndecodable j why) -> Undecodable j why
-              Just (ChunkThrew j why) -> Threw j why
-              Nothing -> Stopped
+              Right ChunkDone -> Computed
+              Right (ChunkUndecodable j why) -> Undecodable j why
+              Right (ChunkThrew j why) -> Threw j why
+              Left Cancelled -> Stopped
+              Left Overran -> Threw overran ("it ran past its deadline of " ++ show deadline ++ " s (configTaskDeadline) and was stopped")
         stepBatches (applied end outcome) >>= mapM_ plain
       _ -> plain v
   _ -> pure ()

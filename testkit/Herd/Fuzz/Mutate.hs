@@ -37,7 +37,7 @@ toWorkerCorpus ref =
   , EvolveState 1 (word 6), StateRelease 1, StateReplay 1 (word 5) [(ref, word 1, 0)], Ping 1 B.empty
   , SharePart 1 8 (word 2), ShareDrop 1, HoldBudget 1024
   , GroupRun 1 0 ref 2 [(0, 1), (1, 2)] (word 0), PartIn 1 0 0 (word 3), PartitionCombine 1 0 ref 1
-  , ExchangeEnd 1, StatesDrop [1, 2], BatchCancel 1 ]
+  , ExchangeEnd 1, StatesDrop [1, 2], BatchCancel 1, TaskDeadline 5000 ]
 
 -- An Int as store encodes it (8 bytes, little-endian).
 word :: Word64 -> B.ByteString

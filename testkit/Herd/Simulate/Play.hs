@@ -146,6 +146,7 @@ deliver host tag s msg = do
         _ -> verdict host tag s v
     -- a run's cost is its simulated time, which a cancel does not cut short
     BatchCancel bid -> stateRef (sBatches s) (cancel bid) >>= mapM_ (verdict host tag s)
+    TaskDeadline _ -> pure ()   -- a simulated task's cost is declared, not run: it cannot overrun
     StreamOpen sid _ -> say host tag s (StreamAborted sid (T.pack "simulated workers do not run stream processes"))
     StreamIn {} -> pure ()
     StreamEnd _ -> pure ()

@@ -80,6 +80,10 @@ data ToWorker
     -- ^ the master no longer wants this batch's results (its copy won,
     -- or its caller gave up): stop it, running or not started, and
     -- answer 'BatchStopped'; a batch that already ended is not answered
+  | TaskDeadline !Word64
+    -- ^ from now on, stop a farm task that computes longer than this many
+    -- milliseconds and answer it as thrown ('TaskThrew', saying so); 0: no
+    -- deadline
   deriving (Eq, Show)
 
 -- | Messages from worker to master.

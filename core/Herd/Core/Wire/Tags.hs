@@ -7,7 +7,7 @@ module Herd.Core.Wire.Tags
     tagRunBatch, tagArgs, tagShutdown, tagStreamOpen, tagStreamIn, tagStreamEnd, tagStreamCredit
   , tagStreamClose, tagStatesReset, tagStateAdd, tagEvolveWith, tagEvolveState, tagStateRelease
   , tagStateReplay, tagPing, tagSharePart, tagShareDrop, tagHoldBudget
-  , tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd, tagStatesDrop, tagBatchCancel
+  , tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd, tagStatesDrop, tagBatchCancel, tagTaskDeadline
     -- * Worker to master
   , tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone
   , tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected
@@ -54,6 +54,10 @@ tagStatesDrop = 23
 -- | Tag of the message that stops a batch whose results are not wanted.
 tagBatchCancel :: Word8
 tagBatchCancel = 24
+
+-- | Tag of the message that sets a worker's deadline per farm task.
+tagTaskDeadline :: Word8
+tagTaskDeadline = 25
 
 -- | Tags of the messages to the master.
 tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone,

@@ -1,12 +1,15 @@
 {-# LANGUAGE ScopedTypeVariables #-}
--- | Stopping a farm batch on a worker while it computes. The worker's loop
+-- | Stopping a farm batch on a worker while it computes: because the
+-- master cancelled it, or because a task ran past its deadline. The worker's loop
 -- ("Herd.Node.Worker") reads its link and computes on one thread, so a
 -- 'Herd.Core.Wire.BatchCancel' sent while a long task runs would wait for
 -- the task's end. A watch thread looks at the link every 20 ms while a run
 -- of the loop's computes (never otherwise): it reads what has come without
 -- waiting, keeps those frames (copied) for the loop to handle next, in
 -- order, notes every cancel in them, and interrupts the run when its own
--- batch is cancelled.
+-- batch is cancelled, or when the run's task has computed longer than the
+-- deadline the master set ('setDeadline'; the watch sees a task end as
+-- the run's count of results grows).
 --
 -- Promises: the loop's reads and the watch's never overlap (the watch
 -- reads only while a run computes, and the run waits for a read in
@@ -17,8 +20,11 @@
 -- at its next allocation: a loop that allocates nothing runs to its end.
 module Herd.Node.Worker.Cancel
   ( Canceller
+  , Stop (..)
   , newCanceller
   , computing
+  , setDeadline
+  , deadlineOf
   , takeCancelled
   , takeQueued
   , hasQueued
@@ -35,11 +41,18 @@ import qualified Data.Set as S
 import Data.Word (Word64)
 import Herd.Core.Wire (ToWorker (..), decodeToWorker)
 import Herd.Packet (splitPacket)
+import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Transport (Connection, recvAvailable, takeBufferedFrame)
 
--- | The interrupt a cancelled run is stopped with: asynchronous, so the
--- task runners pass it on instead of reporting it as the task's failure.
-data BatchInterrupted = BatchInterrupted
+-- | Why a run was stopped.
+data Stop
+  = Cancelled  -- ^ the master cancelled its batch
+  | Overran    -- ^ its task computed longer than the deadline
+  deriving (Eq, Show)
+
+-- The interrupt a run is stopped with: asynchronous, so the task runners
+-- pass it on instead of reporting it as the task's failure.
+newtype BatchInterrupted = BatchInterrupted Stop
   deriving (Show)
 
 instance Exception BatchInterrupted where
@@ -50,7 +63,7 @@ instance Exception BatchInterrupted where
 -- only in 'Reading', which it enters from 'Computing' and leaves back to
 -- it, and the loop leaves 'Computing' only by one atomic change, so the
 -- two never read the link at once (and no lock is taken per run).
-data Run = Idle | Computing !Word64 | Reading !Word64 | Interrupting
+data Run = Idle | Computing !Word64 | Reading !Word64 | Interrupting !Stop
 
 -- | The watch over one link.
 data Canceller = Canceller
@@ -61,29 +74,44 @@ data Canceller = Canceller
   , cnCancelled :: !(IORef (S.Set Word64))     -- ^ batches cancelled in frames read ahead
   , cnQueued    :: !(IORef (Seq B.ByteString)) -- ^ frames read ahead, for the loop
   , cnLoop      :: !ThreadId                   -- ^ the loop's thread
+  , cnProgress  :: !(IO Int)                   -- ^ results the run in progress has made
+  , cnRuns      :: !(IORef Int)                -- ^ runs started, so the watch sees a new one
+  , cnDeadline  :: !(IORef Double)             -- ^ seconds a task may compute (0: no deadline)
   }
 
--- | Start the watch for this link (its frame cap and its packets' message
--- cap), run the body with it, and stop the watch after.
-newCanceller :: Connection -> Int -> Int -> (Canceller -> IO a) -> IO a
-newCanceller conn cap split body = do
+-- | Start the watch for this link (its frame cap, its packets' message
+-- cap, and how many results the run in progress has made), run the body
+-- with it, and stop the watch after.
+newCanceller :: Connection -> Int -> Int -> IO Int -> (Canceller -> IO a) -> IO a
+newCanceller conn cap split progress body = do
   me <- myThreadId
   cn <- Canceller conn cap split <$> newIORef Idle <*> newIORef S.empty <*> newIORef Seq.empty <*> pure me
+                                 <*> pure progress <*> newIORef 0 <*> newIORef 0
   bracket (forkIO (watch cn)) killThread (const (body cn))
 
+-- | The deadline per task, in seconds (0: none).
+setDeadline :: Canceller -> Double -> IO ()
+setDeadline cn secs = writeIORef (cnDeadline cn) $! max 0 secs
+
+-- | The deadline per task, in seconds (0: none).
+deadlineOf :: Canceller -> IO Double
+deadlineOf cn = readIORef (cnDeadline cn)
+
 -- | Run a computation of this batch, lending the link to the watch
--- meanwhile: 'Nothing' if the batch was cancelled and the run stopped.
-computing :: Canceller -> Word64 -> IO a -> IO (Maybe a)
+-- meanwhile: 'Left' why, if the run was stopped.
+computing :: Canceller -> Word64 -> IO a -> IO (Either Stop a)
 computing cn bid act = mask $ \restore -> do
+  modifyIORef' (cnRuns cn) (+ 1)
   writeIORef (cnRun cn) (Computing bid)
   r <- try (restore act)
   was <- leave
   case (r, was) of
-    (Left e, _) | Just BatchInterrupted <- fromException e -> pure Nothing
+    (Left e, _) | Just (BatchInterrupted why) <- fromException e -> pure (Left why)
     (Left e, _) -> throwIO e
     -- the watch is throwing: take its interrupt here, not later
-    (Right _, Interrupting) -> (restore (forever (threadDelay 1000000)) `catch` \BatchInterrupted -> pure ()) >> pure Nothing
-    (Right x, _) -> pure (Just x)
+    (Right _, Interrupting why) ->
+      (restore (forever (threadDelay 1000000)) `catch` \(BatchInterrupted _) -> pure ()) >> pure (Left why)
+    (Right x, _) -> pure (Right x)
   where
     -- back to idle, once a read of the watch's in progress has ended
     leave = do
@@ -112,24 +140,34 @@ hasQueued :: Canceller -> IO Bool
 hasQueued cn = not . Seq.null <$> readIORef (cnQueued cn)
 
 -- Every 20 ms: while a run computes, read what came, and interrupt the
--- run if its batch is cancelled.
+-- run if its batch is cancelled or its task is past the deadline (a task
+-- counts from when the watch first saw it: within 20 ms of its start).
 watch :: Canceller -> IO ()
-watch cn = forever $ do
-  threadDelay 20000
-  st <- readIORef (cnRun cn)
-  case st of
-    Computing bid -> do
-      lent <- atomicModifyIORef' (cnRun cn) $ \s -> case s of
-        Computing b | b == bid -> (Reading bid, True)
+watch cn = go (-1, -1) 0
+  where
+    go seen since = do
+      threadDelay 20000
+      st <- readIORef (cnRun cn)
+      case st of
+        Computing bid -> do
+          lent <- atomicModifyIORef' (cnRun cn) $ \s -> case s of
+            Computing b | b == bid -> (Reading bid, True)
+            _ -> (s, False)
+          when lent $ readAhead cn `finally` atomicModifyIORef' (cnRun cn) (\_ -> (Computing bid, ()))
+          now <- monotonicSeconds
+          task <- (,) <$> readIORef (cnRuns cn) <*> cnProgress cn
+          let since' = if task == seen then since else now
+          deadline <- readIORef (cnDeadline cn)
+          hit <- S.member bid <$> readIORef (cnCancelled cn)
+          if hit then interrupt bid Cancelled
+            else when (deadline > 0 && now - since' > deadline) (interrupt bid Overran)
+          go task since'
+        _ -> go seen since
+    interrupt bid why = do
+      ok <- atomicModifyIORef' (cnRun cn) $ \s -> case s of
+        Computing b | b == bid -> (Interrupting why, True)
         _ -> (s, False)
-      when lent $ readAhead cn `finally` atomicModifyIORef' (cnRun cn) (\_ -> (Computing bid, ()))
-      hit <- S.member bid <$> readIORef (cnCancelled cn)
-      when hit $ do
-        go <- atomicModifyIORef' (cnRun cn) $ \s -> case s of
-          Computing b | b == bid -> (Interrupting, True)
-          _ -> (s, False)
-        when go $ throwTo (cnLoop cn) BatchInterrupted
-    _ -> pure ()
+      when ok $ throwTo (cnLoop cn) (BatchInterrupted why)
 
 -- Read without waiting, keep each whole frame (copied) and note its
 -- cancels. A failure of the link is left for the loop to meet.
