@@ -10,7 +10,7 @@ import Herd
 import Herd.Config
 import Herd.Monitor
 import Herd.Node.Memory (hostMemoryBytes, residentBytes, resolveMemoryLimit)
-import Herd.Core.Launch.MemoryPolicy (MemoryVerdict (..), growthShare, memoryVerdict, softShare)
+import Herd.Core.Launch.MemoryPolicy (HostShares (..), MemoryVerdict (..), growthShare, memoryVerdict, shareHosts, softShare)
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Test.QuickCheck
@@ -51,6 +51,32 @@ spec = describe "worker memory limits" $ do
            , S.fromList (verdictHold v) === verdictHeld v `S.difference` was
            , S.fromList (verdictRelease v) === (was `S.difference` verdictHeld v) `S.intersection` present
            , memoryVerdict Nothing was previous present readings === MemoryVerdict S.empty [] (S.toList (was `S.intersection` present)) [] ]
+
+  it "shares each host's budget among every herd worker on it: the master's own and each agent's" $
+    property $ \(NonNegative local) (raw :: [(Int, NonNegative Int)]) ->
+      let agents = [ (a, "h" ++ show (h `mod` 3), n) | (a, (h, NonNegative n)) <- zip [1 ..] raw ]
+          shares = shareHosts "h0" local agents
+          total name = (if name == "h0" then local else 0) + sum [ n | (_, h, n) <- agents, h == name ]
+      in conjoin
+           [ sharesPerHost shares === M.fromList [ (name, total name) | name <- "h0" : [ h | (_, h, _) <- agents ] ]
+           , conjoin [ M.lookup a (sharesElsewhere shares) === Just (total h - n) | (a, h, n) <- agents ] ]
+
+  it "a master's local worker and an agent's two on one host share its budget by three" $ do
+    let secret = "memory-spec-share-secret-0123456789"
+        cfg = defaultConfig { configWorkers = Just 1, configSecret = SecretValue (BC.pack secret) }
+    withCluster cfg $ \cluster -> withHandAgent cluster secret 2 $ \agent -> do
+      let waitFor k cond = do
+            ok <- cond
+            if ok || k <= (0 :: Int) then pure ok else threadDelay 100000 >> waitFor (k - 1) cond
+      waitFor 200 ((== 3) <$> clusterWorkerCount cluster) `shouldReturn` True
+      third <- resolveMemoryLimit MemoryLimitAuto 3
+      let shared = do
+            st <- clusterStatus cluster
+            pure (statusMemoryLimit st == third && [ hostRowWorkers h | h <- statusHosts st ] == [3])
+      waitFor 100 shared `shouldReturn` True
+      st <- clusterStatus cluster
+      [ hostRowLimit h | h <- statusHosts st ] `shouldBe` [third]
+      terminateProcess agent
 
   it "reads a process's resident memory and shares out the host's" $ do
     me <- fromIntegral <$> getProcessID

@@ -91,7 +91,9 @@ spec = describe "Herd.Core.Wire" $ do
     let why = T.pack (show (token, wid))
         cs = [ AddWorker token pid wid, WorkerAdded token wid, WorkerGone wid (GoneDied why)
              , WorkerGone wid (GoneMemory used limit), StopWorker wid, CloseHost
-             , HostShare used limit (B.pack (map fromIntegral [token, pid, wid])), HostUnshare used ]
+             , HostShare used limit (B.pack (map fromIntegral [token, pid, wid])), HostUnshare used
+             , HostMemoryLimit NoHostLimit, HostMemoryLimit HostLimitAuto, HostMemoryLimit (HostLimitBytes used)
+             , HostMemoryLimit (HostLimitShared wid) ]
     in conjoin [ decodeHostControl (encodeHostControl c) === Right c
                  .&&. (let bytes = encodeHostControl c
                            short = B.take (cut `mod` B.length bytes) bytes

@@ -27,6 +27,7 @@ module Herd.Monitor
   , WorkerState (..)
   , JobRow (..)
   , CallView (..)
+  , HostRow (..)
   , Account (..)
   , Departure (..)
   , SessionView (..)
@@ -36,7 +37,7 @@ module Herd.Monitor
 
 import Herd.Core.Session (SessionView (..))
 import Herd.Core.Monitor.Ledger (Account (..), Departure (..))
-import Herd.Core.Monitor.Status (CallView (..), JobRow (..), Status (..), WorkerRow (..), WorkerState (..))
+import Herd.Core.Monitor.Status (CallView (..), HostRow (..), JobRow (..), Status (..), WorkerRow (..), WorkerState (..))
 import Herd.Core.Packet.Policy (FlushReason (..))
 import Herd.Master (ConnectionCounters (..), clusterCounters, clusterDashboard, clusterPacketStats, clusterStatus)
 import Herd.Master.Job.Farm (FarmStats, farmMeasured)

@@ -41,13 +41,13 @@ import Herd.Core.Error (HerdError (..))
 import Herd.Core.Evolve.Schedule (Registry)
 import Herd.Sys.Clock (monotonicSeconds)
 import Control.Concurrent (threadDelay)
-import Herd.Master.Shell (Shell, shellAwaited, shellCore, shellCounters, shellDeparted, shellLinkCount, shellMemory, shellPeers, shellRelayCounts, shellWorkers)
+import Herd.Master.Shell (Shell, shellAwaited, shellCore, shellCounters, shellDeparted, shellHostView, shellLinkCount, shellMemory, shellPeers, shellRelayCounts, shellWorkers)
 import Data.Bits (bit, shiftL, shiftR, (.&.), (.|.))
 import qualified Data.ByteString as B
 import Crypto.Random (getRandomBytes)
 import Numeric (showHex)
 import Herd.Master.Monitor.Feed (Feed, feedStarted, recentLines)
-import Herd.Core.Monitor.Status (Inputs (..), Status, buildStatus)
+import Herd.Core.Monitor.Status (HostRow (..), Inputs (..), Status, buildStatus)
 import Herd.Master.Types
 import Herd.Packet (PeerStats (..), senderStats)
 import Herd.Core.Farm (WorkerId)
@@ -155,11 +155,13 @@ clusterStatus c = do
   (limit, memory) <- shellMemory sh
   open <- clusterLinks c
   (shareSends, relayed) <- shellRelayCounts sh
+  hosts <- shellHostView sh
   pure $ buildStatus Inputs
     { inNow = now, inStarted = feedStarted (clFeed c), inLoop = masterLoopName (clusterMasterLoop c)
     , inCore = core, inConnected = connected, inDeparted = departed, inLinks = links
     , inCounters = counters, inLog = logLines, inMemory = memory, inMemoryLimit = limit
-    , inLinksOpen = open, inShareSends = shareSends, inRelayed = relayed }
+    , inLinksOpen = open, inShareSends = shareSends, inRelayed = relayed
+    , inHosts = [ HostRow name n lim | (name, n, lim) <- hosts ] }
 
 -- | How many links the master keeps open: one per host agent, and one
 -- per worker linked directly.

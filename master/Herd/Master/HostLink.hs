@@ -56,7 +56,10 @@ joinHost sh nextId hid conn hostInfo = do
         shellStep sh True [ LinkDown w (PeerLost ("its host agent's link was lost: " ++ why)) | w <- gone ]
   handle <- openLinkWith (hostLinkPolicy (configMaxFrameBytes cfg) (packetPolicyOf cfg)) cfg (shShared sh) conn loseAll
   let host = HostLink sh nextId hid conn hostInfo members handle reader
-  atomically $ modifyTVar' (shHosts sh) (M.insert hid (closeHost host))
+  let handle' = HostHandle { hostName = infoHost hostInfo, hostClose = closeHost host
+                           , hostTell = \c -> void (trySync (hostControl host c >> flushIdle (lhSender handle)))
+                           , hostMembers = M.size <$> readIORef members }
+  atomically $ modifyTVar' (shHosts sh) (M.insert hid handle')
   -- the host watches its workers' memory against the cluster's limit
   _ <- trySync (hostControl host (HostMemoryLimit (hostLimit (configWorkerMemoryLimit cfg))) >> flushIdle (lhSender handle))
   readerAdd reader hid conn (onHostPacket host) loseAll

@@ -29,28 +29,55 @@ import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Data.Maybe (catMaybes)
 import Data.IORef
-import Herd.Settings (Config (..))
+import Herd.Settings (Config (..), MemoryLimit (..))
 import Herd.Core.Fault (LinkFault (..), renderFault)
-import Herd.Core.Launch.MemoryPolicy (MemoryVerdict (..), memoryVerdict)
+import Herd.Core.Launch.MemoryPolicy (HostShares (..), MemoryVerdict (..), memoryVerdict, shareHosts)
+import Herd.Core.Wire.Host (HostControl (..), HostLimit (..))
 import Herd.Core.Master.Events (Event (..))
 import Herd.Core.Master.Workers (WorkerInfo (..))
 import Herd.Node.Memory (memoryWatchPeriod, residentBytes, resolveMemoryLimit)
-import Herd.Master.Shell (Shell, shellStep, shellWorkers, shellSetMemoryLimit, shellRecordLocalMemory)
+import Herd.Master.Shell (HostHandle (..), Shell, shellHosts, shellRecordHosts, shellRecordLocalMemory, shellSetMemoryLimit, shellStep, shellWorkers)
+import System.Posix.Unistd (getSystemID, nodeName)
 import System.Posix.Signals (sigKILL, signalProcess)
 
 -- | Run the body while the workers of this host's launch (group
 -- @local@) are watched against the configured limit, for this many local
 -- workers; with no limit, their memory is still read for the dashboard.
+-- Under the automatic limit the host's budget is shared among every herd
+-- worker on it: the master's own, and those of agents that joined from
+-- the same host (each agent is told how many there are beside its own).
 withMemoryWatch :: Config -> Shell -> Int -> IO a -> IO a
 withMemoryWatch cfg sh localWorkers body = do
-  limit <- resolveMemoryLimit (configWorkerMemoryLimit cfg) localWorkers
+  mine <- nodeName <$> getSystemID
+  limit0 <- resolveMemoryLimit (configWorkerMemoryLimit cfg) localWorkers
   -- the workers linked already learn their budget for shared values
   -- (those linking later learn it as they link)
-  shellSetMemoryLimit sh limit
+  shellSetMemoryLimit sh limit0
   held <- newIORef (S.empty, M.empty)
-  if localWorkers <= 0 then body else withAsync (forever (watchOnce held limit >> pause)) (const body)
+  told <- newIORef (limit0, M.empty)
+  withAsync (forever (share mine told >>= watchOnce held >> pause)) (const body)
   where
     pause = threadDelay (round (memoryWatchPeriod * 1e6))
+    -- the host budgets shared out again; the local limit as it is now
+    share mine told = do
+      hosts <- shellHosts sh
+      agents <- forM hosts $ \(hid, h) -> (\n -> (hid, h, n)) <$> hostMembers h
+      let shares = shareHosts mine localWorkers [ (hid, hostName h, n) | (hid, h, n) <- agents ]
+          here = M.findWithDefault 0 mine (sharesPerHost shares)
+      (lastLimit, lastTold) <- readIORef told
+      limit <- case configWorkerMemoryLimit cfg of
+        MemoryLimitAuto -> do
+          limit <- resolveMemoryLimit MemoryLimitAuto (max 1 here)
+          when (limit /= lastLimit) $ shellSetMemoryLimit sh limit
+          forM_ [ (hid, h) | (hid, h, _) <- agents ] $ \(hid, h) -> do
+            let others = M.findWithDefault 0 hid (sharesElsewhere shares)
+            when (M.findWithDefault 0 hid lastTold /= others) $
+              hostTell h (HostMemoryLimit (HostLimitShared (fromIntegral others)))
+          pure limit
+        _ -> pure lastLimit
+      writeIORef told (limit, sharesElsewhere shares)
+      shellRecordHosts sh [ (name, n, if name == mine then limit else Nothing) | (name, n) <- M.toList (sharesPerHost shares) ]
+      pure limit
     watchOnce held limit = do
       workers <- readTVarIO (shellWorkers sh)
       let pids = M.map infoPid (M.filter ((== "local") . infoGroup) workers)

@@ -49,6 +49,10 @@ module Herd.Master.Shell
   , shellRecordLocalMemory
   , shellRecordHostMemory
   , shellMemory
+  , HostHandle (..)
+  , shellHosts
+  , shellRecordHosts
+  , shellHostView
   , shellShare
   , shellUnshare
   , shellLinkCount
@@ -235,7 +239,7 @@ shutdownShell sh = do
   links <- ssLinks <$> readMVar (shState sh)
   mapM_ wlStopWriting (M.elems links)
   hosts <- readTVarIO (shHosts sh)
-  sequence_ (M.elems hosts)
+  mapM_ hostClose (M.elems hosts)
 
 -- | Tell the shell who replaces lost workers.
 setLossHooks :: Shell -> LossHooks -> IO ()
@@ -313,6 +317,19 @@ shellRecordHostMemory sh known = atomically $ modifyTVar' (shMemory sh) (\(l, m)
 -- latest resident-set reading in bytes.
 shellMemory :: Shell -> IO (Maybe Int, M.Map WorkerId Int)
 shellMemory sh = readTVarIO (shMemory sh)
+
+-- | The open host agents' links.
+shellHosts :: Shell -> IO [(Int, HostHandle)]
+shellHosts sh = M.toList <$> readTVarIO (shHosts sh)
+
+-- | Each host's herd workers and (on the master's host) the memory limit
+-- each may hold, as the memory watch shared them out.
+shellRecordHosts :: Shell -> [(String, Int, Maybe Int)] -> IO ()
+shellRecordHosts sh = atomically . writeTVar (shHostView sh)
+
+-- | What 'shellRecordHosts' last recorded.
+shellHostView :: Shell -> IO [(String, Int, Maybe Int)]
+shellHostView sh = readTVarIO (shHostView sh)
 
 -- | Share a value under this number: every worker, now and later, is sent
 -- its encoding ("Herd.Core.Shared"); the bytes count towards what the

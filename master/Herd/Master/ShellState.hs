@@ -16,6 +16,7 @@ module Herd.Master.ShellState
   , bumpCounter
   , LossHooks (..)
   , noLossHooks
+  , HostHandle (..)
   ) where
 
 import Control.Concurrent.MVar
@@ -34,6 +35,7 @@ import Herd.Reader
 import Herd.Master.Types
 import Herd.Packet
 import Herd.Core.Farm (JobId, WorkerId)
+import Herd.Core.Wire.Host (HostControl)
 
 -- | What the shell's lock guards.
 data ShellState = ShellState
@@ -72,13 +74,24 @@ data Shell = Shell
   , shLosses   :: !(IORef LossHooks)            -- ^ who replaces lost workers
   , shMemory   :: !(TVar (Maybe Int, M.Map WorkerId Int))
     -- ^ the resident bytes a watched worker may hold, and each watched worker's, as last read
-  , shHosts    :: !(TVar (M.Map Int (IO ())))
-    -- ^ each open host link, by its number, with what closes it
+  , shHosts    :: !(TVar (M.Map Int HostHandle))
+    -- ^ each open host link, by its number
+  , shHostView :: !(TVar [(String, Int, Maybe Int)])
+    -- ^ each host's herd workers and (on the master's host) the memory
+    -- limit each may hold, as the memory watch last shared them out
   , shShared   :: !(TVar Int)
     -- ^ the bytes of the shared values live now: a link's writer may hold
     -- that much more than its cap ("Herd.Master.Link")
   , shShareSizes :: !(TVar (M.Map Word64 Int))
     -- ^ the size of each shared value live now, by number
+  }
+
+-- | An open host agent's link, as the shell and the memory watch use it.
+data HostHandle = HostHandle
+  { hostName    :: !String                  -- ^ the host's name, from its hello
+  , hostClose   :: IO ()                    -- ^ close the link (the cluster is closing)
+  , hostTell    :: HostControl -> IO ()     -- ^ say this to the agent, now
+  , hostMembers :: IO Int                   -- ^ its workers linked now
   }
 
 -- | What the shell asks of whoever restarts lost workers
@@ -110,6 +123,7 @@ newShell :: Config -> IO Shell
 newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty M.empty (0, 0) M.empty (0, 0))
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
                          <*> newIORef noCounters <*> newIORef noLossHooks <*> newTVarIO (Nothing, M.empty) <*> newTVarIO M.empty
+                         <*> newTVarIO []
                          <*> newTVarIO 0 <*> newTVarIO M.empty
   where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ()) (pure 0)
 

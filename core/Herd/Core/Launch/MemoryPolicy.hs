@@ -19,6 +19,8 @@ module Herd.Core.Launch.MemoryPolicy
   , softShare
   , growthShare
   , heldBudget
+  , HostShares (..)
+  , shareHosts
   ) where
 
 import qualified Data.Map.Strict as M
@@ -34,6 +36,21 @@ softShare = 0.8
 -- growing: 0.1 (at that pace it reaches the limit within two seconds).
 growthShare :: Double
 growthShare = 0.1
+
+-- | How one memory budget per host is shared out: the herd workers on
+-- each host, and for each agent the workers on its host that are not its
+-- own (it shares its host's budget among its own and those).
+data HostShares = HostShares
+  { sharesPerHost   :: !(M.Map String Int)   -- ^ herd workers on each host, by its name
+  , sharesElsewhere :: !(M.Map Int Int)      -- ^ per agent (by its number): the others on its host
+  } deriving (Eq, Show)
+
+-- | Share out the hosts, given the master's host name, its own workers
+-- there, and each agent's number, host name and workers.
+shareHosts :: String -> Int -> [(Int, String, Int)] -> HostShares
+shareHosts mine local agents =
+  let perHost = M.fromListWith (+) ((mine, max 0 local) : [ (name, max 0 n) | (_, name, n) <- agents ])
+  in HostShares perHost (M.fromList [ (a, M.findWithDefault 0 name perHost - max 0 n) | (a, name, n) <- agents ])
 
 -- | The bytes of shared values (encoded) a worker with this memory limit
 -- keeps in memory before it spills them to disk ("Herd.Node.Store"): a

@@ -16,6 +16,7 @@ module Herd.Core.Monitor.Status
   , workerStateName
   , JobRow (..)
   , CallView (..)
+  , HostRow (..)
   , Inputs (..)
   , buildStatus
   ) where
@@ -98,6 +99,14 @@ data Status = Status
   , statusRelayedBytes :: !Int          -- ^ the bytes of those parts
   , statusCopies    :: !Int             -- ^ straggler copies of farm batches started since the start
   , statusCalls     :: ![CallView]      -- ^ every running call: farms, streams, evolve and Ref calls, reductions
+  , statusHosts     :: ![HostRow]       -- ^ the hosts, each with the herd workers sharing its memory
+  } deriving (Eq, Show)
+
+-- | One host and the herd workers that share its memory budget.
+data HostRow = HostRow
+  { hostRowName    :: !String      -- ^ its name
+  , hostRowWorkers :: !Int         -- ^ herd workers on it: the master's own and its agents'
+  , hostRowLimit   :: !(Maybe Int) -- ^ the resident bytes each may hold (known on the master's host)
   } deriving (Eq, Show)
 
 -- | What a snapshot is built from.
@@ -116,6 +125,7 @@ data Inputs = Inputs
   , inLinksOpen :: !Int                   -- ^ links the master keeps open
   , inShareSends :: !(Int, Int)           -- ^ shared values put on links since the start, and their bytes
   , inRelayed :: !(Int, Int)              -- ^ reductions' parts relayed between workers since the start, and their bytes
+  , inHosts :: ![HostRow]                 -- ^ the hosts' shares of memory, as the memory watch last made them
   }
 
 -- | Build the snapshot.
@@ -143,6 +153,7 @@ buildStatus i = Status
   , statusRelayedBytes = snd (inRelayed i)
   , statusCopies = S.copiesMade (coreSched core)
   , statusCalls = calls
+  , statusHosts = inHosts i
   }
   where
     core = inCore i

@@ -75,6 +75,10 @@ data HostLimit
   = NoHostLimit            -- ^ none
   | HostLimitAuto          -- ^ 90% of the host's memory, shared among its workers
   | HostLimitBytes !Word64 -- ^ this many bytes
+  | HostLimitShared !Word32
+    -- ^ 90% of the host's memory, shared among its workers and this many
+    -- other herd workers on the same host (the master's own, another
+    -- agent's)
   deriving (Eq, Show)
 
 -- | Why a host's worker is gone.
@@ -110,6 +114,7 @@ encodeHostControl c = buildStrict $ case c of
   HostMemoryLimit NoHostLimit -> putWord8 5 <> putWord8 0
   HostMemoryLimit HostLimitAuto -> putWord8 5 <> putWord8 1
   HostMemoryLimit (HostLimitBytes b) -> putWord8 5 <> putWord8 2 <> putWord64 b
+  HostMemoryLimit (HostLimitShared k) -> putWord8 5 <> putWord8 3 <> putWord32 k
   WorkerHold wid held -> putWord8 6 <> putWord32 wid <> putWord8 (if held then 1 else 0)
   WorkerMemory readings -> putWord8 7 <> putWord32 (fromIntegral (length readings))
     <> foldMap (\(w, b) -> putWord32 w <> putWord64 b) readings
@@ -141,6 +146,7 @@ decodeHostControl = runGet $ do
       0 -> pure NoHostLimit
       1 -> pure HostLimitAuto
       2 -> HostLimitBytes <$> getWord64
+      3 -> HostLimitShared <$> getWord32
       _ -> failGet ("unknown memory limit kind " ++ show kind)
     6 -> WorkerHold <$> getWord32 <*> (getWord8 >>= \b -> case b of
       0 -> pure False

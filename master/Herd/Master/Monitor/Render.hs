@@ -53,6 +53,9 @@ statusJson s = renderJson $ JObject
   , ("calls", JArray [ JObject [ ("kind", JString (callKind c)), ("function", JString (callFunction c))
                                , ("left", int (callLeft c)), ("workers", JArray (map int (callWorkers c))) ]
                      | c <- statusCalls s ])
+  , ("hosts", JArray [ JObject [ ("host", JString (hostRowName h)), ("workers", int (hostRowWorkers h))
+                               , ("worker_memory_limit_bytes", maybe JNull int (hostRowLimit h)) ]
+                     | h <- statusHosts s ])
   ]
   where
     int = JInt . fromIntegral
@@ -152,6 +155,8 @@ prometheusText s = concat
   , metric "herd_shared_values" "gauge" "Shared values live now." [ ([], fromIntegral (statusShared s)) ]
   , metric "herd_shared_sends_total" "counter" "Times a shared value was sent to a worker."
       [ ([], fromIntegral (statusSharedSends s)) ]
+  , metric "herd_host_workers" "gauge" "Herd workers on each host, sharing its memory budget."
+      [ ([("host", hostRowName h)], fromIntegral (hostRowWorkers h)) | h <- statusHosts s ]
   , metric "herd_calls_running" "gauge" "Calls running now, by kind (farm, stream, evolve for evolve and Ref calls, reduce)."
       [ ([("kind", k)], fromIntegral (length [ () | c <- statusCalls s, callKind c == k ])) | k <- ["farm", "stream", "evolve", "reduce"] ]
   , metric "herd_straggler_copies_total" "counter" "Straggler copies of farm batches started since the cluster started."

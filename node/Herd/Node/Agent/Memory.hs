@@ -49,6 +49,7 @@ hostLimitBytes setting n = case setting of
   NoHostLimit -> pure Nothing
   HostLimitBytes b -> pure (Just (fromIntegral b))
   HostLimitAuto -> resolveMemoryLimit MemoryLimitAuto (max 1 n)
+  HostLimitShared others -> resolveMemoryLimit MemoryLimitAuto (max 1 (n + fromIntegral others))
 
 -- | One round of the watch; the workers held after the last round, and
 -- its readings, are in the reference, and are updated.
