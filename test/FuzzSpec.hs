@@ -5,6 +5,7 @@
 module FuzzSpec (spec) where
 
 import Control.Monad (forM_)
+import Data.List (isInfixOf)
 import Herd
 import Herd.Config
 import Herd.Fuzz
@@ -31,6 +32,11 @@ spec = describe "the fuzzer" $ do
     it ("ends a worker's loop with its protocol error, never a crash or a hang, over " ++ transportName kind) $ do
       r <- fuzzWorker kind 300 7 (taskRef squareTask)
       (rowCrashes r, rowHangs r, rowDropped r) `shouldBe` (0, 0, 300)
+
+  it "drops a peer that starts a frame and stops, naming configFrameDeadline" $ do
+    (closed, logged) <- stallAtMaster 0.5
+    closed `shouldBe` True
+    filter ("of a frame and then nothing for 0.5 s (configFrameDeadline)" `isInfixOf`) logged `shouldSatisfy` (not . null)
 
   it "keeps no buffers of the peers a master dropped (600 sessions, each with a 256 KiB read buffer)" $ do
     r <- fuzzMaster TcpTransport 600 11 (\_ -> pure True)

@@ -44,6 +44,7 @@ module Herd.Transport
   , recvFrame
   , recycleFrame
   , hasBufferedFrame
+  , partialFrameBytes
     -- * Waiting
   , spinNanos
   , awaitReadable
@@ -92,6 +93,15 @@ hasBufferedFrame conn = do
   complete <- readIORef (connComplete conn)
   pending <- readIORef (connPending conn)
   pure $ complete /= Nothing || (B.length pending >= 4 && B.length pending - 4 >= lengthPrefix pending)
+
+-- | Bytes of a frame begun and not yet whole (0: none begun): a reader
+-- that sees the count stay put for long knows its peer stopped mid-frame.
+partialFrameBytes :: Connection -> IO Int
+partialFrameBytes conn = do
+  large <- readIORef (connLarge conn)
+  case large of
+    Just (Large _ _ _ have) -> pure (4 + have)
+    Nothing -> B.length <$> readIORef (connPending conn)
 
 lengthPrefix :: B.ByteString -> Int
 lengthPrefix bs = word32At bs 0   -- callers check that four bytes are there

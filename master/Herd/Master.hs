@@ -187,7 +187,7 @@ withMaster config raw body = do
 -- The reader the configuration asks for, and how to release it.
 makeReader :: Config -> Shell -> IO (Reader, IO ())
 makeReader cfg shell = case configMasterLoop cfg of
-  EpollLoop | epollAvailable -> newEpollReader (configMaxFrameBytes cfg) (afterRound shell)
+  EpollLoop | epollAvailable -> newEpollReaderWith (configFrameDeadline cfg) (configMaxFrameBytes cfg) (afterRound shell)
   _ -> (\r -> (r, pure ())) <$> newThreadedReader (configMaxFrameBytes cfg) (afterRound shell)
 
 -- A cluster listening on this socket, with no worker yet.

@@ -7,7 +7,9 @@
 -- Each session sends one frame ("Herd.Fuzz.Mutate") and then a frame no
 -- receiver accepts, and waits for the receiver to close the link: so every
 -- frame is known to have been read, and a receiver that neither answers
--- nor closes within 5 s is counted as a hang. A master must keep serving
+-- nor closes within 5 s is counted as a hang. One session in 509 at a
+-- master instead starts its frame and stops halfway: the master (its
+-- 'configFrameDeadline' set to 1 s here) must drop it, not wait for ever. A master must keep serving
 -- its real worker meanwhile (a small farm is checked every half second);
 -- a worker's loop must end with its protocol-error exit, never another
 -- exception (a crash).
@@ -17,6 +19,7 @@ module Herd.Fuzz
   , FuzzRow (..)
   , fuzzMaster
   , fuzzWorker
+  , stallAtMaster
   ) where
 
 import Control.Concurrent
@@ -77,6 +80,28 @@ data FuzzRow = FuzzRow
   , rowLiveEnd   :: !(Maybe Double)  -- ^ and after
   }
 
+-- | A peer that joins a master (with no worker of its own, and this
+-- 'configFrameDeadline') over TCP, sends half of a frame and then
+-- nothing: whether the master closed the link within five seconds, and
+-- the master's log lines.
+stallAtMaster :: Double -> IO (Bool, [String])
+stallAtMaster deadline = do
+  build <- buildIdentity
+  secret <- either fail pure (mkSecret fuzzSecret)
+  pid <- getProcessID
+  logged <- newIORef []
+  let cfg = defaultConfig { configWorkers = Just 0, configTransport = Just TcpTransport, configSecret = SecretValue fuzzSecret
+                          , configLog = \l -> atomicModifyIORef' logged (\ls -> (l : ls, ())), configFrameDeadline = deadline }
+      hello = WorkerHello protocolVersion build (fromIntegral pid) (T.pack "stall") (T.pack "stall") DirectLink noCpu
+  closed <- withCluster cfg $ \cluster ->
+    bracket (connectTcp "127.0.0.1" (snd (clusterAddress cluster))) closeConnection $ \conn -> do
+      joined <- joinMaster secret B.empty build "the stalled master" hello conn
+      either (throwIO . JoinRefused) (const (pure ())) joined
+      sendRaw conn (B.take 10 (framed (B.replicate 64 7)))
+      (/= Nothing) <$> timeout 5000000 (drain conn)
+  ls <- readIORef logged
+  pure (closed, reverse ls)
+
 fuzzSecret :: B.ByteString
 fuzzSecret = BC.pack "herd fuzz secret, on loopback only"
 
@@ -106,7 +131,7 @@ fuzzMaster kind frames seed check = do
   t0 <- monotonicSeconds
   let cfg = defaultConfig
         { configWorkers = Just 1, configTransport = Just kind, configSecret = SecretValue fuzzSecret
-        , configLog = \_ -> pure () }
+        , configLog = \_ -> pure (), configFrameDeadline = 1 }
       bump r = atomicModifyIORef' r (\n -> (n + 1, ()))
       lanes = 8 :: Int
   outcome <- try $ withCluster cfg $ \cluster -> do
@@ -125,8 +150,15 @@ fuzzMaster kind frames seed check = do
             Right _ -> do
               link <- if kind == ShmTransport then upgradeWorker 10 conn else pure conn
               let frame = pickFrame corpus (mixSeed seed (fromIntegral i))
-              mapM_ (\f -> sendFrameStrict link f `catch` \(_ :: SomeException) -> pure ()) [frame, sentinelFrame]
-              closed <- timeout 5000000 (drain link)
+                  -- half a frame: its header and less than its body
+                  -- (one session in 509, spread over the lanes: each costs the deadline)
+                  stalls = i `mod` 509 == 3 && B.length frame >= 2
+                  half = B.take (4 + B.length frame `div` 2) (framed frame)
+              if stalls
+                then sendRaw link half `catch` \(_ :: SomeException) -> pure ()
+                else mapM_ (\f -> sendFrameStrict link f `catch` \(_ :: SomeException) -> pure ()) [frame, sentinelFrame]
+              -- a stalled frame is dropped by its deadline, well before any other rule
+              closed <- timeout (if stalls then 3000000 else 5000000) (drain link)
               maybe (bump hangs) (const (bump drops)) closed
               when (kind == ShmTransport) (closeConnection link)
         checking = forever $ do

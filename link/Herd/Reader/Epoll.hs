@@ -15,8 +15,15 @@
 -- Fairness: a visit to a link hands over at most 'framesPerVisit' frames;
 -- a link with more is visited again in the next round, after the others,
 -- so a chatty worker cannot starve the rest.
+--
+-- A deadline on partial frames ('newEpollReaderWith'): a link left with
+-- part of a frame whose byte count has not grown for that long is lost,
+-- so a peer that starts a frame and stops does not hold its link (and
+-- the buffer for the frame) forever; a large frame still arriving, however
+-- slowly, is not cut.
 module Herd.Reader.Epoll
   ( newEpollReader
+  , newEpollReaderWith
   ) where
 
 import Control.Exception
@@ -28,6 +35,7 @@ import Foreign.Marshal.Array (allocaArray, peekArray)
 import Herd.Settings (MasterLoop (..))
 import Herd.Sys.Epoll
 import Herd.Reader
+import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Transport
 
 foreign import ccall unsafe "herd_eventfd" c_eventfd :: IO CInt
@@ -66,19 +74,29 @@ data Poller = Poller
     -- added one made a start of 2048 workers cost 744 000 receives)
   , plAgain  :: !(IORef [Int])              -- ^ links left with frames at the last visit
   , plVisits :: !(IORef Int)
+  , plDeadline :: !Double                   -- ^ seconds a partial frame may stand still (0: for ever)
+  , plPartial :: !(IORef (M.Map Int (Int, Double)))
+    -- ^ links left with part of a frame: its bytes then, and since when
+  , plSwept  :: !(IORef Double)             -- ^ when stalled links were last looked for
   }
 
 -- | An epoll reader for frames of at most this size, its thread not yet
 -- running, and the action that releases its descriptors once that thread
 -- has stopped. The action given runs after each round of deliveries.
 newEpollReader :: Int -> IO () -> IO (Reader, IO ())
-newEpollReader cap afterRound = do
+newEpollReader = newEpollReaderWith 0
+
+-- | 'newEpollReader' that loses a link whose partial frame has not grown
+-- for this many seconds (0: never).
+newEpollReaderWith :: Double -> Int -> IO () -> IO (Reader, IO ())
+newEpollReaderWith deadline cap afterRound = do
   ep <- epollCreate
   wake <- c_eventfd
   when (wake < 0) $ epollClose ep >> systemCallFailed "eventfd" (fromIntegral (negate wake))
   rc <- epollAdd ep wake wakeTag False
   when (rc /= 0) $ systemCallFailed "epoll_ctl" rc
   pl <- Poller ep wake cap <$> newIORef M.empty <*> newIORef M.empty <*> newIORef [] <*> newIORef [] <*> newIORef 0
+                           <*> pure (max 0 deadline) <*> newIORef M.empty <*> newIORef 0
   let release = do
         _ <- c_close wake
         epollClose ep
@@ -107,6 +125,7 @@ addLink pl wid conn onPacket onLost = do
 removeLink :: Poller -> Int -> Connection -> IO ()
 removeLink pl wid conn = do
   atomicModifyIORef' (plLinks pl) (\m -> (M.delete wid m, ()))
+  modifyIORef' (plPartial pl) (M.delete wid)
   atomicModifyIORef' (plEdged pl) (\m -> (M.delete wid m, ()))
   fds <- trySync (connWaitFds conn)
   either (const (pure ())) (mapM_ (epollDel (plEpoll pl))) fds
@@ -150,7 +169,34 @@ readLink pl tag l = do
   case r of
     Left (e :: SomeException) -> loseLink pl tag l (displayException e)
     Right (Left why) -> loseLink pl tag l why
-    Right (Right more) -> when more $ modifyIORef' (plAgain pl) (tag :)
+    Right (Right True) -> modifyIORef' (plAgain pl) (tag :)
+    Right (Right False) -> when (plDeadline pl > 0) (notePartial pl tag l)
+
+-- After a visit that emptied the link: remember a partial frame left (and
+-- since when its count stood), forget one completed.
+notePartial :: Poller -> Int -> Polled -> IO ()
+notePartial pl tag l = do
+  have <- partialFrameBytes (polConn l)
+  known <- M.lookup tag <$> readIORef (plPartial pl)
+  case known of
+    _ | have == 0 -> when (known /= Nothing) $ modifyIORef' (plPartial pl) (M.delete tag)
+    Just (was, _) | was == have -> pure ()
+    _ -> monotonicSeconds >>= \now -> modifyIORef' (plPartial pl) (M.insert tag (have, now))
+
+-- Lose the links whose partial frame has stood still past the deadline
+-- (looked for a few times a second at most).
+sweepStalled :: Poller -> IO ()
+sweepStalled pl = do
+  partial <- readIORef (plPartial pl)
+  when (plDeadline pl > 0 && not (M.null partial)) $ do
+    now <- monotonicSeconds
+    last' <- readIORef (plSwept pl)
+    when (now - last' >= min 0.25 (plDeadline pl / 4)) $ do
+      writeIORef (plSwept pl) now
+      forM_ [ (tag, have) | (tag, (have, since)) <- M.toList partial, now - since > plDeadline pl ] $ \(tag, have) ->
+        lookupLink pl tag >>= mapM_ (\(_, l) -> loseLink pl tag l
+          ("it sent " ++ show have ++ " bytes of a frame and then nothing for " ++ show (plDeadline pl)
+           ++ " s (configFrameDeadline)"))
 
 -- Epoll reported the link: on a shared ring the report may be the
 -- control socket's end, which the ring looks at only when told to
@@ -184,14 +230,16 @@ armAll pl = do
 runPoller :: Poller -> IO () -> IO ()
 runPoller pl afterRound = allocaArray 256 $ \tags -> forever $ do
   revisit <- atomicModifyIORef' (plAgain pl) (\ts -> ([], reverse ts))
+  partialNow <- readIORef (plPartial pl)
   n0 <- epollPoll (plEpoll pl) tags 256
   n <- if n0 /= 0 || not (null revisit) then pure n0 else do
     ready <- armAll pl
-    if ready then pure 0 else epollWait (plEpoll pl) tags 256 1000
+    if ready then pure 0 else epollWait (plEpoll pl) tags 256 (if M.null partialNow then 1000 else 250)
   when (n < 0) $ systemCallFailed "epoll_wait" (negate n)
   ready <- peekArray n tags
   forM_ ready $ \tag ->
     if fromIntegral tag == wakeTag then c_drain (plWake pl) >> readFresh pl
     else lookupLink pl (fromIntegral tag) >>= mapM_ (uncurry (readReported pl))
   forM_ revisit $ \tag -> lookupLink pl tag >>= mapM_ (uncurry (readLink pl))
+  sweepStalled pl
   afterRound

@@ -142,6 +142,11 @@ data Config = Config
     -- crash, the out-of-memory killer) fails its job with
     -- 'Herd.Error.TaskKilledWorkers' instead of being tried again
     -- (default 3, as Dask's @allowed-failures@)
+  , configFrameDeadline    :: Double
+    -- ^ seconds a peer may leave a frame unfinished, sending nothing more
+    -- of it, before its link is dropped (default 30; 0: never). A large
+    -- frame that keeps arriving is never cut. The epoll master loop (the
+    -- default) keeps it
   , configTaskDeadline     :: Maybe Double
     -- ^ seconds a farm task may compute on its worker before it is
     -- stopped and fails as 'Herd.Error.TaskFailed' saying it exceeded its
@@ -251,6 +256,7 @@ defaultConfig = Config
   , configSimulatedHosts   = 1
   , configTls              = False
   , configMaxTaskDeaths    = 3
+  , configFrameDeadline    = 30
   , configTaskDeadline     = Nothing
   , configStragglerCopies  = True
   , configRestartWorkers   = True

@@ -69,6 +69,8 @@ validateConfig c
                                     ++ show (configSimulatedHosts c) ++ "), got " ++ show (configSimulatedWorkers c))
   | configTls c && configSimulatedWorkers c > 0 =
       bad "configTls" "simulated hosts do not speak TLS: use it without configSimulatedWorkers"
+  | not (configFrameDeadline c == 0 || (configFrameDeadline c >= 0.1 && configFrameDeadline c <= 86400)) =
+      bad "configFrameDeadline" ("must be 0 (never) or from 0.1 to 86400 seconds, got " ++ show (configFrameDeadline c))
   | Just d <- configTaskDeadline c, not (d >= 0.001 && d <= 1e6) =
       bad "configTaskDeadline" ("must be from 0.001 to 1000000 seconds, got " ++ show d)
   | configMaxTaskDeaths c < 1 || configMaxTaskDeaths c > 1000 =
