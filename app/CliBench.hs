@@ -5,6 +5,7 @@ module CliBench
   ( benchCommands
   ) where
 
+import Data.List (intercalate)
 import qualified Bench.Models as Models
 import qualified Bench.Nursery as Nursery
 import qualified Bench.Throughput as Throughput
@@ -93,7 +94,18 @@ chaosOptions = Chaos.Options
                           <> help "local workers to kill and stop")
   <*> option (positiveInt "a seed" maxBound) (long "seed" <> metavar "N" <> value 1 <> showDefault
                           <> help "seed of the chaos (which worker, when, kill or stop)")
+  <*> option (eitherReader apiList) (long "apis" <> metavar "LIST" <> value Chaos.allApis
+                          <> help ("the APIs whose jobs run, comma-separated (default: all of " ++ intercalate "," Chaos.allApis ++ ")"))
+  <*> switch (long "calm" <> help "run the same jobs without killing or stopping any worker (a control)")
   <*> switch (long "json" <> help "end with one line of JSON")
+  where
+    apiList s = case [ a | a <- splitComma s, a `notElem` Chaos.allApis ] of
+      [] | not (null (splitComma s)) -> Right (splitComma s)
+      [] -> Left "expected one or more APIs"
+      bad : _ -> Left ("no such API " ++ show bad ++ "; expected some of " ++ intercalate "," Chaos.allApis)
+    splitComma s = case break (== ',') s of
+      (a, []) -> [ a | not (null a) ]
+      (a, _ : rest) -> a : splitComma rest
 
 latencyOptions :: Parser Latency.LatencyOptions
 latencyOptions = Latency.LatencyOptions

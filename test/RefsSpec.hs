@@ -16,6 +16,9 @@ import qualified Data.Map.Strict as M
 import TestTasks (countEvolver, refPlus, refSlowFailAt13, refSlowInc, refSquare, rendezvousEvolver, rendezvousRef)
 import Control.Concurrent.Async (concurrently)
 import Control.Exception (finally)
+import Control.Monad (forM_)
+import System.Timeout (timeout)
+import Herd.Examples.ParticleFilter (FilterSetup (..), initialParticles, particleStep, runFilter, runSequential)
 import System.Directory (createDirectoryIfMissing, getTemporaryDirectory, removeDirectoryRecursive)
 import System.FilePath ((</>))
 
@@ -133,6 +136,23 @@ spec = describe "results that stay on the workers" $ do
       case r2 of
         Left (UnknownStates _) -> pure ()
         other -> expectationFailure ("a Ref of the failed call should be refused, got " ++ show (either show show other))
+
+  it "run evolve calls and Ref calls side by side, round after round, none waiting for ever (states moved between workers)" $
+    withCluster config { configWorkers = Just 4 } $ \cluster -> do
+      True <- waitForWorkers cluster 4 30
+      let setup = FilterSetup 300 3 7 0 20000
+          reference = runSequential setup
+          evolveRounds = forM_ [1 .. 8 :: Int] $ \_ -> do
+            ids <- resetStates cluster particleStep (initialParticles setup)
+            r <- timeout 60000000 (runFilter setup (evolveMany cluster particleStep) ids)
+            r `shouldBe` Just reference
+          refRounds = forM_ [1 .. 150 :: Int] $ \k -> do
+            refs <- putRefs cluster [k .. k + 15]
+            r <- timeout 60000000 (queryRefs cluster refPlus [ (x, 1) | x <- refs ])
+            releaseMany cluster refs
+            r `shouldBe` Just [ x + 1 | x <- [k .. k + 15] ]
+      _ <- concurrently evolveRounds refRounds
+      pure ()
 
   it "give exactly the results of a run without kills when a worker holding them is killed mid-job" $
     withCluster config $ \cluster -> do

@@ -1,8 +1,10 @@
 {-# LANGUAGE ScopedTypeVariables #-}
--- | @herd bench chaos@: farm, stream and evolve jobs run at once on local
--- workers while a chaos thread kills (SIGKILL) and stops (SIGSTOP, then
--- SIGCONT a moment later) workers at random. Every farm and evolve result
--- is checked against a one-core run; a stream's output against its input.
+-- | @herd bench chaos@: jobs of every API run at once on local workers
+-- (farms, streams, evolve calls, shared values, Refs, @farmReduce@ and
+-- @reduceByKey@) while a chaos thread kills (SIGKILL) and stops (SIGSTOP,
+-- then SIGCONT a moment later) workers at random. Every result is checked
+-- against a one-core run; a stream's output against its input. The
+-- master's live heap is reported at the start and the end of the soak.
 --
 -- Per API it counts jobs, results checked, wrong results, lost jobs (a
 -- farm or evolve call that failed, or a stream that ended short without
@@ -11,6 +13,7 @@
 -- with 'StreamFailed' by design: those are counted as broken, apart.
 module Bench.Chaos
   ( Options (..)
+  , allApis
   , run
   ) where
 
@@ -25,7 +28,13 @@ import Herd.Config
 import Herd.Monitor
 import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Examples.Eden (echoProcess, wordsItem)
-import Herd.Examples.Fib (fib, fibTask)
+import Herd.Examples.Fib (fib, fibSumReducer, fibTask)
+import Herd.Examples.KMeans (Centroids, Partial, Points, assignPartial, chunkRanges, initialCentroids, kmeansHeldTask, kmeansRefQuery, makePoints, combinePartials)
+import Herd.Examples.WordCount (Doc (..), countReducer, docPairs)
+import qualified Data.Map.Strict as M
+import qualified Data.Vector.Unboxed as VU
+import GHC.Stats (gcdetails_live_bytes, gc, getRTSStats, getRTSStatsEnabled)
+import System.Mem (performMajorGC)
 import Herd.Examples.ParticleFilter
 import Herd.Fuzz.Mutate (mixSeed)
 import Herd.Sys.Log (logToStderr)
@@ -39,8 +48,14 @@ data Options = Options
   { optSeconds :: Double
   , optWorkers :: Int
   , optSeed    :: Int
+  , optApis    :: [String]   -- ^ the APIs whose jobs run ('allApis')
+  , optCalm    :: Bool       -- ^ no kills or stops: the same load, as a control
   , optJson    :: Bool
   }
+
+-- | Every API the soak can run jobs of.
+allApis :: [String]
+allApis = ["farm", "stream", "evolve", "shared", "refs", "farmReduce", "reduceByKey"]
 
 data Tally = Tally
   { tJobs :: !Int, tChecked :: !Int, tWrong :: !Int, tLost :: !Int, tHung :: !Int, tBroken :: !Int }
@@ -65,24 +80,30 @@ run o = do
   _ <- evaluate (length (runEstimates reference))
   t0 <- monotonicSeconds
   let deadline = t0 + optSeconds o
-  (tallies, restarts) <- withCluster cfg $ \cluster -> do
+  (tallies, restarts, heap) <- withCluster cfg $ \cluster -> do
+    heap0 <- liveMB
     let until' act = let loop acc = do
                            t <- monotonicSeconds
                            if t >= deadline then pure acc else act acc >>= loop
                      in loop noTally
-    tallies <- withAsync (chaos cluster deadline (fromIntegral (optSeed o)) kills stops) $ \_ ->
-      forConcurrently [farmJob cluster, streamJob cluster, evolveJob cluster setup reference] $ \(name, job) -> do
+    let chaosThread = if optCalm o then pure () else chaos cluster deadline (fromIntegral (optSeed o)) kills stops
+    tallies <- withAsync chaosThread $ \_ ->
+      forConcurrently [ j | j@(name, _) <- [ farmJob cluster, streamJob cluster, evolveJob cluster setup reference, sharedJob cluster
+                                           , refsJob cluster, farmReduceJob cluster, reduceByKeyJob cluster ]
+                          , name `elem` optApis o ] $ \(name, job) -> do
         t <- until' job
         pure (name, t)
     -- every worker still stopped is let go before the cluster ends
     mapM_ (\w -> signalProcess sigCONT (fromIntegral (infoPid w)) `catch` \(_ :: IOException) -> pure ())
           =<< clusterWorkerInfo cluster
     c <- clusterCounters cluster
-    pure (tallies, countRestarts c)
+    heap1 <- liveMB
+    pure (tallies, countRestarts c, (heap0, heap1))
   k <- readIORef kills
   s <- readIORef stops
-  putStrLn ("farm, stream and evolve jobs for " ++ show (optSeconds o) ++ " s on " ++ show (optWorkers o)
-            ++ " workers, killed and stopped at random")
+  putStrLn ("jobs of every API for " ++ show (optSeconds o) ++ " s on " ++ show (optWorkers o)
+            ++ " workers, killed and stopped at random; the master's live heap "
+            ++ maybe "?" show (fst heap) ++ " MB at the start, " ++ maybe "?" show (snd heap) ++ " MB at the end")
   putStr $ renderTable ["api", "jobs", "kills", "stops", "restarts", "results checked", "wrong", "lost", "hung", "broken"]
     [ [name, show (tJobs t), show k, show s, show restarts, show (tChecked t), show (tWrong t), show (tLost t), show (tHung t), show (tBroken t)]
     | (name, t) <- tallies ]
@@ -92,8 +113,20 @@ run o = do
                                 , ("restarts", num restarts), ("results_checked", num (tChecked t))
                                 , ("wrong", num (tWrong t)), ("lost", num (tLost t)), ("hung", num (tHung t))
                                 , ("broken", num (tBroken t)) ]
-                      | (name, t) <- tallies ]) ]
+                      | (name, t) <- tallies ])
+    , ("master_live_mb_start", maybe JNull JNumber (fst heap))
+    , ("master_live_mb_end", maybe JNull JNumber (snd heap)) ]
   where num = JNumber . fromIntegral
+
+-- The master's live heap after a major collection, in MB (when the RTS
+-- keeps statistics).
+liveMB :: IO (Maybe Double)
+liveMB = do
+  enabled <- getRTSStatsEnabled
+  if not enabled then pure Nothing else do
+    performMajorGC
+    s <- getRTSStats
+    pure (Just (fromIntegral (gcdetails_live_bytes (gc s)) / 1e6))
 
 -- Kill or stop a random local worker every 0.5 to 1.5 s until the deadline
 -- (with 4 workers, about 7 deaths a minute each: under the 20 after which
@@ -166,6 +199,47 @@ streamJob cluster = ("stream", tally "stream" $ do
   let n = length ys
   pure $ if n < length xs && ys == take n xs then Short (length xs - n)
          else if ys == xs then Right' n else Wrong n)
+
+-- Points shared once, their slices' partial sums farmed against the shared value.
+sharedJob :: Cluster -> (String, Tally -> IO Tally)
+sharedJob cluster = ("shared", tally "shared" $ do
+  let n = 20000
+      points = makePoints 4 n
+      cs = initialCentroids 4 points
+      ranges = chunkRanges 16 n
+  s <- share cluster points
+  partials <- farm cluster kmeansHeldTask [ (s, r, cs) | r <- ranges ] `finally` unshare cluster s
+  pure (if combinePartials partials == byChunks cs points ranges then Right' (length partials) else Wrong (length partials)))
+
+-- The partial sums of each chunk, combined in order: what the workers' are
+-- (a sum over all points at once adds in another order).
+byChunks :: Centroids -> Points -> [(Int, Int)] -> Partial
+byChunks cs points ranges = combinePartials [ assignPartial cs points lo hi | (lo, hi) <- ranges ]
+
+-- Slices held as Refs, queried where they are, then released.
+refsJob :: Cluster -> (String, Tally -> IO Tally)
+refsJob cluster = ("refs", tally "refs" $ do
+  let n = 20000
+      points = makePoints 4 n
+      cs = initialCentroids 4 points
+      ranges = chunkRanges 16 n
+  slices <- putRefs cluster [ VU.slice (2 * lo) (2 * (hi - lo)) points | (lo, hi) <- ranges ]
+  partials <- queryRefs cluster kmeansRefQuery [ (r, cs) | r <- slices ] `finally` releaseMany cluster slices
+  pure (if combinePartials partials == byChunks cs points ranges then Right' (length partials) else Wrong (length partials)))
+
+-- A sum of Fibonacci numbers combined on the workers.
+farmReduceJob :: Cluster -> (String, Tally -> IO Tally)
+farmReduceJob cluster = ("farmReduce", tally "farmReduce" $ do
+  let xs = [ 12 + (i * 5) `mod` 9 | i <- [0 .. 399] ]
+  total <- farmReduce cluster fibSumReducer xs
+  pure (if total == Just (sum (map fib xs)) then Right' (length xs) else Wrong (length xs)))
+
+-- Word counts combined per key on the workers.
+reduceByKeyJob :: Cluster -> (String, Tally -> IO Tally)
+reduceByKeyJob cluster = ("reduceByKey", tally "reduceByKey" $ do
+  let docs = [ Doc d 200 50 | d <- [1 .. 300] ]
+  counts <- reduceByKey cluster countReducer docs
+  pure (if counts == M.fromListWith (+) (concatMap docPairs docs) then Right' (M.size counts) else Wrong (M.size counts)))
 
 evolveJob :: Cluster -> FilterSetup -> FilterRun -> (String, Tally -> IO Tally)
 evolveJob cluster setup reference = ("evolve", tally "evolve" $ do

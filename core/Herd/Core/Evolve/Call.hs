@@ -96,8 +96,10 @@ callMachineOf :: String -> Machine Call
 callMachineOf name = Machine
   { machineClaims = \_ msg call -> case answerState msg of
       -- every state of its population is the call's: it may move or recover any
+      -- (and a state it asked back: the answer may come after the state
+      -- was evolved and left its population, replaced by its children)
       Just s -> SM.member (StateId s) (callStates call) || S.member (StateId s) (callAbandoned call)
-                || SM.member (StateId s) (callReplaying call)
+                || SM.member (StateId s) (callReplaying call) || planIsMoving (StateId s) (callPlan call)
       Nothing -> False
   , machineMessage = callMessage name
   , machineLost = callLost name

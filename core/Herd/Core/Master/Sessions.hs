@@ -8,7 +8,8 @@
 -- Promises:
 --
 -- * INV-ROUTE for sessions: a session running alone is given every evolve
---   message of its workers, as before; beside others, a worker's answer
+--   message of its workers but answers about states it does not claim
+--   (late answers of a session that ran beside it); beside others, a worker's answer
 --   about a state goes to the session that claims the state
 --   ('machineClaims': its population's, which no other session's shares),
 --   a 'StatesCleared' to the oldest session that asked that worker to
@@ -86,12 +87,15 @@ stopSessions e core =
 -- Hand a worker's evolve message to the session it answers.
 sessionMessage :: DropPeer -> Double -> WorkerId -> FromWorker -> Core -> (Core, [Command])
 sessionMessage drop now w msg core0
-  -- alone, a session is given every evolve message of its workers
+  -- alone, a session is given every evolve message of its workers but an
+  -- answer about a state it does not claim: that is a late answer of a
+  -- session that ran beside it and ended
   | M.size (coreSessions core0) == 1, notReset msg =
       let (sid, r) = M.findMin (coreSessions core0)
+          claimed = maybe True (const (hostClaims w msg (runHosted r))) (answerState msg)
       in case hostMessage now w msg (runHosted r) of
-           Just (hosted, outs) -> settle drop sid r { runHosted = hosted } outs core0
-           Nothing -> late
+           Just (hosted, outs) | claimed -> settle drop sid r { runHosted = hosted } outs core0
+           _ -> late
   | otherwise =
   case [ (sid, x) | sid <- targets, Just r <- [M.lookup sid (coreSessions core)], Just x <- [(,) r <$> hostMessage now w msg (runHosted r)] ] of
     [] -> late
