@@ -27,10 +27,13 @@ expect_refused "--workers 0 starts no worker" --workers 0
 expect_refused "entry 2 of 3 in the host list is empty" --hosts a,,b
 expect_refused "invalid --hosts-file: /nonexistent/hosts: no such file" --hosts-file /nonexistent/hosts
 expect_refused "invalid --secret-file: /nonexistent/secret: no such file" --secret-file /nonexistent/secret --workers 1
-busy_port=$(( 40000 + RANDOM % 20000 ))
-python3 -c "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', $busy_port)); s.listen(1); time.sleep(30)" &
+# a port the system picks, held by a listener of its own while herd tries it
+busy_file=$(mktemp)
+python3 -c "import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1); print(s.getsockname()[1]); sys.stdout.flush(); time.sleep(30)" >"$busy_file" &
 holder=$!
-sleep 0.3
+for i in $(seq 100); do [ -s "$busy_file" ] && break; sleep 0.05; done
+busy_port=$(cat "$busy_file"); rm -f "$busy_file"
+[ -n "$busy_port" ] || fail "no port could be held for the --listen check"
 expect_refused "cannot listen on 127.0.0.1:$busy_port (--listen)" --listen "127.0.0.1:$busy_port" --workers 1
 kill "$holder" 2>/dev/null || true
 wait "$holder" 2>/dev/null || true
