@@ -76,24 +76,24 @@ data Exchange = Exchange
 runsPerWorker :: Int
 runsPerWorker = 2
 
--- Every group that sends a part to one of these partitions needs a run
+-- | Every group that sends a part to one of these partitions needs a run
 -- (their parts went with an owner, or had none to go to).
 needing :: [Int] -> Exchange -> Exchange
 needing [] x = x
 needing js x = x { xPending = S.union (xPending x) (S.fromList [ g | g <- M.keys (xArgs x), any (\j -> partitionTakes x j g) js ]) }
 
--- The live worker owning the fewest open partitions (the lowest on a tie).
+-- | The live worker owning the fewest open partitions (the lowest on a tie).
 leastOwning :: Exchange -> Maybe WorkerId
 leastOwning x = case sortOn load (S.toList (xLive x)) of
   o : _ -> Just o
   [] -> Nothing
   where load o = (length [ () | (j, o') <- M.toList (xOwner x), o' == o, not (M.member j (xDone x)) ], o)
 
--- End: the caller's answer, and every live worker drops what it holds.
+-- | End: the caller's answer, and every live worker drops what it holds.
 end :: Either HerdError [B.ByteString] -> Exchange -> (Maybe Exchange, [XOut])
 end answer x = (Nothing, XEnded answer : [ XSend w (ExchangeEnd (xId x)) | w <- S.toList (xLive x) ])
 
--- Send groups to the workers with room.
+-- | Send groups to the workers with room.
 dispatch :: Exchange -> (Exchange, [XOut])
 dispatch x0 = let (x1, runs) = foldl' give (x0, []) feedable in (x1, reverse runs)
   where
@@ -114,7 +114,7 @@ dispatch x0 = let (x1, runs) = foldl' give (x0, []) feedable in (x1, reverse run
                                [ (fromIntegral j, fromIntegral o) | (j, o) <- targets ] (xArgs x M.! g)
             in fill x'' (XSend w msg : outs) w (room - 1)
 
--- The lowest pending group with a part some owner still needs and no run
+-- | The lowest pending group with a part some owner still needs and no run
 -- covers, with the owners of those parts; pending groups found to need
 -- nothing leave the set on the way, and the one returned leaves it too.
 nextGroup :: Exchange -> (Exchange, Maybe (Int, [(Int, WorkerId)]))
@@ -126,7 +126,7 @@ nextGroup x = case S.minView (xPending x) of
          [] -> nextGroup x'
          ts -> (x', Just (g, ts))
 
--- The partitions a group's run must still send to, with their owners.
+-- | The partitions a group's run must still send to, with their owners.
 targetsOf :: Exchange -> Int -> [(Int, WorkerId)]
 targetsOf x g =
   [ (j, o) | (j, o) <- M.toList (xOwner x), partitionTakes x j g, not (M.member j (xDone x))
@@ -136,7 +136,7 @@ targetsOf x g =
            , not (S.member (j, o) running) ]
   where running = S.fromList [ t | runs <- M.elems (xRuns x), (g', ts) <- runs, g' == g, t <- ts ]
 
--- Ask the owner of each of these partitions that holds every part of it
+-- | Ask the owner of each of these partitions that holds every part of it
 -- to combine them.
 combineReady :: [Int] -> Exchange -> (Exchange, [XOut])
 combineReady js x = (x { xCombining = S.union (xCombining x) (S.fromList (map fst ready)) }, map snd ready)
@@ -146,7 +146,7 @@ combineReady js x = (x { xCombining = S.union (xCombining x) (S.fromList (map fs
             , let groups = groupsTaking x j
             , S.size (M.findWithDefault S.empty j (xDelivered x)) == groups ]
 
--- How many groups send a part to this partition: all, or in a tree its
+-- | How many groups send a part to this partition: all, or in a tree its
 -- block, the groups g with g * P `div` G == j.
 groupsTaking :: Exchange -> Int -> Int
 groupsTaking x j
