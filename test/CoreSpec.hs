@@ -250,7 +250,7 @@ act w a = case a of
   Garbage k -> onWorker k $ \x _ -> feed (Received x (BatchDone 999999 0)) w
   Submit n poison killer fixed -> do
     let jid = wNextId w
-        job = FarmJob ref n (if fixed then FixedBatch 3 else Adaptive) 0.02 3 False True
+        job = FarmJob ref n (if fixed then FixedBatch 3 else Adaptive) 0.02 3 1000000 False True
     feed (FarmSubmit (fromIntegral jid) job)
          w { wNextId = jid + 1, wFarms = M.insert jid (FarmModel n poison killer M.empty M.empty [] False) (wFarms w) }
   Cancel k -> case pick k [ j | (j, f) <- M.toList (wFarms w), null (fmAnswers f), not (fmCancelled f) ] of
@@ -386,7 +386,7 @@ spec = describe "Herd.Core.Master" $ do
            $ counterexample (unlines problems ++ traceTail w) (null problems)
 
   it "shares the workers between two farm jobs in turn" $ do
-    let job = FarmJob ref 40 (FixedBatch 1) 0.02 3 False True
+    let job = FarmJob ref 40 (FixedBatch 1) 0.02 3 1000000 False True
         (c1, _) = step 0 (LinkUp 1) emptyCore
         (c2, _) = step 0 (LinkUp 2) c1
         (c3, out1) = step 0 (FarmSubmit 1 job) c2

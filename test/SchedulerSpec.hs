@@ -54,7 +54,7 @@ start :: Int -> Int -> Batching -> Sim
 start workers tasks batching =
   let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) [] M.empty []
       s1 = foldl' (flip apply) s0 [ WorkerJoined w | w <- [1 .. workers] ]
-  in apply (JobSubmitted 1 tasks batching 0.02 1000 False True) s1
+  in apply (JobSubmitted 1 tasks batching 0.02 1000 1000000 False True) s1
 
 -- | The outstanding batches, in a fixed order.
 outstanding :: Sim -> [(WorkerId, BatchId, Int)]
@@ -127,7 +127,7 @@ spec = describe "Herd.Core.Farm" $ do
     let run evs = foldl (\(st, out) e -> let (st', o) = step 0 e st in (st', out ++ o)) (emptySched, []) evs
         sentTo cmds = [ w | SendBatch w _ _ <- cmds ]
         joined = [WorkerJoined 1, WorkerJoined 2]
-        job = JobSubmitted 1 10 (FixedBatch 1) 0.02 3 False True
+        job = JobSubmitted 1 10 (FixedBatch 1) 0.02 3 1000000 False True
         (_, oneHeld) = run (joined ++ [WorkerHeld 1 True, job])
         (_, bothHeld) = run (joined ++ [WorkerHeld 1 True, WorkerHeld 2 True, job])
         (_, released) = run (joined ++ [WorkerHeld 1 True, job, WorkerHeld 1 False])
@@ -239,6 +239,27 @@ spec = describe "Herd.Core.Farm" $ do
                , simDup final === False
                , M.member killer (simAccepted final) === False ]
 
+    it "stops a job whose every task kills its worker after exactly its bound of deaths" $
+      property $ \(Positive w0) (Positive n0) (Positive b0) picks ->
+        let w = 2 + w0 `mod` 4
+            n = 1 + n0 `mod` 300
+            bound = 1 + b0 `mod` 30
+            s0 = Sim emptySched 0 M.empty False False Nothing (w + 1) [] M.empty []
+            sim0 = apply (JobSubmitted 1 n Adaptive 0.02 1000 bound False True)
+                         (foldl' (flip apply) s0 [ WorkerJoined x | x <- [1 .. w] ])
+            -- a worker chosen by the pick dies running its oldest batch; another joins
+            go sim (p : ps) deaths
+              | simEnd sim == Nothing, busy@(_ : _) <- [ (x, b) | x <- liveWorkers (simSched sim), (b, _) : _ <- [outstandingFor x (simSched sim)] ] =
+                  let (x, b) = busy !! (abs p `mod` length busy)
+                      sim1 = apply (WorkerLost x (Just (Death b 0 "killed"))) sim
+                  in go (apply (WorkerJoined (simNextW sim1)) sim1 { simNextW = simNextW sim1 + 1 }) ps (deaths + 1)
+            go sim _ deaths = (sim, deaths)
+            (final, deaths) = go sim0 (cycle (0 : picks)) (0 :: Int)
+        in counterexample ("end: " ++ show (simEnd final) ++ ", deaths " ++ show deaths) $
+             case simEnd final of
+               Just (AbortJob _ (JobKilledWorkers d _) _) -> d === bound .&&. deaths === bound
+               other -> counterexample (show other) False
+
     it "never fails a job for fewer deaths than its limit" $
       property $ \(Positive w0) (NonNegative n) (Positive m0) moves ->
         let w = 2 + w0 `mod` 6
@@ -289,7 +310,7 @@ spec = describe "Herd.Core.Farm" $ do
             killer = k0 `mod` n
             sim0 = let s0 = Sim emptySched 0 M.empty False False Nothing (w + 1) [] M.empty []
                        s1 = foldl' (flip apply) s0 [ WorkerJoined x | x <- [1 .. w] ]
-                   in apply (JobSubmitted 1 n Adaptive 0.02 3 True True) s1
+                   in apply (JobSubmitted 1 n Adaptive 0.02 3 1000000 True True) s1
             -- a worker runs its oldest batch: the killer kills it; else the
             -- first thrower ends the batch, the tasks before it answered
             stepOne sim p = case [ (x, b, rs) | x <- liveWorkers (simSched sim), (b, rs) : _ <- [outstandingFor x (simSched sim)] ] of
@@ -385,7 +406,7 @@ spec = describe "Herd.Core.Farm" $ do
         other -> expectationFailure (show other)
     it "takes a job submitted while none is live but some are awaited" $ do
       let s0 = Sim emptySched 0 M.empty False False Nothing 10 [] M.empty []
-          sim = apply (JobSubmitted 1 5 Adaptive 0.02 3 False True) (apply (WorkersAwaited 1) s0)
+          sim = apply (JobSubmitted 1 5 Adaptive 0.02 3 1000000 False True) (apply (WorkersAwaited 1) s0)
       simEnd sim `shouldBe` Nothing
       M.size (simAccepted (play 1e-3 False [] (apply (WorkerJoined 3) sim))) `shouldBe` 5
 
@@ -397,7 +418,7 @@ startWith :: Int -> Int -> Int -> Batching -> Sim
 startWith limit workers tasks batching =
   let s0 = Sim emptySched 0 M.empty False False Nothing (workers + 1) [] M.empty []
       s1 = foldl' (flip apply) s0 [ WorkerJoined w | w <- [1 .. workers] ]
-  in apply (JobSubmitted 1 tasks batching 0.02 limit False True) s1
+  in apply (JobSubmitted 1 tasks batching 0.02 limit 1000000 False True) s1
 
 -- | Spread some moves among others.
 interleave :: [a] -> [a] -> [a]

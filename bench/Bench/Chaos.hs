@@ -73,7 +73,7 @@ run o = do
         { configWorkers = Just (optWorkers o)
           -- the chaos kills workers from outside: every death is charged to
           -- whatever may have been running, so the poison limit is raised
-        , configMaxTaskDeaths = 1000
+        , configMaxTaskDeaths = 1000, configMaxJobDeaths = 1000000
         , configLog = logToStderr }
       setup = FilterSetup 300 3 7 0 20000
       reference = runSequential setup

@@ -286,7 +286,7 @@ runJob cluster spec callbacks = do
   news <- newTQueueIO
   let cfg = clConfig cluster
       job = FarmJob (specRef spec) (specTasks spec) (configBatching cfg) (configBatchTarget cfg) (configMaxTaskDeaths cfg)
-                   (specKeepGoing spec) (configStragglerCopies cfg)
+                   (configMaxJobDeaths cfg) (specKeepGoing spec) (configStragglerCopies cfg)
       sh = clShell cluster
       broken i why = ResultDecodeError i (refName (specRef spec)) why
       -- news comes in lists, one per step of the shell; once broken, the

@@ -18,6 +18,14 @@ data HerdError
       , failedMessage   :: !String   -- ^ the exception the function threw, shown
       }
     -- ^ The user's function threw an exception on one task.
+  | JobKilledWorkers
+      { jobKilledDeaths   :: !Int     -- ^ workers that died while running its tasks
+      , jobKilledFunction :: !String  -- ^ the static function's name
+      , jobKilledLastWhy  :: !String  -- ^ how the last of them was lost
+      }
+    -- ^ So many workers died while running a farm's tasks, each charged to
+    -- tasks not yet named, that the job stopped
+    -- ('Herd.Settings.configMaxJobDeaths'). The cluster stays usable.
   | TaskKilledWorkers
       { killerTaskIndex :: !Int      -- ^ position of the task in the input list (from 0)
       , killerFunction  :: !String   -- ^ the static function's name
@@ -94,6 +102,8 @@ instance Exception HerdError where
     TaskFailed i f m -> "herd: task " ++ position i ++ " of " ++ f ++ " failed: " ++ m
     TaskKilledWorkers i f d w -> "herd: task " ++ position i ++ " of " ++ f ++ " was running on " ++ show d
       ++ " workers that died (the last: " ++ w ++ "); it is not tried again"
+    JobKilledWorkers d f w -> "herd: the farm of " ++ f ++ " stopped after " ++ show d
+      ++ " workers died running its tasks (the last: " ++ w ++ "; configMaxJobDeaths)"
     RemoteFunctionError f r -> "herd: worker cannot run " ++ f ++ ": " ++ r
     AllWorkersLost d -> "herd: every worker was lost before the job finished (" ++ d ++ ")"
     NoWorkers -> "herd: the cluster has no workers"

@@ -93,7 +93,8 @@ step now ev s = case ev of
   WorkerHeld w held ->
     assign now s { schedHeld = (if held then S.insert else S.delete) w (schedHeld s) } []
 
-  JobSubmitted jid n batching target maxDeaths keepGoing copies -> jobSubmitted now jid n batching target maxDeaths keepGoing copies s
+  JobSubmitted jid n batching target maxDeaths maxJobDeaths keepGoing copies ->
+    jobSubmitted now jid n batching target (maxDeaths, maxJobDeaths) keepGoing copies s
 
   BatchCompleted w bid busy failure -> batchCompleted now w bid busy failure s
 
@@ -134,8 +135,15 @@ workerLost now w death s = case M.lookup w (schedWorkers s) of
         twinLives b = case batchTwin b of
           Just t -> any (M.member t . workerOutstanding) (M.elems (schedWorkers s1))
           Nothing -> False
+        -- a death while the job's tasks ran counts against the job's bound too
+        ranHere j = death /= Nothing && not (null (ofJob (jobId j)))
+        counted j = if ranHere j then j { jobWorkerDeaths = jobWorkerDeaths j + 1 } else j
         back (st, out) j = case returnBatches death (batchesOf (jobId j)) (copiedOn (jobId j))
-                                              j { jobPresence = left now w (jobPresence j) } of
+                                              (counted j) { jobPresence = left now w (jobPresence j) } of
+          Requeued j'
+            | ranHere j, jobWorkerDeaths j' >= jobMaxWorkerDeaths j' ->
+                let (st', cancels) = endJob (jobId j) st
+                in (st', out ++ [AbortJob (jobId j) (JobKilledWorkers (jobWorkerDeaths j') (maybe "" deathWhy death)) (statsOf now j')] ++ cancels)
           Requeued j' -> (st { schedJobs = M.insert (jobId j) j' (schedJobs st) }, out)
           Poisoned i d j'
             | jobKeepGoing j ->
@@ -149,13 +157,14 @@ workerLost now w death s = case M.lookup w (schedWorkers s) of
     in starved now s2 aborted
 
 -- A job submitted: queued, or answered at once (no task, no worker).
-jobSubmitted :: Double -> JobId -> Int -> Batching -> Double -> Int -> Bool -> Bool -> Sched -> (Sched, [Command])
-jobSubmitted now jid n batching target maxDeaths keepGoing copies s =
+jobSubmitted :: Double -> JobId -> Int -> Batching -> Double -> (Int, Int) -> Bool -> Bool -> Sched -> (Sched, [Command])
+jobSubmitted now jid n batching target (maxDeaths, maxJobDeaths) keepGoing copies s =
   let job = Job { jobId = jid, jobTotal = n, jobPending = if n > 0 then Seq.singleton (Range 0 n) else Seq.empty
                 , jobPendingN = n, jobDone = 0, jobStart = now, jobBatching = batching
                 , jobTarget = target, jobEstimate = Nothing
                 , jobPresence = presentFrom now (M.keys (schedWorkers s))
                 , jobMaxDeaths = max 1 maxDeaths, jobDeaths = mempty, jobSuspects = Seq.empty
+                , jobWorkerDeaths = 0, jobMaxWorkerDeaths = max 1 maxJobDeaths
                 , jobKeepGoing = keepGoing, jobCopies = copies }
   in if M.member jid (schedJobs s) then (s, [])   -- a repeated submission is ignored
      else if n == 0 then (s, [FinishJob jid (statsOf now job)])

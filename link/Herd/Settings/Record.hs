@@ -142,6 +142,10 @@ data Config = Config
     -- crash, the out-of-memory killer) fails its job with
     -- 'Herd.Error.TaskKilledWorkers' instead of being tried again
     -- (default 3, as Dask's @allowed-failures@)
+  , configMaxJobDeaths     :: Int
+    -- ^ a farm during which this many workers died running its tasks
+    -- stops with 'Herd.Error.JobKilledWorkers' (default 20), so a job whose
+    -- every task kills its worker ends in bounded time
   , configFrameDeadline    :: Double
     -- ^ seconds a peer may leave a frame unfinished, sending nothing more
     -- of it, before its link is dropped (default 30; 0: never). A large
@@ -256,6 +260,7 @@ defaultConfig = Config
   , configSimulatedHosts   = 1
   , configTls              = False
   , configMaxTaskDeaths    = 3
+  , configMaxJobDeaths     = 20
   , configFrameDeadline    = 30
   , configTaskDeadline     = Nothing
   , configStragglerCopies  = True

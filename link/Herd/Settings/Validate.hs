@@ -73,6 +73,8 @@ validateConfig c
       bad "configFrameDeadline" ("must be 0 (never) or from 0.1 to 86400 seconds, got " ++ show (configFrameDeadline c))
   | Just d <- configTaskDeadline c, not (d >= 0.001 && d <= 1e6) =
       bad "configTaskDeadline" ("must be from 0.001 to 1000000 seconds, got " ++ show d)
+  | configMaxJobDeaths c < 1 || configMaxJobDeaths c > 1000000 =
+      bad "configMaxJobDeaths" ("must be from 1 to 1000000, got " ++ show (configMaxJobDeaths c))
   | configMaxTaskDeaths c < 1 || configMaxTaskDeaths c > 1000 =
       bad "configMaxTaskDeaths" ("must be from 1 to 1000, got " ++ show (configMaxTaskDeaths c))
   | Just mib <- configMasterHeapReserve c, not (reserveInRange mib) =

@@ -74,6 +74,8 @@ data Job = Job
   , jobMaxDeaths :: !Int
     -- ^ a task that was running on this many workers that died ends the job
   , jobDeaths    :: !(IM.IntMap Int)  -- ^ task index -> workers that died while it ran
+  , jobWorkerDeaths :: !Int           -- ^ workers that died while running its tasks
+  , jobMaxWorkerDeaths :: !Int        -- ^ so many end the job
   , jobSuspects  :: !(Seq Int)
     -- ^ tasks that may have killed a worker, not handed out: each goes
     -- alone to a worker with nothing else to do
@@ -122,6 +124,9 @@ data JobFailure
   | TaskKilledWorkers !Int !Int !String
     -- ^ this task was running on this many workers that died; the last
     -- death's reason
+  | JobKilledWorkers !Int !String
+    -- ^ this many workers died while running the job's tasks (its
+    -- bound); the last death's reason
   deriving (Eq, Show)
 
 -- | Something that happened.
@@ -131,11 +136,11 @@ data Event
     -- ^ a worker is gone: its process or link died ('Just', which charges
     -- the tasks that may have been running), or it was dropped for
     -- another reason ('Nothing': a protocol error, the cluster stopping)
-  | JobSubmitted !JobId !Int !Batching !Double !Int !Bool !Bool
+  | JobSubmitted !JobId !Int !Batching !Double !Int !Int !Bool !Bool
     -- ^ a job of this many tasks, with a batching policy, target seconds
-    -- per batch, how many worker deaths one task may cause, whether it
-    -- keeps going past failed tasks, and whether a straggling batch may be
-    -- copied
+    -- per batch, how many worker deaths one task may cause, how many the
+    -- whole job may, whether it keeps going past failed tasks, and whether
+    -- a straggling batch may be copied
   | BatchCompleted !WorkerId !BatchId !Double !(Maybe (Int, String))
     -- ^ a batch's results arrived, with the worker's busy seconds and the
     -- first failed task (position within the batch, message), if any

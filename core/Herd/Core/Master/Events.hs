@@ -27,6 +27,7 @@ data FarmJob = FarmJob
   , farmBatching :: !Batching
   , farmTarget   :: !Double    -- ^ seconds of work per batch
   , farmMaxDeaths :: !Int      -- ^ workers one task may kill before the job fails
+  , farmMaxJobDeaths :: !Int   -- ^ workers the job's tasks may kill before it stops
   , farmKeepGoing :: !Bool     -- ^ a failed task is answered alone, and the job goes on
   , farmCopies   :: !Bool      -- ^ a straggling batch may be copied to an idle worker
   } deriving (Eq, Show)

@@ -65,7 +65,7 @@ farmEvent :: Double -> Event -> Core -> (Core, [Command])
 farmEvent now ev core = case ev of
   FarmSubmit jid job
     | coreStopping core -> (core, [JobDone jid (Left ClusterClosed)])
-    | otherwise -> sched now (S.JobSubmitted jid (farmTasks job) (farmBatching job) (farmTarget job) (farmMaxDeaths job) (farmKeepGoing job) (farmCopies job))
+    | otherwise -> sched now (S.JobSubmitted jid (farmTasks job) (farmBatching job) (farmTarget job) (farmMaxDeaths job) (farmMaxJobDeaths job) (farmKeepGoing job) (farmCopies job))
                          core { coreFarms = M.insert jid job (coreFarms core) }
   FarmCancel jid -> sched now (S.JobCancelled jid) core { coreFarms = M.delete jid (coreFarms core) }
   FarmBroken jid err -> endFarm now jid err core
@@ -190,4 +190,5 @@ failureError name failure = case failure of
   S.FunctionRefused why -> RemoteFunctionError name why
   S.NoWorkersLeft -> AllWorkersLost "the cluster has no live worker"
   S.TaskKilledWorkers i deaths why -> TaskKilledWorkers i name deaths why
+  S.JobKilledWorkers deaths why -> JobKilledWorkers deaths name why
 
