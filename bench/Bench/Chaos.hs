@@ -33,9 +33,8 @@ import Herd.Examples.KMeans (Centroids, Partial, Points, assignPartial, chunkRan
 import Herd.Examples.WordCount (Doc (..), countReducer, docPairs)
 import qualified Data.Map.Strict as M
 import qualified Data.Vector.Unboxed as VU
-import GHC.Stats (gcdetails_live_bytes, gc, getRTSStats, getRTSStatsEnabled)
-import System.Mem (performMajorGC)
 import Herd.Examples.ParticleFilter
+import Herd.Fuzz (liveMB)
 import Herd.Fuzz.Mutate (mixSeed)
 import Herd.Sys.Log (logToStderr)
 import Herd.Core.Report
@@ -118,15 +117,6 @@ run o = do
     , ("master_live_mb_end", maybe JNull JNumber (snd heap)) ]
   where num = JNumber . fromIntegral
 
--- The master's live heap after a major collection, in MB (when the RTS
--- keeps statistics).
-liveMB :: IO (Maybe Double)
-liveMB = do
-  enabled <- getRTSStatsEnabled
-  if not enabled then pure Nothing else do
-    performMajorGC
-    s <- getRTSStats
-    pure (Just (fromIntegral (gcdetails_live_bytes (gc s)) / 1e6))
 
 -- Kill or stop a random local worker every 0.5 to 1.5 s until the deadline
 -- (with 4 workers, about 7 deaths a minute each: under the 20 after which

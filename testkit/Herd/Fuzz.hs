@@ -20,6 +20,7 @@ module Herd.Fuzz
   , fuzzMaster
   , fuzzWorker
   , stallAtMaster
+  , liveMB
   ) where
 
 import Control.Concurrent
@@ -231,7 +232,7 @@ drain conn = do
   frame <- (recvFrame (64 * 1024 * 1024) conn) `catch` \(_ :: SomeException) -> pure Nothing
   maybe (pure ()) (const (drain conn)) frame
 
--- The live heap after a major collection, in MB, when the RTS keeps
+-- | The live heap after a major collection, in MB, when the RTS keeps
 -- statistics.
 liveMB :: IO (Maybe Double)
 liveMB = do
