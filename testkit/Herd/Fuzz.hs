@@ -35,6 +35,7 @@ import Data.Word (Word64)
 import GHC.Stats (gcdetails_live_bytes, gc, getRTSStats, getRTSStatsEnabled)
 import Herd.Transport.Auth (mkSecret)
 import Herd.Core.Base (TaskRef)
+import Herd.Core.Error (HerdError)
 import Herd.Wire.Writer (Encoder)
 import Herd.Sys.BuildId (buildIdentity)
 import Herd.Sys.Clock (monotonicSeconds)
@@ -132,7 +133,10 @@ fuzzMaster kind frames seed check = do
   t0 <- monotonicSeconds
   let cfg = defaultConfig
         { configWorkers = Just 1, configTransport = Just kind, configSecret = SecretValue fuzzSecret
-        , configLog = \_ -> pure (), configFrameDeadline = 1 }
+        , configLog = \_ -> pure (), configFrameDeadline = 1
+          -- the fuzzing peers join as workers and take the check's tasks
+          -- before they are dropped: their ends are not the tasks' fault
+        , configMaxTaskDeaths = 1000, configMaxJobDeaths = 1000000 }
       bump r = atomicModifyIORef' r (\n -> (n + 1, ()))
       lanes = 8 :: Int
   outcome <- try $ withCluster cfg $ \cluster -> do
@@ -162,10 +166,14 @@ fuzzMaster kind frames seed check = do
               closed <- timeout (if stalls then 3000000 else 5000000) (drain link)
               maybe (bump hangs) (const (bump drops)) closed
               when (kind == ShmTransport) (closeConnection link)
+        -- a check that fails (throws) counts as a hang too: the loop goes on
         checking = forever $ do
           threadDelay 500000
-          ok <- timeout 10000000 (check cluster)
-          when (ok /= Just True) (bump hangs)
+          ok <- try (timeout 10000000 (check cluster))
+          case ok of
+            Right (Just True) -> pure ()
+            Right _ -> bump hangs
+            Left (_ :: HerdError) -> bump hangs
           bump checks
     withAsync checking $ \_ ->
       forConcurrently_ [0 .. lanes - 1] $ \lane -> forM_ [lane, lane + lanes .. frames - 1] session
