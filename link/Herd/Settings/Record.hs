@@ -155,7 +155,7 @@ data Config = Config
     -- ^ seconds a farm task may compute on its worker before it is
     -- stopped and fails as 'Herd.Error.TaskFailed' saying it exceeded its
     -- deadline (default 'Nothing': no deadline; @--task-deadline@). It is
-    -- stopped at its next allocation, within about 20 ms of the deadline
+    -- stopped at its next allocation after the worker's watch, which looks every 20 ms, sees it past the deadline
   , configStragglerCopies  :: Bool
     -- ^ run a second copy of a farm batch that has run far longer than
     -- its job's estimate on an idle worker, and take whichever ends first
