@@ -88,12 +88,17 @@ module Herd
   , WorkerInfo (..)
   , waitForWorkers
   , serveIfWorker
+    -- ** Settings for some calls
+  , CallSettings (..)
+  , callSettings
+  , withCallSettings
     -- * Tasks: the functions workers run
     -- | Each kind of function (a 'Task', a 'Process', an 'Evolver', a
     -- 'RefTask', a 'Reducer') is built by its own function inside a
     -- @static@ form, and 'named' names any of them.
   , Task
   , task
+  , showingInputs
   , named
   , simulatedWork
     -- * Farms: a function over a list
@@ -179,6 +184,7 @@ import Herd.Core.Error
 import Herd.Master.Job.Evolve
 import Herd.Master.Job.Farm
 import Herd.Master
+import Herd.Master.CallSettings
 import Herd.Task.WorkCost (simulatedWork)
 import Herd.Master.Job.Shared
 import Herd.Master.Job.Reduce

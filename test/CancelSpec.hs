@@ -6,6 +6,7 @@
 module CancelSpec (spec) where
 
 import Control.Concurrent (threadDelay)
+import Control.Exception (try)
 import Data.List (isInfixOf)
 import qualified Data.ByteString.Char8 as BC
 import System.Directory (createDirectoryIfMissing, getTemporaryDirectory, removeDirectoryRecursive)
@@ -89,3 +90,23 @@ spec = describe "cancellation" $ do
       more `shouldBe` [300, 300, 300, 300]
       length [ () | ws <- jobWorkerStats stats, statTasks ws > 0 ] `shouldBe` 2
     removeDirectoryRecursive dir
+
+  it "copies no straggler in a call whose settings switch copies off, and the cluster's other calls still may" $
+    withCluster config $ \cluster -> do
+      quiet <- withCallSettings (\s -> s { callStragglerCopies = False }) cluster
+      callStragglerCopies (callSettings quiet) `shouldBe` False
+      callStragglerCopies (callSettings cluster) `shouldBe` True
+      before <- clusterStatus cluster
+      -- one task of 2 s among 5 ms ones: a straggler the default would copy
+      results <- farm quiet sleepMsTask (replicate 40 5 ++ [2000] ++ replicate 20 5)
+      results `shouldBe` replicate 40 5 ++ [2000] ++ replicate 20 5
+      after <- clusterStatus cluster
+      statusCopies after - statusCopies before `shouldBe` 0
+
+  it "refuses call settings out of range, naming the field" $
+    withCluster config $ \cluster -> do
+      r <- try (withCallSettings (\s -> s { callMaxTaskDeaths = 0 }) cluster)
+      case r of
+        Left (ConfigError field _) -> field `shouldBe` "configMaxTaskDeaths"
+        Left other -> expectationFailure ("expected a ConfigError, got " ++ show other)
+        Right _ -> expectationFailure "a death limit of 0 was accepted"

@@ -169,6 +169,7 @@ transportSpec transport loop = describe ("over " ++ transportName transport ++ "
           i `shouldBe` 13
           name `shouldContain` "failAt13"
           msg `shouldContain` "unlucky thirteen"
+          msg `shouldContain` "its input: 13"
         other -> expectationFailure ("expected TaskFailed, got " ++ show (fmap length other))
       -- the cluster still works after a failed job
       farm cluster squareTask [1, 2, 3] `shouldReturn` [1, 4, 9]

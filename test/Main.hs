@@ -26,6 +26,7 @@ import qualified RefsSpec
 import qualified DashboardSpec
 import qualified LogSpec
 import qualified EvolveScheduleSpec
+import qualified LineageSpec
 import qualified BalanceSpec
 import qualified AuthSpec
 import Herd.Simulate.Host (runSimulatedHost)
@@ -82,6 +83,7 @@ main = do
       LargeMessageSpec.spec
       ConformanceSpec.spec
       EvolveScheduleSpec.spec
+      LineageSpec.spec
       BalanceSpec.spec
       ClusterSpec.spec
       HeapReserveSpec.spec

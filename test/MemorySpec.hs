@@ -122,6 +122,7 @@ spec = describe "worker memory limits" $ do
         Left (TaskKilledWorkers 150 _ deaths why) -> do
           deaths `shouldBe` configMaxTaskDeaths defaultConfig
           why `shouldSatisfy` ("limit 200 MiB" `isInfixOf`)
+          why `shouldSatisfy` ("its input: -300" `isInfixOf`)
         other -> expectationFailure ("input 150 should be named for killing its workers, got " ++ show other)
       -- every worker takes part in the next farm
       let waitFor k cond = do

@@ -149,7 +149,7 @@ growingHog n
 
 -- | 'growingHog' as a task: for speculation's memory test.
 growingHogTask :: StaticPtr (Task Int Int)
-growingHogTask = static (named "growingHog" (task growingHog))
+growingHogTask = static (named "growingHog" (showingInputs (task growingHog)))
 
 -- Its input back after that many milliseconds asleep (a negative input:
 -- at once).
@@ -184,7 +184,7 @@ squareTask = static (named "square" (task square))
 
 -- | Throws on 13.
 failAt13Task :: StaticPtr (Task Int Int)
-failAt13Task = static (named "failAt13" (task failAt13))
+failAt13Task = static (named "failAt13" (showingInputs (task failAt13)))
 
 -- A task whose input 13 makes the worker process exit at once, as a
 -- crash in a C library or the out-of-memory killer would end it.

@@ -83,7 +83,7 @@ run o = do
     heap0 <- liveMB
     let until' act = let loop acc = do
                            t <- monotonicSeconds
-                           if t >= deadline then pure acc else act acc >>= loop
+                           if t >= deadline then pure acc else act acc >>= evaluate >>= loop
                      in loop noTally
     let chaosThread = if optCalm o then pure () else chaos cluster deadline (fromIntegral (optSeed o)) kills stops
     tallies <- withAsync chaosThread $ \_ ->

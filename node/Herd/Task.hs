@@ -23,6 +23,7 @@ module Herd.Task
     Task
   , TaskCodecs (..)
   , task
+  , showingInputs
   , named
     -- * Using tasks (for the master and worker drivers)
   , TaskRef (..)
@@ -36,7 +37,7 @@ module Herd.Task
 
 import Control.Exception (SomeAsyncException, SomeException, fromException, throwIO, try, displayException)
 import qualified Data.ByteString as B
-import Data.Store (Store)
+import Data.Store (PeekException, Store, decode)
 import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
 import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
 import Herd.Core.Base (Range, TaskRef (..))
@@ -62,6 +63,8 @@ data TaskCodecs a b = TaskCodecs
     -- ^ check a run of results and keep them encoded (constant width only)
   , arenaResults  :: Arena -> Int -> [b]
     -- ^ the results kept, decoded as the list is walked
+  , showArgument  :: Maybe (B.ByteString -> String)
+    -- ^ an encoded argument shown for an error message ('showingInputs')
   }
 
 -- | The worker's side of a task: it only ever sees bytes.
@@ -83,10 +86,25 @@ task f = Closure
   , closureOut = typeRepFingerprint (typeRep (Proxy :: Proxy b))
   , closureTypes = show (typeRep (Proxy :: Proxy a)) ++ " -> " ++ show (typeRep (Proxy :: Proxy b))
   , closureCodecs = TaskCodecs buildArgTable decodeRun (constantWidth (Proxy :: Proxy b))
-                               (stageRun (Proxy :: Proxy b)) arenaValues
+                               (stageRun (Proxy :: Proxy b)) arenaValues Nothing
   , closureRunner = Runner (runChunk f)
   }
 {-# INLINE task #-}
+
+-- | The same task, whose errors also show the input they are about
+-- (cut to 200 characters): a farm's 'Herd.Error.TaskFailed' and
+-- 'Herd.Error.TaskKilledWorkers' then end with @its input: ...@.
+--
+-- > hogTask = static (showingInputs (task hog))
+showingInputs :: forall a b. (Show a, Store a) => Task a b -> Task a b
+showingInputs t = t { closureCodecs = (closureCodecs t) { showArgument = Just shown } }
+  where
+    shown bytes = case decode bytes :: Either PeekException a of
+      Right x -> cut (show x)
+      Left _ -> "(does not decode)"
+    cut s = case splitAt 200 s of
+      (front, []) -> front
+      (front, _) -> front ++ "..."
 
 -- | Run user code, turning its exceptions (but not asynchronous ones,
 -- which are rethrown) into their text.

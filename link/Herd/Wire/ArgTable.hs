@@ -24,6 +24,7 @@ module Herd.Wire.ArgTable
   , argCount
   , argsFitting
   , argsEncoder
+  , argBytes
     -- * The master's results
   , decodeRun
   , constantWidth
@@ -144,6 +145,13 @@ endOf t i = case tableEnds t of
 -- this many bytes: at least one, so that every argument can be sent.
 argsFitting :: ArgTable -> Int -> Int -> Int -> Int
 argsFitting t lo hi budget = runIdentity (runsFitting (Identity . endOf t) lo hi budget)
+
+-- | A copy of argument @i@'s encoded bytes (for showing it in an error).
+argBytes :: ArgTable -> Int -> B.ByteString
+argBytes t i
+  | i < 0 || i >= tableCount t = B.empty
+  | otherwise = unsafeDupablePerformIO $ withForeignPtr (tableBytes t) $ \p ->
+      B.packCStringLen (castPtr (p `plusPtr` endOf t i), endOf t (i + 1) - endOf t i)
 
 -- | The body of an 'Herd.Wire.Args' message carrying arguments @lo@ to
 -- @hi - 1@: the tag, the count, then a copy of their bytes.

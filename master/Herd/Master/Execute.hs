@@ -111,7 +111,7 @@ shareCommand acc@(ss, _) cmd = case cmd of
           pure (sent bytes (ss1 { ssHostShares = kept }, fed1))
   _ -> pure acc
   where
-    sent bytes (s, f) = let (k, b) = ssShareSends s in (s { ssShareSends = (k + 1, b + B.length bytes) }, f)
+    sent bytes (s, f) = (s { ssShareSends = countSend (B.length bytes) (ssShareSends s) }, f)
 
 -- INV-CALLER-CODE: a farm's results go to its caller undecoded, as they
 -- came; the caller decodes them and runs its callbacks on its own thread.

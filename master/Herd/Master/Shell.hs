@@ -276,8 +276,7 @@ runEvents sh t ss (Received _ (Forward dest xid g j part) : es) = do
   let to = fromIntegral dest
   -- (a part of a reduction that is over, or never was, goes nowhere)
   (ss', _) <- if M.member to (ssLinks ss) && coreRunsExchange xid (ssCore ss)
-                then let (k, b) = ssRelayed ss
-                     in execute sh (ss { ssRelayed = (k + 1, b + B.length part) }, []) (Send to Bulk (PartIn xid g j part))
+                then execute sh (ss { ssRelayed = countSend (B.length part) (ssRelayed ss) }, []) (Send to Bulk (PartIn xid g j part))
                 else pure (ss, [])
   runEvents sh t ss' es
 runEvents sh t ss (e : es) = runEvents1 sh t ss e es
@@ -361,4 +360,5 @@ shellLinkCount sh = do
 
 -- | Shared values sent so far and reduction parts relayed, each as (count, bytes).
 shellRelayCounts :: Shell -> IO ((Int, Int), (Int, Int))
-shellRelayCounts sh = (\ss -> (ssShareSends ss, ssRelayed ss)) <$> readMVar (shState sh)
+shellRelayCounts sh = (\ss -> (pair (ssShareSends ss), pair (ssRelayed ss))) <$> readMVar (shState sh)
+  where pair (Sends k b) = (k, b)

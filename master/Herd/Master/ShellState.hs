@@ -14,6 +14,8 @@ module Herd.Master.ShellState
   , shellPeers
   , shellCounters
   , bumpCounter
+  , Sends (..)
+  , countSend
   , LossHooks (..)
   , noLossHooks
   , HostHandle (..)
@@ -37,6 +39,18 @@ import Herd.Packet
 import Herd.Core.Farm (JobId, WorkerId)
 import Herd.Core.Wire.Host (HostControl)
 
+-- | Things sent and their bytes, since the start: strict, as the shell
+-- counts one per part or value for as long as the cluster runs (a lazy
+-- pair grew a chain of additions per part: 14 MB of thunks in 40 s of
+-- @reduceByKey@ calls).
+data Sends = Sends !Int !Int
+  deriving (Eq, Show)
+
+-- | One more sent, of this many bytes.
+countSend :: Int -> Sends -> Sends
+countSend bytes (Sends k b) = Sends (k + 1) (b + bytes)
+
+
 -- | What the shell's lock guards.
 data ShellState = ShellState
   { ssCore     :: !Core                        -- ^ the master's core
@@ -51,12 +65,12 @@ data ShellState = ShellState
   , ssGathered :: !(M.Map Word64 [(Int, B.ByteString)])  -- ^ stream output runs of this step, newest first
   , ssHostShares :: !(M.Map Int (Sender, S.Set Word64))
     -- ^ per host link (by number): its sender, and the shared values its agent was sent
-  , ssShareSends :: !(Int, Int)
+  , ssShareSends :: !Sends
     -- ^ shared values put on a link (a worker's own, or a host's once for
     -- all its workers) since the start, and their bytes
   , ssExchanges :: !(M.Map Word64 (Either HerdError [B.ByteString] -> IO ()))
     -- ^ keyed reductions' callers' answers ("Herd.Core.Exchange")
-  , ssRelayed :: !(Int, Int)
+  , ssRelayed :: !Sends
     -- ^ keyed reductions' parts the master relayed from worker to worker
     -- since the start, and their bytes (a host agent keeps its own
     -- workers' parts on the host)
@@ -120,7 +134,7 @@ data Registration
 -- | A shell with no links; its reader is set with 'setReader' before any
 -- link joins.
 newShell :: Config -> IO Shell
-newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty M.empty (0, 0) M.empty (0, 0))
+newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty M.empty (Sends 0 0) M.empty (Sends 0 0))
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
                          <*> newIORef noCounters <*> newIORef noLossHooks <*> newTVarIO (Nothing, M.empty) <*> newTVarIO M.empty
                          <*> newTVarIO []

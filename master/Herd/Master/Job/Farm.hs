@@ -32,7 +32,7 @@ import qualified Data.ByteString as B
 import Herd.Core.Farm (JobStats, Range, rangeIndices)
 import Herd.Core.Error (HerdError (..))
 import Herd.Task
-import Herd.Wire.ArgTable (ArgTable, argCount, argsArena, arenaBytesOf, newArena)
+import Herd.Wire.ArgTable (ArgTable, argBytes, argCount, argsArena, arenaBytesOf, newArena)
 import Herd.Wire.InPlace (commitRanges, holdRun, newPending)
 
 -- | Statistics of one farm: elapsed time and, per worker, tasks, busy and
@@ -160,13 +160,22 @@ runFarm failed cluster f@(TaskFn _ codecs) table stage accept =
 -- tasks' results are final (an exception from that ends the job).
 runStaged :: Maybe (Int -> HerdError -> IO ()) -> Cluster -> TaskFn a b -> ArgTable
           -> ([Range] -> B.ByteString -> IO (Either (Int, String) ())) -> ([Range] -> IO ()) -> IO FarmStats
-runStaged failed cluster (TaskFn ref _) table stage accept = do
+runStaged failed cluster (TaskFn ref codecs) table stage accept = do
   let spec = JobSpec
         { specTasks = argCount table
         , specRef = ref
         , specArgs = table
         , specKeepGoing = maybe False (const True) failed
         }
-      callbacks = JobCallbacks stage accept (maybe (\_ _ -> pure ()) id failed)
+      named = withInput codecs table
+      callbacks = JobCallbacks stage accept (maybe (\_ _ -> pure ()) (\f i -> f i . named) failed)
   result <- runJob cluster spec callbacks
-  either throwIO pure result
+  either (throwIO . named) pure result
+
+-- The error, ending with the input it is about where the task shows its
+-- inputs ('Herd.Task.showingInputs').
+withInput :: TaskCodecs a b -> ArgTable -> HerdError -> HerdError
+withInput codecs table err = case (showArgument codecs, err) of
+  (Just shown, TaskFailed i f m) -> TaskFailed i f (m ++ "; its input: " ++ shown (argBytes table i))
+  (Just shown, TaskKilledWorkers i f d w) -> TaskKilledWorkers i f d (w ++ "; its input: " ++ shown (argBytes table i))
+  _ -> err
