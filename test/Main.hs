@@ -27,6 +27,7 @@ import qualified DashboardSpec
 import qualified LogSpec
 import qualified EvolveScheduleSpec
 import qualified LineageSpec
+import qualified HostEvolveSpec
 import qualified BalanceSpec
 import qualified AuthSpec
 import Herd.Simulate.Host (runSimulatedHost)
@@ -84,6 +85,7 @@ main = do
       ConformanceSpec.spec
       EvolveScheduleSpec.spec
       LineageSpec.spec
+      HostEvolveSpec.spec
       BalanceSpec.spec
       ClusterSpec.spec
       HeapReserveSpec.spec

@@ -32,6 +32,7 @@ module Herd.Core.Wire
   , decodeFromWorker
     -- * For the encoders ("Herd.Wire.Encode")
   , putRef
+  , getRef
   ) where
 
 import Control.Monad (replicateM)
@@ -60,6 +61,7 @@ putRef :: TaskRef -> BB.Builder
 putRef ref = putFingerprint (refKey ref) <> putText (T.pack (refName ref))
              <> putFingerprint (refArgType ref) <> putFingerprint (refResultType ref)
 
+-- | Decode a function's name ('putRef').
 getRef :: Get TaskRef
 getRef = do
   key <- getFingerprint

@@ -1,0 +1,209 @@
+{-# LANGUAGE BangPatterns #-}
+-- | The host's half of two-level evolve, pure: a host agent holds its
+-- host's part of a population (where each state lives among the host's
+-- workers, and how to make it again) and runs the master's part of a call
+-- for it. Given the host's states and inputs in one message
+-- ('HostEvolve'), it runs the very session the master runs for a call
+-- ("Herd.Core.Evolve.Call", the plan of "Herd.Core.Evolve.Schedule") over
+-- the host's own workers: it keeps their queues full, moves unstarted
+-- states from a busy worker to an idle one, and recomputes a lost
+-- worker's states from their lineage on the others, without the master.
+-- It reports to the master a batch at a time ('HostEvolved', at the end of
+-- each of the driver's rounds) and once at the end ('HostCallEnded').
+--
+-- Promises (checked by @HostEvolveSpec@ against model workers that are
+-- lost at random): every state of a call is reported exactly once, with
+-- the children its worker made, or the call ends failed naming why; a
+-- call always ends with exactly one 'HostCallEnded'; after a call the
+-- registry places every child on a live worker of the host; nothing the
+-- agent sends the master names a single worker.
+module Herd.Core.Agent.Evolve
+  ( HostPopulation
+  , newHostPopulation
+  , hostRegistry
+  , hostWorkers
+  , hostCallNumber
+  , HostEvent (..)
+  , HostOut (..)
+  , stepHost
+  ) where
+
+import qualified Data.ByteString as B
+import Data.List (foldl')
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import qualified Data.Text as T
+import Data.Word (Word64)
+import Herd.Core.Base (TaskRef (..), WorkerId)
+import Herd.Core.Evolve.Call (Call (..), callBusy, callMachine)
+import Herd.Core.Evolve.Registry
+import Herd.Core.Evolve.Start (CallStart (..), estimateFrom, registryAfter, startCall)
+import qualified Herd.Core.Evolve.StateMap as SM
+import Herd.Core.Evolve.Plan (defaultPlanSettings, settingsLead)
+import Herd.Core.Session (Machine (..), Out (..), answerState)
+import Herd.Core.Wire (FromWorker (..), ToWorker (..))
+import Herd.Core.Wire.HostCall
+
+-- | The host's part of a population, and the call it runs, if any.
+data HostPopulation = HostPopulation
+  { hpRegistry :: !Registry
+  , hpWorkers  :: !(S.Set WorkerId)   -- ^ the host's live workers
+  , hpRunning  :: !(Maybe Running)
+  , hpNextPut  :: !Int                -- ^ where the next added state goes (round robin)
+  }
+
+-- A call in progress.
+data Running = Running
+  { rnNumber :: !Word64
+  , rnRef    :: !TaskRef
+  , rnCall   :: !Call
+  , rnFresh  :: ![StateId]   -- ^ evolved since the last report, newest first
+  }
+
+-- | A host with no states and no worker yet.
+newHostPopulation :: HostPopulation
+newHostPopulation = HostPopulation emptyRegistry S.empty Nothing 0
+
+-- | Where the host's states live and how to make them again.
+hostRegistry :: HostPopulation -> Registry
+hostRegistry = hpRegistry
+
+-- | The host's live workers.
+hostWorkers :: HostPopulation -> [WorkerId]
+hostWorkers = S.toList . hpWorkers
+
+-- | The number of the call running, if one is.
+hostCallNumber :: HostPopulation -> Maybe Word64
+hostCallNumber = fmap rnNumber . hpRunning
+
+-- | What happens to the host's population (with the agent's clock, seconds).
+data HostEvent
+  = MasterSaid !HostCallMessage          -- ^ the master's part of a host call
+  | LocalSaid !WorkerId !FromWorker      -- ^ a local worker's evolve answer
+  | LocalJoined !WorkerId                -- ^ a local worker was numbered
+  | LocalLost !WorkerId !String          -- ^ a local worker is gone, and why
+  | RoundEnded                           -- ^ the driver's round is over: report what is new
+  deriving (Eq, Show)
+
+-- | What the driver is to do, in order.
+data HostOut
+  = ToLocal !WorkerId !ToWorker          -- ^ send this to a local worker
+  | ToMasterCall !HostCallMessage        -- ^ send this to the master (slot 'hostCallSlot')
+  | DropLocal !WorkerId !String          -- ^ this worker broke the protocol: end it
+  deriving (Eq, Show)
+
+-- | One step of the host's population.
+stepHost :: Double -> HostEvent -> HostPopulation -> (HostPopulation, [HostOut])
+stepHost now ev hp = case ev of
+  MasterSaid (HostStatesAdd n states) -> addStates n states hp
+  MasterSaid (HostEvolve n ref deaths states) -> begin now n ref (fromIntegral deaths) states hp
+  MasterSaid other -> (hp, [ToMasterCall (HostCallEnded (callOf other) (Left (T.pack ("a host cannot take " ++ show other))))])
+  LocalJoined w -> running hp { hpWorkers = S.insert w (hpWorkers hp) } (\m c -> machineJoined m now w c)
+  LocalLost w why ->
+    let hp' = hp { hpWorkers = S.delete w (hpWorkers hp) }
+    in running hp' (\m c -> let (c1, o1) = machineLost m now w why c
+                            in if S.null (hpWorkers hp') then let (c2, o2) = machineStarved m c1 in (c2, o1 ++ o2) else (c1, o1))
+  LocalSaid w msg -> case hpRunning hp of
+    -- one call at a time: an answer naming no state (a refused function) is its
+    Just rn | maybe True (const (machineClaims (callMachine (refNameOf rn)) w msg (rnCall rn))) (answerState msg) ->
+      let fresh = case msg of
+            StateEvolved parent _ _ | not (SM.member (StateId parent) (callOutputs (rnCall rn))) -> [StateId parent]
+            _ -> []
+      in running (markFresh fresh hp) (\m c -> machineMessage m now w msg c)
+    _ -> (hp, [])   -- of no call running here: a late answer of one that failed
+  RoundEnded -> case hpRunning hp of
+    Just rn | not (null (rnFresh rn)) ->
+      (hp { hpRunning = Just rn { rnFresh = [] } }, [ToMasterCall (HostEvolved (rnNumber rn) (reportOf (rnCall rn) (rnFresh rn)))])
+    _ -> (hp, [])
+  where
+    callOf m = case m of
+      HostStatesAdd n _ -> n
+      HostEvolve n _ _ _ -> n
+      HostEvolved n _ -> n
+      HostCallEnded n _ -> n
+
+-- Keep states the master sends on the host's workers, round robin.
+addStates :: Word64 -> [(Word64, B.ByteString)] -> HostPopulation -> (HostPopulation, [HostOut])
+addStates n states hp
+  | S.null (hpWorkers hp) = (hp, [ToMasterCall (HostCallEnded n (Left (T.pack "the host has no worker to hold the states")))])
+  | otherwise =
+      let ws = S.toList (hpWorkers hp)
+          placed = zip states (drop (hpNextPut hp `mod` length ws) (cycle ws))
+          reg = hpRegistry hp
+          reg' = reg { regStates = foldl' (\m ((k, _), w) -> SM.insert (StateId k) (Placed w 0) m) (regStates reg) placed
+                     , regOrigin = foldl' (\m (k, bytes) -> SM.insert (StateId k) (Seen bytes) m) (regOrigin reg) states }
+      in ( hp { hpRegistry = reg', hpNextPut = hpNextPut hp + length states }
+         , [ ToLocal w (StateAdd k bytes) | ((k, bytes), w) <- placed ]
+           ++ [ToMasterCall (HostCallEnded n (Right (CallSummary [] 0 0)))] )
+
+-- Start a call on the host's workers.
+begin :: Double -> Word64 -> TaskRef -> Int -> [(Word64, B.ByteString)] -> HostPopulation -> (HostPopulation, [HostOut])
+begin now n ref deaths states hp
+  | Just rn <- hpRunning hp = (hp, [refuse ("call " ++ show (rnNumber rn) ++ " is still running here")])
+  | not (null unknown) = (hp, [refuse ("the host holds no state " ++ unwords (map show (take 5 unknown))
+                                       ++ (if length unknown > 5 then " and " ++ show (length unknown - 5) ++ " more" else ""))])
+  | otherwise = case startCall start (S.toList (hpWorkers hp)) of
+      Left err -> (hp, [refuse (show err)])
+      Right (call, outs) -> settle (Running n ref call []) outs hp
+  where
+    reg = hpRegistry hp
+    refuse why = ToMasterCall (HostCallEnded n (Left (T.pack why)))
+    unknown = [ StateId k | (k, _) <- states, not (SM.member (StateId k) (regStates reg)) ]
+    start = CallStart
+      { startRef = ref, startRegistry = reg, startStates = map (StateId . fst) states
+      , startInputs = SM.fromList [ (StateId k, i) | (k, i) <- states ]
+      , startEstimate = estimateFrom reg, startLead = settingsLead defaultPlanSettings
+      , startMaxDeaths = max 1 deaths, startTime = now }
+
+-- Step the running call's session, if there is one.
+running :: HostPopulation -> (Machine Call -> Call -> (Call, [Out])) -> (HostPopulation, [HostOut])
+running hp act = case hpRunning hp of
+  Nothing -> (hp, [])
+  Just rn -> let (call, outs) = act (callMachine (refNameOf rn)) (rnCall rn)
+             in settle rn { rnCall = call } outs hp
+
+-- Carry out a session's outs; end the call when it is done or failed.
+settle :: Running -> [Out] -> HostPopulation -> (HostPopulation, [HostOut])
+settle rn outs hp = case [ err | Fail err <- outs ] of
+  err : _ ->
+    -- the call's states are unknown now, and so are the children it made:
+    -- forgotten here, as the master forgets them (its caller gets the error)
+    let reg = hpRegistry hp
+        own = S.fromList (SM.keys (callInputs call))
+        untouched = SM.filterWithKey (\s p -> not (S.member s own) && S.member (placedOn p) (hpWorkers hp)) (regStates reg)
+        reg' = reg { regStates = untouched, regTold = Nothing, regAbandoned = S.union (regAbandoned reg) own }
+    in ( hp { hpRegistry = reg', hpRunning = Nothing }
+       , local ++ report ++ [ToMasterCall (HostCallEnded (rnNumber rn) (Left (T.pack (show err))))] )
+  []
+    | machineDone (callMachine (refNameOf rn)) call ->
+        let reg' = registryAfter (rnRef rn) call (hpRegistry hp)
+            summary = CallSummary [ (fromIntegral w, round (secs * 1e9)) | (w, secs) <- M.toList (callBusy call) ]
+                                  (fromIntegral (callMoved call)) (fromIntegral (callRecovered call))
+        in ( hp { hpRegistry = reg', hpRunning = Nothing }
+           , local ++ report ++ [ToMasterCall (HostCallEnded (rnNumber rn) (Right summary))] )
+    | otherwise -> (hp { hpRunning = Just rn }, local)
+  where
+    call = rnCall rn
+    local = concatMap toLocal outs
+    toLocal o = case o of
+      SendTo w m -> [ToLocal w m]
+      DropPeer w why -> [DropLocal w why]
+      _ -> []
+    report = [ ToMasterCall (HostEvolved (rnNumber rn) done) | let done = reportOf call (rnFresh rn), not (null done) ]
+
+-- The states evolved among these (newest first), each once, with their
+-- children; one not accepted by the call is left out.
+reportOf :: Call -> [StateId] -> [(Word64, [(Word64, B.ByteString)])]
+reportOf call fresh =
+  [ (k, [ (c, b) | (StateId c, b) <- kids ])
+  | s@(StateId k) <- S.toList (S.fromList fresh), Just kids <- [SM.lookup s (callOutputs call)] ]
+
+-- Remember states evolved in the running call, for the next report.
+markFresh :: [StateId] -> HostPopulation -> HostPopulation
+markFresh [] hp = hp
+markFresh ss hp = case hpRunning hp of
+  Just rn -> hp { hpRunning = Just rn { rnFresh = ss ++ rnFresh rn } }
+  Nothing -> hp   -- the call ended with this answer: the end reported it
+
+refNameOf :: Running -> String
+refNameOf = refName . rnRef

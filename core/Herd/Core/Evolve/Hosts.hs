@@ -1,0 +1,128 @@
+{-# LANGUAGE BangPatterns #-}
+-- | The master's half of two-level evolve, pure: the master knows which
+-- host holds each state, not which worker; a call is one 'HostEvolve' per
+-- host, naming that host's states and their inputs, and the master's work
+-- per state is to route its input and take its reported children
+-- ('HostEvolved', a batch at a time). Each host agent schedules its own
+-- workers ("Herd.Core.Agent.Evolve").
+--
+-- Promises (checked by @HostEvolveSpec@ with the agents' real machine and
+-- the workers'): every state given an input is answered once or the call
+-- fails naming why; a report about a state the host was not asked for, or
+-- twice about one, ends the call; the call ends when every host has
+-- ended its part; a lost host fails the call naming its states.
+module Herd.Core.Evolve.Hosts
+  ( HostId
+  , HostPlacement
+  , placementOf
+  , placeOn
+  , hostOf
+  , HostCall
+  , startHostCall
+  , hostCallReport
+  , hostCallLost
+  , hostCallDone
+  , hostCallOutputs
+  , hostCallSummaries
+  , placementAfter
+  ) where
+
+import qualified Data.ByteString as B
+import Data.List (foldl')
+import qualified Data.Map.Strict as M
+import qualified Data.Text as T
+import Data.Word (Word64)
+import Herd.Core.Base (TaskRef)
+import Herd.Core.Error (HerdError (..))
+import Herd.Core.Evolve.StateMap (StateId (..), StateMap)
+import qualified Herd.Core.Evolve.StateMap as SM
+import Herd.Core.Wire.HostCall
+
+-- | A host link's number at the master.
+type HostId = Int
+
+-- | Which host holds each live state.
+newtype HostPlacement = HostPlacement (StateMap HostId)
+  deriving (Eq, Show)
+
+-- | States on these hosts.
+placementOf :: [(StateId, HostId)] -> HostPlacement
+placementOf = HostPlacement . SM.fromList
+
+-- | These states are (now) on this host.
+placeOn :: HostId -> [StateId] -> HostPlacement -> HostPlacement
+placeOn h ss (HostPlacement m) = HostPlacement (foldl' (\acc s -> SM.insert s h acc) m ss)
+
+-- | The host of a state, if it is live.
+hostOf :: HostPlacement -> StateId -> Maybe HostId
+hostOf (HostPlacement m) s = SM.lookup s m
+
+-- | One call in progress at the master.
+data HostCall = HostCall
+  { hcNumber   :: !Word64
+  , hcName     :: !String
+  , hcAsked    :: !(StateMap HostId)                     -- ^ states not yet reported, and their host
+  , hcOutputs  :: !(StateMap [(StateId, B.ByteString)])  -- ^ reported: each state's children
+  , hcMade     :: ![(HostId, [StateId])]                 -- ^ children made, a batch at a time
+  , hcOpen     :: !(M.Map HostId ())                     -- ^ hosts whose part has not ended
+  , hcSummaries :: ![(HostId, CallSummary)]
+  }
+
+-- | Start a call: one message for each host holding some of the states.
+-- 'Left': states no host holds.
+startHostCall :: Word64 -> String -> TaskRef -> Int -> HostPlacement -> [(StateId, B.ByteString)]
+              -> Either [StateId] (HostCall, [(HostId, HostCallMessage)])
+startHostCall n name ref deaths placement inputs = case [ s | (s, _) <- inputs, hostOf placement s == Nothing ] of
+  unknown@(_ : _) -> Left unknown
+  [] ->
+    let byHost = M.fromListWith (++) [ (h, [(k, i)]) | (s@(StateId k), i) <- reverse inputs, Just h <- [hostOf placement s] ]
+        asked = SM.fromList [ (s, h) | (s, _) <- inputs, Just h <- [hostOf placement s] ]
+        call = HostCall n name asked SM.empty [] (M.map (const ()) byHost) []
+    in Right (call, [ (h, HostEvolve n ref (fromIntegral deaths) states) | (h, states) <- M.toList byHost ])
+
+-- | A host's message about the call: 'Left' ends the call with an error.
+hostCallReport :: HostId -> HostCallMessage -> HostCall -> Either HerdError HostCall
+hostCallReport h msg call = case msg of
+  HostEvolved n done | n == hcNumber call -> foldl' (\acc d -> acc >>= evolved d) (Right call) done
+  HostCallEnded n (Right summary) | n == hcNumber call -> case [ s | (s, h') <- SM.toList (hcAsked call), h' == h ] of
+    [] -> Right call { hcOpen = M.delete h (hcOpen call), hcSummaries = (h, summary) : hcSummaries call }
+    missed -> Left (StatesLost (map show missed) ("host " ++ show h ++ " ended its part of the call without them"))
+  HostCallEnded n (Left why) | n == hcNumber call ->
+    Left (EvolveFailed (hcName call) ("the states of host " ++ show h) (T.unpack why))
+  _ -> Right call   -- another call's: one that ended already
+  where
+    evolved (k, kids) c = case SM.lookup (StateId k) (hcAsked c) of
+      Just h' | h' == h ->
+        let children = [ (StateId ck, o) | (ck, o) <- kids ]
+        in Right c { hcAsked = SM.delete (StateId k) (hcAsked c)
+                   , hcOutputs = SM.insert (StateId k) children (hcOutputs c)
+                   , hcMade = (h, map fst children) : hcMade c }
+      _ -> Left (EvolveFailed (hcName c) (show (StateId k))
+                   ("host " ++ show h ++ " reported it, which it was not asked to evolve or reported before"))
+
+-- | A host was lost: its unreported states are lost with it.
+hostCallLost :: HostId -> String -> HostCall -> Either HerdError HostCall
+hostCallLost h why call
+  | not (M.member h (hcOpen call)) = Right call
+  | null gone = Right call { hcOpen = M.delete h (hcOpen call) }
+  | otherwise = Left (StatesLost (map show gone) ("host " ++ show h ++ " was lost: " ++ why))
+  where gone = [ s | (s, h') <- SM.toList (hcAsked call), h' == h ]
+
+-- | Whether every host has ended its part (then every state was reported).
+hostCallDone :: HostCall -> Bool
+hostCallDone = M.null . hcOpen
+
+-- | Each evolved state's children, with their outputs.
+hostCallOutputs :: HostCall -> StateMap [(StateId, B.ByteString)]
+hostCallOutputs = hcOutputs
+
+-- | What each host said of its part.
+hostCallSummaries :: HostCall -> [(HostId, CallSummary)]
+hostCallSummaries = hcSummaries
+
+-- | Where the live states are after a finished call: the evolved states
+-- are gone, their children are on their parents' hosts.
+placementAfter :: HostCall -> HostPlacement -> HostPlacement
+placementAfter call (HostPlacement m) =
+  let without = foldl' (flip SM.delete) m (SM.keys (hcOutputs call))
+  in foldl' (\p (h, kids) -> placeOn h kids p) (HostPlacement without) (reverse (hcMade call))

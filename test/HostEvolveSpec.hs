@@ -1,0 +1,281 @@
+-- | The host agent's half of two-level evolve ("Herd.Core.Agent.Evolve"),
+-- against the workers' real pure machine ("Herd.Core.Worker.Evolve"):
+-- messages travel in order per worker and interleave at random, jobs end
+-- at random, reports are asked for at random, and workers are lost at
+-- random (one always stays). Each state's step is a known pure function,
+-- so every reported child is checked against the value it must have.
+module HostEvolveSpec (spec) where
+
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Char8 as BC
+import Data.List (foldl', sort)
+import qualified Data.Map.Strict as M
+import qualified Data.Set as S
+import qualified Data.Text as T
+import GHC.Fingerprint (Fingerprint (..))
+import Herd.Core.Agent.Evolve
+import Herd.Core.Base (TaskRef (..), WorkerId)
+import Herd.Core.Evolve.Hosts
+import Herd.Core.Evolve.Registry (Placed (..), Registry (..))
+import qualified Herd.Core.Evolve.StateMap as SM
+import Herd.Core.Worker.Evolve
+import Herd.Core.Wire (FromWorker (..), ToWorker (..))
+import Herd.Core.Wire.HostCall
+import Test.Hspec
+import Test.QuickCheck
+
+stepRef :: TaskRef
+stepRef = TaskRef (Fingerprint 1 2) "step" (Fingerprint 3 4) (Fingerprint 5 6)
+
+-- The model's step: a state of value v given input i has (v + i) mod 3
+-- children, child k of value childValue v i k (its output is its value).
+childValue :: Int -> Int -> Int -> Int
+childValue v i k = (v * 31 + i * 7 + k * 101) `mod` 1000003
+
+childCount :: Int -> Int -> Int
+childCount v i = (v + i) `mod` 3
+
+enc :: Int -> B.ByteString
+enc = BC.pack . show
+
+dec :: B.ByteString -> Int
+dec = read . BC.unpack
+
+-- One worker: its real holder, and its links' messages in flight.
+data Worker = Worker { wHeld :: Held (), wIn :: [ToWorker], wOut :: [FromWorker] }
+
+data World = World
+  { wHost    :: HostPopulation
+  , wWorkers :: M.Map WorkerId Worker
+  , wToMaster :: [HostCallMessage]
+  , wDropped :: [String]
+  , wClock   :: Double
+  }
+
+-- Carry out the agent's outs.
+apply :: [HostOut] -> World -> World
+apply outs w = foldl' one w outs
+  where
+    one world o = case o of
+      ToLocal v m -> world { wWorkers = M.adjust (\x -> x { wIn = wIn x ++ [m] }) v (wWorkers world) }
+      ToMasterCall m -> world { wToMaster = wToMaster world ++ [m] }
+      DropLocal v why -> world { wDropped = (show v ++ ": " ++ why) : wDropped world }
+
+event :: HostEvent -> World -> World
+event ev w = let (h, outs) = stepHost (wClock w) ev (wHost w) in apply outs w { wHost = h }
+
+-- A job of a worker, done the model's way.
+finish :: Job () -> Finished
+finish job = case job of
+  Evolve _ bytes input () ->
+    let v = dec bytes; i = dec input
+    in Children 1000 [ (enc c, enc c) | k <- [0 .. childCount v i - 1], let c = childValue v i k ]
+  Replay _ root path -> Replayed (enc (foldl' (\v (_, input, k) -> childValue v (dec input) k) (dec root) path))
+
+-- One random thing happens; 'Nothing' when nothing can.
+tick :: Int -> World -> Gen (Maybe World)
+tick losses w = do
+  let ws = M.toList (wWorkers w)
+      deliverable = [ v | (v, x) <- ws, not (null (wIn x)) ]
+      answering = [ v | (v, x) <- ws, not (null (wOut x)) ]
+      working = [ v | (v, x) <- ws, heldBusy (wHeld x) || maybe False (const True) (heldTake (wHeld x)) ]
+      choices = concat
+        [ [ (4, deliver v) | v <- deliverable ]
+        , [ (4, answer v) | v <- answering ]
+        , [ (3, work v) | v <- working ]
+        , [ (1, pure (event RoundEnded w)) ]
+        , [ (1, lose v) | losses > 0, length ws > 1, (v, _) <- ws ] ]
+  if null deliverable && null answering && null working then pure Nothing
+  else Just . (\x -> x { wClock = wClock x + 0.001 }) <$> frequency [ (n, g) | (n, g) <- choices ]
+  where
+    deliver v = pure $ let x = wWorkers w M.! v
+                           m : rest = wIn x
+                           found = case m of { EvolveWith _ -> Just (Right ()); _ -> Nothing }
+                           (h, said) = heldMessage m found (wHeld x)
+                       in w { wWorkers = M.insert v x { wHeld = h, wIn = rest, wOut = wOut x ++ said } (wWorkers w) }
+    answer v = pure $ let x = wWorkers w M.! v
+                          m : rest = wOut x
+                      in event (LocalSaid v m) w { wWorkers = M.insert v x { wOut = rest } (wWorkers w) }
+    work v = pure $ let x = wWorkers w M.! v in case (heldBusy (wHeld x), heldTake (wHeld x)) of
+      (False, Just (Left said, h)) -> w { wWorkers = M.insert v x { wHeld = h, wOut = wOut x ++ [said] } (wWorkers w) }
+      (False, Just (Right job, h)) ->
+        let (h', said) = heldFinish (finish job) h
+        in w { wWorkers = M.insert v x { wHeld = h', wOut = wOut x ++ said } (wWorkers w) }
+      _ -> w
+    lose v = pure (event (LocalLost v "killed by the test") w { wWorkers = M.delete v (wWorkers w) })
+
+-- Run until the agent has ended the call (or nothing more can happen).
+runCall :: Int -> Int -> World -> Gen World
+runCall _ 0 w = pure w
+runCall losses fuel w
+  | any ended (wToMaster w) = pure (event RoundEnded w)
+  | otherwise = do
+      next <- tick losses w
+      case next of
+        Nothing -> pure (event RoundEnded w)
+        Just w' -> runCall (if M.size (wWorkers w') < M.size (wWorkers w) then losses - 1 else losses) (fuel - 1) w'
+  where ended m = case m of { HostCallEnded {} -> True; _ -> False }
+
+-- A host of this many workers given these states' values (ids from 1).
+hostWith :: Int -> [Int] -> World
+hostWith k values =
+  let ws = [1 .. fromIntegral k]
+      w0 = World newHostPopulation (M.fromList [ (v, Worker (newHeld (fromIntegral v)) [] []) | v <- ws ]) [] [] 0
+      joined = foldl' (\w v -> event (LocalJoined v) w) w0 ws
+      added = event (MasterSaid (HostStatesAdd 1 [ (i, enc x) | (i, x) <- zip [1 ..] values ])) joined
+  in added { wToMaster = [] }
+
+-- The master's message starting a call on these states, with these inputs.
+evolveCall :: Int -> [(Int, Int)] -> World -> World
+evolveCall n inputs w = event (MasterSaid (HostEvolve (fromIntegral n) stepRef 1000 [ (fromIntegral s, enc i) | (s, i) <- inputs ])) w
+
+-- What the master heard: the states reported (each with its children's
+-- values), and how the call ended.
+heard :: World -> ([(Int, [(Int, Int)])], [Either String CallSummary])
+heard w = ( [ (fromIntegral s, [ (fromIntegral c, dec o) | (c, o) <- kids ]) | HostEvolved _ done <- wToMaster w, (s, kids) <- done ]
+          , [ either (Left . show) Right e | HostCallEnded _ e <- wToMaster w ] )
+
+spec :: Spec
+spec = describe "the host agent's evolve scheduler (pure, against the workers' real machine)" $ do
+  twoLevelSpec
+  it "reports every state of a call once, with the right children, and ends once, also when workers are lost" $ property $ checkCoverage $
+    forAll (chooseInt (1, 5)) $ \k ->
+    forAll (chooseInt (1, 30)) $ \n ->
+    forAll (chooseInt (0, 2)) $ \losses -> do
+      values <- vectorOf n (chooseInt (0, 999))
+      inputs <- vectorOf n (chooseInt (0, 99))
+      w <- runCall losses 100000 (evolveCall 2 (zip [1 ..] inputs) (hostWith k values))
+      let (reports, ends) = heard w
+          truth = M.fromList [ (s, [ childValue v i j | j <- [0 .. childCount v i - 1] ]) | (s, v, i) <- zip3 [1 ..] values inputs ]
+          got = M.fromListWith (++) [ (s, [map snd kids]) | (s, kids) <- reports ]
+          reg = hostRegistry (wHost w)
+          children = S.fromList [ c | (_, kids) <- reports, (c, _) <- kids ]
+          live = M.keysSet (wWorkers w)
+          recovered = sum [ summaryRecovered c | Right c <- ends ]
+          moved = sum [ summaryMoved c | Right c <- ends ]
+      pure $ cover 5 (recovered > 0) "a lost worker's states recomputed on the host"
+           $ cover 5 (moved > 0) "states moved between the host's workers"
+           $ counterexample (show (reports, ends, wDropped w)) $
+        length ends === 1
+        .&&. (case ends of { [Right _] -> True; _ -> False }) === True
+        .&&. M.map (: []) truth === got
+        .&&. wDropped w === []
+        .&&. S.fromList (SM.keys (regStates reg)) === S.map (SM.StateId . fromIntegral) children
+        .&&. all (\p -> S.member (placedOn p) live) (SM.elems (regStates reg))
+        .&&. sum [ heldStateCount (wHeld x) | x <- M.elems (wWorkers w) ] === S.size children
+
+  it "runs a second call on the first call's children, recomputing on the host what a lost worker held" $ property $
+    forAll (chooseInt (2, 4)) $ \k ->
+    forAll (chooseInt (4, 20)) $ \n -> do
+      values <- vectorOf n (chooseInt (0, 999))
+      let inputs1 = replicate n 1   -- (v + 1) mod 3 children each; some states have none
+      w1 <- runCall 0 100000 (evolveCall 2 (zip [1 ..] inputs1) (hostWith k values))
+      let (reports1, _) = heard w1
+          kids1 = [ (c, v) | (_, kids) <- reports1, (c, v) <- kids ]
+      -- a worker holding some children is lost between the calls
+      let holders = S.fromList [ placedOn p | p <- SM.elems (regStates (hostRegistry (wHost w1))) ]
+          victim = if S.null holders then 1 else S.findMin holders
+          w2 = event (LocalLost victim "killed between calls") w1 { wWorkers = M.delete victim (wWorkers w1), wToMaster = [] }
+          inputs2 = [ (c, 2) | (c, _) <- kids1 ]
+      w3 <- runCall 0 100000 (evolveCall 3 inputs2 w2)
+      let (reports2, ends2) = heard w3
+          truth2 = sort [ (c, [ childValue v 2 j | j <- [0 .. childCount v 2 - 1] ]) | (c, v) <- kids1 ]
+      pure $ counterexample (show (reports1, reports2, ends2)) $
+        (case ends2 of { [Right _] -> True; _ -> False }) === True
+        .&&. sort [ (s, map snd kids) | (s, kids) <- reports2 ] === truth2
+
+  it "refuses a call naming a state the host does not hold, and one while another runs" $ do
+    let w0 = hostWith 2 [5, 6]
+        w1 = event (MasterSaid (HostEvolve 7 stepRef 3 [(99, enc 1)])) w0
+        w2 = event (MasterSaid (HostEvolve 8 stepRef 3 [(1, enc 1)])) w1 { wToMaster = [] }
+        w3 = event (MasterSaid (HostEvolve 9 stepRef 3 [(2, enc 1)])) w2 { wToMaster = [] }
+    [ n | HostCallEnded n (Left _) <- wToMaster w1 ] `shouldBe` [7]
+    hostCallNumber (wHost w2) `shouldBe` Just 8
+    [ n | HostCallEnded n (Left _) <- wToMaster w3 ] `shouldBe` [9]
+
+  it "encodes and decodes every host-call message" $ property $
+    forAll genMessage $ \m -> decodeHostCall (encodeHostCall m) === Right m
+
+  it "names what is wrong with a truncated or padded host-call message" $ property $
+    forAll genMessage $ \m ->
+      let bytes = encodeHostCall m
+      in forAll (chooseInt (0, B.length bytes - 1)) $ \cut ->
+           either (const True) (const False) (decodeHostCall (B.take cut bytes))
+           .&&. either (const True) (const False) (decodeHostCall (bytes <> B.singleton 0))
+
+-- Two levels: the master's call over hosts, each host an agent with its
+-- own workers, everything interleaved at random.
+twoLevelSpec :: Spec
+twoLevelSpec =
+  it "two levels: one message per host from the master, every state answered once and right, children where their host holds them" $
+    property $ forAll (chooseInt (1, 4)) $ \hosts ->
+    forAll (vectorOf hosts (chooseInt (1, 4))) $ \sizes ->
+    forAll (chooseInt (1, 40)) $ \n -> do
+      values <- vectorOf n (chooseInt (0, 999))
+      inputs <- vectorOf n (chooseInt (0, 99))
+      losses <- vectorOf hosts (chooseInt (0, 1))
+      let ids = [1 .. n]
+          onHost = M.fromList [ (i, h) | (i, h) <- zip ids (cycle [0 .. hosts - 1]) ]
+          worlds0 = M.fromList [ (h, uploaded h size) | (h, size) <- zip [0 ..] sizes ]
+          uploaded h size = hostWithStates (10 * h) size [ (i, values !! (i - 1)) | i <- ids, onHost M.! i == h ]
+          placement = placementOf [ (SM.StateId (fromIntegral i), h) | (i, h) <- M.toList onHost ]
+          Right (call0, opening) = startHostCall 5 "step" stepRef 1000 placement
+                                     [ (SM.StateId (fromIntegral i), enc x) | (i, x) <- zip ids inputs ]
+          worlds1 = foldl' (\ws (h, m) -> M.adjust (event (MasterSaid m)) h ws) worlds0 opening
+      (worlds, result) <- drive (M.fromList (zip [0 ..] losses)) (200000 :: Int) worlds1 (Right call0)
+      let truth = M.fromList [ (SM.StateId (fromIntegral i), [ childValue v x j | j <- [0 .. childCount v x - 1] ])
+                             | (i, v, x) <- zip3 ids values inputs ]
+      pure $ counterexample (show (fmap (SM.toList . hostCallOutputs) result)) $ case result of
+        Left err -> counterexample (show err) False
+        Right call ->
+          let after = placementAfter call placement
+              agentHeld = [ (s, h) | (h, w) <- M.toList worlds, s <- SM.keys (regStates (hostRegistry (wHost w))) ]
+          in hostCallDone call
+             .&&. length opening === M.size (M.fromList [ (h, ()) | h <- M.elems onHost ])
+             .&&. M.map (map (dec . snd)) (SM.toMap (hostCallOutputs call)) === truth
+             .&&. all (\(s, h) -> hostOf after s == Just h) agentHeld
+             .&&. length agentHeld === sum (map length (M.elems truth))
+  where
+    -- step a random host, or hand a host's message to the master's call
+    drive _ 0 ws r = pure (ws, r)
+    drive losses fuel ws r = case r of
+      Left _ -> pure (ws, r)
+      Right call | hostCallDone call -> pure (ws, r)
+      Right call -> do
+        let pending = [ h | (h, w) <- M.toList ws, not (null (wToMaster w)) ]
+        stepped <- mapM (\(h, w) -> (,) h <$> tick (M.findWithDefault 0 h losses) w) (M.toList ws)
+        let movable = [ (h, w') | (h, Just w') <- stepped ]
+        choice <- if null pending && null movable then pure Nothing
+                  else Just <$> frequency ([ (2, pure (Left h)) | h <- pending ] ++ [ (3, pure (Right hw)) | hw <- movable ])
+        case choice of
+          Nothing -> pure (M.map (event RoundEnded) ws, r)   -- every host is waiting: the round ends
+          Just (Left h) ->
+            let w = ws M.! h
+                m : rest = wToMaster w
+            in drive losses (fuel - 1) (M.insert h w { wToMaster = rest } ws) (hostCallReport h m call)
+          Just (Right (h, w')) ->
+            let lost = M.size (wWorkers w') < M.size (wWorkers (ws M.! h))
+                losses' = if lost then M.adjust (subtract 1) h losses else losses
+                -- a round ends now and then on each host
+            in drive losses' (fuel - 1) (M.insert h w' ws) (Right call)
+
+-- A host of this many workers (numbered from base + 1: the master numbers
+-- every worker of the cluster apart) holding these states (ids and values).
+hostWithStates :: Int -> Int -> [(Int, Int)] -> World
+hostWithStates base k states =
+  let ws = [fromIntegral base + 1 .. fromIntegral (base + k)]
+      w0 = World newHostPopulation (M.fromList [ (v, Worker (newHeld (fromIntegral v)) [] []) | v <- ws ]) [] [] 0
+      joined = foldl' (\w v -> event (LocalJoined v) w) w0 ws
+      added = if null states then joined
+              else event (MasterSaid (HostStatesAdd 1 [ (fromIntegral i, enc x) | (i, x) <- states ])) joined
+  in added { wToMaster = [] }
+
+genMessage :: Gen HostCallMessage
+genMessage = oneof
+  [ HostStatesAdd <$> arbitrary <*> listOf pair
+  , HostEvolve <$> arbitrary <*> pure stepRef <*> arbitrary <*> listOf pair
+  , HostEvolved <$> arbitrary <*> listOf ((,) <$> arbitrary <*> listOf pair)
+  , HostCallEnded <$> arbitrary <*> oneof
+      [ pure (Left (T.pack "a reason"))
+      , Right <$> (CallSummary <$> listOf ((,) <$> arbitrary <*> arbitrary) <*> arbitrary <*> arbitrary) ] ]
+  where pair = (,) <$> arbitrary <*> (B.pack <$> listOf arbitrary)
