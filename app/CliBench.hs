@@ -153,6 +153,7 @@ pfilterOptions = Pfilter.Options
                           <> help "how the workers are linked (default: shm)"))
   <*> switch (long "json" <> help "end with one line of JSON")
   <*> dashboardOption
+  <*> switch (long "two-level" <> help "each simulated host's agent schedules its workers (configHostScheduling); a cluster per worker count")
   <*> optional (strOption (long "answer-to" <> metavar "FILE" <> internal
                           <> help "measure only and write the rows here (used when the bench starts itself per loop)"))
 

@@ -190,7 +190,7 @@ spec = describe "the host agent's evolve scheduler (pure, against the workers' r
         w2 = event (MasterSaid (HostEvolve 8 stepRef 3 [(1, enc 1)])) w1 { wToMaster = [] }
         w3 = event (MasterSaid (HostEvolve 9 stepRef 3 [(2, enc 1)])) w2 { wToMaster = [] }
     [ n | HostCallEnded n (Left _) <- wToMaster w1 ] `shouldBe` [7]
-    hostCallNumber (wHost w2) `shouldBe` Just 8
+    hostCallRunning (wHost w2) `shouldBe` Just 8
     [ n | HostCallEnded n (Left _) <- wToMaster w3 ] `shouldBe` [9]
 
   it "encodes and decodes every host-call message" $ property $

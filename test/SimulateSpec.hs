@@ -12,6 +12,7 @@ import Control.Concurrent.Async (async, cancel, concurrently, withAsync)
 import Control.Exception (bracket, displayException, evaluate, finally)
 import Control.Monad (forM, unless)
 import Data.IORef
+import qualified Data.Map.Strict as M
 import Data.Bits (shiftR)
 import Data.List (foldl', nub, sort)
 import qualified Data.ByteString.Char8 as BC
@@ -136,6 +137,26 @@ spec = describe "simulated hosts" $ do
       ids <- resetStates cluster particleStep (initialParticles setup)
       run <- runFilter setup (evolveMany cluster particleStep) ids
       run `shouldBe` runSequential setup
+
+  it "two levels: each simulated host's agent schedules its workers, and the filter gives the one-core results" $ do
+    let tweak c = c { configSimulatedWorkers = 6, configSimulatedHosts = 2, configHostScheduling = True }
+        setup = defaultSetup { setupParticles = 300, setupSteps = 4, setupWork = 500 }
+    withTestClusterConfig 0 tweak $ \_ cluster -> do
+      ids <- resetStates cluster particleStep (initialParticles setup)
+      stats <- newIORef []
+      let evolveAll inputs = do
+            (out, s) <- evolveManyWith defaultEvolveOptions cluster particleStep inputs
+            modifyIORef' stats (s :)
+            pure out
+      run <- runFilter setup evolveAll ids
+      run `shouldBe` runSequential setup
+      calls <- readIORef stats
+      -- every call's states were evolved by the hosts' workers, all six taking part
+      map esEvolved calls `shouldBe` reverse (runEvolved run)
+      maximum (map esWorkers calls) `shouldBe` 6
+      -- the population is the hosts': states unknown to it are refused
+      evolveMany cluster particleStep (M.fromList [ (i, FilterInput 1 0 0 0 0) | i <- take 1 ids ])
+        `shouldThrow` (\(e :: HerdError) -> case e of { UnknownStates _ -> True; _ -> False })
 
   it "answers after the simulated time, and refuses stream processes" $ do
     let tweak c = c { configSimulatedWorkers = 2, configSimulatedHosts = 1 }

@@ -64,6 +64,9 @@ data Options = Options
   , optTransport :: Maybe TransportKind
   , optJson     :: Bool
   , optDashboard :: Maybe String  -- ^ serve the live dashboard at this HOST:PORT
+  , optTwoLevel :: Bool
+    -- ^ two-level evolve ('Herd.Config.configHostScheduling'): each host
+    -- schedules its workers; one cluster per worker count
   , optAnswerTo :: Maybe FilePath
     -- ^ measure only, and write the rows to this file for the process that
     -- started this one ("Bench.Apart"); a hidden option
@@ -139,6 +142,7 @@ childArgs o hosts loop answerFile =
   , "--steps", show (optSteps o), "--cost", printf "%.9f" (optCost o), "--sim-hosts", show hosts
   , "--master", masterLoopName loop ]
   ++ [ "--simulate" | optSimulate o ]
+  ++ [ "--two-level" | optTwoLevel o ]
   ++ maybe [] (\t -> ["--transport", transportName t]) (optTransport o)
   ++ maybe [] (\d -> ["--dashboard", d]) (optDashboard o)
 
@@ -153,12 +157,16 @@ measure o cfg setup hosts = do
   hPutStrLn stderr ("pfilter: starting " ++ show most ++ " workers"
                     ++ (if hosts > 0 then " in " ++ show hosts ++ " simulated hosts" else ""))
   -- one cluster per master loop: the loop drives every API of its cluster
-  fmap concat $ forM (optLoops o) $ \loop -> withCluster cfg { configMasterLoop = loop } $ \cluster -> do
+  -- two levels: a cluster of each worker count, every worker scheduled by its host
+  let clusters
+        | optTwoLevel o = [ (cfg { configSimulatedWorkers = w, configHostScheduling = True }, [w]) | w <- optWorkers o ]
+        | otherwise = [(cfg, optWorkers o)]
+  fmap concat $ forM [ (l, c) | l <- optLoops o, c <- clusters ] $ \(loop, (cfg', counts)) -> withCluster cfg' { configMasterLoop = loop } $ \cluster -> do
     have <- clusterWorkerCount cluster
-    when (have < most) $ hPutStrLn stderr ("pfilter: only " ++ show have ++ " workers connected")
+    when (have < maximum counts) $ hPutStrLn stderr ("pfilter: only " ++ show have ++ " workers connected")
     pids <- nubOrd . map infoPid <$> clusterWorkerInfo cluster
     links <- statusLinks <$> clusterStatus cluster
-    forM (optWorkers o) $ \w -> do
+    forM counts $ \w -> do
       let opts = defaultEvolveOptions { evolveWorkerLimit = Just w }
       ids <- resetStatesWith opts cluster particleStep (initialParticles setup)
       stats <- newIORef []

@@ -156,6 +156,13 @@ data Config = Config
     -- stopped and fails as 'Herd.Error.TaskFailed' saying it exceeded its
     -- deadline (default 'Nothing': no deadline; @--task-deadline@). It is
     -- stopped at its next allocation after the worker's watch, which looks every 20 ms, sees it past the deadline
+  , configHostScheduling   :: Bool
+    -- ^ two-level evolve (default 'False'): the evolve API's states are
+    -- placed on hosts, and each host's agent schedules its own workers
+    -- (queues, moves between them, recovery of a lost worker's states);
+    -- the master sends one message per host and call. Needs every worker
+    -- on a host link (host agents; today simulated hosts); the master's
+    -- own local workers take no part
   , configStragglerCopies  :: Bool
     -- ^ run a second copy of a farm batch that has run far longer than
     -- its job's estimate on an idle worker, and take whichever ends first
@@ -263,6 +270,7 @@ defaultConfig = Config
   , configMaxJobDeaths     = 20
   , configFrameDeadline    = 30
   , configTaskDeadline     = Nothing
+  , configHostScheduling   = False
   , configStragglerCopies  = True
   , configRestartWorkers   = True
   , configMasterHeapReserve = Nothing

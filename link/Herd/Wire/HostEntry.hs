@@ -6,6 +6,7 @@ module Herd.Wire.HostEntry
   ( entryEncoder
   , sentPacketEntry
   , controlEncoder
+  , hostCallEncoder
   , hostSharePiece
   , workerPacket
   , heldSharePackets
@@ -15,6 +16,7 @@ module Herd.Wire.HostEntry
 import qualified Data.ByteString as B
 import Data.Word (Word32, Word64)
 import Herd.Core.Wire.Host
+import Herd.Core.Wire.HostCall (HostCallMessage, encodeHostCall, hostCallSlot)
 import Herd.Core.Bytes (bytesBE)
 import Herd.Core.Wire (ToWorker (..))
 import Herd.Wire.Writer (Encoder (..), encodeBytes, encodeWithTail, encoderBytes, pokeBE)
@@ -37,6 +39,10 @@ sentPacketEntry slot (first : rest) = Just (entryEncoder slot (B.drop 4 first), 
 -- | A control message as an entry of the control slot.
 controlEncoder :: HostControl -> Encoder
 controlEncoder c = encodeBytes (encodeEntryHeader controlSlot <> encodeHostControl c)
+
+-- | A host-call message as an entry of its slot ("Herd.Core.Wire.HostCall").
+hostCallEncoder :: HostCallMessage -> Encoder
+hostCallEncoder m = encodeBytes (encodeEntryHeader hostCallSlot <> encodeHostCall m)
 
 -- | A piece of a shared value as a control entry, and its tail: the piece
 -- itself, which the packet layer sends as it is, uncopied (a value goes

@@ -32,7 +32,8 @@ import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Farm (WorkerId)
 import Herd.Core.Wire (noCpu)
 import Herd.Core.Wire.Host
-import Herd.Wire.HostEntry (controlEncoder, sentPacketEntry)
+import Herd.Wire.HostEntry (controlEncoder, hostCallEncoder, sentPacketEntry)
+import Herd.Core.Wire.HostCall (decodeHostCall, hostCallNumber, hostCallSlot)
 import Herd.Master.Link
 import Herd.Reader
 import Herd.Master.Shell
@@ -51,14 +52,20 @@ joinHost sh nextId hid conn hostInfo = do
   reader <- readIORef (shReader sh)
   let loseAll why = do
         gone <- atomicModifyIORef' members (\m -> (M.empty, M.keys m))
-        atomically $ modifyTVar' (shHosts sh) (M.delete hid)
+        atomically $ do
+          modifyTVar' (shHosts sh) (M.delete hid)
+          -- every host-scheduled call hears of the loss: its states here are gone
+          calls <- readTVar (shHostCalls sh)
+          mapM_ (\q -> writeTQueue q (hid, Left why)) (M.elems calls)
         -- one event for the host: all its workers' work runs elsewhere
         shellStep sh True [ LinkDown w (PeerLost ("its host agent's link was lost: " ++ why)) | w <- gone ]
   handle <- openLinkWith (hostLinkPolicy (configMaxFrameBytes cfg) (packetPolicyOf cfg)) cfg (shShared sh) conn loseAll
   let host = HostLink sh nextId hid conn hostInfo members handle reader
   let handle' = HostHandle { hostName = infoHost hostInfo, hostClose = closeHost host
                            , hostTell = \c -> void (trySync (hostControl host c >> flushIdle (lhSender handle)))
-                           , hostMembers = M.size <$> readIORef members }
+                           , hostMembers = M.size <$> readIORef members
+                           , hostCallTo = \m -> void (trySync (sendMessageTail (lhSender handle) Urgent (hostCallEncoder m) B.empty
+                                                             >> flushIdle (lhSender handle))) }
   atomically $ modifyTVar' (shHosts sh) (M.insert hid handle')
   -- the host watches its workers' memory against the cluster's limit
   _ <- trySync (hostControl host (HostMemoryLimit (hostLimit (configWorkerMemoryLimit cfg))) >> flushIdle (lhSender handle))
@@ -152,6 +159,15 @@ onHostEntry host pending entry = case decodeEntry entry of
   Left why -> pure (Left why)
   Right (slot, body)
     | slot == controlSlot -> onHostControl host pending body
+    | slot == hostCallSlot -> case decodeHostCall body of
+        Left why -> pure (Left ("bad host call message: " ++ why))
+        Right m -> do
+          -- to its call's caller; a message of a call that ended goes nowhere
+          let sh = hlShell host
+          atomically $ do
+            calls <- readTVar (shHostCalls sh)
+            mapM_ (\q -> writeTQueue q (hlId host, Right m)) (M.lookup (hostCallNumber m) calls)
+          pure (Right pending)
     | otherwise -> do
         let wid = fromIntegral slot
         -- INV-HOST-ROUTE: only the workers numbered on this link

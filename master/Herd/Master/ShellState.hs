@@ -38,6 +38,7 @@ import Herd.Master.Types
 import Herd.Packet
 import Herd.Core.Farm (JobId, WorkerId)
 import Herd.Core.Wire.Host (HostControl)
+import Herd.Core.Wire.HostCall (HostCallMessage)
 
 -- | Things sent and their bytes, since the start: strict, as the shell
 -- counts one per part or value for as long as the cluster runs (a lazy
@@ -90,6 +91,9 @@ data Shell = Shell
     -- ^ the resident bytes a watched worker may hold, and each watched worker's, as last read
   , shHosts    :: !(TVar (M.Map Int HostHandle))
     -- ^ each open host link, by its number
+  , shHostCalls :: !(TVar (M.Map Word64 (TQueue (Int, Either String HostCallMessage))))
+    -- ^ the host-scheduled calls running, by number: where their hosts'
+    -- messages go, and each lost host's name ('Left' why)
   , shHostView :: !(TVar [(String, Int, Maybe Int)])
     -- ^ each host's herd workers and (on the master's host) the memory
     -- limit each may hold, as the memory watch last shared them out
@@ -106,6 +110,7 @@ data HostHandle = HostHandle
   , hostClose   :: IO ()                    -- ^ close the link (the cluster is closing)
   , hostTell    :: HostControl -> IO ()     -- ^ say this to the agent, now
   , hostMembers :: IO Int                   -- ^ its workers linked now
+  , hostCallTo  :: HostCallMessage -> IO ()  -- ^ send a host-call message to the agent, now
   }
 
 -- | What the shell asks of whoever restarts lost workers
@@ -137,6 +142,7 @@ newShell :: Config -> IO Shell
 newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty M.empty (Sends 0 0) M.empty (Sends 0 0))
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
                          <*> newIORef noCounters <*> newIORef noLossHooks <*> newTVarIO (Nothing, M.empty) <*> newTVarIO M.empty
+                         <*> newTVarIO M.empty
                          <*> newTVarIO []
                          <*> newTVarIO 0 <*> newTVarIO M.empty
   where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ()) (pure 0)

@@ -60,6 +60,8 @@ import Herd.Wire.Scratch (newScratch)
 import Herd.Node (SimulatedHost (..))
 import Herd.Node.Join
 import Herd.Core.Worker.Step
+import Herd.Core.Agent.Evolve (HostEvent (..), newHostPopulation)
+import Herd.Core.Wire.HostCall (decodeHostCall, hostCallSlot)
 
 -- | Open the host link, ask the master to number every worker, then serve
 -- them all from this thread until the last is gone. Throws (naming the
@@ -84,7 +86,7 @@ runSimulatedHost opts = do
   bracket epollCreate epollClose $ \ep -> flip finally (closeConnection conn) $ do
     host <- Host conn sender <$> newIORef (simWorkers opts) <*> newIORef IM.empty <*> newIORef (newWheel 1e-4)
                  <*> newIORef IS.empty <*> pure ep <*> newScratch <*> newIORef M.empty <*> newIORef M.empty <*> newIORef M.empty
-                 <*> newIORef 0
+                 <*> newIORef 0 <*> newIORef newHostPopulation <*> newIORef False
     fds <- connWaitFds conn
     forM_ fds $ \fd -> epollAdd ep fd 0 False
     forM_ [1 .. simWorkers opts] $ \token ->
@@ -102,6 +104,9 @@ serveAll host j = allocaArray 256 $ \tags -> do
         pending <- readIORef (hPending host)
         if IM.null live && pending == 0 then pure () else do
           fireDue host
+          -- the agent reports what its workers evolved this round, in one message
+          hosted <- readIORef (hHosted host)
+          when hosted (agentStep host RoundEnded)
           flushAll host
           now <- monotonicSeconds
           next <- nextDeadline <$> readIORef (hWheel host)
@@ -153,8 +158,13 @@ readLink host j = do
               sims <- IM.toList <$> readIORef (hSims host)
               forM_ sims $ \(tag, s) -> deliver host tag s (SharePart n total kept)
             Right (HostUnshare n) -> modifyIORef' (hShares host) (M.delete n)
+            -- simulated workers share one process, whose memory no limit describes
+            Right (HostMemoryLimit _) -> pure ()
             Right other -> logToStderr ("herd simulated host: unexpected " ++ show other)
             Left why -> logToStderr ("herd simulated host: bad control message: " ++ why)
+        | slot == hostCallSlot = case decodeHostCall body of
+            Right m -> writeIORef (hHosted host) True >> agentStep host (MasterSaid m)
+            Left why -> logToStderr ("herd simulated host: bad host call message: " ++ why)
         | otherwise = withSim host (fromIntegral slot) $ \s ->
             case splitPacket (joinedMaxFrame j `div` 5) body of
               Left why -> dropSim host (fromIntegral slot) ("bad packet from master: " ++ why)
@@ -175,6 +185,7 @@ readLink host j = do
                       <*> newSender (joinedPolicy j) out <*> newIORef 0 <*> newAssembly
         modifyIORef' (hSims host) (IM.insert wid s)
         modifyIORef' (hPending host) (subtract 1)
+        agentStep host (LocalJoined (fromIntegral wid))
         -- the shared values the host holds, before anything the master sends it
         held <- readIORef (hShares host)
         forM_ (M.toList held) $ \(n, pieces) ->

@@ -20,6 +20,7 @@ module Herd.Simulate.Play
   , dropSim
   , hostControl
   , withSim
+  , agentStep
   ) where
 
 import Control.Exception
@@ -50,7 +51,9 @@ import Herd.Task (Runner (..), TaskRef (..), lookupRunner)
 import Herd.Transport
 import Herd.Core.Wire
 import Herd.Core.Wire.Host
-import Herd.Wire.HostEntry (controlEncoder)
+import Herd.Wire.HostEntry (controlEncoder, hostCallEncoder)
+import Herd.Core.Agent.Evolve (HostEvent (..), HostOut (..), HostPopulation, stepHost)
+import Herd.Core.Session (answerState)
 import Herd.Wire.Encode
 import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, resultsEncoder, resultsFitting, scratchCount)
 import Herd.Node.Join
@@ -98,7 +101,28 @@ data Host = Host
     -- ^ when what is being handled happened: a worker's next job starts
     -- then, not when this one thread got round to it, so the host's own
     -- delays do not pile up in a worker's simulated time
+  , hPopulation :: !(IORef HostPopulation)
+    -- ^ the host's part of a two-level population: the agent's own
+    -- scheduler ("Herd.Core.Agent.Evolve"), run as a real agent runs it
+  , hHosted   :: !(IORef Bool)
+    -- ^ the master spoke of a host call: the workers' evolve answers are
+    -- the agent's, not the master's
   }
+
+-- | One step of the host's agent scheduler, carried out: its messages to
+-- the workers delivered, its reports queued on the host link.
+agentStep :: Host -> HostEvent -> IO ()
+agentStep host ev = do
+  now <- monotonicSeconds
+  outs <- stateRef (hPopulation host) (stepHost now ev)
+  forM_ outs $ \o -> case o of
+    ToLocal w m -> withSim host (fromIntegral w) $ \s -> deliver host (fromIntegral w) s m
+    ToMasterCall m -> do
+      r <- try (sendMessageHeld (hSender host) Bulk (hostCallEncoder m) B.empty)
+      case r of
+        Left (e :: SomeException) -> logToStderr ("herd simulated host: cannot send to the master: " ++ displayException e)
+        Right () -> pure ()
+    DropLocal w why -> dropSim host (fromIntegral w) why
 
 
 -- | Handle every timer whose tick has come.
@@ -227,9 +251,17 @@ verdict host tag s v = case v of
   Broken why -> dropSim host tag why
   Apply {} -> dropSim host tag "a function call asked for outside a run of arguments"
 
--- Queue a message to the master.
+-- Queue a message to the master; under two-level evolve, an evolve
+-- answer goes to the host's agent scheduler instead.
 say :: Host -> Int -> Sim -> FromWorker -> IO ()
-say host tag _ m = out host tag (encodeFromWorker m)
+say host tag _ m = do
+  hosted <- readIORef (hHosted host)
+  if hosted && isEvolveAnswer then agentStep host (LocalSaid (fromIntegral tag) m) else out host tag (encodeFromWorker m)
+  where
+    isEvolveAnswer = case m of
+      EvolveRejected _ -> True
+      StatesCleared -> False
+      _ -> maybe False (const True) (answerState m)
 
 -- Into the worker's packet buffer, as a real worker's messages go; the
 -- host's loop flushes it at the end of the round ('flushIdle'), so no
@@ -247,6 +279,7 @@ out host tag enc = withSim host tag $ \s -> do
 dropSim :: Host -> Int -> String -> IO ()
 dropSim host tag why = withSim host tag $ \_ -> do
   modifyIORef' (hSims host) (IM.delete tag)
+  agentStep host (LocalLost (fromIntegral tag) (if null why then "stopped by the master" else why))
   unless' (null why) $ do
     logToStderr ("herd simulated worker " ++ show tag ++ ": " ++ why)
     hostControl host (WorkerGone (fromIntegral tag) (GoneDied (T.pack why)))

@@ -22,14 +22,13 @@ module Herd.Core.Agent.Evolve
   , newHostPopulation
   , hostRegistry
   , hostWorkers
-  , hostCallNumber
+  , hostCallRunning
   , HostEvent (..)
   , HostOut (..)
   , stepHost
   ) where
 
 import qualified Data.ByteString as B
-import Data.List (foldl')
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import qualified Data.Text as T
@@ -73,8 +72,8 @@ hostWorkers :: HostPopulation -> [WorkerId]
 hostWorkers = S.toList . hpWorkers
 
 -- | The number of the call running, if one is.
-hostCallNumber :: HostPopulation -> Maybe Word64
-hostCallNumber = fmap rnNumber . hpRunning
+hostCallRunning :: HostPopulation -> Maybe Word64
+hostCallRunning = fmap rnNumber . hpRunning
 
 -- | What happens to the host's population (with the agent's clock, seconds).
 data HostEvent
@@ -97,7 +96,7 @@ stepHost :: Double -> HostEvent -> HostPopulation -> (HostPopulation, [HostOut])
 stepHost now ev hp = case ev of
   MasterSaid (HostStatesAdd n states) -> addStates n states hp
   MasterSaid (HostEvolve n ref deaths states) -> begin now n ref (fromIntegral deaths) states hp
-  MasterSaid other -> (hp, [ToMasterCall (HostCallEnded (callOf other) (Left (T.pack ("a host cannot take " ++ show other))))])
+  MasterSaid other -> (hp, [ToMasterCall (HostCallEnded (hostCallNumber other) (Left (T.pack ("a host cannot take " ++ show other))))])
   LocalJoined w -> running hp { hpWorkers = S.insert w (hpWorkers hp) } (\m c -> machineJoined m now w c)
   LocalLost w why ->
     let hp' = hp { hpWorkers = S.delete w (hpWorkers hp) }
@@ -115,12 +114,6 @@ stepHost now ev hp = case ev of
     Just rn | not (null (rnFresh rn)) ->
       (hp { hpRunning = Just rn { rnFresh = [] } }, [ToMasterCall (HostEvolved (rnNumber rn) (reportOf (rnCall rn) (rnFresh rn)))])
     _ -> (hp, [])
-  where
-    callOf m = case m of
-      HostStatesAdd n _ -> n
-      HostEvolve n _ _ _ -> n
-      HostEvolved n _ -> n
-      HostCallEnded n _ -> n
 
 -- Keep states the master sends on the host's workers, round robin.
 addStates :: Word64 -> [(Word64, B.ByteString)] -> HostPopulation -> (HostPopulation, [HostOut])
@@ -129,11 +122,17 @@ addStates n states hp
   | otherwise =
       let ws = S.toList (hpWorkers hp)
           placed = zip states (drop (hpNextPut hp `mod` length ws) (cycle ws))
-          reg = hpRegistry hp
-          reg' = reg { regStates = foldl' (\m ((k, _), w) -> SM.insert (StateId k) (Placed w 0) m) (regStates reg) placed
-                     , regOrigin = foldl' (\m (k, bytes) -> SM.insert (StateId k) (Seen bytes) m) (regOrigin reg) states }
+          old = hpRegistry hp
+          -- the states held before go, and any a failed call left behind
+          held = M.fromListWith (++) [ (placedOn p, [k]) | (StateId k, p) <- SM.toList (regStates old) ]
+          abandoned = [ k | StateId k <- S.toList (regAbandoned old) ]
+          reg' = emptyRegistry
+            { regStates = SM.fromList [ (StateId k, Placed w 0) | ((k, _), w) <- placed ]
+            , regOrigin = SM.fromList [ (StateId k, Seen bytes) | (k, bytes) <- states ]
+            , regNextId = 1 + maximum (0 : map fst states) }
       in ( hp { hpRegistry = reg', hpNextPut = hpNextPut hp + length states }
-         , [ ToLocal w (StateAdd k bytes) | ((k, bytes), w) <- placed ]
+         , [ ToLocal w (StatesDrop ks) | w <- ws, let ks = M.findWithDefault [] w held ++ abandoned, not (null ks) ]
+           ++ [ ToLocal w (StateAdd k bytes) | ((k, bytes), w) <- placed ]
            ++ [ToMasterCall (HostCallEnded n (Right (CallSummary [] 0 0)))] )
 
 -- Start a call on the host's workers.

@@ -13,7 +13,7 @@
 -- ended its part; a lost host fails the call naming its states.
 module Herd.Core.Evolve.Hosts
   ( HostId
-  , HostPlacement
+  , HostPlacement (..)
   , placementOf
   , placeOn
   , hostOf
@@ -34,6 +34,7 @@ import qualified Data.Text as T
 import Data.Word (Word64)
 import Herd.Core.Base (TaskRef)
 import Herd.Core.Error (HerdError (..))
+import Herd.Core.Evolve.Registry (Placed (..))
 import Herd.Core.Evolve.StateMap (StateId (..), StateMap)
 import qualified Herd.Core.Evolve.StateMap as SM
 import Herd.Core.Wire.HostCall
@@ -41,21 +42,22 @@ import Herd.Core.Wire.HostCall
 -- | A host link's number at the master.
 type HostId = Int
 
--- | Which host holds each live state.
-newtype HostPlacement = HostPlacement (StateMap HostId)
+-- | Which host holds each live state: a hosted registry's states
+-- ('regHosted'), 'placedOn' naming the host link.
+newtype HostPlacement = HostPlacement { placementStates :: StateMap Placed }
   deriving (Eq, Show)
 
 -- | States on these hosts.
 placementOf :: [(StateId, HostId)] -> HostPlacement
-placementOf = HostPlacement . SM.fromList
+placementOf xs = HostPlacement (SM.fromList [ (s, Placed (fromIntegral h) 0) | (s, h) <- xs ])
 
 -- | These states are (now) on this host.
 placeOn :: HostId -> [StateId] -> HostPlacement -> HostPlacement
-placeOn h ss (HostPlacement m) = HostPlacement (foldl' (\acc s -> SM.insert s h acc) m ss)
+placeOn h ss (HostPlacement m) = HostPlacement (foldl' (\acc s -> SM.insert s (Placed (fromIntegral h) 0) acc) m ss)
 
 -- | The host of a state, if it is live.
 hostOf :: HostPlacement -> StateId -> Maybe HostId
-hostOf (HostPlacement m) s = SM.lookup s m
+hostOf (HostPlacement m) s = fromIntegral . placedOn <$> SM.lookup s m
 
 -- | One call in progress at the master.
 data HostCall = HostCall

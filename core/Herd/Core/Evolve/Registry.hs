@@ -56,6 +56,10 @@ data Registry = Registry
   , regAbandoned :: !(S.Set StateId)
     -- ^ states of calls that failed: their workers may still be evolving
     -- them, and later calls ignore what they say of them
+  , regHosted :: !Bool
+    -- ^ the states are placed on hosts, not workers: each host agent
+    -- schedules its own ("Herd.Core.Evolve.Hosts"; 'placedOn' is the
+    -- host link's number)
   } deriving (Eq, Show)
 
 -- | Where a live state is, and the measured time of the step that made
@@ -79,7 +83,7 @@ costOr fallback _ = fallback
 
 -- | No states.
 emptyRegistry :: Registry
-emptyRegistry = Registry SM.empty Nothing Nothing 1 SM.empty 0 0 Nothing S.empty
+emptyRegistry = Registry SM.empty Nothing Nothing 1 SM.empty 0 0 Nothing S.empty False
 
 -- | The first id of a second population's uploads (the Refs'): 2^63,
 -- above every id the first population uploads (from 1) and every id a

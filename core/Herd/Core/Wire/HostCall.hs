@@ -11,6 +11,7 @@ module Herd.Core.Wire.HostCall
   ( hostCallSlot
   , HostCallMessage (..)
   , CallSummary (..)
+  , hostCallNumber
   , encodeHostCall
   , decodeHostCall
   ) where
@@ -39,7 +40,8 @@ data CallSummary = CallSummary
 data HostCallMessage
   = HostStatesAdd !Word64 ![(Word64, B.ByteString)]
     -- ^ master to host: hold these states (ids and bytes) on the host's
-    -- workers, as the agent places them; answered by 'HostCallEnded'
+    -- workers, as the agent places them, instead of any held before;
+    -- answered by 'HostCallEnded'
   | HostEvolve !Word64 !TaskRef !Word32 ![(Word64, B.ByteString)]
     -- ^ master to host: evolve these states the host holds, each with its
     -- encoded input, with this function; a state whose step was running on
@@ -51,6 +53,14 @@ data HostCallMessage
     -- ^ host to master: the host's part of the call is over: every state
     -- was answered ('Right'), or the call failed here, and why
   deriving (Eq, Show)
+
+-- | The number of the call a message is about.
+hostCallNumber :: HostCallMessage -> Word64
+hostCallNumber m = case m of
+  HostStatesAdd n _ -> n
+  HostEvolve n _ _ _ -> n
+  HostEvolved n _ -> n
+  HostCallEnded n _ -> n
 
 -- | Encode a message (the body of a 'hostCallSlot' entry).
 encodeHostCall :: HostCallMessage -> B.ByteString

@@ -75,6 +75,8 @@ import Herd.Task (TaskRef (..), tryUser)
 import Herd.Core.Wire
 import Data.Word (Word64)
 import Herd.Master.Cluster (clusterTag, describeTag)
+import Herd.Master.Job.HostEvolve (hostScheduled, hostedEvolve, hostedReset)
+import Herd.Core.Wire.HostCall (CallSummary (..))
 
 -- | A state held by one of a cluster's workers, as 'resetStates' and
 -- 'evolveMany' name it. It carries its cluster's tag: given to another
@@ -169,7 +171,13 @@ resetCore opts cluster fn states = do
     r <- tryUser (evaluate (evolverStateEncoder fn s) >>= encoderBytes)
     either (throwIO . ArgumentError k (refName (evolverRef fn))) pure r
   checkLoop opts cluster
-  modifyMVar (clusterRegistry cluster) $ \old -> do
+  hosted <- hostScheduled cluster
+  if hosted
+    -- each host replaces its share of the population ("Herd.Master.Job.HostEvolve")
+    then modifyMVar (clusterRegistry cluster) $ \_ -> do
+      reg <- hostedReset cluster encoded
+      pure (reg, SM.keys (regStates reg))
+    else modifyMVar (clusterRegistry cluster) $ \old -> do
     -- this population's states go: each worker drops those it holds, and
     -- any a failed call left behind; the Refs' population stays. Then the
     -- new states go out, round robin over the workers; naming the
@@ -230,6 +238,23 @@ evolveManyWith opts cluster fn inputs = do
   let here = stateOf cluster
   pure (M.mapKeysMonotonic here (M.map (map (\(c, o) -> (here c, o))) out), stats)
 
+-- A call on a population placed on hosts: one message per host, each
+-- host's agent scheduling its workers.
+hostedCall :: Cluster -> TaskRef -> Registry -> SM.StateMap B.ByteString
+           -> IO (Registry, Either SomeException (M.Map SM.StateId [(SM.StateId, B.ByteString)], EvolveStats))
+hostedCall cluster ref reg inputs = do
+  started <- monotonicSeconds
+  (reg', outcome) <- hostedEvolve cluster ref reg (SM.toList inputs)
+  finished <- monotonicSeconds
+  pure $ (,) reg' $ case outcome of
+    Left err -> Left (toException err)
+    Right (outputs, summaries) ->
+      let busy = M.fromList [ (fromIntegral w, fromIntegral ns / 1e9) | (_, c) <- summaries, (w, ns) <- summaryBusy c ]
+          stats = EvolveStats (finished - started) (M.size busy) (SM.size outputs) (sum (map length (SM.elems outputs)))
+                              (sum [ fromIntegral (summaryMoved c) | (_, c) <- summaries ]) busy (clusterMasterLoop cluster)
+                              (sum [ fromIntegral (summaryRecovered c) | (_, c) <- summaries ])
+      in stats `seq` Right (SM.toMap outputs, stats)
+
 -- | 'evolveManyWith' for a function known by its reference, its input's
 -- encoder and its output's decoder.
 -- The call runs on this population (the evolve API's, or the Refs'); the
@@ -242,7 +267,7 @@ evolveRaw population hints opts cluster ref encodeInput decodeOutput inputs = do
     r <- tryUser (evaluate (encodeInput x) >>= encoderBytes)
     either (throwIO . ArgumentError k (refName ref)) (\b -> pure (sid, b)) r
   checkLoop opts cluster
-  result <- modifyMVar population $ \reg -> do
+  result <- modifyMVar population $ \reg -> if regHosted reg then hostedCall cluster ref reg encodedInputs else do
     let unknown = [ sid | sid <- M.keys inputs, not (SM.member sid (regStates reg)) ]
     unless (null unknown) $ throwIO (UnknownStates (map show unknown))
     started <- monotonicSeconds
