@@ -132,7 +132,7 @@ bandwidthOptions = Bandwidth.BandwidthOptions
 
 pfilterOptions :: Parser Pfilter.Options
 pfilterOptions = Pfilter.Options
-  <$> option (countListArg "worker counts" 16384) (long "workers" <> metavar "LIST" <> value [32, 64, 128, 256, 512]
+  <$> option (countListArg "worker counts" 65536) (long "workers" <> metavar "LIST" <> value [32, 64, 128, 256, 512]
                           <> showDefaultWith (const "32,64,128,256,512") <> help "worker counts to run (e.g. 1,2,4,...,512)")
   <*> option (positiveInt "a particle count" 10000000) (long "states" <> metavar "N" <> value 2000 <> showDefault
                           <> help "particles (states)")

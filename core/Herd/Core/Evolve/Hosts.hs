@@ -43,7 +43,7 @@ import Herd.Core.Wire.HostCall
 type HostId = Int
 
 -- | Which host holds each live state: a hosted registry's states
--- ('regHosted'), 'placedOn' naming the host link.
+-- ('Herd.Core.Evolve.Registry.regHosted'), 'placedOn' naming the host link.
 newtype HostPlacement = HostPlacement { placementStates :: StateMap Placed }
   deriving (Eq, Show)
 
