@@ -184,14 +184,19 @@ spec = describe "the host agent's evolve scheduler (pure, against the workers' r
         (case ends2 of { [Right _] -> True; _ -> False }) === True
         .&&. sort [ (s, map snd kids) | (s, kids) <- reports2 ] === truth2
 
-  it "refuses a call naming a state the host does not hold, and one while another runs" $ do
+  it "refuses a call naming a state the host does not hold, and gives up a call when the next one comes" $ do
     let w0 = hostWith 2 [5, 6]
         w1 = event (MasterSaid (HostEvolve 7 stepRef 3 [(99, enc 1)])) w0
         w2 = event (MasterSaid (HostEvolve 8 stepRef 3 [(1, enc 1)])) w1 { wToMaster = [] }
         w3 = event (MasterSaid (HostEvolve 9 stepRef 3 [(2, enc 1)])) w2 { wToMaster = [] }
     [ n | HostCallEnded n (Left _) <- wToMaster w1 ] `shouldBe` [7]
     hostCallRunning (wHost w2) `shouldBe` Just 8
-    [ n | HostCallEnded n (Left _) <- wToMaster w3 ] `shouldBe` [9]
+    -- call 8's caller gave up: 8 ends, its state is forgotten, 9 runs
+    [ n | HostCallEnded n (Left _) <- wToMaster w3 ] `shouldBe` [8]
+    hostCallRunning (wHost w3) `shouldBe` Just 9
+    SM.member (SM.StateId 1) (regStates (hostRegistry (wHost w3))) `shouldBe` False
+    w4 <- generate (runCall 0 100000 w3 { wToMaster = [] })
+    [ () | HostCallEnded 9 (Right _) <- wToMaster w4 ] `shouldBe` [()]
 
   it "encodes and decodes every host-call message" $ property $
     forAll genMessage $ \m -> decodeHostCall (encodeHostCall m) === Right m

@@ -158,6 +158,21 @@ spec = describe "simulated hosts" $ do
       evolveMany cluster particleStep (M.fromList [ (i, FilterInput 1 0 0 0 0) | i <- take 1 ids ])
         `shouldThrow` (\(e :: HerdError) -> case e of { UnknownStates _ -> True; _ -> False })
 
+  it "two levels: a call whose caller gives up is given up by the hosts, and the next calls are exact" $ do
+    let tweak c = c { configSimulatedWorkers = 4, configSimulatedHosts = 2, configHostScheduling = True }
+        slow = defaultSetup { setupParticles = 40, setupSteps = 2, setupSimulate = 2 }
+        setup = defaultSetup { setupParticles = 100, setupSteps = 3, setupWork = 200 }
+    withTestClusterConfig 0 tweak $ \_ cluster -> do
+      ids <- resetStates cluster particleStep (initialParticles slow)
+      -- 40 particles of 2 s on 4 workers: interrupted long before the end
+      timeout 300000 (runFilter slow (evolveMany cluster particleStep) ids) `shouldReturn` Nothing
+      -- the interrupted call's states are forgotten at once
+      evolveMany cluster particleStep (M.fromList [ (i, FilterInput 1 0 0 0 0) | i <- take 1 ids ])
+        `shouldThrow` (\(e :: HerdError) -> case e of { UnknownStates _ -> True; _ -> False })
+      ids' <- resetStates cluster particleStep (initialParticles setup)
+      run <- runFilter setup (evolveMany cluster particleStep) ids'
+      run `shouldBe` runSequential setup
+
   it "answers after the simulated time, and refuses stream processes" $ do
     let tweak c = c { configSimulatedWorkers = 2, configSimulatedHosts = 1 }
         setup = defaultSetup { setupParticles = 8, setupSteps = 2, setupSimulate = 0.05 }

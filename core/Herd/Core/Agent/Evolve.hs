@@ -16,7 +16,9 @@
 -- the children its worker made, or the call ends failed naming why; a
 -- call always ends with exactly one 'HostCallEnded'; after a call the
 -- registry places every child on a live worker of the host; nothing the
--- agent sends the master names a single worker.
+-- agent sends the master names a single worker; a call that comes while
+-- another runs gives that one up (the master starts a call only after its
+-- last one returned, so its caller was interrupted).
 module Herd.Core.Agent.Evolve
   ( HostPopulation
   , newHostPopulation
@@ -118,6 +120,11 @@ stepHost now ev hp = case ev of
 -- Keep states the master sends on the host's workers, round robin.
 addStates :: Word64 -> [(Word64, B.ByteString)] -> HostPopulation -> (HostPopulation, [HostOut])
 addStates n states hp
+  | Just rn <- hpRunning hp =
+      -- a call given up by its caller goes first, so that it cannot touch the new states
+      let (hp', outs) = abandon rn hp
+          (hp'', outs') = addStates n states hp'
+      in (hp'', outs ++ outs')
   | S.null (hpWorkers hp) = (hp, [ToMasterCall (HostCallEnded n (Left (T.pack "the host has no worker to hold the states")))])
   | otherwise =
       let ws = S.toList (hpWorkers hp)
@@ -138,7 +145,12 @@ addStates n states hp
 -- Start a call on the host's workers.
 begin :: Double -> Word64 -> TaskRef -> Int -> [(Word64, B.ByteString)] -> HostPopulation -> (HostPopulation, [HostOut])
 begin now n ref deaths states hp
-  | Just rn <- hpRunning hp = (hp, [refuse ("call " ++ show (rnNumber rn) ++ " is still running here")])
+  -- the master starts a call only after its last one returned: one still
+  -- running here was given up (its caller was interrupted)
+  | Just rn <- hpRunning hp =
+      let (hp', outs) = abandon rn hp
+          (hp'', outs') = begin now n ref deaths states hp'
+      in (hp'', outs ++ outs')
   | not (null unknown) = (hp, [refuse ("the host holds no state " ++ unwords (map show (take 5 unknown))
                                        ++ (if length unknown > 5 then " and " ++ show (length unknown - 5) ++ " more" else ""))])
   | otherwise = case startCall start (S.toList (hpWorkers hp)) of
@@ -196,6 +208,21 @@ reportOf :: Call -> [StateId] -> [(Word64, [(Word64, B.ByteString)])]
 reportOf call fresh =
   [ (k, [ (c, b) | (StateId c, b) <- kids ])
   | s@(StateId k) <- S.toList (S.fromList fresh), Just kids <- [SM.lookup s (callOutputs call)] ]
+
+-- Give up a running call: its states and the children it made are
+-- dropped on the workers and forgotten here, as after a failure; the
+-- master hears that it ended.
+abandon :: Running -> HostPopulation -> (HostPopulation, [HostOut])
+abandon rn hp =
+  let call = rnCall rn
+      own = S.fromList (SM.keys (callInputs call) ++ [ k | kids <- SM.elems (callOutputs call), (k, _) <- kids ])
+      held = M.fromListWith (++) [ (placedOn p, [k]) | (s@(StateId k), p) <- SM.toList (callStates call), S.member s own ]
+      reg = hpRegistry hp
+      reg' = reg { regStates = SM.filterWithKey (\s p -> not (S.member s own) && S.member (placedOn p) (hpWorkers hp)) (regStates reg)
+                 , regTold = Nothing, regAbandoned = S.union (regAbandoned reg) own }
+  in ( hp { hpRegistry = reg', hpRunning = Nothing }
+     , [ ToLocal w (StatesDrop ks) | (w, ks) <- M.toList held ]
+       ++ [ToMasterCall (HostCallEnded (rnNumber rn) (Left (T.pack "given up: the master started another call")))] )
 
 -- Remember states evolved in the running call, for the next report.
 markFresh :: [StateId] -> HostPopulation -> HostPopulation

@@ -9,7 +9,8 @@
 --
 -- Promises (checked by properties in "EvolveHeldSpec"): every
 -- 'EvolveState' is answered once, by 'StateEvolved', 'EvolveThrew' or
--- 'StateMissing', or not at all when its state was given back first; every
+-- 'StateMissing', or not at all when its state was given back or dropped
+-- first (also while it was being evolved); every
 -- 'StateRelease' by 'StateReleased', 'StateKept' or 'StateMissing'; every
 -- 'StateReplay' by 'StateReplayed' or 'EvolveThrew'; 'StatesReset' by
 -- 'StatesCleared', after the answer to the job in progress. A child's id
@@ -67,13 +68,14 @@ data Held r = Held
   , hCurrent   :: !(Maybe Word64)                    -- ^ the state of the job in progress
   , hResetting :: !Int      -- ^ resets that came during the job in progress
   , hRunner    :: !(Maybe (Either String r))         -- ^ the function of this call
+  , hDropped   :: !Bool     -- ^ the state of the job in progress was dropped meanwhile
   , hNext      :: !Word64   -- ^ the next child's number
   , hPrefix    :: !Word64   -- ^ the worker's number, in the high bits
   }
 
 -- | Nothing held, for the worker with this number.
 newHeld :: Word64 -> Held r
-newHeld wid = Held M.empty Seq.empty Seq.empty Nothing 0 Nothing 0 (wid `shiftL` stateIdBits)
+newHeld wid = Held M.empty Seq.empty Seq.empty Nothing 0 Nothing False 0 (wid `shiftL` stateIdBits)
 
 -- | Whether a job is in progress.
 heldBusy :: Held r -> Bool
@@ -98,7 +100,8 @@ heldMessage msg found h = case msg of
   StateAdd sid bytes -> (h { hStates = M.insert sid bytes (hStates h) }, [])
   StatesDrop sids ->
     let gone = S.fromList sids
-    in (h { hStates = M.withoutKeys (hStates h) gone, hQueue = Seq.filter (\(s, _, _) -> not (S.member s gone)) (hQueue h) }, [])
+    in (h { hStates = M.withoutKeys (hStates h) gone, hQueue = Seq.filter (\(s, _, _) -> not (S.member s gone)) (hQueue h)
+          , hDropped = hDropped h || maybe False (`S.member` gone) (hCurrent h) }, [])
   EvolveWith _ -> case found of
     Just runner -> (h { hRunner = Just runner }, either (\why -> [EvolveRejected (T.pack why)]) (const []) runner)
     Nothing -> (h, [EvolveRejected (T.pack "the evolve function was not looked up")])
@@ -137,10 +140,13 @@ heldFinish :: Finished -> Held r -> (Held r, [FromWorker])
 heldFinish outcome h = case hCurrent h of
   Nothing -> (h, [])
   Just sid ->
-    let done = h { hCurrent = Nothing, hResetting = 0 }
+    let done = h { hCurrent = Nothing, hResetting = 0, hDropped = False }
         cleared = replicate (hResetting h) StatesCleared
         keep f = if hResetting h > 0 then done else f done
     in case outcome of
+         -- its state was dropped while it ran (its call was given up): nothing
+         -- of it is kept or said, and a new state of the same id stays as it is
+         _ | hDropped h -> (done, cleared)
          Failed why -> (done, EvolveThrew sid why : cleared)
          Replayed bytes -> (keep (\d -> d { hStates = M.insert sid bytes (hStates d) }), StateReplayed sid : cleared)
          Children ns children ->

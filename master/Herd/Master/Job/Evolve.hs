@@ -244,10 +244,17 @@ hostedCall :: Cluster -> TaskRef -> Registry -> SM.StateMap B.ByteString
            -> IO (Registry, Either SomeException (M.Map SM.StateId [(SM.StateId, B.ByteString)], EvolveStats))
 hostedCall cluster ref reg inputs = do
   started <- monotonicSeconds
-  (reg', outcome) <- hostedEvolve cluster ref reg (SM.toList inputs)
+  -- an interrupted caller (timeout, an async exception) forgets the
+  -- call's states as a failed call does; the hosts give the call up when
+  -- the next one comes
+  attempt <- try (hostedEvolve cluster ref reg (SM.toList inputs))
+  let (reg', outcome) = case attempt of
+        Left (e :: SomeException) ->
+          (reg { regStates = SM.filterWithKey (\s _ -> not (SM.member s inputs)) (regStates reg) }, Left e)
+        Right (r, o) -> (r, either (Left . toException) Right o)
   finished <- monotonicSeconds
   pure $ (,) reg' $ case outcome of
-    Left err -> Left (toException err)
+    Left err -> Left err
     Right (outputs, summaries) ->
       let busy = M.fromList [ (fromIntegral w, fromIntegral ns / 1e9) | (_, c) <- summaries, (w, ns) <- summaryBusy c ]
           stats = EvolveStats (finished - started) (M.size busy) (SM.size outputs) (sum (map length (SM.elems outputs)))
