@@ -28,6 +28,7 @@ import qualified LogSpec
 import qualified EvolveScheduleSpec
 import qualified LineageSpec
 import qualified HostEvolveSpec
+import qualified TwoLevelSpec
 import qualified BalanceSpec
 import qualified AuthSpec
 import Herd.Simulate.Host (runSimulatedHost)
@@ -86,6 +87,7 @@ main = do
       EvolveScheduleSpec.spec
       LineageSpec.spec
       HostEvolveSpec.spec
+      TwoLevelSpec.spec
       BalanceSpec.spec
       ClusterSpec.spec
       HeapReserveSpec.spec

@@ -161,7 +161,7 @@ data Config = Config
     -- placed on hosts, and each host's agent schedules its own workers
     -- (queues, moves between them, recovery of a lost worker's states);
     -- the master sends one message per host and call. Needs every worker
-    -- on a host link (host agents; today simulated hosts); the master's
+    -- on a host link (host agents or simulated hosts); the master's
     -- own local workers take no part
   , configStragglerCopies  :: Bool
     -- ^ run a second copy of a farm batch that has run far longer than

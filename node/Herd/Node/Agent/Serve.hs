@@ -54,7 +54,10 @@ import Herd.Core.Bytes (bytesBE)
 import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.Core.Wire
 import Herd.Core.Wire.Host
-import Herd.Wire.HostEntry (controlEncoder, entryEncoder, workerPacketOf)
+import Herd.Wire.HostEntry (controlEncoder, entryEncoder, hostCallEncoder, workerPacketOf)
+import Herd.Core.Wire.HostCall (decodeHostCall, hostCallSlot)
+import Herd.Core.Agent.Evolve (HostEvent (..))
+import Herd.Node.Agent.Evolve
 import Herd.Node.Agent.Shares
 import Herd.Node.Agent.Exchange (splitLocalParts)
 import Herd.Node.Agent.Memory (AgentWorkers (..), hostLimitBytes, watchAgentMemory)
@@ -101,6 +104,7 @@ data Relay = Relay
   , rlLost    :: !(MVar (Maybe String))      -- ^ how the host link ended ('Nothing': the master closed it)
   , rlMaxFrame :: !Int
   , rlNonces  :: !NonceSource                -- ^ for the local workers' challenges
+  , rlEvolve  :: !AgentEvolve                -- ^ two-level evolve's scheduler ("Herd.Node.Agent.Evolve")
   }
 
 -- | Open the host link to the master at this address (TCP or TLS), serve
@@ -133,8 +137,18 @@ serveHost secret build j conn action = do
   _ <- setLiveness (joinedLiveness j) conn
   hostSender <- newSender (hostLinkPolicy (joinedMaxFrame j) (joinedPolicy j)) (sendRawParts conn)
   (reader, release) <- newEpollReader (joinedMaxFrame j + 1024) (void (try (flushIdle hostSender) :: IO (Either SomeException ())))
-  relay <- Relay <$> newMVar newAgent <*> newIORef M.empty <*> newIORef M.empty <*> pure hostSender
+  locals <- newIORef M.empty
+  let localOf w = M.lookup w <$> readIORef locals
+  evolve <- newAgentEvolve
+    (\w m -> workerPacketOf m >>= \packet -> localOf w >>= mapM_ (`toLocal` packet))
+    (\m -> void (try (sendMessageHeld hostSender Bulk (hostCallEncoder m) B.empty) :: IO (Either SomeException ())))
+    (\w why -> do
+        logToStderr ("herd agent: worker " ++ show w ++ " broke the evolve protocol: " ++ why)
+        -- its reader then reports it gone
+        localOf w >>= mapM_ (\l -> readIORef (localLink l) >>= mapM_ closeConnection))
+  relay <- Relay <$> newMVar newAgent <*> pure locals <*> newIORef M.empty <*> pure hostSender
                  <*> newAgentShares <*> pure reader <*> newEmptyMVar <*> pure (joinedMaxFrame j) <*> newNonceSource
+                 <*> pure evolve
   heldRef <- newIORef (S.empty, M.empty)
   let watching = forever $ do
         r <- try (watchAgentMemory (governed relay) heldRef)
@@ -166,7 +180,7 @@ stepRelay relay events = modifyMVar_ (rlAgent relay) $ \a0 ->
 runCommand :: Relay -> AgentCommand B.ByteString -> IO ()
 runCommand relay cmd = case cmd of
   AskNumber t pid cpu -> control relay (AddWorker t (fromIntegral pid) cpu)
-  OpenLocal w _ -> openLocal relay w
+  OpenLocal w _ -> openLocal relay w >> evolveStep (rlEvolve relay) (LocalJoined (fromIntegral w))
   SendBudgets limit n ws -> do
     budget <- hostLimitBytes limit n
     forM_ budget $ \lim -> do
@@ -188,6 +202,7 @@ runCommand relay cmd = case cmd of
   HoldSharePiece other _ -> logToStderr ("herd agent: not a share's piece: " ++ show other)
   ForgetShare n -> forgetShare (rlShares relay) n
   Unlink w -> do
+    evolveStep (rlEvolve relay) (LocalLost (fromIntegral w) "its link ended")
     gone <- atomicModifyIORef' (rlLocals relay) (\m -> (M.delete w m, M.lookup w m))
     forM_ gone $ \l -> readIORef (localLink l) >>= mapM_ (\c -> readerRemove (rlReader relay) w c >> closeConnection c)
   KillLater pid ->
@@ -253,21 +268,30 @@ onHostPacket relay packet = case splitPacket (rlMaxFrame relay `div` 5) packet o
         | slot == controlSlot -> case decodeHostControl body of
             Right c -> pure [ControlCame c]
             Left why -> [] <$ logToStderr ("herd agent: bad control message from the master: " ++ why)
+        | slot == hostCallSlot -> case decodeHostCall body of
+            -- under the agent's lock, as the workers' answers are
+            Right m -> [] <$ withMVar (rlAgent relay) (\_ -> evolveMasterSaid (rlEvolve relay) m)
+            Left why -> [] <$ logToStderr ("herd agent: bad host call message from the master: " ++ why)
         | otherwise -> pure [EntryCame (fromIntegral slot) body]
     Right () <$ stepRelay relay events
 
 -- A worker's packet, as it came, becomes an entry of the host link's (a
 -- reduction's part for a worker of this host goes to it directly).
 onLocalPacket :: Relay -> Int -> OnPacket
-onLocalPacket relay wid packet = Right () <$ modifyMVar_ (rlAgent relay) (\here -> do
-  -- split by the same state the step then sees: one hold of the lock a packet
-  event <- case splitLocalParts (rlMaxFrame relay `div` 5) (agentHolds here . fromIntegral) packet of
-    Nothing -> pure (LocalPacket wid [] [packet])
-    Just (parts, rest) -> do
-      encoded <- forM parts $ \(d, msg) -> (,) (fromIntegral d) <$> workerPacketOf msg
-      pure (LocalPacket wid encoded (maybe [] pure rest))
-  let (here', cmds) = stepAgent event here
-  here' <$ mapM_ (runCommand relay) cmds)
+onLocalPacket relay wid whole = Right () <$ modifyMVar_ (rlAgent relay) (\here -> do
+ -- under two-level evolve its evolve answers are the agent's own
+ kept <- takeEvolveAnswers (rlEvolve relay) (rlMaxFrame relay `div` 5) wid whole
+ case kept of
+  Nothing -> pure here
+  Just packet -> do
+   -- split by the same state the step then sees: one hold of the lock a packet
+   event <- case splitLocalParts (rlMaxFrame relay `div` 5) (agentHolds here . fromIntegral) packet of
+     Nothing -> pure (LocalPacket wid [] [packet])
+     Just (parts, rest) -> do
+       encoded <- forM parts $ \(d, msg) -> (,) (fromIntegral d) <$> workerPacketOf msg
+       pure (LocalPacket wid encoded (maybe [] pure rest))
+   let (here', cmds) = stepAgent event here
+   here' <$ mapM_ (runCommand relay) cmds)
 
 -- The memory watch's view of the workers ("Herd.Node.Agent.Memory").
 governed :: Relay -> AgentWorkers

@@ -1,0 +1,56 @@
+-- | Two-level evolve under a real host agent ('configHostScheduling'):
+-- the agent's own scheduler runs its workers' evolve calls, also when one
+-- of them is killed mid-call, and the answers are the one-core ones.
+module TwoLevelSpec (spec) where
+
+import Control.Concurrent (forkIO, threadDelay)
+import Data.IORef
+import qualified Data.ByteString.Char8 as BC
+import System.Posix.Signals (sigKILL, signalProcess)
+import System.Process (terminateProcess)
+import Test.Hspec
+import Herd
+import Herd.Config
+import Herd.Examples.ParticleFilter
+import HandAgent (withHandAgent)
+
+secret :: String
+secret = "two-level-spec-secret-0123456789"
+
+config :: Config
+config = defaultConfig { configWorkers = Just 0, configHostScheduling = True, configSecret = SecretValue (BC.pack secret) }
+
+spec :: Spec
+spec = describe "two-level evolve under a real host agent" $ do
+  it "evolves on the agent's workers, scheduled by the agent, with the one-core results" $
+    withCluster config $ \cluster -> withHandAgent cluster secret 2 $ \agent -> do
+      waitForWorkers cluster 2 60 `shouldReturn` True
+      let setup = defaultSetup { setupParticles = 200, setupSteps = 3, setupWork = 500 }
+      ids <- resetStates cluster particleStep (initialParticles setup)
+      runFilter setup (evolveMany cluster particleStep) ids `shouldReturn` runSequential setup
+      terminateProcess agent
+
+  it "recovers the states of a worker SIGKILLed mid-call on the host, with the exact results" $
+    withCluster config $ \cluster -> withHandAgent cluster secret 2 $ \agent -> do
+      waitForWorkers cluster 2 60 `shouldReturn` True
+      -- steps of about 50 ms a particle: a call lasts seconds
+      let setup = defaultSetup { setupParticles = 60, setupSteps = 3, setupWork = 400000 }
+      [victim, _] <- clusterWorkerInfo cluster
+      ids <- resetStates cluster particleStep (initialParticles setup)
+      _ <- forkIO (threadDelay 700000 >> signalProcess sigKILL (fromIntegral (infoPid victim)))
+      (run, stats) <- runWithStats setup cluster ids
+      run `shouldBe` runSequential setup
+      -- the agent recomputed the lost worker's states itself
+      sum (map esRecovered stats) `shouldSatisfy` (> 0)
+      terminateProcess agent
+  where
+    runWithStats setup cluster ids = do
+      calls <- newIORefList
+      run <- runFilter setup (\inputs -> do
+                (out, s) <- evolveManyWith defaultEvolveOptions cluster particleStep inputs
+                appendIORef calls s
+                pure out) ids
+      (,) run <$> readIORefList calls
+    newIORefList = newIORef []
+    appendIORef r x = modifyIORef' r (x :)
+    readIORefList = readIORef
