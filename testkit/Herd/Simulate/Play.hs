@@ -25,89 +25,35 @@ module Herd.Simulate.Play
 
 import Control.Exception
 import Control.Monad (forM_)
-import Data.Word (Word64)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.IntMap.Strict as IM
 import qualified Data.IntSet as IS
-import qualified Data.Map.Strict as M
-import Data.Sequence (Seq, (|>))
+import Data.Sequence ((|>))
 import qualified Data.Sequence as Seq
 import qualified Data.Text as T
 import Herd.Wire.Writer (Encoder (..), encodeBytes, encoderBytes)
 import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Task.Closure (cachedLookup)
-import Herd.Sys.Epoll
-import Herd.Task.Evolver (EvolveRunner, lookupEvolver)
+import Herd.Task.Evolver (lookupEvolver)
 import Herd.Core.Worker.Evolve
 import Herd.Node.Worker.Evolve (runJob)
 import Herd.Sys.Log (logToStderr)
-import Herd.Packet (Sender, sendMessageHeld)
+import Herd.Packet (sendMessageHeld)
 import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.Task.WorkCost (takeSimulatedCost)
 import Herd.Simulate.Wheel
-import Herd.Node.Store (Assembly, dropShared, receivePiece)
+import Herd.Node.Store (dropShared, receivePiece)
 import Herd.Task (Runner (..), TaskRef (..), lookupRunner)
-import Herd.Transport
 import Herd.Core.Wire
 import Herd.Core.Wire.Host
 import Herd.Wire.HostEntry (controlEncoder, hostCallEncoder)
-import Herd.Core.Agent.Evolve (HostEvent (..), HostOut (..), HostPopulation, stepHost)
-import Herd.Core.Session (answerState)
+import Herd.Core.Agent.Evolve (HostEvent (..), HostOut (..), isEvolveAnswer, stepHost)
 import Herd.Wire.Encode
-import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, resultsEncoder, resultsFitting, scratchCount)
+import Herd.Wire.Scratch (ChunkOutcome (..), resultsEncoder, resultsFitting, scratchCount)
 import Herd.Node.Join
 import Herd.Core.Worker.Step
-
--- | A farm run's timer is pending ('True'); the messages that came after
--- it wait, oldest first.
-data Farm = Farm !Bool !(Seq ToWorker)
-
--- | One simulated worker, known by the number the master gave it.
-data Sim = Sim
-  { sJoined  :: !Joined
-  , sBatches :: !(IORef (Batches Runner))
-  , sHeld    :: !(IORef (Held EvolveRunner))
-  , sFarm    :: !(IORef Farm)
-  , sSender  :: !Sender               -- ^ gathers its answers into packets, flushed at the end of the round
-  , sFedAt   :: !(IORef Double)     -- ^ when the master's latest message to it was read
-  , sShares  :: !Assembly           -- ^ shared values arriving ("Herd.Node.Store")
-  }
-
--- | A timer's event: a worker's evolve job or farm run is done.
-data Due
-  = EvolveDue !Int !Double !Finished           -- ^ the worker, when it is due, what it made
-  | FarmDue !Int !Double ![Encoder] !Outcome
-
--- | The host's state, touched only by its one thread.
-data Host = Host
-  { hConn     :: !Connection
-    -- ^ the host link to the master ("Herd.Core.Wire.Host"): every worker's packets travel on it
-  , hSender   :: !Sender
-    -- ^ gathers the workers' packets (and control messages) into the link's packets
-  , hPending  :: !(IORef Int)
-    -- ^ workers asked for and not numbered by the master yet
-  , hSims     :: !(IORef (IM.IntMap Sim))
-  , hWheel    :: !(IORef (Wheel Due))
-  , hDirty    :: !(IORef IS.IntSet)
-  , hEpoll    :: !Epoll
-  , hScratch  :: !Scratch
-  , hRunners  :: !(IORef (M.Map TaskRef (Either String Runner)))
-  , hEvolvers :: !(IORef (M.Map TaskRef (Either String EvolveRunner)))
-  , hShares   :: !(IORef (M.Map Word64 [(Word64, B.ByteString)]))
-    -- ^ the shared values' pieces the master sent the host, newest first:
-    -- every worker gets them, those added later too
-  , hClock    :: !(IORef Double)
-    -- ^ when what is being handled happened: a worker's next job starts
-    -- then, not when this one thread got round to it, so the host's own
-    -- delays do not pile up in a worker's simulated time
-  , hPopulation :: !(IORef HostPopulation)
-    -- ^ the host's part of a two-level population: the agent's own
-    -- scheduler ("Herd.Core.Agent.Evolve"), run as a real agent runs it
-  , hHosted   :: !(IORef Bool)
-    -- ^ the master spoke of a host call: the workers' evolve answers are
-    -- the agent's, not the master's
-  }
+import Herd.Simulate.State
 
 -- | One step of the host's agent scheduler, carried out: its messages to
 -- the workers delivered, its reports queued on the host link.
@@ -256,12 +202,7 @@ verdict host tag s v = case v of
 say :: Host -> Int -> Sim -> FromWorker -> IO ()
 say host tag _ m = do
   hosted <- readIORef (hHosted host)
-  if hosted && isEvolveAnswer then agentStep host (LocalSaid (fromIntegral tag) m) else out host tag (encodeFromWorker m)
-  where
-    isEvolveAnswer = case m of
-      EvolveRejected _ -> True
-      StatesCleared -> False
-      _ -> maybe False (const True) (answerState m)
+  if hosted && isEvolveAnswer m then agentStep host (LocalSaid (fromIntegral tag) m) else out host tag (encodeFromWorker m)
 
 -- Into the worker's packet buffer, as a real worker's messages go; the
 -- host's loop flushes it at the end of the round ('flushIdle'), so no

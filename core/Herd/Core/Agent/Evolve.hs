@@ -28,6 +28,7 @@ module Herd.Core.Agent.Evolve
   , HostEvent (..)
   , HostOut (..)
   , stepHost
+  , isEvolveAnswer
   ) where
 
 import qualified Data.ByteString as B
@@ -177,14 +178,9 @@ running hp act = case hpRunning hp of
 settle :: Running -> [Out] -> HostPopulation -> (HostPopulation, [HostOut])
 settle rn outs hp = case [ err | Fail err <- outs ] of
   err : _ ->
-    -- the call's states are unknown now, and so are the children it made:
-    -- forgotten here, as the master forgets them (its caller gets the error)
-    let reg = hpRegistry hp
-        own = S.fromList (SM.keys (callInputs call))
-        untouched = SM.filterWithKey (\s p -> not (S.member s own) && S.member (placedOn p) (hpWorkers hp)) (regStates reg)
-        reg' = reg { regStates = untouched, regTold = Nothing, regAbandoned = S.union (regAbandoned reg) own }
-    in ( hp { hpRegistry = reg', hpRunning = Nothing }
-       , local ++ report ++ [ToMasterCall (HostCallEnded (rnNumber rn) (Left (T.pack (show err))))] )
+    -- its caller gets the error; its states are forgotten here
+    ( forgetCall call hp
+    , local ++ report ++ [ToMasterCall (HostCallEnded (rnNumber rn) (Left (T.pack (show err))))] )
   []
     | machineDone (callMachine (refNameOf rn)) call ->
         let reg' = registryAfter (rnRef rn) call (hpRegistry hp)
@@ -215,14 +211,34 @@ reportOf call fresh =
 abandon :: Running -> HostPopulation -> (HostPopulation, [HostOut])
 abandon rn hp =
   let call = rnCall rn
-      own = S.fromList (SM.keys (callInputs call) ++ [ k | kids <- SM.elems (callOutputs call), (k, _) <- kids ])
+      own = callOwn call
       held = M.fromListWith (++) [ (placedOn p, [k]) | (s@(StateId k), p) <- SM.toList (callStates call), S.member s own ]
-      reg = hpRegistry hp
-      reg' = reg { regStates = SM.filterWithKey (\s p -> not (S.member s own) && S.member (placedOn p) (hpWorkers hp)) (regStates reg)
-                 , regTold = Nothing, regAbandoned = S.union (regAbandoned reg) own }
-  in ( hp { hpRegistry = reg', hpRunning = Nothing }
+  in ( forgetCall call hp
      , [ ToLocal w (StatesDrop ks) | (w, ks) <- M.toList held ]
        ++ [ToMasterCall (HostCallEnded (rnNumber rn) (Left (T.pack "given up: the master started another call")))] )
+
+-- The states a call was given and the children it made.
+callOwn :: Call -> S.Set StateId
+callOwn call = S.fromList (SM.keys (callInputs call) ++ [ k | kids <- SM.elems (callOutputs call), (k, _) <- kids ])
+
+-- A call that failed or was given up: its states are unknown now, and so
+-- are the children it made; forgotten here, as the master forgets them,
+-- and what workers still say of them is ignored ('regAbandoned').
+forgetCall :: Call -> HostPopulation -> HostPopulation
+forgetCall call hp =
+  let own = callOwn call
+      reg = hpRegistry hp
+      kept = SM.filterWithKey (\s p -> not (S.member s own) && S.member (placedOn p) (hpWorkers hp)) (regStates reg)
+  in hp { hpRegistry = reg { regStates = kept, regTold = Nothing, regAbandoned = S.union (regAbandoned reg) own }
+        , hpRunning = Nothing }
+
+-- | Whether a worker's message is an evolve answer, which under two levels
+-- is the agent's scheduler's, not the master's.
+isEvolveAnswer :: FromWorker -> Bool
+isEvolveAnswer m = case m of
+  EvolveRejected _ -> True
+  StatesCleared -> False
+  _ -> maybe False (const True) (answerState m)
 
 -- Remember states evolved in the running call, for the next report.
 markFresh :: [StateId] -> HostPopulation -> HostPopulation

@@ -19,8 +19,7 @@ import Control.Monad (forM_, unless)
 import qualified Data.ByteString as B
 import Data.IORef
 import Herd.Core.Agent.Evolve
-import Herd.Core.Session (answerState)
-import Herd.Core.Wire (FromWorker (..), ToWorker, decodeFromWorker)
+import Herd.Core.Wire (ToWorker, decodeFromWorker)
 import Herd.Core.Wire.HostCall (HostCallMessage)
 import Herd.Packet (splitPacket)
 import Herd.Sys.Clock (monotonicSeconds)
@@ -69,10 +68,7 @@ takeEvolveAnswers ae cap w packet = do
     Left _ -> pure (Just packet)   -- the master names what is wrong with it
     Right msgs -> do
       let judged = [ (m, either (const Nothing) answer (decodeFromWorker m)) | m <- msgs ]
-          answer msg = case msg of
-            EvolveRejected _ -> Just msg
-            StatesCleared -> Nothing
-            _ -> msg <$ answerState msg
+          answer msg = if isEvolveAnswer msg then Just msg else Nothing
           mine = [ a | (_, Just a) <- judged ]
           rest = [ m | (m, Nothing) <- judged ]
       unless (null mine) $ do
