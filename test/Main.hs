@@ -28,6 +28,7 @@ import qualified LogSpec
 import qualified EvolveScheduleSpec
 import qualified LineageSpec
 import qualified HostEvolveSpec
+import qualified HostLossSpec
 import qualified TwoLevelSpec
 import qualified BalanceSpec
 import qualified AuthSpec
@@ -87,6 +88,7 @@ main = do
       EvolveScheduleSpec.spec
       LineageSpec.spec
       HostEvolveSpec.spec
+      HostLossSpec.spec
       TwoLevelSpec.spec
       BalanceSpec.spec
       ClusterSpec.spec

@@ -34,6 +34,7 @@ import Network.Socket (close)
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 import ClusterSpec (withTestClusterConfig)
 import ConformanceSpec (withPair)
+import System.Posix.Signals (sigKILL, signalProcess)
 import System.Timeout (timeout)
 import Test.Hspec
 import Test.QuickCheck
@@ -172,6 +173,29 @@ spec = describe "simulated hosts" $ do
       ids' <- resetStates cluster particleStep (initialParticles setup)
       run <- runFilter setup (evolveMany cluster particleStep) ids'
       run `shouldBe` runSequential setup
+
+  it "two levels: a simulated host killed mid-call is one loss; the other host remakes its states and the filter is exact" $ do
+    let tweak c = c { configSimulatedWorkers = 6, configSimulatedHosts = 3, configHostScheduling = True }
+        -- 60 particles of 50 ms on 6 workers: each call lasts half a second
+        setup = defaultSetup { setupParticles = 60, setupSteps = 3, setupSimulate = 0.05 }
+    withTestClusterConfig 0 tweak $ \_ cluster -> do
+      infos <- clusterWorkerInfo cluster
+      let victim = minimum [ infoPid i | i <- infos, infoGroup i == "simulated" ]
+      ids <- resetStates cluster particleStep (initialParticles setup)
+      stats <- newIORef []
+      let evolveAll inputs = do
+            (out, s) <- evolveManyWith defaultEvolveOptions cluster particleStep inputs
+            modifyIORef' stats (s :)
+            pure out
+      run <- withAsync (threadDelay 250000 >> signalProcess sigKILL (fromIntegral victim)) $ \_ ->
+        runFilter setup evolveAll ids
+      run `shouldBe` runSequential setup
+      calls <- readIORef stats
+      -- the surviving hosts remade the lost one's states from the master's lineage
+      sum (map esRecovered calls) `shouldSatisfy` (> 0)
+      length (nub [ infoPid i | i <- infos, infoGroup i == "simulated" ]) `shouldBe` 3
+      after <- clusterWorkerInfo cluster
+      length (nub [ infoPid i | i <- after, infoGroup i == "simulated" ]) `shouldBe` 2
 
   it "answers after the simulated time, and refuses stream processes" $ do
     let tweak c = c { configSimulatedWorkers = 2, configSimulatedHosts = 1 }

@@ -7,7 +7,7 @@ import Control.Concurrent (forkIO, threadDelay)
 import Data.IORef
 import qualified Data.ByteString.Char8 as BC
 import System.Posix.Signals (sigKILL, signalProcess)
-import System.Process (terminateProcess)
+import System.Process (getPid, terminateProcess)
 import Test.Hspec
 import Herd
 import Herd.Config
@@ -43,6 +43,20 @@ spec = describe "two-level evolve under a real host agent" $ do
       -- the agent recomputed the lost worker's states itself
       sum (map esRecovered stats) `shouldSatisfy` (> 0)
       terminateProcess agent
+
+  it "an agent SIGKILLed mid-call is one loss: the other agent remakes its states from the master's lineage, exactly" $
+    withCluster config $ \cluster -> withHandAgent cluster secret 2 $ \first -> withHandAgent cluster secret 2 $ \second -> do
+      waitForWorkers cluster 4 60 `shouldReturn` True
+      let setup = defaultSetup { setupParticles = 60, setupSteps = 3, setupWork = 400000 }
+      ids <- resetStates cluster particleStep (initialParticles setup)
+      Just victim <- getPid first
+      _ <- forkIO (threadDelay 700000 >> signalProcess sigKILL victim)
+      (run, stats) <- runWithStats setup cluster ids
+      run `shouldBe` runSequential setup
+      sum (map esRecovered stats) `shouldSatisfy` (> 0)
+      -- the dead agent's workers went with it
+      length <$> clusterWorkerInfo cluster `shouldReturn` 2
+      terminateProcess second
   where
     runWithStats setup cluster ids = do
       calls <- newIORefList

@@ -32,6 +32,7 @@ module Herd.Core.Agent.Evolve
   ) where
 
 import qualified Data.ByteString as B
+import Data.List (foldl')
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import qualified Data.Text as T
@@ -99,6 +100,7 @@ stepHost :: Double -> HostEvent -> HostPopulation -> (HostPopulation, [HostOut])
 stepHost now ev hp = case ev of
   MasterSaid (HostStatesAdd n states) -> addStates n states hp
   MasterSaid (HostEvolve n ref deaths states) -> begin now n ref (fromIntegral deaths) states hp
+  MasterSaid (HostStatesAdopt n origins ids) -> adoptStates n origins ids hp
   MasterSaid other -> (hp, [ToMasterCall (HostCallEnded (hostCallNumber other) (Left (T.pack ("a host cannot take " ++ show other))))])
   LocalJoined w -> running hp { hpWorkers = S.insert w (hpWorkers hp) } (\m c -> machineJoined m now w c)
   LocalLost w why ->
@@ -142,6 +144,26 @@ addStates n states hp
          , [ ToLocal w (StatesDrop ks) | w <- ws, let ks = M.findWithDefault [] w held ++ abandoned, not (null ks) ]
            ++ [ ToLocal w (StateAdd k bytes) | ((k, bytes), w) <- placed ]
            ++ [ToMasterCall (HostCallEnded n (Right (CallSummary [] 0 0)))] )
+
+-- Take over states of a lost host: placed on no worker, so that the next
+-- call recomputes them from their lineage first, as it does a lost local
+-- worker's ("Herd.Core.Evolve.Start").
+adoptStates :: Word64 -> [(Word64, Origin)] -> [Word64] -> HostPopulation -> (HostPopulation, [HostOut])
+adoptStates n origins ids hp
+  | Just rn <- hpRunning hp =
+      let (hp', outs) = abandon rn hp
+          (hp'', outs') = adoptStates n origins ids hp'
+      in (hp'', outs ++ outs')
+  | otherwise =
+      let reg = hpRegistry hp
+          reg' = reg { regStates = foldl' (\m k -> SM.insert (StateId k) (Placed onNoWorker 0) m) (regStates reg) ids
+                     , regOrigin = foldl' (\m (k, o) -> SM.insert (StateId k) o m) (regOrigin reg) origins
+                     , regAbandoned = foldl' (flip S.delete) (regAbandoned reg) (map StateId ids) }
+      in (hp { hpRegistry = reg' }, [ToMasterCall (HostCallEnded n (Right (CallSummary [] 0 0)))])
+
+-- Where an adopted state is until a call remakes it: no worker's number.
+onNoWorker :: WorkerId
+onNoWorker = -1
 
 -- Start a call on the host's workers.
 begin :: Double -> Word64 -> TaskRef -> Int -> [(Word64, B.ByteString)] -> HostPopulation -> (HostPopulation, [HostOut])
@@ -214,7 +236,7 @@ abandon rn hp =
       own = callOwn call
       held = M.fromListWith (++) [ (placedOn p, [k]) | (s@(StateId k), p) <- SM.toList (callStates call), S.member s own ]
   in ( forgetCall call hp
-     , [ ToLocal w (StatesDrop ks) | (w, ks) <- M.toList held ]
+     , [ ToLocal w (StatesDrop ks) | (w, ks) <- M.toList held, S.member w (hpWorkers hp) ]
        ++ [ToMasterCall (HostCallEnded (rnNumber rn) (Left (T.pack "given up: the master started another call")))] )
 
 -- The states a call was given and the children it made.

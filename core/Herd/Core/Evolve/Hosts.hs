@@ -10,7 +10,10 @@
 -- the workers'): every state given an input is answered once or the call
 -- fails naming why; a report about a state the host was not asked for, or
 -- twice about one, ends the call; the call ends when every host has
--- ended its part; a lost host fails the call naming its states.
+-- ended its part or been lost; a lost host's unanswered states are named
+-- ('hostCallUnanswered'), and 'rehome' gives every state of a lost host to
+-- a live one with the lineage that makes it again (kept per call by
+-- 'originsAfter'), so the caller can evolve them there.
 module Herd.Core.Evolve.Hosts
   ( HostId
   , HostPlacement (..)
@@ -21,10 +24,15 @@ module Herd.Core.Evolve.Hosts
   , startHostCall
   , hostCallReport
   , hostCallLost
+  , hostCallUnanswered
+  , hostCallLosses
   , hostCallDone
   , hostCallOutputs
   , hostCallSummaries
   , placementAfter
+  , originsAfter
+  , Adoption (..)
+  , rehome
   ) where
 
 import qualified Data.ByteString as B
@@ -34,7 +42,7 @@ import qualified Data.Text as T
 import Data.Word (Word64)
 import Herd.Core.Base (TaskRef)
 import Herd.Core.Error (HerdError (..))
-import Herd.Core.Evolve.Registry (Placed (..))
+import Herd.Core.Evolve.Registry (Origin (..), Placed (..), lineage, pruneOrigins)
 import Herd.Core.Evolve.StateMap (StateId (..), StateMap)
 import qualified Herd.Core.Evolve.StateMap as SM
 import Herd.Core.Wire.HostCall
@@ -68,6 +76,7 @@ data HostCall = HostCall
   , hcMade     :: ![(HostId, [StateId])]                 -- ^ children made, a batch at a time
   , hcOpen     :: !(M.Map HostId ())                     -- ^ hosts whose part has not ended
   , hcSummaries :: ![(HostId, CallSummary)]
+  , hcLost     :: !(M.Map HostId String)                 -- ^ hosts lost before ending their part, and why
   }
 
 -- | Start a call: one message for each host holding some of the states.
@@ -79,7 +88,7 @@ startHostCall n name ref deaths placement inputs = case [ s | (s, _) <- inputs, 
   [] ->
     let byHost = M.fromListWith (++) [ (h, [(k, i)]) | (s@(StateId k), i) <- reverse inputs, Just h <- [hostOf placement s] ]
         asked = SM.fromList [ (s, h) | (s, _) <- inputs, Just h <- [hostOf placement s] ]
-        call = HostCall n name asked SM.empty [] (M.map (const ()) byHost) []
+        call = HostCall n name asked SM.empty [] (M.map (const ()) byHost) [] M.empty
     in Right (call, [ (h, HostEvolve n ref (fromIntegral deaths) states) | (h, states) <- M.toList byHost ])
 
 -- | A host's message about the call: 'Left' ends the call with an error.
@@ -102,13 +111,21 @@ hostCallReport h msg call = case msg of
       _ -> Left (EvolveFailed (hcName c) (show (StateId k))
                    ("host " ++ show h ++ " reported it, which it was not asked to evolve or reported before"))
 
--- | A host was lost: its unreported states are lost with it.
-hostCallLost :: HostId -> String -> HostCall -> Either HerdError HostCall
+-- | A host was lost: its part of the call is over, and the states it did
+-- not report are unanswered ('hostCallUnanswered').
+hostCallLost :: HostId -> String -> HostCall -> HostCall
 hostCallLost h why call
-  | not (M.member h (hcOpen call)) = Right call
-  | null gone = Right call { hcOpen = M.delete h (hcOpen call) }
-  | otherwise = Left (StatesLost (map show gone) ("host " ++ show h ++ " was lost: " ++ why))
-  where gone = [ s | (s, h') <- SM.toList (hcAsked call), h' == h ]
+  | not (M.member h (hcOpen call)) = call
+  | otherwise = call { hcOpen = M.delete h (hcOpen call), hcLost = M.insert h why (hcLost call) }
+
+-- | The states of the call that lost hosts did not report, with their
+-- hosts: once rehomed, they are to be evolved again.
+hostCallUnanswered :: HostCall -> [(StateId, HostId)]
+hostCallUnanswered call = [ x | x@(_, h) <- SM.toList (hcAsked call), M.member h (hcLost call) ]
+
+-- | The hosts lost during the call, and why.
+hostCallLosses :: HostCall -> [(HostId, String)]
+hostCallLosses = M.toList . hcLost
 
 -- | Whether every host has ended its part (then every state was reported).
 hostCallDone :: HostCall -> Bool
@@ -128,3 +145,41 @@ placementAfter :: HostCall -> HostPlacement -> HostPlacement
 placementAfter call (HostPlacement m) =
   let without = foldl' (flip SM.delete) m (SM.keys (hcOutputs call))
   in foldl' (\p (h, kids) -> placeOn h kids p) (HostPlacement without) (reverse (hcMade call))
+
+-- | The lineage a call adds: each reported child was made of its parent
+-- by the call's function, with the parent's input (the same record a
+-- one-level call keeps, "Herd.Core.Evolve.Call"), so that a lost host's
+-- states can be made again elsewhere.
+originsAfter :: TaskRef -> StateMap B.ByteString -> HostCall -> StateMap Origin -> StateMap Origin
+originsAfter ref inputs call origins0 = SM.foldlWithKey' add origins0 (hcOutputs call)
+  where
+    add acc parent kids = case SM.lookup parent inputs of
+      Just input -> foldl' (\m (k, (c, _)) -> SM.insert c (ChildOf parent ref input k) m) acc (zip [0 ..] kids)
+      Nothing -> acc
+
+-- | What one live host is to take over from lost ones: the states, and
+-- the origins of every state their lineages pass through.
+data Adoption = Adoption
+  { adoptHost    :: !HostId
+  , adoptStates  :: ![StateId]
+  , adoptOrigins :: ![(StateId, Origin)]
+  } deriving (Eq, Show)
+
+-- | Give the states of hosts that are not live to the live ones (with
+-- their worker counts; each takes states in proportion, in turn), each
+-- with the origins its lineages need. 'Left' names the states that cannot
+-- be made again: no live host has a worker, or some ancestor's origin is
+-- unknown.
+rehome :: [(HostId, Int)] -> HostPlacement -> StateMap Origin -> Either HerdError (HostPlacement, [Adoption])
+rehome live placement origins
+  | null gone = Right (placement, [])
+  | null slots = Left (StatesLost (map show gone) "their host was lost and no other host has a worker")
+  | unknown@(_ : _) <- [ s | s <- gone, lineage origins s == Nothing ] =
+      Left (StatesLost (map show unknown) "their host was lost and their lineage is not known")
+  | otherwise = Right (foldl' (\p a -> placeOn (adoptHost a) (adoptStates a) p) placement adoptions, adoptions)
+  where
+    open = M.fromList [ (h, ()) | (h, _) <- live ]
+    gone = [ s | (s, p) <- SM.toList (placementStates placement), not (M.member (fromIntegral (placedOn p)) open) ]
+    slots = concat [ replicate c h | (h, c) <- live, c > 0 ]
+    shares = M.map reverse (M.fromListWith (++) (zip (cycle slots) [ [s] | s <- gone ]))
+    adoptions = [ Adoption h ss (SM.toList (pruneOrigins ss origins)) | (h, ss) <- M.toList shares ]

@@ -21,6 +21,8 @@ import qualified Data.ByteString as B
 import Data.Text (Text)
 import Data.Word (Word32, Word64)
 import Herd.Core.Base (TaskRef)
+import Herd.Core.Evolve.Registry (Origin (..))
+import Herd.Core.Evolve.StateMap (StateId (..))
 import Herd.Core.Wire (getRef, putRef)
 import Herd.Core.Wire.Codec
 
@@ -46,6 +48,11 @@ data HostCallMessage
     -- ^ master to host: evolve these states the host holds, each with its
     -- encoded input, with this function; a state whose step was running on
     -- this many lost workers fails the call
+  | HostStatesAdopt !Word64 ![(Word64, Origin)] ![Word64]
+    -- ^ master to host: these states (the last list) were on a host that
+    -- was lost; hold them too, made again from their lineage (the origins
+    -- of every state on the way back to bytes the master saw) at the
+    -- host's next call; answered by 'HostCallEnded'
   | HostEvolved !Word64 ![(Word64, [(Word64, B.ByteString)])]
     -- ^ host to master: these states were evolved, each into these
     -- children (ids and outputs)
@@ -59,6 +66,7 @@ hostCallNumber :: HostCallMessage -> Word64
 hostCallNumber m = case m of
   HostStatesAdd n _ -> n
   HostEvolve n _ _ _ -> n
+  HostStatesAdopt n _ _ -> n
   HostEvolved n _ -> n
   HostCallEnded n _ -> n
 
@@ -67,6 +75,9 @@ encodeHostCall :: HostCallMessage -> B.ByteString
 encodeHostCall m = buildStrict $ case m of
   HostStatesAdd n states -> putWord8 0 <> putWord64 n <> pairs states
   HostEvolve n ref deaths states -> putWord8 1 <> putWord64 n <> putRef ref <> putWord32 deaths <> pairs states
+  HostStatesAdopt n origins ids -> putWord8 4 <> putWord64 n
+    <> count origins <> foldMap (\(s, o) -> putWord64 s <> origin o) origins
+    <> count ids <> foldMap putWord64 ids
   HostEvolved n done -> putWord8 2 <> putWord64 n <> count done
     <> foldMap (\(s, kids) -> putWord64 s <> pairs kids) done
   HostCallEnded n (Left why) -> putWord8 3 <> putWord64 n <> putWord8 0 <> putText why
@@ -76,6 +87,10 @@ encodeHostCall m = buildStrict $ case m of
   where
     count xs = putWord32 (fromIntegral (length xs))
     pairs xs = count xs <> foldMap (\(s, bytes) -> putWord64 s <> putSizedBytes bytes) xs
+    origin o = case o of
+      Seen bytes -> putWord8 0 <> putSizedBytes bytes
+      ChildOf (StateId parent) ref input k -> putWord8 1 <> putWord64 parent <> putRef ref <> putSizedBytes input
+                                                <> putWord32 (fromIntegral k)
 
 -- | Decode a message; trailing bytes are an error.
 decodeHostCall :: B.ByteString -> Either String HostCallMessage
@@ -98,8 +113,20 @@ decodeHostCall = runGet $ do
           busy <- replicateM k ((,) <$> getWord32 <*> getWord64)
           fmap Right (CallSummary busy <$> getWord32 <*> getWord32)
         _ -> failGet ("unknown end kind " ++ show kind ++ " of a host call")
+    4 -> do
+      n <- getWord64
+      k <- getCount 13
+      origins <- replicateM k ((,) <$> getWord64 <*> origin)
+      ids <- getCount 8 >>= \j -> replicateM j getWord64
+      pure (HostStatesAdopt n origins ids)
     _ -> failGet ("unknown host call tag " ++ show tag)
   where
     pairs = do
       k <- getCount 12
       replicateM k ((,) <$> getWord64 <*> getSizedBytes)
+    origin = do
+      kind <- getWord8
+      case kind of
+        0 -> Seen <$> getSizedBytes
+        1 -> ChildOf <$> (StateId <$> getWord64) <*> getRef <*> getSizedBytes <*> (fromIntegral <$> getWord32)
+        _ -> failGet ("unknown origin kind " ++ show kind ++ " of an adopted state")

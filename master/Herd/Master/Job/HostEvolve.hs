@@ -1,3 +1,4 @@
+{-# LANGUAGE ScopedTypeVariables #-}
 -- | Two-level evolve's IO at the master ('Herd.Settings.configHostScheduling'):
 -- a population placed on hosts, and calls of one message per host. The
 -- decisions are the pure "Herd.Core.Evolve.Hosts" (the master's half) and
@@ -7,9 +8,12 @@
 --
 -- Promises: a call returns only once every host has ended its part or been
 -- lost, so no host still runs it when the next call starts; a failed call
--- forgets its states, as a one-level call does; a lost host fails the
--- call naming its states (recovering a lost host's states elsewhere is
--- not done yet).
+-- forgets its states, as a one-level call does; a lost host is one event:
+-- every state it held goes to the live hosts with its lineage (kept here
+-- per call), each adopting host remakes them, and the states the lost
+-- host had not answered are evolved there, so the call's answer is the
+-- one it would have been. A call fails naming the states only when no
+-- host with a worker is left.
 module Herd.Master.Job.HostEvolve
   ( hostScheduled
   , hostedReset
@@ -17,7 +21,7 @@ module Herd.Master.Job.HostEvolve
   ) where
 
 import Control.Concurrent.STM
-import Control.Exception (finally, throwIO)
+import Control.Exception (finally, throwIO, try)
 import Control.Monad (forM_, when)
 import qualified Data.ByteString as B
 import qualified Data.Map.Strict as M
@@ -27,7 +31,7 @@ import Data.Word (Word64)
 import Herd.Core.Base (TaskRef (..))
 import Herd.Core.Error (HerdError (..))
 import Herd.Core.Evolve.Hosts
-import Herd.Core.Evolve.Registry (Placed (..), Registry (..), emptyRegistry)
+import Herd.Core.Evolve.Registry (Origin (..), Placed (..), Registry (..), emptyRegistry, keepOrigins)
 import Herd.Core.Evolve.StateMap (StateId (..), StateMap)
 import qualified Herd.Core.Evolve.StateMap as SM
 import Herd.Core.Wire.HostCall
@@ -44,10 +48,13 @@ hostScheduled cluster
 
 -- The open hosts that have workers, with their handles and worker counts.
 liveHosts :: Cluster -> IO [(HostId, HostHandle, Int)]
-liveHosts cluster = do
+liveHosts cluster = filter (\(_, _, n) -> n > 0) <$> openHosts cluster
+
+-- The open hosts, with their handles and worker counts.
+openHosts :: Cluster -> IO [(HostId, HostHandle, Int)]
+openHosts cluster = do
   hosts <- M.toList <$> readTVarIO (shHosts (clShell cluster))
-  counted <- mapM (\(h, handle) -> (,,) h handle <$> hostMembers handle) hosts
-  pure [ x | x@(_, _, n) <- counted, n > 0 ]
+  mapM (\(h, handle) -> (,,) h handle <$> hostMembers handle) hosts
 
 -- Run a call: its queue registered while the body runs.
 withCall :: Cluster -> (Word64 -> TQueue (HostId, Either String HostCallMessage) -> IO a) -> IO a
@@ -74,29 +81,87 @@ hostedReset cluster encoded = do
     awaitEnds q n (S.fromList [ h | (h, _, _) <- hosts ])
   pure emptyRegistry
     { regStates = SM.fromList [ (i, Placed (fromIntegral h) 0) | (i, _, h) <- placed ]
+    , regOrigin = SM.fromList [ (i, Seen b) | (i, b, _) <- placed ]
     , regNextId = fromIntegral (length encoded) + 1
     , regHosted = True }
 
 -- Every host's end of an upload: a refusal or a loss fails it.
 awaitEnds :: TQueue (HostId, Either String HostCallMessage) -> Word64 -> S.Set HostId -> IO ()
-awaitEnds q n open
-  | S.null open = pure ()
-  | otherwise = do
-      (h, said) <- atomically (readTQueue q)
-      case said of
-        Left why -> throwIO (LaunchError ("host " ++ show h ++ " was lost while taking its states: " ++ why))
-        Right (HostCallEnded n' (Left why)) | n' == n ->
-          throwIO (LaunchError ("host " ++ show h ++ " could not take its states: " ++ T.unpack why))
-        Right (HostCallEnded n' (Right _)) | n' == n -> awaitEnds q n (S.delete h open)
-        _ -> awaitEnds q n open
+awaitEnds q n open = awaitEndsLosing q n open >>= \lost -> case lost of
+  (h, why) : _ -> throwIO (LaunchError ("host " ++ show h ++ " was lost while taking its states: " ++ why))
+  [] -> pure ()
+
+-- Every host's end of an upload or adoption, and the hosts lost before
+-- they ended; a refusal throws.
+awaitEndsLosing :: TQueue (HostId, Either String HostCallMessage) -> Word64 -> S.Set HostId -> IO [(HostId, String)]
+awaitEndsLosing q n = go []
+  where
+    go lost open
+      | S.null open = pure lost
+      | otherwise = do
+          (h, said) <- atomically (readTQueue q)
+          case said of
+            Left why | S.member h open -> go ((h, why) : lost) (S.delete h open)
+            Right (HostCallEnded n' (Left why)) | n' == n ->
+              throwIO (LaunchError ("host " ++ show h ++ " could not take its states: " ++ T.unpack why))
+            Right (HostCallEnded n' (Right _)) | n' == n -> go lost (S.delete h open)
+            _ -> go lost open
+
+-- Give every state of a host that is no longer open to the open hosts
+-- with workers ('rehome'): one message per adopting host, and again if
+-- an adopting host is lost meanwhile. Throws 'StatesLost' when no host
+-- with a worker is left.
+rehomed :: Cluster -> Registry -> IO Registry
+rehomed cluster reg = withCall cluster $ \n q -> do
+  -- read after the call's queue is registered: a host lost from now on is
+  -- heard of on the queue, one lost before is no longer listed
+  hosts <- openHosts cluster
+  case rehome [ (h, c) | (h, _, c) <- hosts ] (HostPlacement (regStates reg)) (regOrigin reg) of
+    Left err -> throwIO err
+    Right (_, []) -> pure reg
+    Right (placement, adoptions) -> do
+      let handles = M.fromList [ (h, handle) | (h, handle, _) <- hosts ]
+      forM_ adoptions $ \a -> forM_ (M.lookup (adoptHost a) handles) $ \handle ->
+        hostCallTo handle (HostStatesAdopt n [ (k, o) | (StateId k, o) <- adoptOrigins a ] [ k | StateId k <- adoptStates a ])
+      lost <- awaitEndsLosing q n (S.fromList (map adoptHost adoptions))
+      let reg' = reg { regStates = placementStates placement }
+      if null lost then pure reg' else rehomed cluster reg'
 
 -- | One call on the hosts: the registry after it (also after a failure:
 -- the call's states are then forgotten, as a one-level call's), and each
 -- evolved state's children with what each host said of its part, or the
--- call's error.
+-- call's error. The states of hosts lost before or during the call are
+-- rehomed and those not yet answered evolved again, a round at a time.
 hostedEvolve :: Cluster -> TaskRef -> Registry -> [(StateId, B.ByteString)]
              -> IO (Registry, Either HerdError (StateMap [(StateId, B.ByteString)], [(HostId, CallSummary)]))
-hostedEvolve cluster ref reg inputs = withCall cluster $ \n q -> do
+hostedEvolve cluster ref reg0 inputs0 = rounds reg0 inputs0 SM.empty []
+  where
+    inputMap = SM.fromList inputs0
+    rounds reg inputs outputs summaries = do
+      rehome' <- try (rehomed cluster reg)
+      case rehome' of
+        Left (err :: HerdError) -> pure (forgetCall outputs reg, Left err)
+        Right reg1 -> do
+          (reg2, result) <- hostedRound cluster ref reg1 inputs
+          case result of
+            Left err -> pure (forgetCall outputs reg2, Left err)
+            Right (call, unanswered) ->
+              let outputs' = SM.foldlWithKey' (\m k v -> SM.insert k v m) outputs (hostCallOutputs call)
+                  summaries' = hostCallSummaries call ++ summaries
+                  again = [ (s, SM.findWithDefault B.empty s inputMap) | (s, _) <- unanswered ]
+              in if null again then pure (reg2, Right (outputs', summaries'))
+                 else rounds reg2 again outputs' summaries'
+    -- a failed call's states are in an unknown state: forgotten, with the
+    -- children its earlier rounds made
+    forgetCall outputs reg =
+      let made = S.fromList [ c | kids <- SM.elems outputs, (c, _) <- kids ]
+      in reg { regStates = SM.filterWithKey (\s _ -> not (SM.member s inputMap || S.member s made)) (regStates reg) }
+
+-- One round of a call: the finished call and the states lost hosts did not
+-- answer (still placed on those hosts), or the call's error.
+hostedRound :: Cluster -> TaskRef -> Registry -> [(StateId, B.ByteString)]
+            -> IO (Registry, Either HerdError (HostCall, [(StateId, HostId)]))
+hostedRound cluster ref reg inputs = withCall cluster $ \n q -> do
   let placement = HostPlacement (regStates reg)
       deaths = configMaxTaskDeaths (clConfig cluster)
   case startHostCall n (refName ref) ref deaths placement inputs of
@@ -106,7 +171,7 @@ hostedEvolve cluster ref reg inputs = withCall cluster $ \n q -> do
       let absent = [ h | (h, _) <- opening, not (M.member h handles) ]
       forM_ [ (handle, m) | (h, m) <- opening, Just handle <- [M.lookup h handles] ] $ \(handle, m) -> hostCallTo handle m
       let -- a host gone before the call could start is a loss like any other
-          call1 = foldl (\acc h -> acc >>= hostCallLost h "its link was closed") (Right call0) absent
+          call1 = foldl (\acc h -> acc >>= Right . hostCallLost h "its link was closed") (Right call0) absent
           loop open state
             | S.null open = pure state
             | otherwise = do
@@ -116,12 +181,12 @@ hostedEvolve cluster ref reg inputs = withCall cluster $ \n q -> do
                       Right (HostCallEnded n' _) | n' == n -> S.delete h open
                       _ -> open
                 -- the first error stands; the hosts' parts still end first
-                loop open' (state >>= either (hostCallLost h) (hostCallReport h) said)
+                loop open' (state >>= either (\why -> Right . hostCallLost h why) (hostCallReport h) said)
       final <- loop (S.difference (S.fromList (map fst opening)) (S.fromList absent)) call1
       pure $ case final of
-        Left err ->
-          let own = S.fromList (map fst inputs)
-          in (reg { regStates = SM.filterWithKey (\s _ -> not (S.member s own)) (regStates reg) }, Left err)
+        Left err -> (reg, Left err)
         Right call ->
-          ( reg { regStates = placementStates (placementAfter call placement) }
-          , Right (hostCallOutputs call, hostCallSummaries call) )
+          let placement' = placementAfter call placement
+              origins = originsAfter ref (SM.fromList inputs) call (regOrigin reg)
+          in ( keepOrigins (placementStates placement') origins reg { regStates = placementStates placement' }
+             , Right (call, hostCallUnanswered call) )
