@@ -155,6 +155,8 @@ spec = describe "simulated hosts" $ do
       -- every call's states were evolved by the hosts' workers, all six taking part
       map esEvolved calls `shouldBe` reverse (runEvolved run)
       maximum (map esWorkers calls) `shouldBe` 6
+      -- one message per host and call, none per state
+      map esHostMessages calls `shouldBe` replicate (setupSteps setup) 2
       -- the population is the hosts': states unknown to it are refused
       evolveMany cluster particleStep (M.fromList [ (i, FilterInput 1 0 0 0 0) | i <- take 1 ids ])
         `shouldThrow` (\(e :: HerdError) -> case e of { UnknownStates _ -> True; _ -> False })
@@ -193,6 +195,7 @@ spec = describe "simulated hosts" $ do
       calls <- readIORef stats
       -- the surviving hosts remade the lost one's states from the master's lineage
       sum (map esRecovered calls) `shouldSatisfy` (> 0)
+      sum (map esRehomed calls) `shouldSatisfy` (> 0)
       length (nub [ infoPid i | i <- infos, infoGroup i == "simulated" ]) `shouldBe` 3
       after <- clusterWorkerInfo cluster
       length (nub [ infoPid i | i <- after, infoGroup i == "simulated" ]) `shouldBe` 2

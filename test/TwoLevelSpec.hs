@@ -40,8 +40,11 @@ spec = describe "two-level evolve under a real host agent" $ do
       _ <- forkIO (threadDelay 700000 >> signalProcess sigKILL (fromIntegral (infoPid victim)))
       (run, stats) <- runWithStats setup cluster ids
       run `shouldBe` runSequential setup
-      -- the agent recomputed the lost worker's states itself
+      -- the agent recomputed the lost worker's states itself: the master
+      -- sent one message per call to its one host, and rehomed nothing
       sum (map esRecovered stats) `shouldSatisfy` (> 0)
+      map esHostMessages stats `shouldBe` replicate (setupSteps setup) 1
+      sum (map esRehomed stats) `shouldBe` 0
       terminateProcess agent
 
   it "an agent SIGKILLed mid-call is one loss: the other agent remakes its states from the master's lineage, exactly" $
@@ -54,6 +57,9 @@ spec = describe "two-level evolve under a real host agent" $ do
       (run, stats) <- runWithStats setup cluster ids
       run `shouldBe` runSequential setup
       sum (map esRecovered stats) `shouldSatisfy` (> 0)
+      -- one event: the dead host's states went to the other host in one message
+      sum (map esRehomed stats) `shouldSatisfy` (> 0)
+      maximum (map esHostMessages stats) `shouldSatisfy` (<= 4)
       -- the dead agent's workers went with it
       length <$> clusterWorkerInfo cluster `shouldReturn` 2
       terminateProcess second

@@ -87,7 +87,12 @@ data Row = Row
   , rowMasterGc    :: Maybe Double  -- ^ the master's collector CPU seconds (GHC.Stats; 'Nothing' without @+RTS -T@)
   , rowMasterAlloc :: Maybe Double  -- ^ bytes the master allocated per state evolved (GHC.Stats)
   , rowLinks       :: Int           -- ^ links the master kept open
+  , rowEvolved     :: Int           -- ^ states evolved in the run
   } deriving (Show, Read)
+
+-- Microseconds of CPU per evolved state.
+perState :: Row -> Double -> Double
+perState r secs = secs * 1e6 / fromIntegral (max 1 (rowEvolved r))
 
 
 -- | Run the benchmark: table, plot file, and JSON line.
@@ -198,7 +203,7 @@ measure o cfg setup hosts = do
           row = Row loop w secs ideal (busyTotal / (fromIntegral w * secs)) (sum (map esMoved calls))
                     (fromIntegral (master1 - master0) / 1e12) (hosts1 - hosts0) callSecs (faults1 - faults0) (hostFaults1 - hostFaults0)
                     (statsGc <$> stats0 <*> stats1) ((\a b -> statsAlloc a b / fromIntegral (max 1 evolved)) <$> stats0 <*> stats1)
-                    links
+                    links evolved
       hPutStrLn stderr ("  " ++ masterLoopName loop ++ ", " ++ show w ++ " workers: " ++ fixed 3 secs ++ " s (ideal "
                         ++ fixed 3 ideal ++ " s, efficiency " ++ fixed 2 (ideal / secs) ++ ")")
       pure row
@@ -236,11 +241,12 @@ statsAlloc a b = statsAllocated b - statsAllocated a
 report :: Options -> Int -> [Row] -> IO ()
 report o hosts rows = do
   putStr $ renderTable ["master", "workers", "sim hosts", "links", "seconds", "ideal", "efficiency", "busy", "waiting", "moved"
-                       , "master cpu s", "hosts cpu s", "in calls s", "between s", "master faults", "hosts faults"
+                       , "master cpu s", "master us/state", "hosts cpu s", "hosts us/state", "in calls s", "between s", "master faults", "hosts faults"
                        , "master gc s", "master B/state"]
     [ [ masterLoopName (rowLoop r), show (rowWorkers r), show hosts, show (rowLinks r), fixed 3 (rowSeconds r), fixed 3 (rowIdeal r)
       , fixed 3 (rowIdeal r / rowSeconds r), fixed 3 (rowBusy r), fixed 3 (1 - rowBusy r), show (rowMoved r)
-      , fixed 2 (rowMasterCpu r), fixed 2 (rowHostsCpu r), fixed 3 (rowInCalls r), fixed 3 (rowSeconds r - rowInCalls r)
+      , fixed 2 (rowMasterCpu r), fixed 1 (perState r (rowMasterCpu r)), fixed 2 (rowHostsCpu r), fixed 1 (perState r (rowHostsCpu r))
+      , fixed 3 (rowInCalls r), fixed 3 (rowSeconds r - rowInCalls r)
       , show (rowFaults r), show (rowHostsFaults r)
       , maybe "-" (fixed 2) (rowMasterGc r), maybe "-" (fixed 0) (rowMasterAlloc r) ]
     | r <- rows ]
@@ -265,6 +271,9 @@ report o hosts rows = do
                                 , ("sim_hosts", JInt (fromIntegral hosts))
                                 , ("links", JInt (fromIntegral (rowLinks r)))
                                 , ("master_cpu_s", JNumber (rowMasterCpu r)), ("hosts_cpu_s", JNumber (rowHostsCpu r))
+                                , ("evolved", JInt (fromIntegral (rowEvolved r)))
+                                , ("master_cpu_us_per_state", JNumber (perState r (rowMasterCpu r)))
+                                , ("hosts_cpu_us_per_state", JNumber (perState r (rowHostsCpu r)))
                                 , ("calls_s", JNumber (rowInCalls r)), ("between_calls_s", JNumber (rowSeconds r - rowInCalls r))
                                 , ("master_faults", JInt (fromIntegral (rowFaults r)))
                                 , ("hosts_faults", JInt (fromIntegral (rowHostsFaults r)))

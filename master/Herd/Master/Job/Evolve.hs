@@ -75,7 +75,7 @@ import Herd.Task (TaskRef (..), tryUser)
 import Herd.Core.Wire
 import Data.Word (Word64)
 import Herd.Master.Cluster (clusterTag, describeTag)
-import Herd.Master.Job.HostEvolve (hostScheduled, hostedEvolve, hostedReset)
+import Herd.Master.Job.HostEvolve (HostedOutcome (..), Traffic (..), hostScheduled, hostedEvolve, hostedReset)
 import Herd.Core.Wire.HostCall (CallSummary (..))
 
 -- | A state held by one of a cluster's workers, as 'resetStates' and
@@ -141,6 +141,10 @@ data EvolveStats = EvolveStats
   , esBusy     :: !(M.Map WorkerId Double) -- ^ seconds each worker spent in the step function
   , esLoop     :: !MasterLoop             -- ^ the loop that ran the call
   , esRecovered :: !Int                    -- ^ states recomputed after their worker was lost
+  , esHostMessages :: !Int
+    -- ^ two-level calls: the messages the master sent the hosts (one per
+    -- host and round, one per adoption; never one per state); 0 otherwise
+  , esRehomed  :: !Int                    -- ^ two-level calls: states of lost hosts given to other hosts
   } deriving (Show)
 
 -- | The number of states the cluster holds now: its evolve states and its Refs.
@@ -255,11 +259,12 @@ hostedCall cluster ref reg inputs = do
   finished <- monotonicSeconds
   pure $ (,) reg' $ case outcome of
     Left err -> Left err
-    Right (outputs, summaries) ->
+    Right (HostedOutcome outputs summaries traffic) ->
       let busy = M.fromList [ (fromIntegral w, fromIntegral ns / 1e9) | (_, c) <- summaries, (w, ns) <- summaryBusy c ]
           stats = EvolveStats (finished - started) (M.size busy) (SM.size outputs) (sum (map length (SM.elems outputs)))
                               (sum [ fromIntegral (summaryMoved c) | (_, c) <- summaries ]) busy (clusterMasterLoop cluster)
                               (sum [ fromIntegral (summaryRecovered c) | (_, c) <- summaries ])
+                              (trafficMessages traffic) (trafficRehomed traffic)
       in stats `seq` Right (SM.toMap outputs, stats)
 
 -- | 'evolveManyWith' for a function known by its reference, its input's
@@ -302,7 +307,7 @@ evolveRaw population hints opts cluster ref encodeInput decodeOutput inputs = do
               reg' = registryAfter ref call reg
               stats = EvolveStats (finished - started) (length (planWorkers (callPlan call))) evolvedN
                                   (callChildren call) (callMoved call) (callBusy call) (clusterMasterLoop cluster)
-                                  (callRecovered call)
+                                  (callRecovered call) 0 0
           -- forced now: left unevaluated, the stats kept the call's whole
           -- state and the cluster (its links' buffers, its threads) alive
           -- for as long as the caller kept them, even past 'withCluster'

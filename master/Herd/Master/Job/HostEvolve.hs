@@ -18,11 +18,14 @@ module Herd.Master.Job.HostEvolve
   ( hostScheduled
   , hostedReset
   , hostedEvolve
+  , HostedOutcome (..)
+  , Traffic (..)
   ) where
 
 import Control.Concurrent.STM
 import Control.Exception (finally, throwIO, try)
 import Control.Monad (forM_, when)
+import Data.IORef
 import qualified Data.ByteString as B
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
@@ -111,8 +114,8 @@ awaitEndsLosing q n = go []
 -- with workers ('rehome'): one message per adopting host, and again if
 -- an adopting host is lost meanwhile. Throws 'StatesLost' when no host
 -- with a worker is left.
-rehomed :: Cluster -> Registry -> IO Registry
-rehomed cluster reg = withCall cluster $ \n q -> do
+rehomed :: Cluster -> IORef Traffic -> Registry -> IO Registry
+rehomed cluster traffic reg = withCall cluster $ \n q -> do
   -- read after the call's queue is registered: a host lost from now on is
   -- heard of on the queue, one lost before is no longer listed
   hosts <- openHosts cluster
@@ -123,9 +126,25 @@ rehomed cluster reg = withCall cluster $ \n q -> do
       let handles = M.fromList [ (h, handle) | (h, handle, _) <- hosts ]
       forM_ adoptions $ \a -> forM_ (M.lookup (adoptHost a) handles) $ \handle ->
         hostCallTo handle (HostStatesAdopt n [ (k, o) | (StateId k, o) <- adoptOrigins a ] [ k | StateId k <- adoptStates a ])
+      modifyIORef' traffic (\t -> t { trafficMessages = trafficMessages t + length adoptions
+                                    , trafficRehomed = trafficRehomed t + sum (map (length . adoptStates) adoptions) })
       lost <- awaitEndsLosing q n (S.fromList (map adoptHost adoptions))
       let reg' = reg { regStates = placementStates placement }
-      if null lost then pure reg' else rehomed cluster reg'
+      if null lost then pure reg' else rehomed cluster traffic reg'
+
+-- | What the master sent the hosts for one call.
+data Traffic = Traffic
+  { trafficMessages :: !Int   -- ^ host-call messages: one per host and round, and one per adoption
+  , trafficRehomed  :: !Int   -- ^ states of lost hosts given to others
+  } deriving (Eq, Show)
+
+-- | What a call on the hosts gave: each evolved state's children, what
+-- each host said of its part, and what the master sent.
+data HostedOutcome = HostedOutcome
+  { outcomeOutputs   :: !(StateMap [(StateId, B.ByteString)])
+  , outcomeSummaries :: ![(HostId, CallSummary)]
+  , outcomeTraffic   :: !Traffic
+  }
 
 -- | One call on the hosts: the registry after it (also after a failure:
 -- the call's states are then forgotten, as a one-level call's), and each
@@ -133,35 +152,37 @@ rehomed cluster reg = withCall cluster $ \n q -> do
 -- call's error. The states of hosts lost before or during the call are
 -- rehomed and those not yet answered evolved again, a round at a time.
 hostedEvolve :: Cluster -> TaskRef -> Registry -> [(StateId, B.ByteString)]
-             -> IO (Registry, Either HerdError (StateMap [(StateId, B.ByteString)], [(HostId, CallSummary)]))
-hostedEvolve cluster ref reg0 inputs0 = rounds reg0 inputs0 SM.empty []
-  where
-    inputMap = SM.fromList inputs0
-    rounds reg inputs outputs summaries = do
-      rehome' <- try (rehomed cluster reg)
-      case rehome' of
-        Left (err :: HerdError) -> pure (forgetCall outputs reg, Left err)
-        Right reg1 -> do
-          (reg2, result) <- hostedRound cluster ref reg1 inputs
-          case result of
-            Left err -> pure (forgetCall outputs reg2, Left err)
-            Right (call, unanswered) ->
-              let outputs' = SM.foldlWithKey' (\m k v -> SM.insert k v m) outputs (hostCallOutputs call)
-                  summaries' = hostCallSummaries call ++ summaries
-                  again = [ (s, SM.findWithDefault B.empty s inputMap) | (s, _) <- unanswered ]
-              in if null again then pure (reg2, Right (outputs', summaries'))
-                 else rounds reg2 again outputs' summaries'
-    -- a failed call's states are in an unknown state: forgotten, with the
-    -- children its earlier rounds made
-    forgetCall outputs reg =
-      let made = S.fromList [ c | kids <- SM.elems outputs, (c, _) <- kids ]
-      in reg { regStates = SM.filterWithKey (\s _ -> not (SM.member s inputMap || S.member s made)) (regStates reg) }
+             -> IO (Registry, Either HerdError HostedOutcome)
+hostedEvolve cluster ref reg0 inputs0 = do
+  traffic <- newIORef (Traffic 0 0)
+  let inputMap = SM.fromList inputs0
+      rounds reg inputs outputs summaries = do
+        rehome' <- try (rehomed cluster traffic reg)
+        case rehome' of
+          Left (err :: HerdError) -> pure (forgetCall outputs reg, Left err)
+          Right reg1 -> do
+            (reg2, result) <- hostedRound cluster traffic ref reg1 inputs
+            case result of
+              Left err -> pure (forgetCall outputs reg2, Left err)
+              Right (call, unanswered) -> do
+                let outputs' = SM.foldlWithKey' (\m k v -> SM.insert k v m) outputs (hostCallOutputs call)
+                    summaries' = hostCallSummaries call ++ summaries
+                    again = [ (s, SM.findWithDefault B.empty s inputMap) | (s, _) <- unanswered ]
+                if null again
+                  then (,) reg2 . Right . HostedOutcome outputs' summaries' <$> readIORef traffic
+                  else rounds reg2 again outputs' summaries'
+      -- a failed call's states are in an unknown state: forgotten, with the
+      -- children its earlier rounds made
+      forgetCall outputs reg =
+        let made = S.fromList [ c | kids <- SM.elems outputs, (c, _) <- kids ]
+        in reg { regStates = SM.filterWithKey (\s _ -> not (SM.member s inputMap || S.member s made)) (regStates reg) }
+  rounds reg0 inputs0 SM.empty []
 
 -- One round of a call: the finished call and the states lost hosts did not
 -- answer (still placed on those hosts), or the call's error.
-hostedRound :: Cluster -> TaskRef -> Registry -> [(StateId, B.ByteString)]
+hostedRound :: Cluster -> IORef Traffic -> TaskRef -> Registry -> [(StateId, B.ByteString)]
             -> IO (Registry, Either HerdError (HostCall, [(StateId, HostId)]))
-hostedRound cluster ref reg inputs = withCall cluster $ \n q -> do
+hostedRound cluster traffic ref reg inputs = withCall cluster $ \n q -> do
   let placement = HostPlacement (regStates reg)
       deaths = configMaxTaskDeaths (clConfig cluster)
   case startHostCall n (refName ref) ref deaths placement inputs of
@@ -170,6 +191,7 @@ hostedRound cluster ref reg inputs = withCall cluster $ \n q -> do
       handles <- readTVarIO (shHosts (clShell cluster))
       let absent = [ h | (h, _) <- opening, not (M.member h handles) ]
       forM_ [ (handle, m) | (h, m) <- opening, Just handle <- [M.lookup h handles] ] $ \(handle, m) -> hostCallTo handle m
+      modifyIORef' traffic (\t -> t { trafficMessages = trafficMessages t + length opening })
       let -- a host gone before the call could start is a loss like any other
           call1 = foldl (\acc h -> acc >>= Right . hostCallLost h "its link was closed") (Right call0) absent
           loop open state
