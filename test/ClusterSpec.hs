@@ -365,7 +365,7 @@ spec = describe "a cluster of local worker processes" $ do
         good <- packetOf [encodeFromWorker (Results 1 (encode (1 :: Int)))]
         sendFrameStrict conn (B.pack [0, 0, 0, 9] <> B.drop 4 good)   -- claims 9 messages, holds 1
         threadDelay 5000000
-      True <- waitForWorkers cluster 2 5
+      True <- waitForWorkers cluster 2 60
       farm cluster squareTask [1 .. 200] `shouldReturn` map (\x -> x * x) [1 .. 200]
       killThread liar
       closeConnection conn
@@ -388,7 +388,7 @@ spec = describe "a cluster of local worker processes" $ do
         bad <- packetOf [encodeFromWorker (Results count (values <> B.singleton 7))]
         sendFrameStrict conn bad
         threadDelay 5000000
-      True <- waitForWorkers cluster 2 5
+      True <- waitForWorkers cluster 2 60
       -- (were the bad run accepted, the sloppy worker would hold its next
       -- batch for ever: bounded here so that the test fails, not hangs)
       r <- timeout 20000000 (try (farm cluster squareTask [1 .. 200]))

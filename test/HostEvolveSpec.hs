@@ -111,7 +111,7 @@ twoLevelSpec =
           uploaded h size = hostWithStates (10 * h) size [ (i, values !! (i - 1)) | i <- ids, onHost M.! i == h ]
           placement = placementOf [ (SM.StateId (fromIntegral i), h) | (i, h) <- M.toList onHost ]
           Right (call0, opening) = startHostCall 5 "step" stepRef 1000 placement
-                                     [ (SM.StateId (fromIntegral i), enc x) | (i, x) <- zip ids inputs ]
+                                     (SM.fromList [ (SM.StateId (fromIntegral i), enc x) | (i, x) <- zip ids inputs ])
           worlds1 = foldl' (\ws (h, m) -> M.adjust (event (MasterSaid m)) h ws) worlds0 opening
       (worlds, result) <- drive (M.fromList (zip [0 ..] losses)) NoHostLoss 200000 worlds1 (Right call0)
       let truth = M.fromList [ (SM.StateId (fromIntegral i), [ childValue v x j | j <- [0 .. childCount v x - 1] ])
@@ -131,6 +131,9 @@ genMessage = oneof
   [ HostStatesAdd <$> arbitrary <*> listOf pair
   , HostEvolve <$> arbitrary <*> pure stepRef <*> arbitrary <*> listOf pair
   , HostEvolved <$> arbitrary <*> listOf ((,) <$> arbitrary <*> listOf pair)
+  , HostStatesGive <$> arbitrary <*> listOf arbitrary
+  , HostStatesGiven <$> arbitrary <*> listOf pair
+  , HostStatesPut <$> arbitrary <*> listOf pair
   , HostStatesAdopt <$> arbitrary <*> listOf ((,) <$> arbitrary <*> origin) <*> listOf arbitrary
   , HostCallEnded <$> arbitrary <*> oneof
       [ pure (Left (T.pack "a reason"))

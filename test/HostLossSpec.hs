@@ -82,7 +82,7 @@ spec = describe "two-level evolve when a whole host is lost (pure)" $ do
     -- one call of the master over the hosts, driven to its end
     callOn k loss worlds placement inputs
       | null inputs = pure (worlds, emptyCall k)
-      | otherwise = case startHostCall k "step" stepRef 1000 placement inputs of
+      | otherwise = case startHostCall k "step" stepRef 1000 placement (SM.fromList inputs) of
           Left unknown -> error ("unknown states " ++ show unknown)
           Right (call0, opening) -> do
             let worlds' = foldl' (\ws (h, m) -> M.adjust (event (MasterSaid m)) h ws) worlds opening
@@ -91,7 +91,7 @@ spec = describe "two-level evolve when a whole host is lost (pure)" $ do
               Right call | hostCallDone call -> pure (ws, call)
               Right _ -> error "the call did not end"
               Left err -> error (show err)
-    emptyCall k = either (error "no call") fst (startHostCall k "step" stepRef 1000 (placementOf []) [])
+    emptyCall k = either (error "no call") fst (startHostCall k "step" stepRef 1000 (placementOf []) SM.empty)
     -- the adoption messages the master sends, each answered by its host
     adopt k worlds placement origins =
       case rehome [ (h, M.size (wWorkers w)) | (h, w) <- M.toList worlds ] placement origins of

@@ -29,6 +29,7 @@ import qualified EvolveScheduleSpec
 import qualified LineageSpec
 import qualified HostEvolveSpec
 import qualified HostLossSpec
+import qualified HostBalanceSpec
 import qualified TwoLevelSpec
 import qualified BalanceSpec
 import qualified AuthSpec
@@ -89,6 +90,7 @@ main = do
       LineageSpec.spec
       HostEvolveSpec.spec
       HostLossSpec.spec
+      HostBalanceSpec.spec
       TwoLevelSpec.spec
       BalanceSpec.spec
       ClusterSpec.spec

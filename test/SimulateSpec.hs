@@ -155,8 +155,16 @@ spec = describe "simulated hosts" $ do
       -- every call's states were evolved by the hosts' workers, all six taking part
       map esEvolved calls `shouldBe` reverse (runEvolved run)
       maximum (map esWorkers calls) `shouldBe` 6
-      -- one message per host and call, none per state
-      map esHostMessages calls `shouldBe` replicate (setupSteps setup) 2
+      -- one message per host and call (two more when a host gives states
+      -- to the other before it), none per state
+      map esHostMessages calls `shouldSatisfy` all (\m -> m >= 2 && m <= 4)
+      -- Refs run beside the hosted population, their calls the master's own
+      held <- putRefs cluster [1 .. 40 :: Int]
+      squares <- mapRefs cluster refSquare held
+      fetchMany cluster squares `shouldReturn` map (\x -> x * x) [1 .. 40]
+      queryRefs cluster refPlus [ (r, 7) | r <- held ] `shouldReturn` map (+ 7) [1 .. 40]
+      run' <- runFilter setup evolveAll =<< resetStates cluster particleStep (initialParticles setup)
+      run' `shouldBe` runSequential setup
       -- the population is the hosts': states unknown to it are refused
       evolveMany cluster particleStep (M.fromList [ (i, FilterInput 1 0 0 0 0) | i <- take 1 ids ])
         `shouldThrow` (\(e :: HerdError) -> case e of { UnknownStates _ -> True; _ -> False })
@@ -199,6 +207,27 @@ spec = describe "simulated hosts" $ do
       length (nub [ infoPid i | i <- infos, infoGroup i == "simulated" ]) `shouldBe` 3
       after <- clusterWorkerInfo cluster
       length (nub [ infoPid i | i <- after, infoGroup i == "simulated" ]) `shouldBe` 2
+
+  it "two levels: a host left holding every state gives some to the other before the next call, with exact answers" $ do
+    let tweak c = c { configSimulatedWorkers = 6, configSimulatedHosts = 2, configHostScheduling = True }
+        start = initialParticles defaultSetup { setupParticles = 36 }
+        -- the states go round robin, three to a host (one per worker) in
+        -- turn: those of one host get two children, the other's none
+        copies i = if even ((i - 1) `div` 3) then 2 else 0
+        input c = FilterInput c 0.5 1 0 10
+    withTestClusterConfig 0 tweak $ \_ cluster -> do
+      ids <- resetStates cluster particleStep start
+      (out1, s1) <- evolveManyWith defaultEvolveOptions cluster particleStep
+                      (M.fromList [ (sid, input (copies i)) | (i, sid) <- zip [1 :: Int ..] ids ])
+      let expected1 = [ (sid, stepParticle p (input (copies i))) | (i, sid, p) <- zip3 [1 :: Int ..] ids start ]
+          children = [ (c, child) | (sid, kids) <- expected1, ((c, _), (child, _)) <- zip (M.findWithDefault [] sid out1) kids ]
+      M.map (map snd) out1 `shouldBe` M.fromList [ (sid, map snd kids) | (sid, kids) <- expected1 ]
+      esHostMoved s1 `shouldBe` 0
+      (out2, s2) <- evolveManyWith defaultEvolveOptions cluster particleStep (M.fromList [ (c, input 1) | (c, _) <- children ])
+      M.map (map snd) out2 `shouldBe` M.fromList [ (c, map snd (stepParticle p (input 1))) | (c, p) <- children ]
+      -- about half of the 36 children moved to the host that had none
+      esHostMoved s2 `shouldSatisfy` (>= 12)
+      esWorkers s2 `shouldBe` 6
 
   it "answers after the simulated time, and refuses stream processes" $ do
     let tweak c = c { configSimulatedWorkers = 2, configSimulatedHosts = 1 }

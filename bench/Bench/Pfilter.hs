@@ -88,6 +88,7 @@ data Row = Row
   , rowMasterAlloc :: Maybe Double  -- ^ bytes the master allocated per state evolved (GHC.Stats)
   , rowLinks       :: Int           -- ^ links the master kept open
   , rowEvolved     :: Int           -- ^ states evolved in the run
+  , rowHostMoved   :: Int           -- ^ states moved between hosts (two levels)
   } deriving (Show, Read)
 
 -- Microseconds of CPU per evolved state.
@@ -203,7 +204,7 @@ measure o cfg setup hosts = do
           row = Row loop w secs ideal (busyTotal / (fromIntegral w * secs)) (sum (map esMoved calls))
                     (fromIntegral (master1 - master0) / 1e12) (hosts1 - hosts0) callSecs (faults1 - faults0) (hostFaults1 - hostFaults0)
                     (statsGc <$> stats0 <*> stats1) ((\a b -> statsAlloc a b / fromIntegral (max 1 evolved)) <$> stats0 <*> stats1)
-                    links evolved
+                    links evolved (sum (map esHostMoved calls))
       hPutStrLn stderr ("  " ++ masterLoopName loop ++ ", " ++ show w ++ " workers: " ++ fixed 3 secs ++ " s (ideal "
                         ++ fixed 3 ideal ++ " s, efficiency " ++ fixed 2 (ideal / secs) ++ ")")
       pure row
@@ -240,11 +241,11 @@ statsAlloc a b = statsAllocated b - statsAllocated a
 -- Print the table, write the plot, and end with the JSON line.
 report :: Options -> Int -> [Row] -> IO ()
 report o hosts rows = do
-  putStr $ renderTable ["master", "workers", "sim hosts", "links", "seconds", "ideal", "efficiency", "busy", "waiting", "moved"
+  putStr $ renderTable ["master", "workers", "sim hosts", "links", "seconds", "ideal", "efficiency", "busy", "waiting", "moved", "host moves"
                        , "master cpu s", "master us/state", "hosts cpu s", "hosts us/state", "in calls s", "between s", "master faults", "hosts faults"
                        , "master gc s", "master B/state"]
     [ [ masterLoopName (rowLoop r), show (rowWorkers r), show hosts, show (rowLinks r), fixed 3 (rowSeconds r), fixed 3 (rowIdeal r)
-      , fixed 3 (rowIdeal r / rowSeconds r), fixed 3 (rowBusy r), fixed 3 (1 - rowBusy r), show (rowMoved r)
+      , fixed 3 (rowIdeal r / rowSeconds r), fixed 3 (rowBusy r), fixed 3 (1 - rowBusy r), show (rowMoved r), show (rowHostMoved r)
       , fixed 2 (rowMasterCpu r), fixed 1 (perState r (rowMasterCpu r)), fixed 2 (rowHostsCpu r), fixed 1 (perState r (rowHostsCpu r))
       , fixed 3 (rowInCalls r), fixed 3 (rowSeconds r - rowInCalls r)
       , show (rowFaults r), show (rowHostsFaults r)
@@ -268,6 +269,7 @@ report o hosts rows = do
                                 , ("efficiency", JNumber (rowIdeal r / rowSeconds r))
                                 , ("busy", JNumber (rowBusy r)), ("waiting", JNumber (1 - rowBusy r))
                                 , ("moved", JInt (fromIntegral (rowMoved r)))
+                                , ("host_moved", JInt (fromIntegral (rowHostMoved r)))
                                 , ("sim_hosts", JInt (fromIntegral hosts))
                                 , ("links", JInt (fromIntegral (rowLinks r)))
                                 , ("master_cpu_s", JNumber (rowMasterCpu r)), ("hosts_cpu_s", JNumber (rowHostsCpu r))

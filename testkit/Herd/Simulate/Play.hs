@@ -48,7 +48,7 @@ import Herd.Task (Runner (..), TaskRef (..), lookupRunner)
 import Herd.Core.Wire
 import Herd.Core.Wire.Host
 import Herd.Wire.HostEntry (controlEncoder, hostCallEncoder)
-import Herd.Core.Agent.Evolve (HostEvent (..), HostOut (..), isEvolveAnswer, stepHost)
+import Herd.Core.Agent.Evolve (HostEvent (..), HostOut (..), hostClaims, isEvolveAnswer, stepHost)
 import Herd.Wire.Encode
 import Herd.Wire.Scratch (ChunkOutcome (..), resultsEncoder, resultsFitting, scratchCount)
 import Herd.Node.Join
@@ -202,7 +202,8 @@ verdict host tag s v = case v of
 say :: Host -> Int -> Sim -> FromWorker -> IO ()
 say host tag _ m = do
   hosted <- readIORef (hHosted host)
-  if hosted && isEvolveAnswer m then agentStep host (LocalSaid (fromIntegral tag) m) else out host tag (encodeFromWorker m)
+  claimed <- if hosted && isEvolveAnswer m then (\pop -> hostClaims pop (fromIntegral tag) m) <$> readIORef (hPopulation host) else pure False
+  if claimed then agentStep host (LocalSaid (fromIntegral tag) m) else out host tag (encodeFromWorker m)
 
 -- Into the worker's packet buffer, as a real worker's messages go; the
 -- host's loop flushes it at the end of the round ('flushIdle'), so no

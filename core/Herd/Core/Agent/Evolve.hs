@@ -29,6 +29,7 @@ module Herd.Core.Agent.Evolve
   , HostOut (..)
   , stepHost
   , isEvolveAnswer
+  , hostClaims
   ) where
 
 import qualified Data.ByteString as B
@@ -53,6 +54,14 @@ data HostPopulation = HostPopulation
   , hpWorkers  :: !(S.Set WorkerId)   -- ^ the host's live workers
   , hpRunning  :: !(Maybe Running)
   , hpNextPut  :: !Int                -- ^ where the next added state goes (round robin)
+  , hpGiving   :: !(Maybe Giving)     -- ^ states being given back to the master, if any
+  }
+
+-- States being taken back from the workers, to be given to the master.
+data Giving = Giving
+  { gvNumber  :: !Word64
+  , gvWaiting :: !(M.Map Word64 WorkerId)    -- ^ asked of this worker, not yet answered
+  , gvGot     :: ![(Word64, B.ByteString)]   -- ^ given back, newest first
   }
 
 -- A call in progress.
@@ -65,7 +74,7 @@ data Running = Running
 
 -- | A host with no states and no worker yet.
 newHostPopulation :: HostPopulation
-newHostPopulation = HostPopulation emptyRegistry S.empty Nothing 0
+newHostPopulation = HostPopulation emptyRegistry S.empty Nothing 0 Nothing
 
 -- | Where the host's states live and how to make them again.
 hostRegistry :: HostPopulation -> Registry
@@ -97,8 +106,27 @@ data HostOut
 
 -- | One step of the host's population.
 stepHost :: Double -> HostEvent -> HostPopulation -> (HostPopulation, [HostOut])
-stepHost now ev hp = case ev of
+stepHost now ev hp
+  -- a give in progress is over when another message of the master comes
+  -- (its caller gave up): what came back is held again
+  | MasterSaid _ <- ev, Just gv <- hpGiving hp = let (hp', outs) = keepGiven gv hp
+                                                     (hp'', outs') = stepHost now ev hp'
+                                                 in (hp'', outs ++ outs')
+  | LocalSaid w msg <- ev, Just gv <- hpGiving hp, Just k <- answerState msg, M.lookup k (gvWaiting gv) == Just w =
+      given gv k msg hp
+  | LocalLost w _ <- ev, Just gv <- hpGiving hp, w `elem` M.elems (gvWaiting gv) =
+      -- its states stay here, to be remade at the next call
+      let gv' = gv { gvWaiting = M.filter (/= w) (gvWaiting gv) }
+          (hp', outs) = giveDone gv' hp { hpGiving = Just gv' }
+          (hp'', outs') = stepHost now ev hp'
+      in (hp'', outs ++ outs')
+  | otherwise = stepPopulation now ev hp
+
+stepPopulation :: Double -> HostEvent -> HostPopulation -> (HostPopulation, [HostOut])
+stepPopulation now ev hp = case ev of
   MasterSaid (HostStatesAdd n states) -> addStates n states hp
+  MasterSaid (HostStatesGive n ids) -> giveStates n ids hp
+  MasterSaid (HostStatesPut n states) -> putStates n states hp
   MasterSaid (HostEvolve n ref deaths states) -> begin now n ref (fromIntegral deaths) states hp
   MasterSaid (HostStatesAdopt n origins ids) -> adoptStates n origins ids hp
   MasterSaid other -> (hp, [ToMasterCall (HostCallEnded (hostCallNumber other) (Left (T.pack ("a host cannot take " ++ show other))))])
@@ -144,6 +172,76 @@ addStates n states hp
          , [ ToLocal w (StatesDrop ks) | w <- ws, let ks = M.findWithDefault [] w held ++ abandoned, not (null ks) ]
            ++ [ ToLocal w (StateAdd k bytes) | ((k, bytes), w) <- placed ]
            ++ [ToMasterCall (HostCallEnded n (Right (CallSummary [] 0 0)))] )
+
+-- Take these states back from the workers holding them, for the master.
+giveStates :: Word64 -> [Word64] -> HostPopulation -> (HostPopulation, [HostOut])
+giveStates n ids hp
+  | Just rn <- hpRunning hp =
+      let (hp', outs) = abandon rn hp
+          (hp'', outs') = giveStates n ids hp'
+      in (hp'', outs ++ outs')
+  | otherwise =
+      let reg = hpRegistry hp
+          asked = M.fromList [ (k, placedOn p) | k <- ids, Just p <- [SM.lookup (StateId k) (regStates reg)]
+                                               , S.member (placedOn p) (hpWorkers hp) ]
+          gv = Giving n asked []
+      in if M.null asked then giveDone gv hp
+         else (hp { hpGiving = Just gv }, [ ToLocal w (StateRelease k) | (k, w) <- M.toList asked ])
+
+-- A worker's answer about a state being given.
+given :: Giving -> Word64 -> FromWorker -> HostPopulation -> (HostPopulation, [HostOut])
+given gv k msg hp =
+  let reg = hpRegistry hp
+      (gv', reg') = case msg of
+        StateReleased _ bytes -> ( gv { gvWaiting = M.delete k (gvWaiting gv), gvGot = (k, bytes) : gvGot gv }
+                                 , reg { regStates = SM.delete (StateId k) (regStates reg) } )
+        -- kept (being evolved) or missing: not given, it stays here
+        _ -> (gv { gvWaiting = M.delete k (gvWaiting gv) }, reg)
+  in giveDone gv' hp { hpRegistry = reg', hpGiving = Just gv' }
+
+-- A give whose every state was answered goes to the master.
+giveDone :: Giving -> HostPopulation -> (HostPopulation, [HostOut])
+giveDone gv hp
+  | not (M.null (gvWaiting gv)) = (hp, [])
+  | otherwise = ( hp { hpGiving = Nothing }
+                , [ ToMasterCall (HostStatesGiven (gvNumber gv) (reverse (gvGot gv)))
+                  , ToMasterCall (HostCallEnded (gvNumber gv) (Right (CallSummary [] 0 0))) ] )
+
+-- A give given up: the states that came back are held again, and the
+-- master hears that it ended.
+keepGiven :: Giving -> HostPopulation -> (HostPopulation, [HostOut])
+keepGiven gv hp =
+  let (hp', outs) = placeStates (gvGot gv) hp { hpGiving = Nothing }
+  in (hp', outs ++ [ToMasterCall (HostCallEnded (gvNumber gv) (Left (T.pack "given up: the master sent another message")))])
+
+-- Hold these states too, round robin over the workers.
+putStates :: Word64 -> [(Word64, B.ByteString)] -> HostPopulation -> (HostPopulation, [HostOut])
+putStates n states hp
+  | Just rn <- hpRunning hp =
+      let (hp', outs) = abandon rn hp
+          (hp'', outs') = putStates n states hp'
+      in (hp'', outs ++ outs')
+  | S.null (hpWorkers hp) = (hp, [ToMasterCall (HostCallEnded n (Left (T.pack "the host has no worker to hold the states")))])
+  | otherwise = let (hp', outs) = placeStates states hp
+                in (hp', outs ++ [ToMasterCall (HostCallEnded n (Right (CallSummary [] 0 0)))])
+
+-- Place states on the live workers, round robin, their bytes their origin.
+placeStates :: [(Word64, B.ByteString)] -> HostPopulation -> (HostPopulation, [HostOut])
+placeStates [] hp = (hp, [])
+placeStates states hp
+  | S.null (hpWorkers hp) =
+      -- no worker: placed on none, remade from their bytes at the next call
+      (hp { hpRegistry = record [ (k, b, onNoWorker) | (k, b) <- states ] }, [])
+  | otherwise =
+      let ws = S.toList (hpWorkers hp)
+          placed = [ (k, b, w) | ((k, b), w) <- zip states (drop (hpNextPut hp `mod` length ws) (cycle ws)) ]
+      in ( hp { hpRegistry = record placed, hpNextPut = hpNextPut hp + length states }
+         , [ ToLocal w (StateAdd k b) | (k, b, w) <- placed ] )
+  where
+    reg = hpRegistry hp
+    record placed = reg
+      { regStates = foldl' (\m (k, _, w) -> SM.insert (StateId k) (Placed w 0) m) (regStates reg) placed
+      , regOrigin = foldl' (\m (k, b, _) -> SM.insert (StateId k) (Seen b) m) (regOrigin reg) placed }
 
 -- Take over states of a lost host: placed on no worker, so that the next
 -- call recomputes them from their lineage first, as it does a lost local
@@ -261,6 +359,21 @@ isEvolveAnswer m = case m of
   EvolveRejected _ -> True
   StatesCleared -> False
   _ -> maybe False (const True) (answerState m)
+
+-- | Whether a local worker's evolve answer is this host's scheduler's: it
+-- names a state of the host's population, of its running call, of a call
+-- given up, or of a give in progress. Any other (a Ref's, whose calls the
+-- master runs itself) goes to the master as it came.
+hostClaims :: HostPopulation -> WorkerId -> FromWorker -> Bool
+hostClaims hp w msg = case answerState msg of
+  Just k -> let s = StateId k
+                reg = hpRegistry hp
+            in SM.member s (regStates reg) || S.member s (regAbandoned reg)
+               || maybe False (\rn -> machineClaims (callMachine (refNameOf rn)) w msg (rnCall rn)) (hpRunning hp)
+               || maybe False (M.member k . gvWaiting) (hpGiving hp)
+  Nothing -> case msg of
+    EvolveRejected _ -> maybe False (const True) (hpRunning hp)
+    _ -> False
 
 -- Remember states evolved in the running call, for the next report.
 markFresh :: [StateId] -> HostPopulation -> HostPopulation

@@ -71,7 +71,9 @@ hostOf (HostPlacement m) s = fromIntegral . placedOn <$> SM.lookup s m
 data HostCall = HostCall
   { hcNumber   :: !Word64
   , hcName     :: !String
-  , hcAsked    :: !(StateMap HostId)                     -- ^ states not yet reported, and their host
+  , hcInputs   :: !(StateMap B.ByteString)               -- ^ the call's states and inputs
+  , hcPlacement :: !HostPlacement                        -- ^ where they were at the start
+  , hcLeft     :: !(M.Map HostId Int)                    -- ^ states each host has not reported yet
   , hcOutputs  :: !(StateMap [(StateId, B.ByteString)])  -- ^ reported: each state's children
   , hcMade     :: ![(HostId, [StateId])]                 -- ^ children made, a batch at a time
   , hcOpen     :: !(M.Map HostId ())                     -- ^ hosts whose part has not ended
@@ -81,35 +83,40 @@ data HostCall = HostCall
 
 -- | Start a call: one message for each host holding some of the states.
 -- 'Left': states no host holds.
-startHostCall :: Word64 -> String -> TaskRef -> Int -> HostPlacement -> [(StateId, B.ByteString)]
+startHostCall :: Word64 -> String -> TaskRef -> Int -> HostPlacement -> StateMap B.ByteString
               -> Either [StateId] (HostCall, [(HostId, HostCallMessage)])
-startHostCall n name ref deaths placement inputs = case [ s | (s, _) <- inputs, hostOf placement s == Nothing ] of
+startHostCall n name ref deaths placement inputs = case [ s | s <- SM.keys inputs, hostOf placement s == Nothing ] of
   unknown@(_ : _) -> Left unknown
   [] ->
-    let byHost = M.fromListWith (++) [ (h, [(k, i)]) | (s@(StateId k), i) <- reverse inputs, Just h <- [hostOf placement s] ]
-        asked = SM.fromList [ (s, h) | (s, _) <- inputs, Just h <- [hostOf placement s] ]
-        call = HostCall n name asked SM.empty [] (M.map (const ()) byHost) [] M.empty
+    let byHost = M.fromListWith (++) [ (h, [(k, i)]) | (s@(StateId k), i) <- reverse (SM.toList inputs), Just h <- [hostOf placement s] ]
+        call = HostCall n name inputs placement (M.map length byHost) SM.empty [] (M.map (const ()) byHost) [] M.empty
     in Right (call, [ (h, HostEvolve n ref (fromIntegral deaths) states) | (h, states) <- M.toList byHost ])
 
 -- | A host's message about the call: 'Left' ends the call with an error.
 hostCallReport :: HostId -> HostCallMessage -> HostCall -> Either HerdError HostCall
 hostCallReport h msg call = case msg of
-  HostEvolved n done | n == hcNumber call -> foldl' (\acc d -> acc >>= evolved d) (Right call) done
-  HostCallEnded n (Right summary) | n == hcNumber call -> case [ s | (s, h') <- SM.toList (hcAsked call), h' == h ] of
-    [] -> Right call { hcOpen = M.delete h (hcOpen call), hcSummaries = (h, summary) : hcSummaries call }
-    missed -> Left (StatesLost (map show missed) ("host " ++ show h ++ " ended its part of the call without them"))
+  HostEvolved n done | n == hcNumber call ->
+    fmap (\c -> c { hcLeft = M.adjust (subtract (length done)) h (hcLeft c) }) (foldl' (\acc d -> acc >>= evolved d) (Right call) done)
+  HostCallEnded n (Right summary) | n == hcNumber call -> case M.findWithDefault 0 h (hcLeft call) of
+    0 -> Right call { hcOpen = M.delete h (hcOpen call), hcSummaries = (h, summary) : hcSummaries call }
+    _ -> Left (StatesLost (map show (unreported h call)) ("host " ++ show h ++ " ended its part of the call without them"))
   HostCallEnded n (Left why) | n == hcNumber call ->
     Left (EvolveFailed (hcName call) ("the states of host " ++ show h) (T.unpack why))
   _ -> Right call   -- another call's: one that ended already
   where
-    evolved (k, kids) c = case SM.lookup (StateId k) (hcAsked c) of
-      Just h' | h' == h ->
-        let children = [ (StateId ck, o) | (ck, o) <- kids ]
-        in Right c { hcAsked = SM.delete (StateId k) (hcAsked c)
-                   , hcOutputs = SM.insert (StateId k) children (hcOutputs c)
-                   , hcMade = (h, map fst children) : hcMade c }
-      _ -> Left (EvolveFailed (hcName c) (show (StateId k))
-                   ("host " ++ show h ++ " reported it, which it was not asked to evolve or reported before"))
+    -- asked of this host (a state of the call on it) and not reported before
+    evolved (k, kids) c
+      | SM.member s (hcInputs c), hostOf (hcPlacement c) s == Just h, not (SM.member s (hcOutputs c)) =
+          let children = [ (StateId ck, o) | (ck, o) <- kids ]
+          in Right c { hcOutputs = SM.insert s children (hcOutputs c)
+                     , hcMade = (h, map fst children) : hcMade c }
+      | otherwise = Left (EvolveFailed (hcName c) (show s)
+                            ("host " ++ show h ++ " reported it, which it was not asked to evolve or reported before"))
+      where s = StateId k
+
+-- The call's states on this host that it has not reported.
+unreported :: HostId -> HostCall -> [StateId]
+unreported h call = [ s | s <- SM.keys (hcInputs call), hostOf (hcPlacement call) s == Just h, not (SM.member s (hcOutputs call)) ]
 
 -- | A host was lost: its part of the call is over, and the states it did
 -- not report are unanswered ('hostCallUnanswered').
@@ -121,7 +128,7 @@ hostCallLost h why call
 -- | The states of the call that lost hosts did not report, with their
 -- hosts: once rehomed, they are to be evolved again.
 hostCallUnanswered :: HostCall -> [(StateId, HostId)]
-hostCallUnanswered call = [ x | x@(_, h) <- SM.toList (hcAsked call), M.member h (hcLost call) ]
+hostCallUnanswered call = [ (s, h) | h <- M.keys (hcLost call), s <- unreported h call ]
 
 -- | The hosts lost during the call, and why.
 hostCallLosses :: HostCall -> [(HostId, String)]
@@ -142,9 +149,12 @@ hostCallSummaries = hcSummaries
 -- | Where the live states are after a finished call: the evolved states
 -- are gone, their children are on their parents' hosts.
 placementAfter :: HostCall -> HostPlacement -> HostPlacement
-placementAfter call (HostPlacement m) =
-  let without = foldl' (flip SM.delete) m (SM.keys (hcOutputs call))
-  in foldl' (\p (h, kids) -> placeOn h kids p) (HostPlacement without) (reverse (hcMade call))
+placementAfter call (HostPlacement m)
+  -- every live state was evolved (a filter's every step): the children are all
+  | SM.size (hcOutputs call) == SM.size m = HostPlacement (SM.fromList [ (c, Placed (fromIntegral h) 0) | (h, kids) <- hcMade call, c <- kids ])
+  | otherwise =
+      let without = foldl' (flip SM.delete) m (SM.keys (hcOutputs call))
+      in foldl' (\p (h, kids) -> placeOn h kids p) (HostPlacement without) (reverse (hcMade call))
 
 -- | The lineage a call adds: each reported child was made of its parent
 -- by the call's function, with the parent's input (the same record a

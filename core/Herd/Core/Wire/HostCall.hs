@@ -53,6 +53,15 @@ data HostCallMessage
     -- was lost; hold them too, made again from their lineage (the origins
     -- of every state on the way back to bytes the master saw) at the
     -- host's next call; answered by 'HostCallEnded'
+  | HostStatesGive !Word64 ![Word64]
+    -- ^ master to host: give these states back, to be held elsewhere
+    -- (moves between hosts); answered by 'HostStatesGiven' with those the
+    -- host could give, then 'HostCallEnded'
+  | HostStatesGiven !Word64 ![(Word64, B.ByteString)]
+    -- ^ host to master: these states' bytes; the host holds them no more
+  | HostStatesPut !Word64 ![(Word64, B.ByteString)]
+    -- ^ master to host: hold these states too, beside those held;
+    -- answered by 'HostCallEnded'
   | HostEvolved !Word64 ![(Word64, [(Word64, B.ByteString)])]
     -- ^ host to master: these states were evolved, each into these
     -- children (ids and outputs)
@@ -67,6 +76,9 @@ hostCallNumber m = case m of
   HostStatesAdd n _ -> n
   HostEvolve n _ _ _ -> n
   HostStatesAdopt n _ _ -> n
+  HostStatesGive n _ -> n
+  HostStatesGiven n _ -> n
+  HostStatesPut n _ -> n
   HostEvolved n _ -> n
   HostCallEnded n _ -> n
 
@@ -78,6 +90,9 @@ encodeHostCall m = buildStrict $ case m of
   HostStatesAdopt n origins ids -> putWord8 4 <> putWord64 n
     <> count origins <> foldMap (\(s, o) -> putWord64 s <> origin o) origins
     <> count ids <> foldMap putWord64 ids
+  HostStatesGive n ids -> putWord8 5 <> putWord64 n <> count ids <> foldMap putWord64 ids
+  HostStatesGiven n states -> putWord8 6 <> putWord64 n <> pairs states
+  HostStatesPut n states -> putWord8 7 <> putWord64 n <> pairs states
   HostEvolved n done -> putWord8 2 <> putWord64 n <> count done
     <> foldMap (\(s, kids) -> putWord64 s <> pairs kids) done
   HostCallEnded n (Left why) -> putWord8 3 <> putWord64 n <> putWord8 0 <> putText why
@@ -119,6 +134,9 @@ decodeHostCall = runGet $ do
       origins <- replicateM k ((,) <$> getWord64 <*> origin)
       ids <- getCount 8 >>= \j -> replicateM j getWord64
       pure (HostStatesAdopt n origins ids)
+    5 -> HostStatesGive <$> getWord64 <*> (getCount 8 >>= \j -> replicateM j getWord64)
+    6 -> HostStatesGiven <$> getWord64 <*> pairs
+    7 -> HostStatesPut <$> getWord64 <*> pairs
     _ -> failGet ("unknown host call tag " ++ show tag)
   where
     pairs = do

@@ -145,6 +145,7 @@ data EvolveStats = EvolveStats
     -- ^ two-level calls: the messages the master sent the hosts (one per
     -- host and round, one per adoption; never one per state); 0 otherwise
   , esRehomed  :: !Int                    -- ^ two-level calls: states of lost hosts given to other hosts
+  , esHostMoved :: !Int                   -- ^ two-level calls: states moved between live hosts
   } deriving (Show)
 
 -- | The number of states the cluster holds now: its evolve states and its Refs.
@@ -251,7 +252,7 @@ hostedCall cluster ref reg inputs = do
   -- an interrupted caller (timeout, an async exception) forgets the
   -- call's states as a failed call does; the hosts give the call up when
   -- the next one comes
-  attempt <- try (hostedEvolve cluster ref reg (SM.toList inputs))
+  attempt <- try (hostedEvolve cluster ref reg inputs)
   let (reg', outcome) = case attempt of
         Left (e :: SomeException) ->
           (reg { regStates = SM.filterWithKey (\s _ -> not (SM.member s inputs)) (regStates reg) }, Left e)
@@ -264,7 +265,7 @@ hostedCall cluster ref reg inputs = do
           stats = EvolveStats (finished - started) (M.size busy) (SM.size outputs) (sum (map length (SM.elems outputs)))
                               (sum [ fromIntegral (summaryMoved c) | (_, c) <- summaries ]) busy (clusterMasterLoop cluster)
                               (sum [ fromIntegral (summaryRecovered c) | (_, c) <- summaries ])
-                              (trafficMessages traffic) (trafficRehomed traffic)
+                              (trafficMessages traffic) (trafficRehomed traffic) (trafficMoved traffic)
       in stats `seq` Right (SM.toMap outputs, stats)
 
 -- | 'evolveManyWith' for a function known by its reference, its input's
@@ -307,7 +308,7 @@ evolveRaw population hints opts cluster ref encodeInput decodeOutput inputs = do
               reg' = registryAfter ref call reg
               stats = EvolveStats (finished - started) (length (planWorkers (callPlan call))) evolvedN
                                   (callChildren call) (callMoved call) (callBusy call) (clusterMasterLoop cluster)
-                                  (callRecovered call) 0 0
+                                  (callRecovered call) 0 0 0
           -- forced now: left unevaluated, the stats kept the call's whole
           -- state and the cluster (its links' buffers, its threads) alive
           -- for as long as the caller kept them, even past 'withCluster'

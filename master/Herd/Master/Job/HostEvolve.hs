@@ -23,14 +23,12 @@ module Herd.Master.Job.HostEvolve
   ) where
 
 import Control.Concurrent.STM
-import Control.Exception (finally, throwIO, try)
+import Control.Exception (throwIO, try)
 import Control.Monad (forM_, when)
 import Data.IORef
 import qualified Data.ByteString as B
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
-import qualified Data.Text as T
-import Data.Word (Word64)
 import Herd.Core.Base (TaskRef (..))
 import Herd.Core.Error (HerdError (..))
 import Herd.Core.Evolve.Hosts
@@ -38,7 +36,8 @@ import Herd.Core.Evolve.Registry (Origin (..), Placed (..), Registry (..), empty
 import Herd.Core.Evolve.StateMap (StateId (..), StateMap)
 import qualified Herd.Core.Evolve.StateMap as SM
 import Herd.Core.Wire.HostCall
-import Herd.Master.Cluster (Cluster (..), freshId)
+import Herd.Master.Cluster (Cluster (..))
+import Herd.Master.Job.HostMoves
 import Herd.Master.ShellState (HostHandle (..), Shell (..))
 import Herd.Settings (Config (..))
 
@@ -48,25 +47,6 @@ hostScheduled :: Cluster -> IO Bool
 hostScheduled cluster
   | configHostScheduling (clConfig cluster) = not . M.null <$> readTVarIO (shHosts (clShell cluster))
   | otherwise = pure False
-
--- The open hosts that have workers, with their handles and worker counts.
-liveHosts :: Cluster -> IO [(HostId, HostHandle, Int)]
-liveHosts cluster = filter (\(_, _, n) -> n > 0) <$> openHosts cluster
-
--- The open hosts, with their handles and worker counts.
-openHosts :: Cluster -> IO [(HostId, HostHandle, Int)]
-openHosts cluster = do
-  hosts <- M.toList <$> readTVarIO (shHosts (clShell cluster))
-  mapM (\(h, handle) -> (,,) h handle <$> hostMembers handle) hosts
-
--- Run a call: its queue registered while the body runs.
-withCall :: Cluster -> (Word64 -> TQueue (HostId, Either String HostCallMessage) -> IO a) -> IO a
-withCall cluster body = do
-  n <- freshId cluster
-  q <- newTQueueIO
-  let calls = shHostCalls (clShell cluster)
-  atomically (modifyTVar' calls (M.insert n q))
-  body n q `finally` atomically (modifyTVar' calls (M.delete n))
 
 -- | Replace the population with these encoded states, spread over the
 -- hosts by their worker counts; each host places its share on its workers.
@@ -88,56 +68,6 @@ hostedReset cluster encoded = do
     , regNextId = fromIntegral (length encoded) + 1
     , regHosted = True }
 
--- Every host's end of an upload: a refusal or a loss fails it.
-awaitEnds :: TQueue (HostId, Either String HostCallMessage) -> Word64 -> S.Set HostId -> IO ()
-awaitEnds q n open = awaitEndsLosing q n open >>= \lost -> case lost of
-  (h, why) : _ -> throwIO (LaunchError ("host " ++ show h ++ " was lost while taking its states: " ++ why))
-  [] -> pure ()
-
--- Every host's end of an upload or adoption, and the hosts lost before
--- they ended; a refusal throws.
-awaitEndsLosing :: TQueue (HostId, Either String HostCallMessage) -> Word64 -> S.Set HostId -> IO [(HostId, String)]
-awaitEndsLosing q n = go []
-  where
-    go lost open
-      | S.null open = pure lost
-      | otherwise = do
-          (h, said) <- atomically (readTQueue q)
-          case said of
-            Left why | S.member h open -> go ((h, why) : lost) (S.delete h open)
-            Right (HostCallEnded n' (Left why)) | n' == n ->
-              throwIO (LaunchError ("host " ++ show h ++ " could not take its states: " ++ T.unpack why))
-            Right (HostCallEnded n' (Right _)) | n' == n -> go lost (S.delete h open)
-            _ -> go lost open
-
--- Give every state of a host that is no longer open to the open hosts
--- with workers ('rehome'): one message per adopting host, and again if
--- an adopting host is lost meanwhile. Throws 'StatesLost' when no host
--- with a worker is left.
-rehomed :: Cluster -> IORef Traffic -> Registry -> IO Registry
-rehomed cluster traffic reg = withCall cluster $ \n q -> do
-  -- read after the call's queue is registered: a host lost from now on is
-  -- heard of on the queue, one lost before is no longer listed
-  hosts <- openHosts cluster
-  case rehome [ (h, c) | (h, _, c) <- hosts ] (HostPlacement (regStates reg)) (regOrigin reg) of
-    Left err -> throwIO err
-    Right (_, []) -> pure reg
-    Right (placement, adoptions) -> do
-      let handles = M.fromList [ (h, handle) | (h, handle, _) <- hosts ]
-      forM_ adoptions $ \a -> forM_ (M.lookup (adoptHost a) handles) $ \handle ->
-        hostCallTo handle (HostStatesAdopt n [ (k, o) | (StateId k, o) <- adoptOrigins a ] [ k | StateId k <- adoptStates a ])
-      modifyIORef' traffic (\t -> t { trafficMessages = trafficMessages t + length adoptions
-                                    , trafficRehomed = trafficRehomed t + sum (map (length . adoptStates) adoptions) })
-      lost <- awaitEndsLosing q n (S.fromList (map adoptHost adoptions))
-      let reg' = reg { regStates = placementStates placement }
-      if null lost then pure reg' else rehomed cluster traffic reg'
-
--- | What the master sent the hosts for one call.
-data Traffic = Traffic
-  { trafficMessages :: !Int   -- ^ host-call messages: one per host and round, and one per adoption
-  , trafficRehomed  :: !Int   -- ^ states of lost hosts given to others
-  } deriving (Eq, Show)
-
 -- | What a call on the hosts gave: each evolved state's children, what
 -- each host said of its part, and what the master sent.
 data HostedOutcome = HostedOutcome
@@ -151,25 +81,27 @@ data HostedOutcome = HostedOutcome
 -- evolved state's children with what each host said of its part, or the
 -- call's error. The states of hosts lost before or during the call are
 -- rehomed and those not yet answered evolved again, a round at a time.
-hostedEvolve :: Cluster -> TaskRef -> Registry -> [(StateId, B.ByteString)]
+hostedEvolve :: Cluster -> TaskRef -> Registry -> StateMap B.ByteString
              -> IO (Registry, Either HerdError HostedOutcome)
 hostedEvolve cluster ref reg0 inputs0 = do
-  traffic <- newIORef (Traffic 0 0)
-  let inputMap = SM.fromList inputs0
+  traffic <- newIORef (Traffic 0 0 0)
+  let inputMap = inputs0
       rounds reg inputs outputs summaries = do
         rehome' <- try (rehomed cluster traffic reg)
         case rehome' of
           Left (err :: HerdError) -> pure (forgetCall outputs reg, Left err)
           Right reg1 -> do
-            (reg2, result) <- hostedRound cluster traffic ref reg1 inputs
+            -- a host that would run long gives some of the call's states to one that would idle
+            reg1' <- balanced cluster traffic (SM.keys inputs) reg1
+            (reg2, result) <- hostedRound cluster traffic ref reg1' inputs
             case result of
               Left err -> pure (forgetCall outputs reg2, Left err)
               Right (call, unanswered) -> do
                 let outputs' = SM.foldlWithKey' (\m k v -> SM.insert k v m) outputs (hostCallOutputs call)
                     summaries' = hostCallSummaries call ++ summaries
-                    again = [ (s, SM.findWithDefault B.empty s inputMap) | (s, _) <- unanswered ]
-                if null again
-                  then (,) reg2 . Right . HostedOutcome outputs' summaries' <$> readIORef traffic
+                    again = SM.fromList [ (s, SM.findWithDefault B.empty s inputMap) | (s, _) <- unanswered ]
+                if SM.null again
+                  then (,) (withMeanStep (SM.size outputs') summaries' reg2) . Right . HostedOutcome outputs' summaries' <$> readIORef traffic
                   else rounds reg2 again outputs' summaries'
       -- a failed call's states are in an unknown state: forgotten, with the
       -- children its earlier rounds made
@@ -178,9 +110,16 @@ hostedEvolve cluster ref reg0 inputs0 = do
         in reg { regStates = SM.filterWithKey (\s _ -> not (SM.member s inputMap || S.member s made)) (regStates reg) }
   rounds reg0 inputs0 SM.empty []
 
+-- The mean step the hosts measured, for the next call's balance.
+withMeanStep :: Int -> [(HostId, CallSummary)] -> Registry -> Registry
+withMeanStep evolved summaries reg
+  | evolved > 0 = reg { regMeanCost = Just (fromIntegral busyNs / 1e9 / fromIntegral evolved) }
+  | otherwise = reg
+  where busyNs = sum [ ns | (_, c) <- summaries, (_, ns) <- summaryBusy c ]
+
 -- One round of a call: the finished call and the states lost hosts did not
 -- answer (still placed on those hosts), or the call's error.
-hostedRound :: Cluster -> IORef Traffic -> TaskRef -> Registry -> [(StateId, B.ByteString)]
+hostedRound :: Cluster -> IORef Traffic -> TaskRef -> Registry -> StateMap B.ByteString
             -> IO (Registry, Either HerdError (HostCall, [(StateId, HostId)]))
 hostedRound cluster traffic ref reg inputs = withCall cluster $ \n q -> do
   let placement = HostPlacement (regStates reg)
@@ -209,6 +148,6 @@ hostedRound cluster traffic ref reg inputs = withCall cluster $ \n q -> do
         Left err -> (reg, Left err)
         Right call ->
           let placement' = placementAfter call placement
-              origins = originsAfter ref (SM.fromList inputs) call (regOrigin reg)
+              origins = originsAfter ref inputs call (regOrigin reg)
           in ( keepOrigins (placementStates placement') origins reg { regStates = placementStates placement' }
              , Right (call, hostCallUnanswered call) )

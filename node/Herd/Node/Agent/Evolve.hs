@@ -67,8 +67,10 @@ takeEvolveAnswers ae cap w packet = do
   if not hosted then pure (Just packet) else case splitPacket cap packet of
     Left _ -> pure (Just packet)   -- the master names what is wrong with it
     Right msgs -> do
+      pop <- readIORef (aePopulation ae)
       let judged = [ (m, either (const Nothing) answer (decodeFromWorker m)) | m <- msgs ]
-          answer msg = if isEvolveAnswer msg then Just msg else Nothing
+          -- a Ref call's answers are the master's
+          answer msg = if isEvolveAnswer msg && hostClaims pop w msg then Just msg else Nothing
           mine = [ a | (_, Just a) <- judged ]
           rest = [ m | (m, Nothing) <- judged ]
       unless (null mine) $ do
