@@ -120,7 +120,23 @@ stepHost now ev hp
           (hp', outs) = giveDone gv' hp { hpGiving = Just gv' }
           (hp'', outs') = stepHost now ev hp'
       in (hp'', outs ++ outs')
+  -- the master sends a message only after its last call returned: a call
+  -- still running here was given up by its caller, and goes first, so
+  -- that it cannot touch what the message brings
+  | MasterSaid m <- ev, fromMaster m, Just rn <- hpRunning hp =
+      let (hp', outs) = abandon rn hp
+          (hp'', outs') = stepPopulation now ev hp'
+      in (hp'', outs ++ outs')
   | otherwise = stepPopulation now ev hp
+
+-- Whether a message is one the master sends a host (the others it only
+-- hears, and a host refuses them).
+fromMaster :: HostCallMessage -> Bool
+fromMaster m = case m of
+  HostEvolved {} -> False
+  HostCallEnded {} -> False
+  HostStatesGiven {} -> False
+  _ -> True
 
 stepPopulation :: Double -> HostEvent -> HostPopulation -> (HostPopulation, [HostOut])
 stepPopulation now ev hp = case ev of
@@ -151,11 +167,6 @@ stepPopulation now ev hp = case ev of
 -- Keep states the master sends on the host's workers, round robin.
 addStates :: Word64 -> [(Word64, B.ByteString)] -> HostPopulation -> (HostPopulation, [HostOut])
 addStates n states hp
-  | Just rn <- hpRunning hp =
-      -- a call given up by its caller goes first, so that it cannot touch the new states
-      let (hp', outs) = abandon rn hp
-          (hp'', outs') = addStates n states hp'
-      in (hp'', outs ++ outs')
   | S.null (hpWorkers hp) = (hp, [ToMasterCall (HostCallEnded n (Left (T.pack "the host has no worker to hold the states")))])
   | otherwise =
       let ws = S.toList (hpWorkers hp)
@@ -176,10 +187,6 @@ addStates n states hp
 -- Take these states back from the workers holding them, for the master.
 giveStates :: Word64 -> [Word64] -> HostPopulation -> (HostPopulation, [HostOut])
 giveStates n ids hp
-  | Just rn <- hpRunning hp =
-      let (hp', outs) = abandon rn hp
-          (hp'', outs') = giveStates n ids hp'
-      in (hp'', outs ++ outs')
   | otherwise =
       let reg = hpRegistry hp
           asked = M.fromList [ (k, placedOn p) | k <- ids, Just p <- [SM.lookup (StateId k) (regStates reg)]
@@ -217,10 +224,6 @@ keepGiven gv hp =
 -- Hold these states too, round robin over the workers.
 putStates :: Word64 -> [(Word64, B.ByteString)] -> HostPopulation -> (HostPopulation, [HostOut])
 putStates n states hp
-  | Just rn <- hpRunning hp =
-      let (hp', outs) = abandon rn hp
-          (hp'', outs') = putStates n states hp'
-      in (hp'', outs ++ outs')
   | S.null (hpWorkers hp) = (hp, [ToMasterCall (HostCallEnded n (Left (T.pack "the host has no worker to hold the states")))])
   | otherwise = let (hp', outs) = placeStates states hp
                 in (hp', outs ++ [ToMasterCall (HostCallEnded n (Right (CallSummary [] 0 0)))])
@@ -248,10 +251,6 @@ placeStates states hp
 -- worker's ("Herd.Core.Evolve.Start").
 adoptStates :: Word64 -> [(Word64, Origin)] -> [Word64] -> HostPopulation -> (HostPopulation, [HostOut])
 adoptStates n origins ids hp
-  | Just rn <- hpRunning hp =
-      let (hp', outs) = abandon rn hp
-          (hp'', outs') = adoptStates n origins ids hp'
-      in (hp'', outs ++ outs')
   | otherwise =
       let reg = hpRegistry hp
           reg' = reg { regStates = foldl' (\m k -> SM.insert (StateId k) (Placed onNoWorker 0) m) (regStates reg) ids
@@ -268,10 +267,6 @@ begin :: Double -> Word64 -> TaskRef -> Int -> [(Word64, B.ByteString)] -> HostP
 begin now n ref deaths states hp
   -- the master starts a call only after its last one returned: one still
   -- running here was given up (its caller was interrupted)
-  | Just rn <- hpRunning hp =
-      let (hp', outs) = abandon rn hp
-          (hp'', outs') = begin now n ref deaths states hp'
-      in (hp'', outs ++ outs')
   | not (null unknown) = (hp, [refuse ("the host holds no state " ++ unwords (map show (take 5 unknown))
                                        ++ (if length unknown > 5 then " and " ++ show (length unknown - 5) ++ " more" else ""))])
   | otherwise = case startCall start (S.toList (hpWorkers hp)) of
