@@ -30,6 +30,7 @@ import qualified LineageSpec
 import qualified HostEvolveSpec
 import qualified HostLossSpec
 import qualified HostBalanceSpec
+import qualified AdaptSpec
 import qualified TwoLevelSpec
 import qualified BalanceSpec
 import qualified AuthSpec
@@ -91,6 +92,7 @@ main = do
       HostEvolveSpec.spec
       HostLossSpec.spec
       HostBalanceSpec.spec
+      AdaptSpec.spec
       TwoLevelSpec.spec
       BalanceSpec.spec
       ClusterSpec.spec
