@@ -4,6 +4,7 @@
 module AdaptSpec (spec) where
 
 import Herd.Core.Adapt
+import Herd.Core.Adapt.Slurm
 import Test.Hspec
 import Test.QuickCheck
 
@@ -36,7 +37,11 @@ held :: AdaptLimits -> AdaptView -> Bool
 held l v = avFailures v > 0 && avNow v < avLastFailure v + backoffSeconds l (avFailures v)
 
 spec :: Spec
-spec = describe "the adaptive-scaling policy" $ do
+spec = policySpec >> slurmSpec
+
+-- | The policy's promises.
+policySpec :: Spec
+policySpec = describe "the adaptive-scaling policy" $ do
   it "never submits past the maximum, and never cancels below the minimum" $
     property $ forAll limitsGen $ \l -> forAll viewGen $ \v ->
       let ds = decide l v; live = length (liveJobs (avJobs v))
@@ -77,3 +82,21 @@ spec = describe "the adaptive-scaling policy" $ do
     validAdaptLimits defaultAdaptLimits { adaptMin = 5, adaptMax = 2 }
       `shouldBe` Left "the minimum of jobs (5) exceeds the maximum (2)"
     validAdaptLimits defaultAdaptLimits `shouldBe` Right defaultAdaptLimits
+
+-- | The SLURM-facing parsers ("Herd.Core.Adapt.Slurm").
+slurmSpec :: Spec
+slurmSpec = describe "adaptive scaling's SLURM text" $ do
+  it "reads job ranges and names bad ones" $ do
+    parseAdaptRange "1..4" `shouldBe` Right (1, 4)
+    parseAdaptRange "3" `shouldBe` Right (3, 3)
+    parseAdaptRange "5..2" `shouldBe` Left "the fewest jobs exceed the most in \"5..2\""
+    either (const True) (const False) (parseAdaptRange "1..x") `shouldBe` True
+    either (const True) (const False) (parseAdaptRange "0..0") `shouldBe` True
+  it "reads sbatch's job id, with or without a cluster" $ do
+    parseSubmitted "1234\n" `shouldBe` Right "1234"
+    parseSubmitted "77;herdtest\n" `shouldBe` Right "77"
+    either (const True) (const False) (parseSubmitted "sbatch: error: invalid partition\n") `shouldBe` True
+  it "reads squeue's states and names lines it cannot read" $
+    parseQueue "12 PENDING\n13 RUNNING\n\n14 COMPLETING\nnonsense\n"
+      `shouldBe` [ Right ("12", Queued), Right ("13", Started), Right ("14", Ending)
+                 , Left "squeue printed a line herd cannot read: \"nonsense\"" ]
