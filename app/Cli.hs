@@ -16,7 +16,7 @@ import System.Exit (ExitCode (..), exitWith)
 import System.Posix.Unistd (getSystemID, nodeName)
 import Herd.Options (clusterFlags)
 import Options.Applicative
-import CliArgs (cpuArg, fibArg, positiveInt)
+import CliArgs (cpuArg, fibArg, positiveInt, secondsArg)
 import CliBench (benchCommands)
 
 data Command
@@ -79,6 +79,8 @@ demoOptions = Demo.Options
                      <> help "Fibonacci argument of each task")
   <*> option (positiveInt "a task count" 100000) (long "tasks" <> metavar "K" <> value 24 <> showDefault
                      <> help "number of tasks")
+  <*> option (secondsArg 0 3600) (long "serial" <> metavar "SECONDS" <> value 0 <> showDefault
+                     <> help "on a cluster: a serial phase this long before and after the farm, the workers idle")
   <*> clusterFlags
 
 workerOptions :: Parser WorkerOptions

@@ -9,6 +9,7 @@ module Demo
   ) where
 
 import Herd.Sys.Log (logToStderr)
+import Control.Concurrent (threadDelay)
 import Control.Monad (unless, when)
 import Data.IORef
 import qualified Data.IntMap.Strict as IM
@@ -26,6 +27,7 @@ import System.IO
 data Options = Options
   { optFib     :: Int           -- ^ Fibonacci argument of each task
   , optTasks   :: Int           -- ^ number of tasks
+  , optSerial  :: Double        -- ^ seconds of a serial phase before and after the farm (on a cluster)
   , optCluster :: ClusterFlags  -- ^ where the workers come from
   }
 
@@ -138,10 +140,18 @@ runCluster o = do
     infos <- clusterWorkerInfo cluster
     logToStderr ("herd demo: starting with " ++ show (length infos) ++ " workers: "
                  ++ unwords [ infoHost i ++ "/" ++ show (infoPid i) | i <- infos ])
+    serialPhase "before"
     (secs, stats, s, wrong) <- timedFarm o False cluster
+    serialPhase "after"
     let ok = null wrong && s == optTasks o * fib (optFib o)
     putStrLn ("herd demo: " ++ show (optTasks o) ++ " tasks in " ++ fixed 2 secs ++ " s; results "
               ++ (if ok then "complete and correct" else "WRONG: " ++ unwords (take 10 wrong)))
     putStr (renderStats stats)
     clusterPacketStats cluster >>= putStr . renderPacketStats
     unless ok $ exitWith (ExitFailure 1)
+  where
+    -- the master alone computes (here: waits), as a job's serial part does
+    serialPhase when' = when (optSerial o > 0) $ do
+      logToStderr ("herd demo: serial phase " ++ when' ++ " the farm: " ++ fixed 1 (optSerial o) ++ " s")
+      threadDelay (round (optSerial o * 1e6))
+      logToStderr ("herd demo: serial phase " ++ when' ++ " the farm: over")

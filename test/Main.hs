@@ -31,6 +31,7 @@ import qualified HostEvolveSpec
 import qualified HostLossSpec
 import qualified HostBalanceSpec
 import qualified AdaptSpec
+import qualified AdaptTrackSpec
 import qualified TwoLevelSpec
 import qualified BalanceSpec
 import qualified AuthSpec
@@ -93,6 +94,7 @@ main = do
       HostLossSpec.spec
       HostBalanceSpec.spec
       AdaptSpec.spec
+      AdaptTrackSpec.spec
       TwoLevelSpec.spec
       BalanceSpec.spec
       ClusterSpec.spec

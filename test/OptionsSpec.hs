@@ -7,6 +7,7 @@ import Data.List (isInfixOf)
 import Herd
 import Herd.Config
 import Herd.Options
+import Herd.Settings (validateConfig)
 import Options.Applicative
 import System.Directory (getTemporaryDirectory, removeFile)
 import System.IO (hClose, hPutStr, openTempFile)
@@ -90,3 +91,31 @@ spec = describe "Herd.Options" $ do
               other -> expectationFailure ("expected a ConfigError naming " ++ flag ++ ", got " ++ either show (const "a configuration") other)
     failsNaming ["--hosts-file", "/nonexistent/hosts"] "--hosts-file"
     failsNaming ["--secret-file", "/nonexistent/secret"] "--secret-file"
+  it "turns --slurm-adapt and its job flags into adaptive settings, and refuses job flags alone" $ do
+    let adaptOf args = case parseArgs args of
+          Left why -> expectationFailure ("the flags did not parse: " ++ why) >> pure Nothing
+          Right (flags, _) -> do
+            cfg <- configFromFlags flags defaultConfig
+            pure (Just (configWorkers cfg, configSlurmAdapt cfg, validateOk cfg))
+        validateOk cfg = either (const False) (const True) (validateConfig cfg)
+    Just (workers, Just a, ok) <- adaptOf [ "--slurm-adapt", "2..8", "--slurm-job-workers", "4", "--slurm-time", "1:00:00"
+                                          , "--slurm-lead", "120", "--slurm-partition", "short", "--adapt-idle", "30"
+                                          , "--slurm-option=--account=proj", "--slurm-option=--qos=low" ]
+    (workers, ok) `shouldBe` (Just 0, True)
+    let l = slurmAdaptLimits a
+    (adaptMin l, adaptMax l, adaptHostSlots l, adaptIdleAfter l, adaptGrowAfter l) `shouldBe` (2, 8, 4, 30, 2)
+    (slurmAdaptPartition a, slurmAdaptWalltime a, slurmAdaptLead a) `shouldBe` (Just "short", Just "1:00:00", 120)
+    slurmAdaptOptions a `shouldBe` ["--account=proj", "--qos=low"]
+    let refused args needle = either (needle `isInfixOf`) (const False) (parseArgs args)
+    refused ["--slurm-adapt", "4..2"] "exceed" `shouldBe` True
+    refused ["--slurm-adapt", "1..x"] "--slurm-adapt" `shouldBe` True
+    refused ["--slurm-adapt", "1..2", "--slurm-time", "soon"] "SLURM time limit" `shouldBe` True
+    let Right (alone, _) = parseArgs ["--slurm-time", "30"]
+    r <- try (configFromFlags alone defaultConfig)
+    case r of
+      Left (ConfigError field why) -> (field, "give --slurm-adapt" `isInfixOf` why) `shouldBe` ("--slurm-adapt", True)
+      other -> expectationFailure ("expected a ConfigError naming --slurm-adapt, got " ++ either show (const "a configuration") other)
+    let Right (tooLong, _) = parseArgs ["--slurm-adapt", "1..2", "--slurm-time", "1", "--slurm-lead", "90"]
+    cfg <- configFromFlags tooLong defaultConfig
+    let fieldOf e = case e of { ConfigError field _ -> field; other -> show other }
+    either fieldOf (const "valid") (validateConfig cfg) `shouldBe` "configSlurmAdapt"

@@ -19,7 +19,15 @@ module Herd.Config
   , TransportKind (..)
   , transportName
   , parseTransportKind
+    -- * Adaptive SLURM jobs
+  , SlurmAdapt (..)
+  , defaultSlurmAdapt
+  , AdaptLimits (..)
+  , defaultAdaptLimits
   ) where
+
+import Herd.Core.Adapt (AdaptLimits (..), defaultAdaptLimits)
+import Herd.Core.Adapt.Slurm (SlurmAdapt (..), defaultSlurmAdapt)
 
 import Herd.Settings
 import Herd.Transport (parseTransportKind, transportName)

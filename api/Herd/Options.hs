@@ -14,8 +14,10 @@
 -- Its @--help@ lists your flags and herd's: @--workers@, @--hosts@,
 -- @--hosts-file@, @--slurm@, @--listen@, @--advertise@, @--wait-workers@,
 -- @--secret-file@, @--ship@, @--allow-partial@, @--ssh@, @--liveness@,
--- @--start-timeout@, @--transport@, @--tls@, @--dashboard@, @--memory-limit@
--- and @--task-deadline@.
+-- @--start-timeout@, @--transport@, @--tls@, @--dashboard@, @--memory-limit@,
+-- @--task-deadline@, and @--slurm-adapt@ with the flags that shape its
+-- jobs (@--slurm-job-workers@, @--slurm-partition@, @--slurm-time@,
+-- @--slurm-lead@, @--slurm-option@, @--adapt-wait@, @--adapt-idle@).
 --
 -- Promises: every flag is validated when parsed, and a bad one is
 -- reported with its name and what it accepts (a bad hosts file as a
@@ -27,6 +29,7 @@ module Herd.Options
   , herdMainWith
     -- * The cluster flags
   , ClusterFlags (..)
+  , AdaptFlags (..)
   , clusterFlags
   , configFromFlags
   , flagsNameRemoteWorkers
@@ -44,6 +47,7 @@ import Herd.Config
 import Herd.Settings (parseDashboardAddress, parseHostList, parseHostsFile)
 import Herd.Node (parseHostPort)
 import Options.Applicative
+import Herd.Core.Adapt.Slurm (parseAdaptRange, parseWalltime)
 
 -- | What herd's flags say about the cluster.
 data ClusterFlags = ClusterFlags
@@ -65,7 +69,38 @@ data ClusterFlags = ClusterFlags
   , flagDashboard    :: Maybe String         -- ^ @--dashboard HOST:PORT@
   , flagMemoryLimit  :: Maybe MemoryLimit    -- ^ @--memory-limit MIB|auto|none@: each worker's resident memory
   , flagTaskDeadline :: Maybe Double         -- ^ @--task-deadline SECONDS@: the most a farm task may compute
+  , flagSlurmAdapt   :: Maybe (Int, Int)     -- ^ @--slurm-adapt MIN..MAX@: SLURM jobs added and cancelled with the work
+  , flagAdaptJob     :: AdaptFlags           -- ^ what each of those jobs asks for, and the policy's waits
   } deriving (Eq, Show)
+
+-- | The flags that shape adaptive SLURM jobs (@--slurm-adapt@); each
+-- 'Nothing' keeps 'defaultSlurmAdapt''s setting.
+data AdaptFlags = AdaptFlags
+  { adaptFlagWorkers   :: Maybe Int     -- ^ @--slurm-job-workers N@: workers (CPUs) per job
+  , adaptFlagPartition :: Maybe String  -- ^ @--slurm-partition NAME@
+  , adaptFlagTime      :: Maybe String  -- ^ @--slurm-time LIMIT@: each job's walltime
+  , adaptFlagLead      :: Maybe Double  -- ^ @--slurm-lead SECONDS@: retire this long before the walltime
+  , adaptFlagOptions   :: [String]      -- ^ @--slurm-option OPT@, repeatable: more sbatch options
+  , adaptFlagWait      :: Maybe Double  -- ^ @--adapt-wait SECONDS@: work waits this long before a job is added
+  , adaptFlagIdle      :: Maybe Double  -- ^ @--adapt-idle SECONDS@: a job idle this long is cancelled
+  } deriving (Eq, Show)
+
+-- | The adaptive flags, each validated as it is parsed.
+adaptFlags :: Parser AdaptFlags
+adaptFlags = AdaptFlags
+  <$> optional (option (wholeNumber "a worker count" 1 1024) (long "slurm-job-workers" <> metavar "N"
+        <> help "with --slurm-adapt: workers (CPUs) each SLURM job brings (default: 1)"))
+  <*> optional (strOption (long "slurm-partition" <> metavar "NAME" <> help "with --slurm-adapt: the partition to submit to"))
+  <*> optional (option (eitherReader (\t -> t <$ parseWalltime t)) (long "slurm-time" <> metavar "LIMIT"
+        <> help "with --slurm-adapt: each job's walltime, as sbatch --time takes it (e.g. 30, 1:00:00, 1-0)"))
+  <*> optional (option (seconds 0 86400) (long "slurm-lead" <> metavar "SECONDS"
+        <> help "with --slurm-time: a job stops taking work this long before its walltime, staggered (default: 60)"))
+  <*> many (strOption (long "slurm-option" <> metavar "OPT"
+        <> help "with --slurm-adapt: one more sbatch option, e.g. --slurm-option=--account=proj (repeatable)"))
+  <*> optional (option (seconds 0 86400) (long "adapt-wait" <> metavar "SECONDS"
+        <> help "with --slurm-adapt: work must wait this long before a job is added (default: 2)"))
+  <*> optional (option (seconds 0 86400) (long "adapt-idle" <> metavar "SECONDS"
+        <> help "with --slurm-adapt: a job idle this long with no work waiting is cancelled (default: 10)"))
 
 -- | The cluster flags, each validated as it is parsed.
 clusterFlags :: Parser ClusterFlags
@@ -103,6 +138,10 @@ clusterFlags = ClusterFlags
                 \above 80% it gets no new work (default auto: 90% of its host's memory shared among its workers)"))
   <*> optional (option (seconds 0.001 1000000) (long "task-deadline" <> metavar "SECONDS"
         <> help "stop a farm task that computes longer than this on its worker; it fails saying so (default: none)"))
+  <*> optional (option (eitherReader parseAdaptRange) (long "slurm-adapt" <> metavar "MIN..MAX"
+        <> help "submit SLURM jobs (each a host agent) while work waits and cancel idle ones, \
+                \keeping MIN to MAX of them (see --slurm-job-workers, --slurm-time, --adapt-idle)"))
+  <*> adaptFlags
 
 -- | Parse @--memory-limit@: a whole number of MiB from 16, @auto@ or
 -- @none@, naming what is wrong.
@@ -117,7 +156,7 @@ parseMemoryLimit s = case s of
 -- processes (ssh, SLURM, or workers joining by hand): then no local worker
 -- starts unless @--workers@ asks for some.
 flagsNameRemoteWorkers :: ClusterFlags -> Bool
-flagsNameRemoteWorkers f = not (null (flagHosts f)) || flagHostsFile f /= Nothing || flagSlurm f
+flagsNameRemoteWorkers f = not (null (flagHosts f)) || flagHostsFile f /= Nothing || flagSlurm f || flagSlurmAdapt f /= Nothing
                            || flagListen f /= Nothing || flagWaitWorkers f > 0
 
 -- | The configuration the flags describe, on top of the one given (the
@@ -136,6 +175,7 @@ configFromFlags f base = do
     unless there $ throwIO (ConfigError "--secret-file" (path ++ ": no such file (make one with: head -c 32 /dev/urandom | base64 > "
                                                          ++ path ++ "; chmod 600 " ++ path ++ ")"))
   let remote = flagsNameRemoteWorkers f
+  adapt <- either (throwIO . ConfigError "--slurm-adapt") pure (adaptFromFlags f (configSlurmAdapt base))
   pure base
     { configWorkers = case flagWorkers f of
         Just n -> Just n
@@ -157,7 +197,32 @@ configFromFlags f base = do
     , configDashboard = maybe (configDashboard base) Just (flagDashboard f)
     , configWorkerMemoryLimit = maybe (configWorkerMemoryLimit base) id (flagMemoryLimit f)
     , configTaskDeadline = maybe (configTaskDeadline base) Just (flagTaskDeadline f)
+    , configSlurmAdapt = adapt
     }
+
+-- The adaptive settings the flags describe on top of the configuration's,
+-- or why they do not fit (a job flag without @--slurm-adapt@).
+adaptFromFlags :: ClusterFlags -> Maybe SlurmAdapt -> Either String (Maybe SlurmAdapt)
+adaptFromFlags f base = case (flagSlurmAdapt f, base) of
+  (Nothing, Nothing)
+    | j /= AdaptFlags Nothing Nothing Nothing Nothing [] Nothing Nothing ->
+        Left "--slurm-job-workers, --slurm-partition, --slurm-time, --slurm-lead, --slurm-option, --adapt-wait \
+             \and --adapt-idle shape adaptive jobs: give --slurm-adapt MIN..MAX too"
+    | otherwise -> Right Nothing
+  (range, _) -> Right (Just (tweak range (maybe defaultSlurmAdapt id base)))
+  where
+    j = flagAdaptJob f
+    tweak range a =
+      let l = slurmAdaptLimits a
+          l' = l { adaptMin = maybe (adaptMin l) fst range, adaptMax = maybe (adaptMax l) snd range
+                 , adaptHostSlots = maybe (adaptHostSlots l) id (adaptFlagWorkers j)
+                 , adaptGrowAfter = maybe (adaptGrowAfter l) id (adaptFlagWait j)
+                 , adaptIdleAfter = maybe (adaptIdleAfter l) id (adaptFlagIdle j) }
+      in a { slurmAdaptLimits = l'
+           , slurmAdaptPartition = maybe (slurmAdaptPartition a) Just (adaptFlagPartition j)
+           , slurmAdaptWalltime = maybe (slurmAdaptWalltime a) Just (adaptFlagTime j)
+           , slurmAdaptLead = maybe (slurmAdaptLead a) id (adaptFlagLead j)
+           , slurmAdaptOptions = slurmAdaptOptions a ++ adaptFlagOptions j }
 
 -- Why a file could not be read, in words.
 ioReason :: IOException -> String

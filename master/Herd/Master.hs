@@ -83,6 +83,7 @@ import Herd.Sys.Epoll (epollAvailable)
 import Herd.Reader.Epoll
 import Herd.Sys.HeapReserve (heapReserveBytes, reserveHeap)
 import Herd.Master.Launching
+import Herd.Master.Launch.Adapt (AdaptContext (..), withAdaptive)
 import Herd.Master.Restarts (withRestarts)
 import Herd.Reader
 import Herd.Master.Shell
@@ -202,7 +203,7 @@ newCluster cfg shell feed lsock = do
   tag <- newClusterTag
   Cluster cfg shell port tag <$> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newMVar emptyRegistry
                              <*> newMVar emptyRegistry { regNextId = refIdBase }
-                             <*> pure feed <*> newIORef Nothing
+                             <*> pure feed <*> newIORef Nothing <*> newIORef Nothing
 
 -- How the master admits the workers and host agents that connect (with a
 -- queue, the raw links are handed there instead of to the shell).
@@ -246,8 +247,18 @@ launchAndRun cfg secret cluster plan slurmTasks localName body = do
       joined <- M.size <$> readTVarIO (shellWorkers shell)
       reserveHeap (heapReserveBytes (configMasterHeapReserve cfg) joined)
       withRestarts cfg shell (clClosed cluster) local $
+        adaptive remoteAddr $
         withMemoryWatch cfg shell (length plan) (body cluster)
-  where isLoopback h = h `elem` ["127.0.0.1", "::1", "localhost"]
+  where
+    isLoopback h = h `elem` ["127.0.0.1", "::1", "localhost"]
+    -- SLURM jobs added and cancelled with the work, when asked for
+    adaptive addr act = case configSlurmAdapt cfg of
+      Nothing -> act
+      Just settings -> withAdaptive AdaptContext
+        { acSettings = settings, acAddress = addr, acRtsOptions = configWorkerRtsOptions cfg
+        , acHeapReserve = configWorkerHeapReserve cfg, acSecret = secret
+        , acStartTimeout = configStartTimeout cfg, acLog = configLog cfg, acShell = clShell cluster
+        , acStatus = clusterStatus cluster, acPublish = writeIORef (clAdapt cluster) } act
 
 -- Whether a listening address is every interface.
 isWildcard :: String -> Bool

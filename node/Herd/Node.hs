@@ -104,7 +104,8 @@ serveIfWorkerWith player = do
                | otherwise -> die' (envCpu ++ ": not a CPU number: " ++ show t)
       watch <- (== Just "1") <$> lookupEnv envWatchStdin
       fromStdin <- (== Just "1") <$> lookupEnv envSecretStdin
-      source <- if not fromStdin then pure SecretAuto else do
+      secretFile <- lookupEnv envSecretFile
+      source <- if not fromStdin then pure (maybe SecretAuto SecretFile secretFile) else do
         -- unbuffered, so nothing past the line is taken from the pipe
         hSetBuffering stdin NoBuffering
         line <- try (hGetLine stdin)

@@ -19,6 +19,7 @@ import Herd.Sys.HeapReserve (defaultWorkerHeapReserve)
 import System.Info (os)
 import Herd.Core.Base (Batching (..), MasterLoop (..), TransportKind (..))
 import Herd.Core.Config.Parse
+import Herd.Core.Adapt.Slurm (SlurmAdapt)
 
 -- | How much memory a worker the master starts may hold.
 data MemoryLimit
@@ -82,6 +83,11 @@ data Config = Config
   , configSlurm            :: Bool
     -- ^ start one worker per task of the enclosing SLURM allocation with
     -- @srun@ (see "Herd.Master.Launch.Slurm")
+  , configSlurmAdapt       :: Maybe SlurmAdapt
+    -- ^ adaptive scaling under SLURM (@--slurm-adapt MIN..MAX@): the
+    -- master submits batch jobs, each a host agent connecting back, while
+    -- work waits, and cancels those idle for long, within the limits
+    -- ("Herd.Master.Launch.Adapt"). 'Nothing' (the default): none
   , configAllowPartialStart :: Bool
     -- ^ when some hosts fail to start, go on with the workers that did
     -- (the default is to stop with an error naming the hosts)
@@ -217,9 +223,9 @@ localTransport c = case configTransport c of
   Nothing | os == "linux" -> ShmTransport
           | otherwise -> TcpTransport
 
--- | Whether workers are started on other hosts (ssh or SLURM).
+-- | Whether workers are started on other hosts (ssh, SLURM, adaptive SLURM).
 hasRemoteLaunch :: Config -> Bool
-hasRemoteLaunch c = configSlurm c || not (null (configHosts c))
+hasRemoteLaunch c = configSlurm c || configSlurmAdapt c /= Nothing || not (null (configHosts c))
 
 -- | The address to listen on, given the defaults described at
 -- 'configListenHost'.
@@ -252,6 +258,7 @@ defaultConfig = Config
   , configSshCommand       = ["ssh", "-o", "BatchMode=yes"]
   , configShip             = False
   , configSlurm            = False
+  , configSlurmAdapt       = Nothing
   , configAllowPartialStart = False
   , configListenPort       = 0
   , configLog              = logToStderr

@@ -7,6 +7,7 @@ module Herd.Settings.Validate
 import Data.List (nub)
 import Herd.Core.Config.Parse (maxSimulatedPerHost, parseDashboardAddress)
 import Herd.Settings.Record
+import Herd.Core.Adapt.Slurm (validSlurmAdapt)
 import Herd.Core.Base (Batching (..), TransportKind (..))
 import Herd.Core.Error (HerdError (..))
 import Herd.Sys.HeapReserve (heapReserveMostMiB)
@@ -60,6 +61,10 @@ validateConfig c
       bad "configShip" "shipping the executable needs hosts to ship it to (configHosts)"
   | configSlurm c && not (null (configHosts c)) =
       bad "configSlurm" "use either SLURM or a list of ssh hosts, not both"
+  | Just a <- configSlurmAdapt c, Left why <- validSlurmAdapt a =
+      bad "configSlurmAdapt" why
+  | configSlurmAdapt c /= Nothing && configSlurm c =
+      bad "configSlurmAdapt" "use either a SLURM allocation (configSlurm) or adaptive SLURM jobs, not both"
   | configSimulatedWorkers c < 0 =
       bad "configSimulatedWorkers" ("must be 0 or more, got " ++ show (configSimulatedWorkers c))
   | configSimulatedHosts c < 1 || configSimulatedHosts c > 256 =

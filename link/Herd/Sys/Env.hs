@@ -7,6 +7,7 @@ module Herd.Sys.Env
   , envCpu
   , envWatchStdin
   , envSecretStdin
+  , envSecretFile
   , envGroup
   , envAgent
   , envSlurmTasks
@@ -32,6 +33,11 @@ envWatchStdin = "HERD_WATCH_STDIN"
 -- | @1@: the first line of standard input is the secret, in hex.
 envSecretStdin :: String
 envSecretStdin = "HERD_SECRET_STDIN"
+
+-- | A file (mode 600, this user's) holding the secret: how an adaptive
+-- SLURM job's agent gets it, as a batch job has no pipe from the master.
+envSecretFile :: String
+envSecretFile = "HERD_SECRET_FILE"
 
 -- | The launch a worker belongs to (@local@, @ssh:HOST@, @slurm@), so the
 -- master can count each launch's workers.
@@ -71,4 +77,4 @@ envHeapReserve = "HERD_WORKER_HEAP_RESERVE"
 
 -- | Every variable above, to strip from an inherited environment.
 herdVariables :: [String]
-herdVariables = [envConnect, envCpu, envWatchStdin, envSecretStdin, envGroup, envAgent, envSlurmTasks, envBuildHint, envNice, envSimulated, envHeapReserve]
+herdVariables = [envConnect, envCpu, envWatchStdin, envSecretStdin, envSecretFile, envGroup, envAgent, envSlurmTasks, envBuildHint, envNice, envSimulated, envHeapReserve]

@@ -31,6 +31,7 @@ module Herd.Transport.Auth
   , secretEnvVar
   , defaultCookiePath
   , secretToLine
+  , secretBytes
   , secretFromLine
     -- * Proofs (pure)
   , Nonce
@@ -150,6 +151,11 @@ createCookie path = do
   case r of
     Left (_ :: IOException) -> pure ()  -- another process created it first
     Right () -> pure ()
+
+-- | The secret's bytes, as a secret file holds them (for a file of mode
+-- 600 that a batch job's agent reads: "Herd.Master.Launch.Adapt").
+secretBytes :: Secret -> B.ByteString
+secretBytes (Secret s) = s
 
 -- | The secret as one line of hex, for handing to a worker through a pipe.
 secretToLine :: Secret -> String

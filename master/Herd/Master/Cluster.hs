@@ -49,6 +49,7 @@ import Numeric (showHex)
 import Herd.Master.Monitor.Feed (Feed, feedStarted, recentLines)
 import Herd.Core.Monitor.Status (HostRow (..), Inputs (..), Status, buildStatus)
 import Herd.Master.Types
+import Herd.Core.Adapt.Track (AdaptSummary)
 import Herd.Packet (PeerStats (..), senderStats)
 import Herd.Core.Farm (WorkerId)
 import System.Environment (getExecutablePath, getProgName)
@@ -67,6 +68,7 @@ data Cluster = Cluster
   , clRefRegistry :: !(MVar Registry)  -- ^ the Refs' population ("Herd.Master.Job.Refs"), apart, so their calls run beside evolve calls
   , clFeed      :: !Feed               -- ^ recent log lines, and when the cluster started
   , clDashboard :: !(IORef (Maybe (String, Int)))  -- ^ where its dashboard listens, if it has one
+  , clAdapt     :: !(IORef (Maybe AdaptSummary))   -- ^ the adaptive SLURM jobs, while the driver runs
   }
 
 -- | The address workers connect to: host and port.
@@ -156,12 +158,13 @@ clusterStatus c = do
   open <- clusterLinks c
   (shareSends, relayed) <- shellRelayCounts sh
   hosts <- shellHostView sh
+  adapt <- readIORef (clAdapt c)
   pure $ buildStatus Inputs
     { inNow = now, inStarted = feedStarted (clFeed c), inLoop = masterLoopName (clusterMasterLoop c)
     , inCore = core, inConnected = connected, inDeparted = departed, inLinks = links
     , inCounters = counters, inLog = logLines, inMemory = memory, inMemoryLimit = limit
     , inLinksOpen = open, inShareSends = shareSends, inRelayed = relayed
-    , inHosts = [ HostRow name n lim | (name, n, lim) <- hosts ] }
+    , inHosts = [ HostRow name n lim | (name, n, lim) <- hosts ], inAdapt = adapt }
 
 -- | How many links the master keeps open: one per host agent, and one
 -- per worker linked directly.

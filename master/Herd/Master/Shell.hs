@@ -43,6 +43,7 @@ module Herd.Master.Shell
   , Registration (..)
   , LossHooks (..)
   , setLossHooks
+  , shellLossHooks
   , shellAwaitedChanged
   , shellAwaited
   , shellSetMemoryLimit
@@ -240,6 +241,11 @@ shutdownShell sh = do
   mapM_ wlStopWriting (M.elems links)
   hosts <- readTVarIO (shHosts sh)
   mapM_ hostClose (M.elems hosts)
+
+-- | What the shell asks now of whoever restarts lost workers (so another
+-- replacer can add its own count).
+shellLossHooks :: Shell -> IO LossHooks
+shellLossHooks sh = readIORef (shLosses sh)
 
 -- | Tell the shell who replaces lost workers.
 setLossHooks :: Shell -> LossHooks -> IO ()

@@ -24,6 +24,7 @@ module Herd.Core.Monitor.Status
 import qualified Data.Map.Strict as M
 import Data.Maybe (isJust)
 import Herd.Core.Base (WorkerId)
+import Herd.Core.Adapt.Track (AdaptSummary)
 import Herd.Core.Master
 import Herd.Core.Session (SessionView (..))
 import Herd.Core.Master.Workers (ConnectionCounters (..), WorkerInfo (..))
@@ -100,6 +101,7 @@ data Status = Status
   , statusCopies    :: !Int             -- ^ straggler copies of farm batches started since the start
   , statusCalls     :: ![CallView]      -- ^ every running call: farms, streams, evolve and Ref calls, reductions
   , statusHosts     :: ![HostRow]       -- ^ the hosts, each with the herd workers sharing its memory
+  , statusAdapt     :: !(Maybe AdaptSummary)  -- ^ adaptive SLURM jobs by phase, when the cluster scales itself
   } deriving (Eq, Show)
 
 -- | One host and the herd workers that share its memory budget.
@@ -126,6 +128,7 @@ data Inputs = Inputs
   , inShareSends :: !(Int, Int)           -- ^ shared values put on links since the start, and their bytes
   , inRelayed :: !(Int, Int)              -- ^ reductions' parts relayed between workers since the start, and their bytes
   , inHosts :: ![HostRow]                 -- ^ the hosts' shares of memory, as the memory watch last made them
+  , inAdapt :: !(Maybe AdaptSummary)      -- ^ the adaptive driver's jobs, if it runs
   }
 
 -- | Build the snapshot.
@@ -154,6 +157,7 @@ buildStatus i = Status
   , statusCopies = S.copiesMade (coreSched core)
   , statusCalls = calls
   , statusHosts = inHosts i
+  , statusAdapt = inAdapt i
   }
   where
     core = inCore i

@@ -20,6 +20,7 @@ import Herd.Core.Session (SessionView (..))
 import Herd.Master.Types (ConnectionCounters (..), WorkerInfo (..))
 import Herd.Core.Monitor.Ledger (Account (..), Departure (..))
 import Herd.Core.Monitor.Status
+import Herd.Core.Adapt.Track (AdaptSummary (..))
 import Herd.Core.Packet.Policy (flushReasonName)
 import Herd.Core.Packet.Stats (PeerStats (..))
 import Herd.Core.Report (Json (..), renderJson)
@@ -56,8 +57,13 @@ statusJson s = renderJson $ JObject
   , ("hosts", JArray [ JObject [ ("host", JString (hostRowName h)), ("workers", int (hostRowWorkers h))
                                , ("worker_memory_limit_bytes", maybe JNull int (hostRowLimit h)) ]
                      | h <- statusHosts s ])
+  , ("slurm_jobs", maybe JNull adaptJson (statusAdapt s))
   ]
   where
+    adaptJson a = JObject
+      [ ("pending", JArray (map JString (sumPending a))), ("running", JArray (map JString (sumRunning a)))
+      , ("retiring", JArray (map JString (sumRetiring a)))
+      , ("submitted_total", int (sumSubmitted a)), ("failed_total", int (sumFailed a)) ]
     int = JInt . fromIntegral
     job j = JObject
       [ ("id", int (jobRowId j)), ("function", JString (jobRowFunction j))
@@ -161,6 +167,13 @@ prometheusText s = concat
       [ ([("kind", k)], fromIntegral (length [ () | c <- statusCalls s, callKind c == k ])) | k <- ["farm", "stream", "evolve", "reduce"] ]
   , metric "herd_straggler_copies_total" "counter" "Straggler copies of farm batches started since the cluster started."
       [([], fromIntegral (statusCopies s))]
+  , metric "herd_slurm_jobs" "gauge" "Adaptive SLURM jobs now, by phase (pending: not yet joined; retiring: cancelled or near their walltime)."
+      [ ([("phase", ph)], fromIntegral (length (f a))) | Just a <- [statusAdapt s]
+      , (ph, f) <- [("pending", sumPending), ("running", sumRunning), ("retiring", sumRetiring)] ]
+  , metric "herd_slurm_jobs_submitted_total" "counter" "Adaptive SLURM jobs submitted since the cluster started."
+      [ ([], fromIntegral (sumSubmitted a)) | Just a <- [statusAdapt s] ]
+  , metric "herd_slurm_job_failures_total" "counter" "Adaptive SLURM jobs refused, never connected or lost while working."
+      [ ([], fromIntegral (sumFailed a)) | Just a <- [statusAdapt s] ]
   , metric "herd_exchange_parts_relayed_total" "counter" "Keyed reductions' parts the master relayed between workers."
       [ ([], fromIntegral (statusRelayedParts s)) ]
   , perWorker "herd_worker_shared_values" "gauge" "Shared values the worker said it holds."
