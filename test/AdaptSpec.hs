@@ -28,7 +28,7 @@ viewGen = do
   where
     job k = AdaptJob (show (k :: Int)) <$> frequency
       [ (1, pure Pending), (1, pure Retiring), (1, pure (Running Nothing))
-      , (2, Running . Just <$> elements [0, 50, 99]) ]
+      , (2, Running . Just <$> elements [0, 50, 99]) ] <*> chooseInt (0, 3)
 
 liveAfter :: AdaptView -> [Decision] -> Int
 liveAfter v ds = length (liveJobs (avJobs v)) + sum [ n | Submit n _ <- ds ] - sum [ length js | Cancel js _ <- ds ]
@@ -68,11 +68,15 @@ policySpec = describe "the adaptive-scaling policy" $ do
            live < adaptMin l || grown == 0 || (waitedEnough && avWaiting v > 0)
   it "grows to the maximum under a large backlog and falls to the minimum when idle" $ do
     let l = AdaptLimits 1 3 1 1 5 1
-        running t = AdaptJob t (Running Nothing)
+        running t = AdaptJob t (Running Nothing) 0
         busy = AdaptView 10 2000 (Just 0) [running "a"] 0 0
     decide l busy `shouldBe` [Submit 2 "2000 tasks waited 10.0 s"]
-    let idle = AdaptView 100 0 Nothing [ AdaptJob t (Running (Just 50)) | t <- ["a", "b", "c"] ] 0 0
+    let idle = AdaptView 100 0 Nothing [ AdaptJob t (Running (Just 50)) 0 | t <- ["a", "b", "c"] ] 0 0
     [ js | Cancel js _ <- decide l idle ] `shouldBe` [["a", "b"]]
+  it "cancels the idle jobs holding the fewest values first" $ do
+    let l = AdaptLimits 1 3 1 1 5 1
+        idle = AdaptView 100 0 Nothing [ AdaptJob t (Running (Just 50)) h | (t, h) <- [("a", 9), ("b", 0), ("c", 2)] ] 0 0
+    [ js | Cancel js _ <- decide l idle ] `shouldBe` [["b", "c"]]
   it "holds after a failure, doubling per failure in a row" $ do
     let l = defaultAdaptLimits { adaptBackoff = 2 }
     map (backoffSeconds l) [0, 1, 2, 3] `shouldBe` [0, 2, 4, 8]

@@ -62,7 +62,7 @@ stepWorld w mv =
                           , maybe False tjJoined (M.lookup v (trJobs (wTracker w))) ]
       jobs1 = foldr M.delete joined victims
       ob = Observation now (Just (M.map fst jobs1))
-             (M.fromList [ (i, JobWorkers 1 (not (mvBusy mv) || mvWaiting mv == 0)) | (i, (_, True)) <- M.toList jobs1 ])
+             (M.fromList [ (i, JobWorkers 1 (not (mvBusy mv) || mvWaiting mv == 0) 0) | (i, (_, True)) <- M.toList jobs1 ])
              (mvWaiting mv)
       (tr1, acts) = observe knobs ob (wTracker w)
       w1 = w { wJobs = jobs1, wNow = now, wTracker = tr1, wLog = wLog w ++ acts, wCaused = wCaused w + caused }
@@ -116,7 +116,7 @@ spec = describe "the adaptive tracker" $ do
     let start = Observation 0 (Just M.empty) M.empty 10
         (t1, a1) = observe knobs start emptyTracker
         (t2, _) = submitted 0 (Right "7") t1
-        joinedAt t busy = Observation t (Just (M.fromList [("7", Started)])) (M.fromList [("7", JobWorkers 1 (not busy))]) 10
+        joinedAt t busy = Observation t (Just (M.fromList [("7", Started)])) (M.fromList [("7", JobWorkers 1 (not busy) 0)]) 10
         (t3, _) = observe knobs (joinedAt 1 True) t2
         -- started at 1: retires at 1 + (60 - 20), the first job unstaggered
         (t4, a4) = observe knobs (joinedAt 41 True) t3

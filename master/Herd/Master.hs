@@ -258,7 +258,8 @@ launchAndRun cfg secret cluster plan slurmTasks localName body = do
         { acSettings = settings, acAddress = addr, acRtsOptions = configWorkerRtsOptions cfg
         , acHeapReserve = configWorkerHeapReserve cfg, acSecret = secret
         , acStartTimeout = configStartTimeout cfg, acLog = configLog cfg, acShell = clShell cluster
-        , acStatus = clusterStatus cluster, acPublish = writeIORef (clAdapt cluster) } act
+        , acStatus = clusterStatus cluster, acHeld = heldValues cluster
+        , acPublish = writeIORef (clAdapt cluster) } act
 
 -- Whether a listening address is every interface.
 isWildcard :: String -> Bool

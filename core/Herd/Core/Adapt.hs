@@ -10,7 +10,9 @@
 -- * the minimum always requested, except while a failure's backoff holds;
 -- * no job cancelled while work waits, and none below the minimum;
 -- * growth only once work has waited 'adaptGrowAfter', shrinkage only of
---   a job idle for 'adaptIdleAfter', so a short lull does not thrash.
+--   a job idle for 'adaptIdleAfter', so a short lull does not thrash;
+-- * of the jobs idle long enough, those holding the fewest values (Refs,
+--   evolve states) go first, so the least is recomputed elsewhere.
 module Herd.Core.Adapt
   ( AdaptLimits (..)
   , defaultAdaptLimits
@@ -62,6 +64,7 @@ data JobPhase
 data AdaptJob = AdaptJob
   { ajId    :: !String    -- ^ the batch system's job id
   , ajPhase :: !JobPhase
+  , ajHeld  :: !Int       -- ^ values its workers hold (Refs, evolve states)
   } deriving (Eq, Show)
 
 -- | What the driver saw.
@@ -108,11 +111,11 @@ decide l v
       _ -> []
     slots = adaptHostSlots l
     wanted = min (adaptMax l) (running + (avWaiting v + slots - 1) `div` slots)
-    running = length [ () | AdaptJob _ (Running _) <- lives ]
+    running = length [ () | AdaptJob _ (Running _) _ <- lives ]
     pending = live - running
     extra = wanted - running - pending
     idleLong = sortOn snd
-      [ (ajId j, since) | j@(AdaptJob _ (Running (Just since))) <- lives
+      [ (ajId j, (ajHeld j, since)) | j@(AdaptJob _ (Running (Just since)) _) <- lives
       , avNow v - since >= adaptIdleAfter l ]
     spare = take (live - adaptMin l) (map fst idleLong)
     shrink

@@ -14,6 +14,7 @@ module Herd.Master.Cluster
   , clusterMasterLoop
   , clusterRegistry
   , clusterRefRegistry
+  , heldValues
   , clusterPacketStats
   , clusterStatus
   , clusterLinks
@@ -28,7 +29,7 @@ module Herd.Master.Cluster
   , awaitSomeWorker
   ) where
 
-import Control.Concurrent.MVar (MVar)
+import Control.Concurrent.MVar (MVar, tryReadMVar)
 import Control.Concurrent.STM
 import Control.Exception (throwIO)
 import Control.Monad (forM, unless, when)
@@ -38,7 +39,9 @@ import Data.Word (Word64)
 import Herd.Settings
 import Herd.Sys.Epoll (epollAvailable)
 import Herd.Core.Error (HerdError (..))
-import Herd.Core.Evolve.Schedule (Registry)
+import Herd.Core.Evolve.Schedule (Registry (..))
+import Herd.Core.Evolve.Registry (Placed (..))
+import qualified Herd.Core.Evolve.StateMap as SM
 import Herd.Sys.Clock (monotonicSeconds)
 import Control.Concurrent (threadDelay)
 import Herd.Master.Shell (Shell, shellAwaited, shellCore, shellCounters, shellDeparted, shellHostView, shellLinkCount, shellMemory, shellPeers, shellRelayCounts, shellWorkers)
@@ -129,6 +132,15 @@ clusterRegistry = clRegistry
 -- same time, and a 'Herd.Master.Job.Evolve.resetStates' keeps every Ref.
 clusterRefRegistry :: Cluster -> MVar Registry
 clusterRefRegistry = clRefRegistry
+
+-- | How many values (evolve states and Refs) each worker holds, from the
+-- registries not taken by a call right now (a call's own are left out
+-- rather than waited for; states placed on hosts are not counted).
+heldValues :: Cluster -> IO (M.Map WorkerId Int)
+heldValues c = do
+  regs <- mapM tryReadMVar [clRegistry c, clRefRegistry c]
+  pure $ M.fromListWith (+)
+    [ (placedOn p, 1) | Just r <- regs, not (regHosted r), p <- SM.elems (regStates r) ]
 
 -- | Packet statistics of each connected worker's link, both directions,
 -- since it joined.

@@ -75,6 +75,7 @@ emptyTracker = Tracker M.empty 0 0 0 0 Nothing
 data JobWorkers = JobWorkers
   { jwCount :: !Int   -- ^ connected now
   , jwIdle  :: !Bool  -- ^ none has work
+  , jwHeld  :: !Int   -- ^ values they hold (Refs, evolve states)
   } deriving (Eq, Show)
 
 -- | One round's view.
@@ -157,7 +158,7 @@ follow k ob jid j (tr, acts) =
     now = obNow ob
     q = obQueue ob
     seen = q >>= M.lookup jid
-    JobWorkers workers idle = M.findWithDefault (JobWorkers 0 True) jid (obWorkers ob)
+    JobWorkers workers idle _ = M.findWithDefault (JobWorkers 0 True 0) jid (obWorkers ob)
     -- gone: the queue was read, the job is not in it or on its way out, and no worker of it is left
     gone = isJust q && maybe True (== Ending) seen && workers == 0
     stateNote = if isJust seen then " (SLURM: ending)" else " (no longer in the queue)"
@@ -187,7 +188,7 @@ policy k ob tr = foldl apply (tr, []) (decide (knobLimits k) view)
   where
     view = AdaptView
       { avNow = obNow ob, avWaiting = obWaiting ob, avWaitingSince = trWaitingSince tr
-      , avJobs = [ AdaptJob jid (phase j) | (jid, j) <- M.toList (trJobs tr) ]
+      , avJobs = [ AdaptJob jid (phase j) (maybe 0 jwHeld (M.lookup jid (obWorkers ob))) | (jid, j) <- M.toList (trJobs tr) ]
       , avFailures = trFailures tr, avLastFailure = trLastFailure tr }
     phase j
       | isJust (tjRetiring j) = Retiring

@@ -29,6 +29,7 @@ import qualified Data.Set as S
 import Herd.Core.Adapt (AdaptLimits (..))
 import Herd.Core.Adapt.Slurm
 import Herd.Core.Adapt.Track
+import Herd.Core.Base (WorkerId)
 import Herd.Core.Error (HerdError (..))
 import Herd.Core.Master.Events (Event (..))
 import Herd.Core.Master.Workers (WorkerInfo (..))
@@ -58,6 +59,7 @@ data AdaptContext = AdaptContext
   , acLog          :: String -> IO ()
   , acShell        :: Shell
   , acStatus       :: IO Status
+  , acHeld         :: IO (M.Map WorkerId Int)  -- ^ values (Refs, evolve states) each worker holds, as far as known
   , acPublish      :: Maybe AdaptSummary -> IO ()  -- ^ where the status page reads the jobs
   }
 
@@ -125,11 +127,12 @@ oneRound :: Driver -> IO ()
 oneRound d = do
   let ctx = drContext d
   st <- acStatus ctx
+  held <- acHeld ctx
   queue <- readQueue ctx (agentName (drJob d))
   now <- monotonicSeconds
   let rows = jobRows st
-      perJob = M.fromListWith (\(JobWorkers a x) (JobWorkers b y) -> JobWorkers (a + b) (x && y))
-                 [ (jid, JobWorkers 1 (workerIdle r)) | (jid, r) <- rows ]
+      perJob = M.fromListWith (\(JobWorkers a x h) (JobWorkers b y k) -> JobWorkers (a + b) (x && y) (h + k))
+                 [ (jid, JobWorkers 1 (workerIdle r) (M.findWithDefault 0 (rowWorker r) held)) | (jid, r) <- rows ]
       ob = Observation now queue perJob (sum (map jobRowPending (statusJobs st)))
   acts <- atomicModifyIORef' (drTracker d) (\tr -> observe (drKnobs d) ob tr)
   mapM_ (act d rows) acts
