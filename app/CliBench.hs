@@ -13,6 +13,7 @@ import qualified Bench.Packets as Packets
 import qualified Bench.Echo as Echo
 import qualified Bench.Parsort as Parsort
 import qualified Bench.Mandelbrot as Mandelbrot
+import qualified Bench.Par as Par
 import qualified Bench.Pfilter as Pfilter
 import qualified Bench.EvolveCore as EvolveCore
 import qualified Bench.Skew as Skew
@@ -65,6 +66,8 @@ benchCommands = hsubparser
       (progDesc "Round trip of one small message, master to one worker, per transport, beside a C floor"))
  <> command "bandwidth" (info (Bandwidth.runBandwidth <$> bandwidthOptions)
       (progDesc "MiB per second of a stream of large messages, master to one worker, per transport, beside a C floor"))
+ <> command "par" (info (Par.run <$> parOptions)
+      (progDesc "nfib, sumEuler, n-queens and mandelbrot: sequential, sparks, monad-par and herd (Herd.Par pieces of a division), and one spawn and get"))
  <> command "report" (info (Report.run <$> reportOptions)
       (progDesc "Run the benchmarks and write the benchmark page (docs/benchmarks.md) and its figures")) )
 
@@ -248,6 +251,20 @@ parsortOptions = Parsort.Options
   <*> switch (long "json" <> help "end with one line of JSON")
   <*> plotOption "seconds per program, chunking on and off (bars)"
   <*> dashboardOption
+
+parOptions :: Parser Par.Options
+parOptions = Par.Options
+  <$> option (positiveInt "a worker count" 64) (long "workers" <> metavar "N" <> value 2 <> showDefault
+                          <> help "herd's workers, and the capabilities sparks and monad-par get")
+  <*> option (positiveInt "an nfib argument" 50) (long "nfib" <> metavar "N" <> value 40 <> showDefault
+                          <> help "nfib's argument (threshold 20)")
+  <*> option (positiveInt "an upper bound" 1000000) (long "euler" <> metavar "N" <> value 10000 <> showDefault
+                          <> help "sumEuler's upper bound")
+  <*> option (positiveInt "a board size" 16) (long "queens" <> metavar "N" <> value 13 <> showDefault
+                          <> help "n-queens' board size")
+  <*> option (positiveInt "a picture size" 20000) (long "mandelbrot" <> metavar "N" <> value 1200 <> showDefault
+                          <> help "mandelbrot's picture width and height in pixels")
+  <*> switch (long "json" <> help "end with one line of JSON")
 
 mandelbrotOptions :: Parser Mandelbrot.Options
 mandelbrotOptions = Mandelbrot.Options

@@ -8,6 +8,8 @@ libraries=(
   ghc cabal-install
   libghc-store-dev libghc-store-core-dev libghc-network-dev libghc-async-dev
   libghc-optparse-applicative-dev libghc-parallel-dev
+  # the par benchmark measures herd against monad-par on one machine
+  libghc-monad-par-dev
   libghc-cryptonite-dev libghc-memory-dev libghc-clock-dev libghc-primitive-dev libghc-vector-dev
   libghc-warp-dev libghc-wai-dev libghc-http-types-dev
   # TLS on TCP links (configTls): the tls package and what herd uses of its

@@ -32,6 +32,7 @@ import qualified HostLossSpec
 import qualified HostBalanceSpec
 import qualified AdaptSpec
 import qualified AdaptTrackSpec
+import qualified ParSpec
 import qualified TwoLevelSpec
 import qualified BalanceSpec
 import qualified AuthSpec
@@ -95,6 +96,7 @@ main = do
       HostBalanceSpec.spec
       AdaptSpec.spec
       AdaptTrackSpec.spec
+      ParSpec.spec
       TwoLevelSpec.spec
       BalanceSpec.spec
       ClusterSpec.spec

@@ -43,6 +43,9 @@ grep -qx "25 did not:" <<<"$out" || fail "sweep printed: $out"
 grep -q "^  from 0.0000: herd: task 0 (the 1st input) of newton .* failed: no root within 50 steps from 0.0$" <<<"$out" \
   || fail "sweep did not name the start that cycles: $out"
 
+out=$("$(bin herd-example-queens)" --workers 2 --size 10)
+[[ "$out" == "724 solutions of 10 queens" ]] || fail "queens printed: $out"
+
 out=$("$(bin herd-example-pipeline)" --workers 2 --upto 10000)
 [[ "$out" == "the sum of the squares from 1 to 10000 is 333383335000" ]] || fail "pipeline printed: $out"
 
