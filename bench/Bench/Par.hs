@@ -15,7 +15,6 @@ module Bench.Par
   ) where
 
 import Control.Concurrent (setNumCapabilities)
-import Control.Exception (evaluate)
 import Control.Monad (forM, unless, when)
 import qualified Control.Monad.Par as MP
 import Control.Parallel (par, pseq)
@@ -25,7 +24,7 @@ import Herd.Config
 import Herd.Core.Report
 import Herd.Examples.Par
 import Herd.Skeleton (Divide, divideAndConquer)
-import Herd.Sys.Clock (monotonicSeconds)
+import Bench.Common (timed)
 import GHC.StaticPtr (StaticPtr)
 import System.IO
 
@@ -56,13 +55,6 @@ data Workload = Workload
   , wlHerd       :: Cluster -> IO Int
   , wlDescribe   :: String
   }
-
-timed :: IO a -> IO (Double, a)
-timed act = do
-  t0 <- monotonicSeconds
-  x <- act >>= evaluate
-  t1 <- monotonicSeconds
-  pure (t1 - t0, x)
 
 -- | Run the benchmark and print its table (and JSON line).
 run :: Options -> IO ()
