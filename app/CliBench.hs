@@ -264,6 +264,14 @@ parOptions = Par.Options
                           <> help "n-queens' board size")
   <*> option (positiveInt "a picture size" 20000) (long "mandelbrot" <> metavar "N" <> value 1200 <> showDefault
                           <> help "mandelbrot's picture width and height in pixels")
+  <*> option (countArg "a simulated worker count" 16384) (long "sim-workers" <> metavar "N" <> value 1024 <> showDefault
+                          <> help "simulated workers for the herd-sim row (0: no such row)")
+  <*> option (positiveInt "a simulated host count" 256) (long "sim-hosts" <> metavar "K" <> value 4 <> showDefault
+                          <> help "simulated hosts that play them")
+  <*> option (positiveInt "a leaf count" 10000000) (long "sim-leaves" <> metavar "N" <> value 100000 <> showDefault
+                          <> help "leaves of the herd-sim row's divide-and-conquer tree")
+  <*> option durationArg (long "sim-cost" <> metavar "TIME" <> value 0.01 <> showDefaultWith (const "10ms")
+                          <> help "the work each leaf stands for (a sleep on the simulated worker)")
   <*> switch (long "json" <> help "end with one line of JSON")
 
 mandelbrotOptions :: Parser Mandelbrot.Options

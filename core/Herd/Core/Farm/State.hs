@@ -9,6 +9,8 @@ module Herd.Core.Farm.State
   , Job (..)
   , Sched (..)
   , emptySched
+  , putWorker
+  , dropWorker
     -- * Vocabulary
   , Death (..)
   , Event (..)
@@ -100,11 +102,25 @@ data Sched = Sched
     -- ^ workers near their memory limit: no new batch while another worker can take it
   , schedCopies    :: !Int
     -- ^ straggler copies started since the start ("Herd.Core.Farm.Straggle")
+  , schedHungry    :: !(S.Set WorkerId)
+    -- ^ the workers with fewer than two batches outstanding: the only
+    -- ones 'Herd.Core.Farm.Assign.assign' can feed ('putWorker' keeps it)
   } deriving (Show)
 
 -- | A scheduler with no workers and no job.
 emptySched :: Sched
-emptySched = Sched M.empty M.empty [] 1 0 S.empty 0
+emptySched = Sched M.empty M.empty [] 1 0 S.empty 0 S.empty
+
+-- | Set a worker's outstanding batches, keeping 'schedHungry' true.
+putWorker :: WorkerId -> Worker -> Sched -> Sched
+putWorker w wk s = s
+  { schedWorkers = M.insert w wk (schedWorkers s)
+  , schedHungry = (if M.size (workerOutstanding wk) < 2 then S.insert else S.delete) w (schedHungry s) }
+
+-- | Forget a worker.
+dropWorker :: WorkerId -> Sched -> Sched
+dropWorker w s = s { schedWorkers = M.delete w (schedWorkers s), schedHeld = S.delete w (schedHeld s)
+                   , schedHungry = S.delete w (schedHungry s) }
 
 -- | How a worker died, as far as its link tells: the oldest batch it held
 -- and how many of that batch's results had arrived (the task after those,

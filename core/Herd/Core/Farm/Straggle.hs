@@ -60,8 +60,9 @@ speculate now s =
           twin = b { batchSent = now, batchTwin = Just bid }
           est = maybe 0 (\j -> maybe 0 (* fromIntegral (batchTasks b)) (jobEstimate j)) (M.lookup (batchJob b) (schedJobs st))
           st1 = onBatch from bid (\x -> x { batchTwin = Just fresh }) st
-          st2 = st1 { schedWorkers = M.adjust (\wk -> Worker (M.insert fresh twin (workerOutstanding wk))) to (schedWorkers st1)
-                    , schedNextBatch = fresh + 1, schedCopies = schedCopies st1 + 1 }
+          st2 = (maybe st1 (\wk -> putWorker to (Worker (M.insert fresh twin (workerOutstanding wk))) st1)
+                       (M.lookup to (schedWorkers st1)))
+                    { schedNextBatch = fresh + 1, schedCopies = schedCopies st1 + 1 }
       in (st2, out ++ [SlowBatch from bid (batchTasks b) late est to, SendBatch to fresh (batchRanges b)])
 
 -- | A batch's twin ended first: the batch's results, when they come, are
