@@ -38,6 +38,7 @@ apply ev sim =
       -- the set 'assign' feeds from is exactly the workers with fewer
       -- than two batches outstanding
       hungryWrong = schedHungry s' /= S.fromList [ w | w <- liveWorkers s', length (outstandingFor w s') < 2 ]
+                    || schedIdle s' /= S.fromList [ w | w <- liveWorkers s', null (outstandingFor w s') ]
   in sim1 { simIdleBad = simIdleBad sim1 || idle || hungryWrong }
   where
     command s c = case c of

@@ -34,15 +34,15 @@ data Divide a b = Divide
   }
 
 -- | Pieces aimed for on this many workers: 64 a worker on two, falling
--- to 8 a worker from 16 workers on. A few workers need many pieces so
+-- to 16 a worker from eight workers on. A few workers need many pieces so
 -- that pieces of unequal cost even out (mandelbrot's bands of rows on
 -- two workers: 16 a worker left one idle for the last pieces, 64 did
 -- not); many workers need fewer, each bigger, because every piece is a
 -- batch the master hands out and answers (a tree of 100,000 sleeping
 -- leaves on 1,024 simulated workers was bound by the master at 64 a
--- worker).
+-- worker, and 16 evened out the pieces' unequal leaf counts better than 8).
 piecesFor :: Int -> Int
-piecesFor workers = n * max 8 (128 `div` n)
+piecesFor workers = n * max 16 (128 `div` n)
   where n = max 1 workers
 
 -- | The most pieces a division makes, whatever the cluster's size.

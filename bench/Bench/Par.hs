@@ -123,7 +123,7 @@ simulatedRow :: Options -> IO (Row, Double)
 simulatedRow o = do
   let w = optSimWorkers o
       cfg = defaultConfig { configWorkers = Just 0, configSimulatedWorkers = w
-                          , configSimulatedHosts = optSimHosts o, configStartTimeout = 120, configStragglerCopies = False }
+                          , configSimulatedHosts = optSimHosts o, configStartTimeout = 120 }
   withCluster cfg $ \cluster -> do
     _ <- waitForWorkers cluster w 120
     have <- clusterWorkerCount cluster

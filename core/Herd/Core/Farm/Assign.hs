@@ -95,7 +95,12 @@ assign now s acc
     -- which changes nothing but the cost: looking at every worker on every
     -- completion cost the master O(workers log workers) per batch, 170 us
     -- at 1024 workers
-    hungryAll = [ (w, wk) | w <- S.toAscList (schedHungry s), Just wk <- [M.lookup w (schedWorkers s)] ]
+    -- and while no job with tasks left takes a prefetch, only those with
+    -- nothing outstanding
+    prefetching = or [ jobPendingN j > 0 && wantsBatch (jobBatching j) (jobEstimate j) (jobTarget j) 1
+                     | j <- M.elems (schedJobs s) ]
+    candidates = if prefetching then schedHungry s else schedIdle s
+    hungryAll = [ (w, wk) | w <- S.toAscList candidates, Just wk <- [M.lookup w (schedWorkers s)] ]
     hungry
       | S.null (schedHeld s) = hungryAll
       | otherwise = case [ x | x@(w, _) <- hungryAll, not (S.member w (schedHeld s)) ] of

@@ -105,22 +105,28 @@ data Sched = Sched
   , schedHungry    :: !(S.Set WorkerId)
     -- ^ the workers with fewer than two batches outstanding: the only
     -- ones 'Herd.Core.Farm.Assign.assign' can feed ('putWorker' keeps it)
+  , schedIdle      :: !(S.Set WorkerId)
+    -- ^ of those, the ones with none: the only ones it can feed while no
+    -- job takes a prefetch
   } deriving (Show)
 
 -- | A scheduler with no workers and no job.
 emptySched :: Sched
-emptySched = Sched M.empty M.empty [] 1 0 S.empty 0 S.empty
+emptySched = Sched M.empty M.empty [] 1 0 S.empty 0 S.empty S.empty
 
--- | Set a worker's outstanding batches, keeping 'schedHungry' true.
+-- | Set a worker's outstanding batches, keeping 'schedHungry' and
+-- 'schedIdle' true.
 putWorker :: WorkerId -> Worker -> Sched -> Sched
 putWorker w wk s = s
   { schedWorkers = M.insert w wk (schedWorkers s)
-  , schedHungry = (if M.size (workerOutstanding wk) < 2 then S.insert else S.delete) w (schedHungry s) }
+  , schedHungry = (if n < 2 then S.insert else S.delete) w (schedHungry s)
+  , schedIdle = (if n == 0 then S.insert else S.delete) w (schedIdle s) }
+  where n = M.size (workerOutstanding wk)
 
 -- | Forget a worker.
 dropWorker :: WorkerId -> Sched -> Sched
 dropWorker w s = s { schedWorkers = M.delete w (schedWorkers s), schedHeld = S.delete w (schedHeld s)
-                   , schedHungry = S.delete w (schedHungry s) }
+                   , schedHungry = S.delete w (schedHungry s), schedIdle = S.delete w (schedIdle s) }
 
 -- | How a worker died, as far as its link tells: the oldest batch it held
 -- and how many of that batch's results had arrived (the task after those,

@@ -37,8 +37,12 @@ slowAfter estimate tasksUpTo = case estimate of
 
 -- | Copy the slowest overdue batches to idle workers, one each.
 speculate :: Double -> Sched -> (Sched, [Command])
-speculate now s =
-  let idle = [ w | (w, wk) <- M.toList (schedWorkers s), M.null (workerOutstanding wk), not (S.member w (schedHeld s)) ]
+speculate now s
+  -- copies are only made for a job with no task left to hand out that
+  -- allows them, to idle workers: with none such, nothing to look at
+  | not (any (\j -> jobPendingN j == 0 && jobCopies j) (M.elems (schedJobs s))) || S.null (schedIdle s) = (s, [])
+  | otherwise =
+  let idle = [ w | w <- S.toAscList (schedIdle s), not (S.member w (schedHeld s)) ]
       overdue = sortOn (\(_, _, _, late) -> negate late)
         [ (w, bid, b, now - batchSent b)
         | (w, wk) <- M.toList (schedWorkers s)
