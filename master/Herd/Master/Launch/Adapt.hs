@@ -97,7 +97,8 @@ withAdaptive ctx body = do
         { knobLimits = limits
         , knobWalltime = either (const Nothing) (Just . fromIntegral) . parseWalltime =<< slurmAdaptWalltime (acSettings ctx)
         , knobLead = slurmAdaptLead (acSettings ctx), knobStartTimeout = acStartTimeout ctx }
-      driver = Driver ctx job knobs trackerRef awaitedRef
+  queueError <- newIORef Nothing
+  let driver = Driver ctx job knobs trackerRef awaitedRef queueError
   acLog ctx ("herd: adaptive: " ++ show (adaptMin limits) ++ " to " ++ show (adaptMax limits)
              ++ " SLURM jobs of " ++ show (adaptHostSlots limits) ++ " worker(s), named " ++ name
              ++ "; their output goes to " ++ dir)
@@ -112,6 +113,7 @@ data Driver = Driver
   , drKnobs   :: Knobs
   , drTracker :: IORef Tracker
   , drAwaited :: IORef Int
+  , drQueueError :: IORef (Maybe String)  -- ^ why squeue failed last round, if it did
   }
 
 -- One round; an exception in it (other than the driver's own end) is
@@ -128,7 +130,7 @@ oneRound d = do
   let ctx = drContext d
   st <- acStatus ctx
   held <- acHeld ctx
-  queue <- readQueue ctx (agentName (drJob d))
+  queue <- readQueue d
   now <- monotonicSeconds
   let rows = jobRows st
       perJob = M.fromListWith (\(JobWorkers a x h) (JobWorkers b y k) -> JobWorkers (a + b) (x && y) (h + k))
@@ -169,15 +171,20 @@ act d rows a = case a of
     forM_ [ l | Say l <- says ] (acLog ctx)
   where ctx = drContext d
 
--- The master's jobs in the queue, or 'Nothing' (logged) when squeue fails.
-readQueue :: AdaptContext -> String -> IO (Maybe (M.Map String SlurmState))
-readQueue ctx name = do
-  r <- slurm ctx "squeue" ["-h", "-o", squeueFormat, "-n", name] ""
+-- The master's jobs in the queue, or 'Nothing' when squeue fails (logged
+-- when it starts failing, or fails otherwise, and when it works again).
+readQueue :: Driver -> IO (Maybe (M.Map String SlurmState))
+readQueue d = do
+  let ctx = drContext d
+  r <- slurm ctx "squeue" ["-h", "-o", squeueFormat, "-n", agentName (drJob d)] ""
+  before <- atomicModifyIORef' (drQueueError d) (\e -> (either Just (const Nothing) r, e))
   case r of
     Left why -> do
-      acLog ctx ("herd: adaptive: cannot read the queue (squeue: " ++ why ++ "); no decision this round")
+      when (before /= Just why) $
+        acLog ctx ("herd: adaptive: cannot read the queue (" ++ why ++ "); the jobs' states are unknown until it can")
       pure Nothing
     Right out -> do
+      when (before /= Nothing) $ acLog ctx "herd: adaptive: the queue can be read again"
       let parsed = parseQueue out
       forM_ [ why | Left why <- parsed ] $ \why -> acLog ctx ("herd: adaptive: " ++ why)
       pure (Just (M.fromList [ e | Right e <- parsed ]))
