@@ -33,6 +33,7 @@ import qualified HostBalanceSpec
 import qualified AdaptSpec
 import qualified AdaptTrackSpec
 import qualified ParSpec
+import qualified FutureSpec
 import qualified TwoLevelSpec
 import qualified BalanceSpec
 import qualified AuthSpec
@@ -97,6 +98,7 @@ main = do
       AdaptSpec.spec
       AdaptTrackSpec.spec
       ParSpec.spec
+      FutureSpec.spec
       TwoLevelSpec.spec
       BalanceSpec.spec
       ClusterSpec.spec

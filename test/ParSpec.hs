@@ -34,10 +34,6 @@ instance Arbitrary Graph where
             k <- chooseInt (0, min 4 i)
             vectorOf k (chooseInt (0, i - 1))
 
--- A node's value from its own number and its inputs' values.
-nodeValue :: Int -> [Int] -> Int
-nodeValue i ins = (i * 31 + sum (zipWith (*) [1 ..] ins)) `mod` 1000003
-
 sequentialGraph :: Graph -> [Int]
 sequentialGraph (Graph g _) = IM.elems (foldl step IM.empty g)
   where step done (i, deps) = IM.insert i (nodeValue i (map (done IM.!) deps)) done

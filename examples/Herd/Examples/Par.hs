@@ -30,6 +30,10 @@ module Herd.Examples.Par
   , treePar
   , treeTask
   , treeDivide
+    -- * A node of a graph of futures
+  , nodeValue
+  , nodeTask
+  , sumTask
     -- * The cost of one spawn and get
   , spawnGetLoop
   , spawnGetTask
@@ -180,6 +184,24 @@ treeDivide = Divide
   { trivial = \(leaves, _) -> leaves <= 1
   , divide = \(leaves, cost) -> let half = leaves `div` 2 in [(half, cost), (leaves - half, cost)]
   , combine = \_ bs -> sum bs }
+
+-- | A node's value from its own number and its inputs' values.
+nodeValue :: Int -> [Int] -> Int
+nodeValue i ins = (i * 31 + sum (zipWith (*) [1 ..] ins)) `mod` 1000003
+
+-- | 'nodeValue' as a task: the node's number first, then its inputs; a
+-- negative number throws.
+nodeTask :: StaticPtr (Task [Int] Int)
+nodeTask = static (named "node" (task node))
+  where
+    node (i : ins)
+      | i < 0 = error ("node " ++ show i ++ " refuses")
+      | otherwise = nodeValue i ins
+    node [] = 0
+
+-- | The sum of a list, as a task.
+sumTask :: StaticPtr (Task [Int] Int)
+sumTask = static (named "sum" (task sum))
 
 -- | @k@ spawns, each got at once, of a trivial child: the sum of the
 -- children's values.

@@ -1,0 +1,72 @@
+-- | Futures from the caller: a task submitted returns at once, its value
+-- awaited later, and a future given to another submission makes that
+-- task wait for its input, as Ray's and Dask's futures do.
+--
+-- > a <- submit cluster squareTask 3
+-- > b <- submit cluster squareTask 4
+-- > c <- submitWith cluster sumTask [a, b]      -- runs once a and b are in
+-- > await c                                     -- 25
+--
+-- Each submission is a farm job of one task (the farm's promises hold: a
+-- worker lost mid-task runs it elsewhere, a task that keeps killing its
+-- workers fails naming it, a caller never waits forever); the value comes
+-- back to this process when the task ends and waits there until
+-- 'await'ed. Jobs run side by side, taking the workers in turn, so many
+-- futures keep every worker busy. A future whose input failed fails with
+-- the input's error, and is not run.
+--
+-- Promises: 'await' gives the task's value or throws its 'HerdError'
+-- (the same each time it is awaited); 'cancel' stops a future that has
+-- not ended (its task is stopped on its worker) and makes 'await' throw;
+-- the futures of a graph give what evaluating it in order gives.
+module Herd.Future
+  ( Future
+  , submit
+  , submitAfter
+  , submitWith
+  , await
+  , poll
+  , cancel
+  ) where
+
+import Control.Concurrent.Async (Async, async, wait)
+import qualified Control.Concurrent.Async as A
+import Control.Exception (SomeException, throwIO)
+import GHC.StaticPtr (StaticPtr)
+import Herd
+
+-- | A value being computed on the cluster.
+newtype Future a = Future (Async a)
+
+-- One task as a farm job of its own; its value, or its error thrown.
+runOne :: Cluster -> StaticPtr (Task a b) -> a -> IO b
+runOne cluster t x = do
+  out <- farmEither cluster t [x]
+  case out of
+    [Right v] -> pure v
+    [Left err] -> throwIO err
+    _ -> ioError (userError "herd: a one-task farm gave other than one answer (a bug in herd)")
+
+-- | Run a task on this input; returns at once.
+submit :: Cluster -> StaticPtr (Task a b) -> a -> IO (Future b)
+submit cluster t x = Future <$> async (runOne cluster t x)
+
+-- | Run a task on a future's value once it is in.
+submitAfter :: Cluster -> StaticPtr (Task a b) -> Future a -> IO (Future b)
+submitAfter cluster t input = Future <$> async (await input >>= runOne cluster t)
+
+-- | Run a task on the values of these futures, in order, once all are in.
+submitWith :: Cluster -> StaticPtr (Task [a] b) -> [Future a] -> IO (Future b)
+submitWith cluster t inputs = Future <$> async (mapM await inputs >>= runOne cluster t)
+
+-- | The future's value, waiting for it; its error, thrown.
+await :: Future a -> IO a
+await (Future a) = wait a
+
+-- | The future's outcome if it has ended.
+poll :: Future a -> IO (Maybe (Either SomeException a))
+poll (Future a) = A.poll a
+
+-- | Stop a future that has not ended; 'await' then throws.
+cancel :: Future a -> IO ()
+cancel (Future a) = A.cancel a
