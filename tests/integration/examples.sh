@@ -24,7 +24,8 @@ port=$(( 40000 + RANDOM % 20000 ))
 export HERD_SECRET="examples-test-secret-$RANDOM-0123456789"
 "$(bin my-herd-program)" --listen "127.0.0.1:$port" --wait-workers 2 --below 10000 >"$plan/out" 2>"$plan/err" &
 master=$!
-sleep 0.5
+# the agent joins once the master listens (a busy machine takes a while)
+for _ in $(seq 400); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
 HERD_AGENT=2 HERD_WORKER="127.0.0.1:$port" timeout 60 "$(bin my-herd-program)" 2>"$plan/agent" \
   || fail "the agent failed: $(cat "$plan/agent")"
 wait "$master" || fail "the starter's master failed: $(cat "$plan/err")"
