@@ -37,15 +37,15 @@ import Herd.Core.Monitor.Status
 import Herd.Master.Shell
 import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Sys.Env
-import Herd.Transport.Auth (Secret, secretBytes)
+import Herd.Transport.Auth (Secret, secretBytes, secretEnvVar)
 import qualified Data.ByteString as B
 import System.Directory (createDirectoryIfMissing, findExecutable, getHomeDirectory, removeFile)
-import System.Environment (getExecutablePath)
+import System.Environment (getEnvironment, getExecutablePath)
 import System.Exit (ExitCode (..))
 import System.FilePath ((</>))
 import System.Posix.Files (setFileMode)
 import System.Posix.Process (getProcessID)
-import System.Process (proc, readCreateProcessWithExitCode)
+import System.Process (CreateProcess (..), proc, readCreateProcessWithExitCode)
 import System.Timeout (timeout)
 
 -- | What the driver needs from the cluster.
@@ -165,7 +165,12 @@ act d rows a = case a of
     r <- slurm ctx "scancel" ids ""
     either (\why -> acLog ctx ("herd: adaptive: scancel " ++ unwords ids ++ " failed: " ++ why)) (const (pure ())) r
   SubmitJobs n _ -> forM_ [1 .. n] $ \_ -> do
-    out <- slurm ctx "sbatch" (sbatchArguments (acSettings ctx) (drJob d)) (agentScript (drJob d))
+    -- the job's environment is this one (sbatch exports it) less herd's
+    -- own variables and a secret it may hold: the script sets what the
+    -- agent needs, and the secret goes by its file only
+    outer <- getEnvironment
+    let clean = [ kv | kv@(k, _) <- outer, k `notElem` (secretEnvVar : "GHCRTS" : herdVariables) ]
+    out <- slurmIn (Just clean) ctx "sbatch" (sbatchArguments (acSettings ctx) (drJob d)) (agentScript (drJob d))
     now <- monotonicSeconds
     says <- atomicModifyIORef' (drTracker d) (submitted now (out >>= parseSubmitted))
     forM_ [ l | Say l <- says ] (acLog ctx)
@@ -191,8 +196,12 @@ readQueue d = do
 
 -- Run a SLURM command with its input, within 30 s; its output, or why not.
 slurm :: AdaptContext -> String -> [String] -> String -> IO (Either String String)
-slurm _ cmd args input = do
-  r <- try (timeout 30000000 (readCreateProcessWithExitCode (proc cmd args) input))
+slurm = slurmIn Nothing
+
+-- 'slurm' in this environment ('Nothing': this process's).
+slurmIn :: Maybe [(String, String)] -> AdaptContext -> String -> [String] -> String -> IO (Either String String)
+slurmIn environment _ cmd args input = do
+  r <- try (timeout 30000000 (readCreateProcessWithExitCode (proc cmd args) { env = environment } input))
   pure $ case r of
     Left (e :: IOException) -> Left (cmd ++ ": " ++ displayException e)
     Right Nothing -> Left (cmd ++ " gave no answer within 30 s")
