@@ -3,7 +3,8 @@
 -- refused submissions. It never holds more than the maximum, cancels a
 -- job at most once and only once retired, cancels nothing idle while
 -- work waits, counts each failure once, and retires jobs before their
--- walltime with a replacement.
+-- walltime with a replacement; and its jobs show by phase in
+-- @/api/status@ and @/metrics@.
 module AdaptTrackSpec (spec) where
 
 import Data.List (foldl')
@@ -11,6 +12,11 @@ import qualified Data.Map.Strict as M
 import Herd.Core.Adapt
 import Herd.Core.Adapt.Slurm (SlurmState (..))
 import Herd.Core.Adapt.Track
+import Data.List (isInfixOf)
+import Herd.Core.Master (emptyCore)
+import Herd.Core.Master.Workers (noCounters)
+import Herd.Core.Monitor.Status (Inputs (..), buildStatus)
+import Herd.Master.Monitor.Render (prometheusText, statusJson)
 import Test.Hspec
 import Test.QuickCheck
 
@@ -98,7 +104,10 @@ run = foldl' check (World M.empty 1 0 [] emptyTracker 0 [])
                              ++ [ "an idle job cancelled while work waited" | not (null idleCancels) ] }
 
 spec :: Spec
-spec = describe "the adaptive tracker" $ do
+spec = trackerSpec >> renderSpec
+
+trackerSpec :: Spec
+trackerSpec = describe "the adaptive tracker" $ do
   it "keeps the maximum, cancels each job once and only when retired, none idle while work waits" $
     property $ \moves ->
       let w = run moves
@@ -139,3 +148,26 @@ spec = describe "the adaptive tracker" $ do
     awaitedWorkers knobs t3 `shouldBe` 1
   where
     elem' needle hay = any (\k -> take (length needle) (drop k hay) == needle) [0 .. length hay]
+
+-- | The jobs as the status page, @/api/status@ and @/metrics@ show them.
+renderSpec :: Spec
+renderSpec = describe "adaptive jobs in the status" $
+  it "are listed by phase in /api/status and counted in /metrics" $ do
+    let tracker = (snd' (submitted 0 (Right "11") emptyTracker))
+        (t2, _) = observe knobs (Observation 1 (Just (M.fromList [("11", Started)])) (M.fromList [("11", JobWorkers 1 False 0)]) 5) tracker
+        (t3, _) = submitted 2 (Right "12") t2
+        (t4, _) = submitted 3 (Left "refused") t3
+        inputs = Inputs
+          { inNow = 10, inStarted = 0, inLoop = "epoll", inCore = emptyCore, inConnected = M.empty
+          , inDeparted = M.empty, inLinks = M.empty, inCounters = noCounters, inLog = [], inMemory = M.empty
+          , inMemoryLimit = Nothing, inLinksOpen = 0, inShareSends = (0, 0), inRelayed = (0, 0), inHosts = []
+          , inAdapt = Just (summary t4) }
+        st = buildStatus inputs
+    summary t4 `shouldBe` AdaptSummary ["12"] ["11"] [] 2 1
+    statusJson st `shouldSatisfy` isInfixOf "\"slurm_jobs\":{\"pending\":[\"12\"],\"running\":[\"11\"],\"retiring\":[],\"submitted_total\":2,\"failed_total\":1}"
+    let metrics = lines (prometheusText st)
+    metrics `shouldSatisfy` elem "herd_slurm_jobs{phase=\"pending\"} 1"
+    metrics `shouldSatisfy` elem "herd_slurm_jobs{phase=\"running\"} 1"
+    metrics `shouldSatisfy` elem "herd_slurm_job_failures_total 1"
+    statusJson (buildStatus inputs { inAdapt = Nothing }) `shouldSatisfy` isInfixOf "\"slurm_jobs\":null"
+  where snd' (t, _) = t
