@@ -23,7 +23,7 @@ import Control.Concurrent.Async (withAsync)
 import Control.Exception
 import Control.Monad (forM_, forever, unless, when)
 import Data.IORef
-import Data.List (isPrefixOf)
+import Data.List (stripPrefix)
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Herd.Core.Adapt (AdaptLimits (..))
@@ -120,10 +120,8 @@ data Driver = Driver
 -- logged and the next round tries again.
 guarded :: Driver -> IO ()
 guarded d = oneRound d `catch` \(e :: SomeException) -> case fromException e of
-  Just (_ :: AsyncException) -> throwIO e
-  Nothing -> case fromException e of
-    Just (_ :: SomeAsyncException) -> throwIO e
-    Nothing -> acLog (drContext d) ("herd: adaptive: a round failed: " ++ displayException e)
+  Just (_ :: SomeAsyncException) -> throwIO e
+  Nothing -> acLog (drContext d) ("herd: adaptive: a round failed: " ++ displayException e)
 
 oneRound :: Driver -> IO ()
 oneRound d = do
@@ -148,7 +146,7 @@ oneRound d = do
 jobRows :: Status -> [(String, WorkerRow)]
 jobRows st =
   [ (jid, r) | r <- statusWorkers st, rowState r /= Lost, Just info <- [rowInfo r]
-  , adaptGroupPrefix `isPrefixOf` infoGroup info, let jid = drop (length adaptGroupPrefix) (infoGroup info) ]
+  , Just jid <- [stripPrefix adaptGroupPrefix (infoGroup info)] ]
 
 -- A worker with nothing of the master's to run.
 workerIdle :: WorkerRow -> Bool
