@@ -19,6 +19,7 @@ import qualified Bench.EvolveCore as EvolveCore
 import qualified Bench.Skew as Skew
 import qualified Bench.KMeans as KMeans
 import qualified Bench.WordCount as WordCount
+import qualified Bench.PageRank as PageRank
 import qualified Bench.Bandwidth as Bandwidth
 import qualified Bench.Latency as Latency
 import qualified Bench.Fuzz as Fuzz
@@ -59,6 +60,8 @@ benchCommands = hsubparser
       (progDesc "k-means with its points shared once, held as slices on the workers, or resent every iteration"))
  <> command "wordcount" (info (WordCount.run <$> wordCountOptions)
       (progDesc "word counts summed on the workers against collecting every pair at the master"))
+ <> command "pagerank" (info (PageRank.run <$> pageRankOptions)
+      (progDesc "PageRank as datasets held on the workers, shuffled worker to worker, against one process"))
  <> command "fuzz" (info (Fuzz.run <$> fuzzOptions)
       (progDesc "Mutated frames of every message type at a master and at a worker, per transport: crashes, hangs, drops"))
  <> command "chaos" (info (Chaos.run <$> chaosOptions)

@@ -9,11 +9,13 @@ module CliBenchCluster
   , skewOptions
   , kmeansOptions
   , wordCountOptions
+  , pageRankOptions
   , parOptions
   ) where
 
 import qualified Bench.EvolveCore as EvolveCore
 import qualified Bench.KMeans as KMeans
+import qualified Bench.PageRank as PageRank
 import qualified Bench.Par as Par
 import qualified Bench.Pfilter as Pfilter
 import qualified Bench.Skew as Skew
@@ -108,6 +110,21 @@ wordCountOptions = WordCount.Options
                           <> help "words per document")
   <*> option (positiveInt "a vocabulary size" 10000000) (long "vocabulary" <> metavar "N" <> value 5000 <> showDefault
                           <> help "distinct words to draw from")
+  <*> option (positiveInt "a worker count" 4096) (long "workers" <> metavar "N" <> value 2 <> showDefault
+                          <> help "local workers")
+  <*> switch (long "json" <> help "end with one line of JSON")
+
+-- | The flags of @herd bench pagerank@.
+pageRankOptions :: Parser PageRank.Options
+pageRankOptions = PageRank.Options
+  <$> option (positiveInt "a node count" 100000000) (long "nodes" <> metavar "N" <> value 2000000 <> showDefault
+                          <> help "nodes of the generated graph")
+  <*> option (positiveInt "an edge count" 1000) (long "edges" <> metavar "N" <> value 10 <> showDefault
+                          <> help "out-edges per node")
+  <*> option (positiveInt "an iteration count" 10000) (long "iterations" <> metavar "N" <> value 10 <> showDefault
+                          <> help "PageRank iterations")
+  <*> optional (option (positiveInt "a partition count" 4096) (long "partitions" <> metavar "N"
+                          <> help "partitions of the graph (default: one per worker)"))
   <*> option (positiveInt "a worker count" 4096) (long "workers" <> metavar "N" <> value 2 <> showDefault
                           <> help "local workers")
   <*> switch (long "json" <> help "end with one line of JSON")

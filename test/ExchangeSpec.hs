@@ -126,7 +126,7 @@ drain n m = case moves of
 start :: Int -> Int -> Int -> Bool -> Model
 start workers groups maxDeaths tree =
   let ws = [1 .. workers]
-      job = ExchangeJob ref [ BC.pack (show g) | g <- [0 .. groups - 1] ] maxDeaths Nothing tree
+      job = ExchangeJob ref [ BC.pack (show g) | g <- [0 .. groups - 1] ] maxDeaths Nothing tree Nothing
       Right (ex, outs) = exchangeStart 7 job ws
   in apply outs (Model (Just ex) (M.fromList [ (w, W [] [] M.empty) | w <- ws ]) (workers + 1) Nothing 0)
 

@@ -34,6 +34,7 @@ toWorkerIndex m = case m of
   SharePart {} -> 15; ShareDrop {} -> 16; HoldBudget {} -> 17
   GroupRun {} -> 18; PartIn {} -> 19; PartitionCombine {} -> 20; ExchangeEnd {} -> 21; StatesDrop {} -> 22
   BatchCancel {} -> 23; TaskDeadline {} -> 24
+  PartRun {} -> 25; PartsDrop {} -> 26; GroupRunHeld {} -> 27; PartitionKeep {} -> 28
 
 fromWorkerIndex :: FromWorker -> Int
 fromWorkerIndex m = case m of
@@ -44,6 +45,7 @@ fromWorkerIndex m = case m of
   ShareDropped {} -> 18; ShareSpilled {} -> 19
   Forward {} -> 20; GroupSent {} -> 21; GroupThrew {} -> 22; PartHeld {} -> 23; PartitionDone {} -> 24
   PartitionThrew {} -> 25; BatchStopped {} -> 26
+  PartRan {} -> 27; PartThrew {} -> 28; PartMissing {} -> 29; GroupMissing {} -> 30
 
 bytes :: Gen B.ByteString
 bytes = B.pack <$> resize 40 arbitrary
@@ -67,7 +69,11 @@ genToWorker = oneof
   , GroupRun <$> arbitrary <*> arbitrary <*> ref <*> arbitrary <*> resize 5 (listOf arbitrary) <*> bytes
   , PartIn <$> arbitrary <*> arbitrary <*> arbitrary <*> bytes
   , PartitionCombine <$> arbitrary <*> arbitrary <*> ref <*> arbitrary, ExchangeEnd <$> arbitrary
-  , StatesDrop <$> resize 6 (listOf arbitrary), BatchCancel <$> arbitrary, TaskDeadline <$> arbitrary ]
+  , StatesDrop <$> resize 6 (listOf arbitrary), BatchCancel <$> arbitrary, TaskDeadline <$> arbitrary
+  , PartRun <$> arbitrary <*> arbitrary <*> ref <*> resize 4 (listOf arbitrary) <*> arbitrary <*> bytes
+  , PartsDrop <$> resize 6 (listOf arbitrary)
+  , GroupRunHeld <$> arbitrary <*> arbitrary <*> ref <*> arbitrary <*> resize 5 (listOf arbitrary) <*> arbitrary
+  , PartitionKeep <$> arbitrary <*> arbitrary <*> ref <*> arbitrary <*> arbitrary ]
 
 genFromWorker :: Gen FromWorker
 genFromWorker = oneof
@@ -82,7 +88,9 @@ genFromWorker = oneof
   , Forward <$> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary <*> bytes, GroupSent <$> arbitrary <*> arbitrary
   , GroupThrew <$> arbitrary <*> arbitrary <*> text, PartHeld <$> arbitrary <*> arbitrary <*> arbitrary
   , PartitionDone <$> arbitrary <*> arbitrary <*> bytes, PartitionThrew <$> arbitrary <*> arbitrary <*> text
-  , BatchStopped <$> arbitrary ]
+  , BatchStopped <$> arbitrary, PartRan <$> arbitrary <*> arbitrary <*> bytes
+  , PartThrew <$> arbitrary <*> arbitrary <*> text, PartMissing <$> arbitrary <*> arbitrary
+  , GroupMissing <$> arbitrary <*> arbitrary ]
 
 spec :: Spec
 spec = describe "every protocol message" $ do

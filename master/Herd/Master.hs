@@ -72,6 +72,7 @@ import Herd.Settings
 import Herd.Core.Error
 import Herd.Core.Evolve.Schedule (Registry (..), emptyRegistry)
 import Herd.Core.Evolve.Registry (refIdBase)
+import Herd.Core.Dataset.Book (emptyBook)
 import Herd.Node.Local (planCpus)
 import Herd.Master.Launch.Process (Launch (..))
 import Herd.Master.Launch.Slurm (slurmTaskCount)
@@ -203,7 +204,7 @@ newCluster cfg shell feed lsock = do
   tag <- newClusterTag
   Cluster cfg shell port tag <$> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newMVar emptyRegistry
                              <*> newMVar emptyRegistry { regNextId = refIdBase }
-                             <*> pure feed <*> newIORef Nothing <*> newIORef Nothing
+                             <*> pure feed <*> newIORef Nothing <*> newIORef Nothing <*> newMVar emptyBook
 
 -- How the master admits the workers and host agents that connect (with a
 -- queue, the raw links are handed there instead of to the shell).

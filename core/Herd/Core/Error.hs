@@ -77,6 +77,12 @@ data HerdError
       { lostStates :: ![String], lostReason :: !String }
     -- ^ These states were on workers that were lost. The rest of the
     -- population is gone too: call 'Herd.Master.Job.Evolve.resetStates'.
+  | PartitionsLost
+      { lostFunction :: !String, lostPartitions :: ![Int], lostWhy :: !String }
+    -- ^ A dataset step ("Herd.Master.Job.Dataset") needed these partitions
+    -- and their worker was lost, or no longer holds them. The dataset
+    -- layer recomputes them from their lineage and runs the step again; a
+    -- caller sees this only when that keeps failing.
   | ForeignHandle
       { foreignHandle :: !String, foreignOwner :: !String, foreignCluster :: !String }
     -- ^ A handle (a 'Herd.Master.Job.Refs.Ref', a shared value, a state id)
@@ -117,6 +123,8 @@ instance Exception HerdError where
     UnknownStates ss -> "herd: no such states: " ++ listSome ss
     StatesLost ss r -> "herd: states lost with their worker (" ++ r ++ "): " ++ listSome ss
       ++ "; the population must be reset"
+    PartitionsLost f ps r -> "herd: " ++ f ++ " lost partitions " ++ unwords (map show (take 20 ps))
+      ++ (if length ps > 20 then " and " ++ show (length ps - 20) ++ " more" else "") ++ ": " ++ r
     ForeignHandle h owner here -> "herd: " ++ h ++ " belongs to " ++ owner ++ ", not to " ++ here
       ++ ", which it was given to; a handle is used only with the cluster that made it"
     where

@@ -30,6 +30,7 @@
 --   every partition's bytes or an error.
 module Herd.Core.Exchange
   ( ExchangeJob (..)
+  , HeldShuffle (..)
   , Exchange
   , XOut (..)
   , exchangeStart
@@ -62,20 +63,27 @@ import Herd.Core.Exchange.Plan
 exchangeStart :: Word64 -> ExchangeJob -> [WorkerId] -> Either HerdError (Exchange, [XOut])
 exchangeStart xid job workers
   | null workers = Left NoWorkers
+  | Just hs <- xjShuffle job, lost <- heldElsewhere hs, not (null lost) =
+      Left (PartitionsLost (refName (xjRef job)) lost "their workers are gone")
   | otherwise = Right (x2, runs ++ combines)
   where
+    -- a held shuffle's inputs and outputs whose worker is not live
+    heldElsewhere hs = S.toList (S.fromList [ p | (p, w) <- M.toList (hsGroupAt hs) ++ M.toList (hsOwners hs), w `notElem` workers ])
     (x1, runs) = dispatch x
     -- (a tree's partition may take no group: it is ready at once)
     (x2, combines) = combineReady [0 .. parts - 1] x1
-    parts = max 1 (maybe (length workers) id (xjPartitions job))
+    parts = case xjShuffle job of
+      Just hs -> M.size (hsOwners hs)
+      Nothing -> max 1 (maybe (length workers) id (xjPartitions job))
     x = Exchange
       { xId = xid, xRef = xjRef job
       , xArgs = M.fromList (zip [0 ..] (xjGroups job))
       , xParts = parts
-      , xOwner = M.fromList (zip [0 .. parts - 1] (cycle workers))
+      , xOwner = maybe (M.fromList (zip [0 .. parts - 1] (cycle workers))) hsOwners (xjShuffle job)
       , xDelivered = M.fromList [ (j, S.empty) | j <- [0 .. parts - 1] ]
       , xRuns = M.empty, xPending = S.fromList [0 .. length (xjGroups job) - 1], xSent = S.empty, xCombining = S.empty, xDone = M.empty, xDeaths = M.empty
-      , xLive = S.fromList workers, xHeld = S.empty, xMaxDeaths = xjMaxDeaths job, xTree = xjTree job }
+      , xLive = S.fromList workers, xHeld = S.empty, xMaxDeaths = xjMaxDeaths job, xTree = xjTree job
+      , xShuffle = xjShuffle job }
 
 -- | The exchange a worker's message belongs to, if it is an exchange's.
 exchangeOf :: FromWorker -> Maybe Word64
@@ -85,6 +93,7 @@ exchangeOf msg = case msg of
   PartHeld xid _ _ -> Just xid
   PartitionDone xid _ _ -> Just xid
   PartitionThrew xid _ _ -> Just xid
+  GroupMissing xid _ -> Just xid
   _ -> Nothing
 
 -- | Each partition's owner.
@@ -131,6 +140,8 @@ exchangeMessage w msg x = case msg of
     | otherwise -> (Just x, [])
   PartitionThrew _ j why ->
     end (Left (TaskFailed 0 (refName (xRef x)) ("combining partition " ++ show j ++ ": " ++ T.unpack why))) x
+  GroupMissing _ g ->
+    end (Left (PartitionsLost (refName (xRef x)) [fromIntegral g] ("worker " ++ show w ++ " no longer holds it"))) x
   _ -> (Just x, [])
   where
     continue (x', outs) = (Just x', outs)
@@ -143,6 +154,11 @@ exchangeMessage w msg x = case msg of
 exchangeLost :: WorkerId -> Bool -> String -> Exchange -> (Maybe Exchange, [XOut])
 exchangeLost w died why x0
   | not (S.member w (xLive x0)) = (Just x0, [])
+  | Just hs <- xShuffle x0 =
+      -- what was held there cannot be made elsewhere
+      case [ p | (p, o) <- M.toList (hsGroupAt hs) ++ M.toList (hsOwners hs), o == w ] of
+        [] -> (Just x0 { xLive = S.delete w (xLive x0), xHeld = S.delete w (xHeld x0) }, [])
+        lost -> end (Left (PartitionsLost (refName (xRef x0)) (S.toList (S.fromList lost)) why)) x0 { xLive = S.delete w (xLive x0) }
   | otherwise =
       let running = M.findWithDefault [] w (xRuns x0)
           charged = [ g | died, (g, _) : _ <- [running] ]

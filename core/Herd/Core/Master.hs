@@ -53,6 +53,7 @@ import Herd.Core.Fault
 import Herd.Core.Master.Events
 import Herd.Core.Master.Expect (noneExpected)
 import Herd.Core.Master.Exchanges (cancelExchange, exchangeFeature, startExchange)
+import Herd.Core.Master.Stages (cancelStage, dropDatasets, stageFeature, startStage)
 import Herd.Core.Master.Farms (farmEvent, farmFeature)
 import Herd.Core.Master.Feature
 import Herd.Core.Master.Sessions (cancelSession, sessionFeature, startSession)
@@ -70,7 +71,7 @@ import Herd.Core.Wire (ToWorker (..))
 -- | The kinds of work the core hosts, in the order each hears the
 -- cluster's events (the shared values first: INV-SHARE-BEFORE).
 features :: [Feature]
-features = [shareFeature, farmFeature, streamFeature, sessionFeature, exchangeFeature]
+features = [shareFeature, farmFeature, streamFeature, sessionFeature, exchangeFeature, stageFeature]
 
 -- | Advance the core by one event at the given time (seconds from any
 -- fixed origin).
@@ -127,6 +128,9 @@ advance now ev core = case ev of
   Unshare {} -> shareEvent ev core
   ExchangeStart xid job -> startExchange xid job core
   ExchangeCancel xid -> cancelExchange xid core
+  StageStart sid job -> startStage sid job core
+  StageCancel sid -> cancelStage sid core
+  DatasetsDrop dids -> dropDatasets dids core
   Stop -> stopAll now core
 
 -- Every feature takes this transition, in the list's order.

@@ -124,6 +124,25 @@ decodeToWorkerSlow = runGet $ do
           StatesDrop <$> replicateM n getWord64
       | tag == tagBatchCancel -> BatchCancel <$> getWord64
       | tag == tagTaskDeadline -> TaskDeadline <$> getWord64
+      | tag == tagPartRun -> do
+          sid <- getWord64
+          j <- getWord32
+          ref <- getRef
+          n <- getCount 8
+          inputs <- replicateM n getWord64
+          PartRun sid j ref inputs <$> getWord64 <*> getRest
+      | tag == tagPartsDrop -> do
+          n <- getCount 8
+          PartsDrop <$> replicateM n getWord64
+      | tag == tagGroupRunHeld -> do
+          xid <- getWord64
+          g <- getWord32
+          ref <- getRef
+          parts <- getWord32
+          n <- getCount 12
+          targets <- replicateM n ((,) <$> getWord32 <*> getWord64)
+          GroupRunHeld xid g ref parts targets <$> getWord64
+      | tag == tagPartitionKeep -> PartitionKeep <$> getWord64 <*> getWord32 <*> getRef <*> getWord32 <*> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 
 -- | Decode one message to the master (a value inside is a slice of the input).
@@ -173,5 +192,9 @@ decodeFromWorkerSlow = runGet $ do
       | tag == tagPartitionDone -> PartitionDone <$> getWord64 <*> getWord32 <*> getRest
       | tag == tagPartitionThrew -> PartitionThrew <$> getWord64 <*> getWord32 <*> getText
       | tag == tagBatchStopped -> BatchStopped <$> getWord64
+      | tag == tagPartRan -> PartRan <$> getWord64 <*> getWord32 <*> getRest
+      | tag == tagPartThrew -> PartThrew <$> getWord64 <*> getWord32 <*> getText
+      | tag == tagPartMissing -> PartMissing <$> getWord64 <*> getWord32
+      | tag == tagGroupMissing -> GroupMissing <$> getWord64 <*> getWord32
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 

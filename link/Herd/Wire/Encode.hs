@@ -47,6 +47,15 @@ toWorkerParts msg = case msg of
     ( built' (putWord8 tagGroupRun <> putWord64 xid <> putWord32 g <> putRef ref <> putWord32 parts
               <> putWord32 (fromIntegral (length targets)) <> foldMap (\(j, w) -> putWord32 j <> putWord64 w) targets)
     , args )
+  GroupRunHeld xid g ref parts targets did ->
+    built (putWord8 tagGroupRunHeld <> putWord64 xid <> putWord32 g <> putRef ref <> putWord32 parts
+           <> putWord32 (fromIntegral (length targets)) <> foldMap (\(j, w) -> putWord32 j <> putWord64 w) targets <> putWord64 did)
+  PartitionKeep xid j ref groups did -> built (putWord8 tagPartitionKeep <> putWord64 xid <> putWord32 j <> putRef ref <> putWord32 groups <> putWord64 did)
+  PartRun sid j ref inputs out arg ->
+    ( built' (putWord8 tagPartRun <> putWord64 sid <> putWord32 j <> putRef ref
+              <> putWord32 (fromIntegral (length inputs)) <> foldMap putWord64 inputs <> putWord64 out)
+    , arg )
+  PartsDrop dids -> built (putWord8 tagPartsDrop <> putWord32 (fromIntegral (length dids)) <> foldMap putWord64 dids)
   PartIn xid g j part -> (built' (putWord8 tagPartIn <> putWord64 xid <> putWord32 g <> putWord32 j), part)
   PartitionCombine xid j ref groups -> built (putWord8 tagPartitionCombine <> putWord64 xid <> putWord32 j <> putRef ref <> putWord32 groups)
   ExchangeEnd xid -> (taggedHead tagExchangeEnd xid, B.empty)
@@ -98,6 +107,10 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   PartitionDone xid j v -> putWord8 tagPartitionDone <> putWord64 xid <> putWord32 j <> BB.byteString v
   PartitionThrew xid j why -> putWord8 tagPartitionThrew <> putWord64 xid <> putWord32 j <> putText why
   BatchStopped bid -> putWord8 tagBatchStopped <> putWord64 bid
+  PartRan sid j v -> putWord8 tagPartRan <> putWord64 sid <> putWord32 j <> BB.byteString v
+  PartThrew sid j why -> putWord8 tagPartThrew <> putWord64 sid <> putWord32 j <> putText why
+  PartMissing sid j -> putWord8 tagPartMissing <> putWord64 sid <> putWord32 j
+  GroupMissing xid g -> putWord8 tagGroupMissing <> putWord64 xid <> putWord32 g
 
 taggedStream :: Word8 -> Word64 -> Encoder -> Encoder
 taggedStream tag sid (Encoder n write) = Encoder (n + 9) $ \p -> do

@@ -7,6 +7,9 @@
 module Herd.Master.Calls
   ( runSession
   , runExchange
+  , runStage
+  , runShuffle
+  , dropDatasetParts
   ) where
 
 import Control.Concurrent.MVar
@@ -15,11 +18,12 @@ import Control.Monad (void)
 import qualified Data.ByteString as B
 import Herd.Settings (Config (..))
 import Herd.Core.Error (HerdError)
-import Herd.Core.Exchange (ExchangeJob (..))
+import Herd.Core.Exchange (ExchangeJob (..), HeldShuffle (..))
+import Herd.Core.Dataset.Stage (StageJob)
 import Herd.Core.Master.Events (Event (..))
 import Herd.Core.Session (SessionOutcome, SessionRequest)
 import Herd.Master.Cluster
-import Herd.Master.Shell (Registration (..), shellRegister)
+import Herd.Master.Shell (Registration (..), shellRegister, shellStep)
 import Herd.Task (TaskRef)
 import Data.Word (Word64)
 
@@ -38,9 +42,31 @@ runSession cluster req answer wait =
 runExchange :: Cluster -> TaskRef -> Bool -> [B.ByteString] -> IO (Either HerdError [B.ByteString])
 runExchange cluster ref tree groups = do
   answer <- newEmptyMVar
-  let job = ExchangeJob ref groups (configMaxTaskDeaths (clConfig cluster)) Nothing tree
+  let job = ExchangeJob ref groups (configMaxTaskDeaths (clConfig cluster)) Nothing tree Nothing
   underNumber cluster (\xid -> (RegisterExchange xid (void . tryPutMVar answer), ExchangeStart xid job))
                       (\xid -> (ForgetExchange xid, ExchangeCancel xid)) (const (takeMVar answer))
+
+-- | Run a dataset's narrow step ("Herd.Core.Dataset.Stage") and wait for
+-- each partition's answer.
+runStage :: Cluster -> StageJob -> IO (Either HerdError [B.ByteString])
+runStage cluster job = do
+  answer <- newEmptyMVar
+  underNumber cluster (\sid -> (RegisterExchange sid (void . tryPutMVar answer), StageStart sid job))
+                      (\sid -> (ForgetExchange sid, StageCancel sid)) (const (takeMVar answer))
+
+-- | Run a dataset's shuffle of this many held partitions with this
+-- shuffle function, placed as given, and wait until every output
+-- partition is held.
+runShuffle :: Cluster -> TaskRef -> Int -> HeldShuffle -> IO (Either HerdError ())
+runShuffle cluster ref inputs held = do
+  answer <- newEmptyMVar
+  let job = ExchangeJob ref (replicate inputs B.empty) (configMaxTaskDeaths (clConfig cluster)) Nothing False (Just held)
+  fmap (() <$) $ underNumber cluster (\xid -> (RegisterExchange xid (void . tryPutMVar answer), ExchangeStart xid job))
+                                    (\xid -> (ForgetExchange xid, ExchangeCancel xid)) (const (takeMVar answer))
+
+-- | Every worker forgets these datasets' partitions.
+dropDatasetParts :: Cluster -> [Word64] -> IO ()
+dropDatasetParts cluster dids = shellStep (clShell cluster) True [DatasetsDrop dids]
 
 -- Once some worker is there: register and start under a fresh number,
 -- wait, and on an interruption forget and cancel.

@@ -53,6 +53,7 @@ import Herd.Master.Monitor.Feed (Feed, feedStarted, recentLines)
 import Herd.Core.Monitor.Status (HostRow (..), Inputs (..), Status, buildStatus)
 import Herd.Master.Types
 import Herd.Core.Adapt.Track (AdaptSummary)
+import Herd.Core.Dataset.Book (Book)
 import Herd.Packet (PeerStats (..), senderStats)
 import Herd.Core.Farm (WorkerId)
 import System.Environment (getExecutablePath, getProgName)
@@ -72,6 +73,7 @@ data Cluster = Cluster
   , clFeed      :: !Feed               -- ^ recent log lines, and when the cluster started
   , clDashboard :: !(IORef (Maybe (String, Int)))  -- ^ where its dashboard listens, if it has one
   , clAdapt     :: !(IORef (Maybe AdaptSummary))   -- ^ the adaptive SLURM jobs, while the driver runs
+  , clDatasets  :: !(MVar Book)        -- ^ the datasets ("Herd.Master.Job.Dataset"): their calls take turns
   }
 
 -- | The address workers connect to: host and port.

@@ -29,6 +29,7 @@ import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Task.Closure (cachedLookup)
 import Herd.Node.Worker.Evolve (Holder, holderMessage, newHolder, stopHolder)
 import Herd.Node.Worker.Exchange (ExchangeTable, exchangeMessage, isExchangeMessage, newExchangeTable)
+import Herd.Node.Worker.Datasets (DatasetStore, datasetMessage, isDatasetMessage, newDatasetStore)
 import Herd.Node.Store (Assembly, dropShared, newAssembly, receivePiece, removeSpills, setHoldBudget, takeSpilled)
 import Herd.Packet
 import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
@@ -58,6 +59,7 @@ data Serving = Serving
   , svScratch :: !Scratch -- ^ the results of the run of arguments in progress
   , svShares  :: !Assembly -- ^ shared values arriving ("Herd.Node.Store")
   , svExchange :: !ExchangeTable -- ^ keyed reductions' parts ("Herd.Node.Worker.Exchange")
+  , svDatasets :: !DatasetStore  -- ^ held partitions of datasets ("Herd.Node.Worker.Datasets")
   , svCancel  :: !Canceller -- ^ the watch that stops a cancelled batch as it runs ("Herd.Node.Worker.Cancel")
   }
 
@@ -73,9 +75,10 @@ serve conn wid maxFrame policy window = do
  newCanceller conn maxFrame (maxFrame `div` 5) (scratchCount scratch) $ \cancels -> do
   sender <- newSender policy (sendRawParts conn)
   holder <- newHolder wid (\m -> sendMessage sender (fromWorkerUrgency m) (encodeFromWorker m))
+  datasets <- newDatasetStore
   sv <- Serving sender <$> newIORef M.empty <*> newIORef M.empty <*> newIORef noBatch
                        <*> newIORef M.empty <*> newIORef 0 <*> pure window <*> pure holder <*> pure scratch
-                       <*> newAssembly <*> newExchangeTable wid <*> pure cancels
+                       <*> newAssembly <*> newExchangeTable wid datasets <*> pure datasets <*> pure cancels
   let loop = do
         -- frames the watch read while a run computed come first
         frame <- (takeQueued cancels >>= maybe (recvFrame maxFrame conn) (pure . Just)) `catch` \(e :: SomeException) ->
@@ -137,6 +140,10 @@ keepsBytes msg = case msg of
   GroupRun {} -> False    -- its inputs are decoded and its parts encoded before it returns
   PartIn {} -> False      -- its part is copied
   PartitionCombine {} -> False
+  PartRun {} -> False     -- a put copies its argument; other functions decode theirs
+  PartsDrop {} -> False
+  GroupRunHeld {} -> False
+  PartitionKeep {} -> False
   ExchangeEnd {} -> False
   StatesDrop {} -> False
   BatchCancel {} -> False
@@ -165,6 +172,7 @@ handleMessage sv pending msg = case msg of
   HoldBudget b -> setHoldBudget (fromIntegral b) >> tellSpilled sv
   TaskDeadline ms -> setDeadline (svCancel sv) (fromIntegral ms / 1000)
   _ | isExchangeMessage msg -> exchangeMessage (svExchange sv) (reply sv) msg
+    | isDatasetMessage msg -> datasetMessage (svDatasets sv) (reply sv) msg
     | otherwise -> holderMessage (svHolder sv) msg
 
 -- Answer the master.

@@ -31,7 +31,7 @@ import qualified Data.Map.Strict as M
 import Herd.Core.Base (TaskRef (..))
 
 -- | What a closure is for: the message that names it must agree.
-data ClosureKind = TaskClosure | ProcessClosure | EvolverClosure | ReducerClosure
+data ClosureKind = TaskClosure | ProcessClosure | EvolverClosure | ReducerClosure | PartitionClosure | ShuffleClosure
   deriving (Eq, Show)
 
 -- | A function a worker can run: @c@ is the caller's side (codecs), @r@
@@ -92,6 +92,8 @@ describeClosureError e = case e of
       ProcessClosure -> "stream process"
       EvolverClosure -> "evolve function"
       ReducerClosure -> "keyed reducer"
+      PartitionClosure -> "partition function"
+      ShuffleClosure -> "shuffle"
 
 -- | Find the runner of a closure of this kind in this binary's static
 -- pointer table, checking its kind and its types. Sound because the

@@ -4,6 +4,7 @@
 -- the fewest partitions, and the end. Pure.
 module Herd.Core.Exchange.Plan
   ( ExchangeJob (..)
+  , HeldShuffle (..)
   , Exchange (..)
   , XOut (..)
   , runsPerWorker
@@ -36,6 +37,22 @@ data ExchangeJob = ExchangeJob
   , xjTree      :: !Bool
     -- ^ partitions are blocks of groups in order, not of keys: each
     -- group's whole result goes to its block's owner
+  , xjShuffle   :: !(Maybe HeldShuffle)
+    -- ^ a shuffle of a dataset's partitions: the groups' inputs and the
+    -- partitions' results are held on the workers, where it says
+  } deriving (Eq, Show)
+
+-- | A shuffle of held partitions ("Herd.Master.Job.Dataset"): group @g@
+-- is partition @g@ of the input dataset and runs where that is held;
+-- partition @j@ of the output is combined and kept on the worker the
+-- plan places it on, and nothing but word of it comes back. Nothing can
+-- run elsewhere, so losing any of these workers ends the shuffle with
+-- 'PartitionsLost' (the dataset layer recomputes and runs it again).
+data HeldShuffle = HeldShuffle
+  { hsInput   :: !Word64                  -- ^ the input dataset's number
+  , hsGroupAt :: !(M.Map Int WorkerId)    -- ^ input partition -> the worker holding it
+  , hsOwners  :: !(M.Map Int WorkerId)    -- ^ output partition -> the worker to keep it
+  , hsOutput  :: !Word64                  -- ^ the output dataset's number
   } deriving (Eq, Show)
 
 -- | What the core must do for an exchange.
@@ -69,6 +86,7 @@ data Exchange = Exchange
   , xHeld      :: !(S.Set WorkerId)   -- ^ live workers near their memory limit: sent no group while others can take one
   , xMaxDeaths :: !Int
   , xTree      :: !Bool   -- ^ partitions are blocks of groups ('xjTree')
+  , xShuffle   :: !(Maybe HeldShuffle)   -- ^ a shuffle of held partitions ('xjShuffle')
   } deriving (Eq, Show)
 
 -- | Groups a worker is sent at most at once: one running, one waiting,
@@ -93,8 +111,11 @@ leastOwning x = case sortOn load (S.toList (xLive x)) of
 end :: Either HerdError [B.ByteString] -> Exchange -> (Maybe Exchange, [XOut])
 end answer x = (Nothing, XEnded answer : [ XSend w (ExchangeEnd (xId x)) | w <- S.toList (xLive x) ])
 
--- | Send groups to the workers with room.
+-- | Send groups to the workers with room (in a shuffle of held
+-- partitions, every group to the worker holding its input, at once: its
+-- input is there already).
 dispatch :: Exchange -> (Exchange, [XOut])
+dispatch x0 | Just hs <- xShuffle x0 = dispatchHeld hs x0 []
 dispatch x0 = let (x1, runs) = foldl' give (x0, []) feedable in (x1, reverse runs)
   where
     -- as the farm's scheduler: held workers are passed over while any
@@ -113,6 +134,16 @@ dispatch x0 = let (x1, runs) = foldl' give (x0, []) feedable in (x1, reverse run
                 msg = GroupRun (xId x) (fromIntegral g) (xRef x) (if xTree x then 0 else fromIntegral (xParts x))
                                [ (fromIntegral j, fromIntegral o) | (j, o) <- targets ] (xArgs x M.! g)
             in fill x'' (XSend w msg : outs) w (room - 1)
+
+dispatchHeld :: HeldShuffle -> Exchange -> [XOut] -> (Exchange, [XOut])
+dispatchHeld hs x outs = case nextGroup x of
+  (x', Nothing) -> (x', reverse outs)
+  (x', Just (g, targets)) -> case M.lookup g (hsGroupAt hs) of
+    Nothing -> dispatchHeld hs x' outs
+    Just w ->
+      let msg = GroupRunHeld (xId x) (fromIntegral g) (xRef x) (fromIntegral (xParts x))
+                             [ (fromIntegral j, fromIntegral o) | (j, o) <- targets ] (hsInput hs)
+      in dispatchHeld hs x' { xRuns = M.insertWith (flip (++)) w [(g, targets)] (xRuns x') } (XSend w msg : outs)
 
 -- | The lowest pending group with a part some owner still needs and no run
 -- covers, with the owners of those parts; pending groups found to need
@@ -141,10 +172,13 @@ targetsOf x g =
 combineReady :: [Int] -> Exchange -> (Exchange, [XOut])
 combineReady js x = (x { xCombining = S.union (xCombining x) (S.fromList (map fst ready)) }, map snd ready)
   where
-    ready = [ (j, XSend o (PartitionCombine (xId x) (fromIntegral j) (xRef x) (fromIntegral groups)))
+    ready = [ (j, XSend o (combineMessage j groups))
             | j <- js, Just o <- [M.lookup j (xOwner x)], not (M.member j (xDone x)), not (S.member j (xCombining x))
             , let groups = groupsTaking x j
             , S.size (M.findWithDefault S.empty j (xDelivered x)) == groups ]
+    combineMessage j groups = case xShuffle x of
+      Just hs -> PartitionKeep (xId x) (fromIntegral j) (xRef x) (fromIntegral groups) (hsOutput hs)
+      Nothing -> PartitionCombine (xId x) (fromIntegral j) (xRef x) (fromIntegral groups)
 
 -- | How many groups send a part to this partition: all, or in a tree its
 -- block, the groups g with g * P `div` G == j.

@@ -14,6 +14,7 @@ import Data.Word (Word64)
 import Herd.Core.Base (BatchId, Batching, JobId, Range, TaskRef, WorkerId)
 import Herd.Core.Error (HerdError)
 import Herd.Core.Exchange (ExchangeJob)
+import Herd.Core.Dataset.Stage (StageJob)
 import Herd.Core.Fault (LinkFault, StreamBreak)
 import Herd.Core.Session (SessionOutcome, SessionRequest)
 import Herd.Core.Packet.Policy (Urgency)
@@ -56,6 +57,9 @@ data Event
   | Unshare !Word64                     -- ^ drop it everywhere
   | ExchangeStart !Word64 !ExchangeJob   -- ^ a keyed reduction ("Herd.Core.Exchange"), under its caller's number
   | ExchangeCancel !Word64               -- ^ its caller gave up (no answer is due)
+  | StageStart !Word64 !StageJob         -- ^ a dataset's narrow step ("Herd.Core.Dataset.Stage"), under its caller's number
+  | StageCancel !Word64                  -- ^ its caller gave up (no answer is due)
+  | DatasetsDrop ![Word64]               -- ^ every worker forgets these datasets' partitions
   | Stop                                -- ^ the cluster stops: answer everyone, stop the workers
   deriving (Eq, Show)
 
@@ -84,8 +88,9 @@ data Command
     -- anything sent after: send it, or see that its host agent has it
   | Unshared !Word64                    -- ^ the value is dropped everywhere: host agents may forget it
   | ExchangeEnded !Word64 !(Either HerdError [B.ByteString])
-    -- ^ the keyed reduction under this number ended: each partition's
-    -- combined bytes, in order, or why not; tell its caller
+    -- ^ the keyed reduction or dataset step under this number ended:
+    -- each partition's combined bytes (a step's answers), in order, or
+    -- why not; tell its caller
   | Drop !WorkerId !LinkFault           -- ^ close this link; stop reading it
   | Note !String                        -- ^ a line for the log
   deriving (Eq, Show)
@@ -114,4 +119,7 @@ eventKind ev = case ev of
   Unshare _ -> "value unshared"
   ExchangeStart _ _ -> "keyed reduction start"
   ExchangeCancel _ -> "keyed reduction cancel"
+  StageStart _ _ -> "dataset step start"
+  StageCancel _ -> "dataset step cancel"
+  DatasetsDrop _ -> "datasets dropped"
   Stop -> "stop"

@@ -20,6 +20,7 @@ import qualified Data.Map.Strict as M
 import Data.Word (Word64)
 import Herd.Core.Base (JobId, Range (..), TaskRef (..), WorkerId)
 import Herd.Core.Exchange (Exchange)
+import Herd.Core.Dataset.Stage (Stage)
 import Herd.Core.Master.Events (FarmJob (..))
 import Herd.Core.Master.Expect (Expected)
 import Herd.Core.Session (Hosted, SessionView, hostView)
@@ -48,6 +49,7 @@ data Core = Core
   , coreLedger   :: !Ledger  -- ^ what each worker has done since it joined, for watching the cluster
   , coreShares   :: !Shares  -- ^ the shared values, and who holds them ("Herd.Core.Shared")
   , coreExchanges :: !(M.Map Word64 Exchange)  -- ^ the keyed reductions running ("Herd.Core.Exchange")
+  , coreStages   :: !(M.Map Word64 Stage)      -- ^ the datasets' narrow steps running ("Herd.Core.Dataset.Stage")
   }
 
 -- | A running call of any kind (a farm, a stream, an evolve or Ref call,
@@ -69,7 +71,7 @@ data Running = Running
 
 -- | No links, no jobs.
 emptyCore :: Core
-emptyCore = Core emptySched M.empty M.empty M.empty M.empty M.empty M.empty False [] emptyLedger emptyShares M.empty
+emptyCore = Core emptySched M.empty M.empty M.empty M.empty M.empty M.empty False [] emptyLedger emptyShares M.empty M.empty
 
 -- | The farm jobs running.
 coreFarmJobs :: Core -> [JobId]
@@ -89,6 +91,6 @@ coreStreamCount core = M.fromListWith (+) [ (streamWorker s, 1) | s <- M.elems (
 coreSessionView :: Core -> Maybe SessionView
 coreSessionView core = listToMaybe (mapMaybe (hostView . runHosted) (M.elems (coreSessions core)))
 
--- | Whether this keyed reduction is running.
+-- | Whether this keyed reduction (or shuffle) is running.
 coreRunsExchange :: Word64 -> Core -> Bool
 coreRunsExchange xid = M.member xid . coreExchanges

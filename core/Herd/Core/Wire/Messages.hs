@@ -80,6 +80,21 @@ data ToWorker
     -- ^ the master no longer wants this batch's results (its copy won,
     -- or its caller gave up): stop it, running or not started, and
     -- answer 'BatchStopped'; a batch that already ended is not answered
+  | PartRun !Word64 !Word32 !TaskRef ![Word64] !Word64 !B.ByteString
+    -- ^ dataset step @s@ ("Herd.Master.Job.Dataset"), partition @j@: run
+    -- the partition function on partition @j@ of each dataset listed
+    -- (held here) and this argument; hold what it keeps as partition @j@
+    -- of the dataset numbered next (0: keep nothing) and answer 'PartRan'
+    -- with its answer ('PartMissing' if an input is not held here)
+  | PartsDrop ![Word64]
+    -- ^ forget every partition held of these datasets; no answer
+  | GroupRunHeld !Word64 !Word32 !TaskRef !Word32 ![(Word32, Word64)] !Word64
+    -- ^ as 'GroupRun', the group's input being partition @g@ of the
+    -- dataset numbered last, held here ('GroupMissing' if it is not)
+  | PartitionKeep !Word64 !Word32 !TaskRef !Word32 !Word64
+    -- ^ as 'PartitionCombine', but hold the combined partition here as
+    -- partition @j@ of the dataset numbered last and answer
+    -- 'PartitionDone' with no bytes
   | TaskDeadline !Word64
     -- ^ from now on, stop a farm task that computes longer than this many
     -- milliseconds and answer it as thrown ('TaskThrew', saying so); 0: no
@@ -128,6 +143,10 @@ data FromWorker
   | PartHeld !Word64 !Word32 !Word32  -- ^ this group's part of this partition is held here
   | PartitionDone !Word64 !Word32 !B.ByteString  -- ^ this partition's parts, combined
   | PartitionThrew !Word64 !Word32 !Text  -- ^ combining this partition failed
+  | PartRan !Word64 !Word32 !B.ByteString   -- ^ answers 'PartRun': the function's answer
+  | PartThrew !Word64 !Word32 !Text        -- ^ the partition function threw (or its inputs did not decode)
+  | PartMissing !Word64 !Word32            -- ^ an input partition of this step is not held here
+  | GroupMissing !Word64 !Word32           -- ^ the held input of this group ('GroupRunHeld') is not held here
   | BatchStopped !Word64
     -- ^ answers 'BatchCancel': the batch ended here early (the results
     -- before it were sent; none after it will be)
@@ -146,6 +165,8 @@ toWorkerUrgency msg = case msg of
   EvolveState _ _ -> Bulk
   SharePart {} -> Bulk
   GroupRun {} -> Bulk
+  GroupRunHeld {} -> Bulk
+  PartRun {} -> Bulk
   PartIn {} -> Bulk
   _ -> Urgent
 

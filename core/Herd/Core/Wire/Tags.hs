@@ -8,13 +8,14 @@ module Herd.Core.Wire.Tags
   , tagStreamClose, tagStatesReset, tagStateAdd, tagEvolveWith, tagEvolveState, tagStateRelease
   , tagStateReplay, tagPing, tagSharePart, tagShareDrop, tagHoldBudget
   , tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd, tagStatesDrop, tagBatchCancel, tagTaskDeadline
+  , tagPartRun, tagPartsDrop, tagGroupRunHeld, tagPartitionKeep
     -- * Worker to master
   , tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone
   , tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected
   , tagStateReleased, tagStateKept, tagStateMissing, tagStatesCleared, tagStateReplayed, tagPong
   , tagShareHeld, tagShareDropped, tagShareSpilled
   , tagForward, tagGroupSent, tagGroupThrew, tagPartHeld, tagPartitionDone, tagPartitionThrew
-  , tagBatchStopped
+  , tagBatchStopped, tagPartRan, tagPartThrew, tagPartMissing, tagGroupMissing
   ) where
 
 import Data.Word (Word8)
@@ -59,6 +60,13 @@ tagBatchCancel = 24
 tagTaskDeadline :: Word8
 tagTaskDeadline = 25
 
+-- | Tags of the messages to a worker for datasets ("Herd.Master.Job.Dataset").
+tagPartRun, tagPartsDrop, tagGroupRunHeld, tagPartitionKeep :: Word8
+tagPartRun = 26
+tagPartsDrop = 27
+tagGroupRunHeld = 28
+tagPartitionKeep = 29
+
 -- | Tags of the messages to the master.
 tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone,
   tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected,
@@ -97,3 +105,10 @@ tagPartitionThrew = 26
 -- | Tag of a worker's word that it stopped a batch it was told to.
 tagBatchStopped :: Word8
 tagBatchStopped = 27
+
+-- | Tags of a worker's messages for datasets.
+tagPartRan, tagPartThrew, tagPartMissing, tagGroupMissing :: Word8
+tagPartRan = 28
+tagPartThrew = 29
+tagPartMissing = 30
+tagGroupMissing = 31

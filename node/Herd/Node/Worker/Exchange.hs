@@ -32,6 +32,8 @@ import Herd.Core.Packet.Policy (Urgency (..))
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 import Herd.Task.Reducer (KeyedRunner (..), lookupKeyedRunner)
 import Herd.Node.Store (holdOther, memoryRoom, spillPath)
+import Herd.Node.Worker.Datasets (DatasetStore, keepHeld, lookupHeld)
+import Herd.Task.Partition (ShuffleRunner (..), lookupShuffleRunner)
 import Control.Exception (IOException, try)
 import System.Directory (removeFile)
 
@@ -42,19 +44,25 @@ data ExchangeTable = ExchangeTable
     -- ^ (reduction, partition) -> group -> its part
   , xtEnded   :: !(IORef (S.Set Word64))   -- ^ reductions the master said ended
   , xtRunners :: !(IORef (M.Map TaskRef (Either String KeyedRunner)))
+  , xtShuffles :: !(IORef (M.Map TaskRef (Either String ShuffleRunner)))
+  , xtStore   :: !DatasetStore   -- ^ the held partitions a shuffle reads and makes
   }
 
 -- A part held: in memory, or in a file of this many bytes.
 data Part = InMemory !B.ByteString | OnDisk !FilePath !Int
 
--- | Nothing held, for the worker of this number.
-newExchangeTable :: Word64 -> IO ExchangeTable
-newExchangeTable self = ExchangeTable self <$> newIORef M.empty <*> newIORef S.empty <*> newIORef M.empty
+-- | Nothing held, for the worker of this number, whose held partitions
+-- are in this store.
+newExchangeTable :: Word64 -> DatasetStore -> IO ExchangeTable
+newExchangeTable self store =
+  ExchangeTable self <$> newIORef M.empty <*> newIORef S.empty <*> newIORef M.empty <*> newIORef M.empty <*> pure store
 
 -- | Whether a message from the master is a reduction's.
 isExchangeMessage :: ToWorker -> Bool
 isExchangeMessage msg = case msg of
   GroupRun {} -> True
+  GroupRunHeld {} -> True
+  PartitionKeep {} -> True
   PartIn {} -> True
   PartitionCombine {} -> True
   ExchangeEnd {} -> True
@@ -70,33 +78,51 @@ exchangeMessage xt send msg = case msg of
     made <- either (pure . Left) (\r -> runGroup r (max 1 (fromIntegral parts)) inputs) runner
     case made of
       Left why -> send Urgent (GroupThrew xid g (T.pack why))
-      Right cut -> do
-        forM_ targets $ \(j, dest) -> case drop (if parts == 0 then 0 else fromIntegral j) cut of
-          p : _ | dest == xtSelf xt -> hold xid g j p   -- its own partition: no trip through the master
-                | otherwise -> send Bulk (Forward dest xid g j p)
-          [] -> pure ()
-        send Urgent (GroupSent xid g)
+      Right cut -> sendParts xid g parts targets cut
+  GroupRunHeld xid g ref parts targets did -> do
+    input <- lookupHeld (xtStore xt) did g
+    runner <- cachedLookup (xtShuffles xt) lookupShuffleRunner ref
+    case (input, runner) of
+      (Nothing, _) -> send Urgent (GroupMissing xid g)
+      (_, Left why) -> send Urgent (GroupThrew xid g (T.pack why))
+      (Just h, Right r) -> shuffleSplit r (max 1 (fromIntegral parts)) h
+        >>= either (send Urgent . GroupThrew xid g . T.pack) (sendParts xid g parts targets)
+  PartitionKeep xid j ref groups did -> do
+    runner <- cachedLookup (xtShuffles xt) lookupShuffleRunner ref
+    outcome <- withParts xid j groups $ \bs -> either (pure . Left) (\r -> shuffleCombine r bs) runner
+    case outcome of
+      Left why -> send Urgent (PartitionThrew xid j (T.pack why))
+      Right h -> keepHeld (xtStore xt) did j h >> send Urgent (PartitionDone xid j B.empty)
   PartIn xid g j part -> hold xid g j (B.copy part)
   PartitionCombine xid j ref groups -> do
-    held <- M.findWithDefault M.empty (xid, j) <$> readIORef (xtParts xt)
     runner <- cachedLookup (xtRunners xt) lookupKeyedRunner ref
-    outcome <- case runner of
-      Left why -> pure (Left why)
-      Right r
-        | M.size held /= fromIntegral groups ->
-            pure (Left ("partition " ++ show j ++ " holds " ++ show (M.size held) ++ " of " ++ show groups ++ " groups' parts"))
-        | otherwise -> do
-            bytes <- try (mapM partBytes (M.elems held))
-            case bytes of
-              Left (e :: IOException) -> pure (Left ("a part kept on disk could not be read back: " ++ show e))
-              Right bs -> combineParts r bs
-    forget (\(x, p) -> x == xid && p == j)
+    outcome <- withParts xid j groups $ \bs -> either (pure . Left) (\r -> combineParts r bs) runner
     send Urgent (either (PartitionThrew xid j . T.pack) (PartitionDone xid j) outcome)
   ExchangeEnd xid -> do
     forget (\(x, _) -> x == xid)
     modifyIORef' (xtEnded xt) (S.insert xid)
   _ -> pure ()
   where
+    -- a group's parts to their owners, then word that it ran
+    sendParts xid g parts targets cut = do
+      forM_ targets $ \(j, dest) -> case drop (if parts == 0 then 0 else fromIntegral j) cut of
+        p : _ | dest == xtSelf xt -> hold xid g j p   -- its own partition: no trip through the master
+              | otherwise -> send Bulk (Forward dest xid g j p)
+        [] -> pure ()
+      send Urgent (GroupSent xid g)
+    -- a partition's parts, one from each group in group order, to combine;
+    -- they are forgotten after
+    withParts xid j groups combine = do
+      held <- M.findWithDefault M.empty (xid, j) <$> readIORef (xtParts xt)
+      outcome <- if M.size held /= fromIntegral groups
+        then pure (Left ("partition " ++ show j ++ " holds " ++ show (M.size held) ++ " of " ++ show groups ++ " groups' parts"))
+        else do
+          bytes <- try (mapM partBytes (M.elems held))
+          case bytes of
+            Left (e :: IOException) -> pure (Left ("a part kept on disk could not be read back: " ++ show e))
+            Right bs -> combine bs
+      forget (\(x, p) -> x == xid && p == j)
+      pure outcome
     hold xid g j bytes = do
       ended <- S.member xid <$> readIORef (xtEnded xt)
       already <- maybe False (M.member g) . M.lookup (xid, j) <$> readIORef (xtParts xt)

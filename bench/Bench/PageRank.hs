@@ -1,0 +1,91 @@
+-- | @herd bench pagerank@: PageRank on a generated graph, in one process
+-- and on the cluster's workers as datasets ("Herd.Dataset"): the graph is
+-- made on the workers and stays there with its ranks, each iteration's
+-- contributions go worker to worker, and only each range's change comes
+-- to the master. A row gives the seconds for all iterations and the
+-- bytes per iteration through the master's links (relayed parts
+-- included) and carried from worker to worker.
+--
+-- Promise: the cluster's ranks equal the one-process ranks within 1e-12
+-- relative (the bench fails otherwise).
+module Bench.PageRank
+  ( Options (..)
+  , run
+  ) where
+
+import Control.Exception (evaluate)
+import Control.Monad (foldM, unless, when)
+import qualified Data.Vector.Unboxed as VU
+import Bench.Common (timed)
+import Herd
+import Herd.Config
+import Herd.Dataset
+import Herd.Monitor
+import Herd.Core.Report
+import Herd.Examples.PageRank
+import System.Exit (die)
+import System.IO
+
+-- | Benchmark settings.
+data Options = Options
+  { optNodes      :: Int
+  , optDegree     :: Int
+  , optIterations :: Int
+  , optPartitions :: Maybe Int   -- ^ default: one per worker
+  , optWorkers    :: Int
+  , optJson       :: Bool
+  }
+
+-- | Run the benchmark: the one-process row, then the datasets row.
+run :: Options -> IO ()
+run o = do
+  hSetBuffering stdout LineBuffering
+  let size = Size (optNodes o) (optDegree o)
+      parts = maybe (optWorkers o) id (optPartitions o)
+      iters = optIterations o
+  (tLocal, (localRanks, _)) <- timed (let r@(v, ds) = pageRankLocal size parts iters in evaluate (VU.sum v + sum ds) >> pure r)
+  hPutStrLn stderr ("  one-process: " ++ fixed 3 tLocal ++ " s")
+  let cfg = defaultConfig { configWorkers = Just (optWorkers o) }
+  (tHerd, masterB, workerB, ranks) <- withCluster cfg $ \cluster -> do
+    True <- waitForWorkers cluster (optWorkers o) 60
+    graph <- generateDataset cluster graphGen size parts
+    start <- mapDataset cluster initialState graph
+    before <- counters cluster
+    (secs, final) <- timed (foldM (iteration cluster) start [1 .. iters])
+    after <- counters cluster
+    ranks <- VU.concat <$> (collectDataset cluster =<< mapDataset cluster ranksOf final)
+    pure (secs, fst after - fst before, snd after - snd before, ranks)
+  let worst = VU.maximum (VU.zipWith (\a b -> abs (a - b) / max 1e-300 (abs b)) ranks localRanks)
+  unless (VU.length ranks == VU.length localRanks && worst <= 1e-12) $
+    die ("pagerank: the cluster's ranks differ from one process's by " ++ show worst ++ " relative")
+  let perIter b = fromIntegral b / fromIntegral (max 1 iters) :: Double
+      rows = [ ("one-process", tLocal, 0, 0), ("datasets", tHerd, perIter masterB, perIter workerB) ]
+  putStr $ renderTable ["mode", "seconds", "master KB/iter", "worker KB/iter", "x one-process"]
+    [ [ m, fixed 3 t, fixed 1 (mb / 1e3), fixed 1 (wb / 1e3), fixed 2 (tLocal / t) ] | (m, t, mb, wb) <- rows ]
+  putStrLn (show (optNodes o) ++ " nodes x " ++ show (optDegree o) ++ " edges, " ++ show iters ++ " iterations, "
+            ++ show parts ++ " partitions; ranks agree within " ++ show worst ++ " relative")
+  when (optJson o) $ putStrLn $ renderJson $ JObject
+    [ ("bench", JString "pagerank")
+    , ("nodes", JInt (fromIntegral (optNodes o))), ("degree", JInt (fromIntegral (optDegree o)))
+    , ("iterations", JInt (fromIntegral iters)), ("partitions", JInt (fromIntegral parts))
+    , ("workers", JInt (fromIntegral (optWorkers o))), ("max_relative_difference", JNumber worst)
+    , ("rows", JArray [ JObject [ ("mode", JString m), ("seconds", JNumber t)
+                                , ("master_bytes_per_iteration", JNumber mb), ("worker_bytes_per_iteration", JNumber wb) ]
+                      | (m, t, mb, wb) <- rows ])
+    , ("speedup", JNumber (tLocal / tHerd)) ]
+  where
+    iteration cluster st _ = do
+      sums <- shuffleDataset cluster contributions (datasetPartitions st) st
+      next <- zipDatasets cluster damped st sums
+      _ <- queryDataset cluster rankDelta () next
+      releaseDatasets cluster [sums]
+      releaseDatasets cluster [st]
+      pure next
+
+-- Bytes through the master's links both ways, and bytes relayed worker
+-- to worker, so far.
+counters :: Cluster -> IO (Int, Int)
+counters cluster = do
+  s <- clusterStatus cluster
+  pure ( sum [ bytesSent p + bytesReceived p | r <- statusWorkers s, Just p <- [rowLink r] ]
+       , statusRelayedBytes s )
