@@ -19,6 +19,8 @@ import qualified MemorySpec
 import qualified CancelSpec
 import qualified SharedSpec
 import qualified ReduceSpec
+import qualified DatasetSpec
+import qualified DatasetPlanSpec
 import qualified KMeansSpec
 import qualified ExchangeSpec
 import qualified AgentSpec
@@ -76,6 +78,8 @@ main = do
       CoreSpec.spec
       SharedSpec.spec
       ReduceSpec.spec
+      DatasetPlanSpec.spec
+      DatasetSpec.spec
       KMeansSpec.spec
       ExchangeSpec.spec
       AgentSpec.spec

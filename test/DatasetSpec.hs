@@ -1,0 +1,110 @@
+-- | Datasets on a cluster ("Herd.Master.Job.Dataset"): a three-stage
+-- pipeline (map, shuffle, join of co-partitioned datasets) gives what
+-- one process gives, also when a worker is SIGKILLed between steps or
+-- during one; the partition count asked for is the one used; the same
+-- job run twice moves the same bytes; a dataset generated on the
+-- workers never passes through the master.
+module DatasetSpec (spec) where
+
+import Control.Concurrent (threadDelay)
+import Control.Concurrent.Async (withAsync, wait)
+import Control.Exception (try)
+import qualified Data.ByteString.Char8 as BC
+import qualified Data.Map.Strict as M
+import Herd
+import Herd.Config
+import Herd.Dataset
+import Herd.Monitor
+import System.Posix.Signals (sigKILL, signalProcess)
+import Test.Hspec
+import GHC.StaticPtr (StaticPtr)
+import DatasetTasks
+
+spec :: Spec
+spec = describe "datasets held on the workers" $ do
+  it "run a map, a shuffle and a join of co-partitioned datasets as one process would" $
+    withTwo $ \cluster -> do
+      out <- pipeline cluster tripled 500
+      out `shouldBe` reference 500
+      relayed <- statusRelayedBytes <$> clusterStatus cluster
+      relayed `shouldSatisfy` (> 0)   -- the shuffles' parts went worker to worker
+
+  it "give the same answer when a worker is SIGKILLed between steps" $
+    withTwo $ \cluster -> do
+      nums <- generateDataset cluster numbersGen 400 4
+      sums <- shuffleDataset cluster sumByResidue 3 =<< mapDataset cluster tripled nums
+      killOne cluster
+      counts <- shuffleDataset cluster countByResidue 3 nums
+      both <- zipDatasets cluster joined sums counts
+      M.unions <$> collectDataset cluster both `shouldReturn` reference 400
+
+  it "give the same answer when a worker is SIGKILLed during a step" $
+    withTwo $ \cluster -> do
+      withAsync (pipeline cluster slowTripled 300) $ \job -> do
+        threadDelay 100000
+        killOne cluster
+        wait job `shouldReturn` reference 300
+
+  it "use the partition count asked for" $
+    withTwo $ \cluster -> do
+      nums <- generateDataset cluster numbersGen 100 4
+      byKey <- shuffleDataset cluster countByResidue 5 nums
+      datasetPartitions byKey `shouldBe` 5
+      sizes <- queryDataset cluster mapSize () byKey
+      length sizes `shouldBe` 5
+      sum sizes `shouldBe` 7
+      bad <- try (zipDatasets cluster joined byKey =<< shuffleDataset cluster countByResidue 3 nums)
+      case bad of
+        Left (ArgumentError {}) -> pure ()
+        other -> expectationFailure ("zipping 5 partitions with 3 gave " ++ either show (const "a dataset") other)
+
+  it "move the same bytes when the same job runs twice (placement is stable)" $
+    withTwo $ \cluster -> do
+      let relayed = statusRelayedBytes <$> clusterStatus cluster
+      r0 <- relayed
+      _ <- pipeline cluster tripled 2000
+      r1 <- relayed
+      _ <- pipeline cluster tripled 2000
+      r2 <- relayed
+      r1 - r0 `shouldSatisfy` (> 0)
+      r2 - r1 `shouldBe` r1 - r0
+
+  it "never pass a dataset generated on the workers through the master" $
+    withTwo $ \cluster -> do
+      let linkBytes = do
+            s <- clusterStatus cluster
+            pure (sum [ bytesSent p + bytesReceived p | r <- statusWorkers s, Just p <- [rowLink r] ])
+      before <- linkBytes
+      blocks <- generateDataset cluster blockGen 500000 4   -- 16 MB held on the workers
+      sums <- queryDataset cluster blockSum () blocks
+      after <- linkBytes
+      sums `shouldBe` [ sum [ fromIntegral (i + j) | i <- [0 .. 499999 :: Int] ] | j <- [0 .. 3] ]
+      after - before `shouldSatisfy` (< 64 * 1024)
+  where
+    withTwo act = do
+      let cfg = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "dataset-spec-secret-0123456789") }
+      withCluster cfg $ \cluster -> do
+        True <- waitForWorkers cluster 2 30
+        act cluster
+    killOne cluster = do
+      victim : _ <- clusterWorkerInfo cluster
+      signalProcess sigKILL (fromIntegral (infoPid victim))
+
+-- The numbers up to the top, tripled, summed per residue, joined with
+-- the count per residue of the numbers, all on the workers.
+pipeline :: Cluster -> StaticPtr (DatasetMap [Int] [Int]) -> Int -> IO (M.Map Int (Int, Int))
+pipeline cluster mapper top = do
+  nums <- generateDataset cluster numbersGen top 4
+  sums <- shuffleDataset cluster sumByResidue 3 =<< mapDataset cluster mapper nums
+  counts <- shuffleDataset cluster countByResidue 3 nums
+  both <- zipDatasets cluster joined sums counts
+  out <- M.unions <$> collectDataset cluster both
+  releaseDatasets cluster [nums]
+  releaseDatasets cluster [sums, counts]
+  releaseDatasets cluster [both]
+  pure out
+
+-- What one process gives.
+reference :: Int -> M.Map Int (Int, Int)
+reference top = M.intersectionWith (,) (M.fromListWith (+) [ (residues (3 * x), 3 * x) | x <- [0 .. top] ])
+                                       (M.fromListWith (+) [ (residues x, 1) | x <- [0 .. top] ])

@@ -1,0 +1,66 @@
+{-# LANGUAGE StaticPointers #-}
+-- | The functions "DatasetSpec" runs on datasets' partitions.
+module DatasetTasks
+  ( numbersGen
+  , tripled
+  , sumByResidue
+  , countByResidue
+  , joined
+  , slowTripled
+  , blockGen
+  , blockSum
+  , mapSize
+  , numbersOf
+  , residues
+  ) where
+
+import Control.Concurrent (threadDelay)
+import qualified Data.Map.Strict as M
+import qualified Data.Vector.Unboxed as VU
+import GHC.StaticPtr (StaticPtr)
+import Herd.Dataset
+import System.IO.Unsafe (unsafePerformIO)
+
+-- | Partition @j@ of @n@ of the numbers up to the top.
+numbersOf :: Int -> Int -> Int -> [Int]
+numbersOf top n j = [j, j + n .. top]
+
+-- | The keys the pipeline's shuffles use.
+residues :: Int -> Int
+residues x = x `mod` 7
+
+-- | The numbers up to the argument, dealt round the partitions.
+numbersGen :: StaticPtr (DatasetGen Int [Int])
+numbersGen = static (partitionGen numbersOf)
+
+-- | Every number times three.
+tripled :: StaticPtr (DatasetMap [Int] [Int])
+tripled = static (partitionMap (map (* 3)))
+
+-- | 'tripled', after 300 ms per partition.
+slowTripled :: StaticPtr (DatasetMap [Int] [Int])
+slowTripled = static (partitionMap (\xs -> unsafePerformIO (threadDelay 300000) `seq` map (* 3) xs))
+
+-- | The numbers summed per residue mod 7.
+sumByResidue :: StaticPtr (Shuffler [Int] [(Int, Int)] (M.Map Int Int))
+sumByResidue = static (keyedShuffler (\x -> [(residues x, x)]) (+))
+
+-- | The numbers counted per residue mod 7.
+countByResidue :: StaticPtr (Shuffler [Int] [(Int, Int)] (M.Map Int Int))
+countByResidue = static (keyedShuffler (\x -> [(residues x, 1)]) (+))
+
+-- | Two co-partitioned maps joined on their keys.
+joined :: StaticPtr (DatasetZip (M.Map Int Int) (M.Map Int Int) (M.Map Int (Int, Int)))
+joined = static (partitionZip (M.intersectionWith (,)))
+
+-- | How many keys a partition holds.
+mapSize :: StaticPtr (DatasetQuery (M.Map Int Int) () Int)
+mapSize = static (partitionQuery (\m () -> M.size (m :: M.Map Int Int)))
+
+-- | Blocks of this many doubles, made where they are held.
+blockGen :: StaticPtr (DatasetGen Int (VU.Vector Double))
+blockGen = static (partitionGen (\len _ j -> VU.generate len (\i -> fromIntegral (i + j) :: Double)))
+
+-- | A block's sum.
+blockSum :: StaticPtr (DatasetQuery (VU.Vector Double) () Double)
+blockSum = static (partitionQuery (\v () -> VU.sum v))
