@@ -1,11 +1,13 @@
--- | @herd bench wordcount@: a keyed reduction two ways on one cluster.
+-- | @herd bench wordcount@: a keyed reduction three ways on one cluster.
 -- @workers@ sums the counts on the workers ('reduceByKey': each worker
 -- sums whole groups of documents, the master merges one map per group);
+-- @datasets@ holds the documents as a dataset, shuffles them into one
+-- partition of counts per worker and collects those;
 -- @master@ collects every (word, 1) pair at the master and sums them there,
 -- as a farm alone must. A row gives the seconds and the bytes through the
 -- master's links.
 --
--- Promise: both ways give the same counts (the bench fails otherwise),
+-- Promise: every way gives the same counts (the bench fails otherwise),
 -- and the counts add up to the words of all documents.
 module Bench.WordCount
   ( Options (..)
@@ -17,6 +19,8 @@ import qualified Data.Map.Strict as M
 import Bench.Common (timed)
 import Herd
 import Herd.Config
+import Herd.Dataset
+import Herd.Master.Job.Reduce (reduceGroups)
 import Herd.Monitor
 import Herd.Core.Report
 import Herd.Examples.WordCount
@@ -45,10 +49,15 @@ run o = do
     _ <- farm cluster pairsTask (take 2 docs)
     onWorkers <- measure cluster "workers" (reduceByKey cluster countReducer docs)
     atMaster <- measure cluster "master" (M.fromListWith (+) . concat <$> farm cluster pairsTask docs)
-    pure [onWorkers, atMaster]
-  let [(_, tw, bw, cw), (_, tm, bm, cm)] = rows
+    asDataset <- measure cluster "datasets" $ do
+      held <- fromPartitions cluster (reduceGroups (optWorkers o) docs)
+      counts <- shuffleDataset cluster countShuffler (optWorkers o) held
+      out <- M.unions <$> collectDataset cluster counts
+      out <$ releaseDatasets cluster [held] <* releaseDatasets cluster [counts]
+    pure [onWorkers, atMaster, asDataset]
+  let [(_, tw, bw, cw), (_, tm, bm, cm), (_, _, _, cd)] = rows
       total = optDocs o * optWords o
-  unless (cw == cm) $ die "wordcount: the two ways disagree on the counts"
+  unless (cw == cm && cw == cd) $ die "wordcount: the ways disagree on the counts"
   unless (sum (M.elems cw) == total) $
     die ("wordcount: the counts add up to " ++ show (sum (M.elems cw)) ++ ", not " ++ show total)
   putStr $ renderTable ["way", "seconds", "master MB", "x workers"]

@@ -2,13 +2,15 @@
 -- | Word counts, the two-stage job of @herd bench wordcount@: each
 -- document (made from its number, the same on every run) gives a (word,
 -- 1) pair per word, and the counts are summed per word. 'countReducer'
--- sums on the workers ("Herd.Master.Job.Reduce"); 'pairsTask' hands every pair to
--- the caller, to sum at the master.
+-- sums on the workers ("Herd.Master.Job.Reduce"); 'countShuffler' sums
+-- them as a dataset's shuffle ("Herd.Dataset"); 'pairsTask' hands every
+-- pair to the caller, to sum at the master.
 module Herd.Examples.WordCount
   ( Doc (..)
   , docPairs
   , countReducer
   , pairsTask
+  , countShuffler
   ) where
 
 import qualified Data.ByteString.Char8 as BC
@@ -16,6 +18,8 @@ import Data.Store (Store)
 import GHC.Generics (Generic)
 import GHC.StaticPtr (StaticPtr)
 import Herd
+import Herd.Dataset (Shuffler, keyedShuffler)
+import qualified Data.Map.Strict as M
 
 -- | A document: its number, its length in words and the vocabulary's size.
 data Doc = Doc !Int !Int !Int
@@ -41,3 +45,9 @@ countReducer = static (keyedReducer docPairs (+))
 -- | A document's pairs, every one, for the caller to sum.
 pairsTask :: StaticPtr (Task Doc [(BC.ByteString, Int)])
 pairsTask = static (named "docPairs" (task docPairs))
+
+-- | Counts per word as a dataset's shuffle: each partition of documents
+-- summed where it is held, each word's counts then summed in its output
+-- partition, which stays on its worker.
+countShuffler :: StaticPtr (Shuffler [Doc] [(BC.ByteString, Int)] (M.Map BC.ByteString Int))
+countShuffler = static (keyedShuffler docPairs (+))

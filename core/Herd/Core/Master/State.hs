@@ -55,7 +55,7 @@ data Core = Core
 -- | A running call of any kind (a farm, a stream, an evolve or Ref call,
 -- a keyed reduction), as a watcher is shown it.
 data CallView = CallView
-  { callKind     :: !String      -- ^ @farm@, @stream@, @evolve@ (evolve and Ref calls) or @reduce@
+  { callKind     :: !String      -- ^ @farm@, @stream@, @evolve@ (evolve and Ref calls), @reduce@ (and shuffles) or @dataset@
   , callFunction :: !String      -- ^ its function's name
   , callLeft     :: !Int         -- ^ its units not yet answered (tasks, evolutions, partitions; 0 for a stream)
   , callWorkers  :: ![WorkerId]  -- ^ the workers with some of its work now

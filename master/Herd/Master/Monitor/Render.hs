@@ -164,7 +164,7 @@ prometheusText s = concat
   , metric "herd_host_workers" "gauge" "Herd workers on each host, sharing its memory budget."
       [ ([("host", hostRowName h)], fromIntegral (hostRowWorkers h)) | h <- statusHosts s ]
   , metric "herd_calls_running" "gauge" "Calls running now, by kind (farm, stream, evolve for evolve and Ref calls, reduce)."
-      [ ([("kind", k)], fromIntegral (length [ () | c <- statusCalls s, callKind c == k ])) | k <- ["farm", "stream", "evolve", "reduce"] ]
+      [ ([("kind", k)], fromIntegral (length [ () | c <- statusCalls s, callKind c == k ])) | k <- ["farm", "stream", "evolve", "reduce", "dataset"] ]
   , metric "herd_straggler_copies_total" "counter" "Straggler copies of farm batches started since the cluster started."
       [([], fromIntegral (statusCopies s))]
   , metric "herd_slurm_jobs" "gauge" "Adaptive SLURM jobs now, by phase (pending: not yet joined; retiring: cancelled or near their walltime)."
