@@ -127,8 +127,8 @@ spec = describe "every protocol message" $ do
   it "has a generator for every constructor" $ do
     ts <- generate (vectorOf 3000 genToWorker)
     fs <- generate (vectorOf 3000 genFromWorker)
-    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 24]
-    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 26]
+    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 28]
+    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 30]
 
 -- The report as the general decoder reads it (tag byte skipped).
 generalEvolved :: Get (Word64, Word64, [(Word64, B.ByteString)])
