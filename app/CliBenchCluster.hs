@@ -127,6 +127,8 @@ pageRankOptions = PageRank.Options
                           <> help "partitions of the graph (default: one per worker)"))
   <*> option (positiveInt "a worker count" 4096) (long "workers" <> metavar "N" <> value 2 <> showDefault
                           <> help "local workers")
+  <*> option (positiveInt "a round count" 20) (long "rounds" <> metavar "N" <> value 2 <> showDefault
+                          <> help "rounds of both, in turn; each row is its best round")
   <*> switch (long "json" <> help "end with one line of JSON")
 
 -- | The flags of @herd bench par@.

@@ -160,7 +160,7 @@ renderSpec = describe "adaptive jobs in the status" $
         inputs = Inputs
           { inNow = 10, inStarted = 0, inLoop = "epoll", inCore = emptyCore, inConnected = M.empty
           , inDeparted = M.empty, inLinks = M.empty, inCounters = noCounters, inLog = [], inMemory = M.empty
-          , inMemoryLimit = Nothing, inLinksOpen = 0, inShareSends = (0, 0), inRelayed = (0, 0), inHosts = []
+          , inMemoryLimit = Nothing, inLinksOpen = 0, inShareSends = (0, 0), inRelayed = (0, 0), inHanded = (0, 0), inHosts = []
           , inAdapt = Just (summary t4) }
         st = buildStatus inputs
     summary t4 `shouldBe` AdaptSummary ["12"] ["11"] [] 2 1

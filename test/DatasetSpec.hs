@@ -69,6 +69,21 @@ spec = describe "datasets held on the workers" $ do
       r1 - r0 `shouldSatisfy` (> 0)
       r2 - r1 `shouldBe` r1 - r0
 
+  it "hand large shuffle parts between the master's own workers in files, not through the master" $
+    withTwo $ \cluster -> do
+      before <- clusterStatus cluster
+      blocks <- generateDataset cluster blockGen 400000 2   -- 3.2 MB a block
+      cut <- shuffleDataset cluster cutBlocks 2 blocks
+      sums <- queryDataset cluster blockSum () cut
+      after <- clusterStatus cluster
+      let block j = [ fromIntegral (i + j) | i <- [0 .. 399999 :: Int] ] :: [Double]
+          half h = concat [ take 200000 (drop (200000 * h) (block j)) | j <- [0, 1] ]
+      sums `shouldBe` [ sum (half 0), sum (half 1) ]
+      -- each block's other half went to the other worker as a file
+      statusHandedParts after - statusHandedParts before `shouldBe` 2
+      statusHandedBytes after - statusHandedBytes before `shouldSatisfy` (>= 2 * 1600000)
+      statusRelayedBytes after - statusRelayedBytes before `shouldBe` 0
+
   it "never pass a dataset generated on the workers through the master" $
     withTwo $ \cluster -> do
       let linkBytes = do

@@ -12,6 +12,7 @@ module DatasetTasks
   , mapSize
   , numbersOf
   , residues
+  , cutBlocks
   ) where
 
 import Control.Concurrent (threadDelay)
@@ -64,3 +65,9 @@ blockGen = static (partitionGen (\len _ j -> VU.generate len (\i -> fromIntegral
 -- | A block's sum.
 blockSum :: StaticPtr (DatasetQuery (VU.Vector Double) () Double)
 blockSum = static (partitionQuery (\v () -> VU.sum v))
+
+-- | Each block cut into @n@ equal runs, run @j@ of every block joined in
+-- block order as output partition @j@.
+cutBlocks :: StaticPtr (Shuffler (VU.Vector Double) (VU.Vector Double) (VU.Vector Double))
+cutBlocks = static (shuffler (\n v -> [ VU.slice (VU.length v * j `div` n) (VU.length v * (j + 1) `div` n - VU.length v * j `div` n) v
+                                      | j <- [0 .. n - 1] ]) (VU.concat :: [VU.Vector Double] -> VU.Vector Double))

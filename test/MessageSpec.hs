@@ -35,6 +35,7 @@ toWorkerIndex m = case m of
   GroupRun {} -> 18; PartIn {} -> 19; PartitionCombine {} -> 20; ExchangeEnd {} -> 21; StatesDrop {} -> 22
   BatchCancel {} -> 23; TaskDeadline {} -> 24
   PartRun {} -> 25; PartsDrop {} -> 26; GroupRunHeld {} -> 27; PartitionKeep {} -> 28
+  PartsDirectory {} -> 29; PartInFile {} -> 30
 
 fromWorkerIndex :: FromWorker -> Int
 fromWorkerIndex m = case m of
@@ -45,7 +46,7 @@ fromWorkerIndex m = case m of
   ShareDropped {} -> 18; ShareSpilled {} -> 19
   Forward {} -> 20; GroupSent {} -> 21; GroupThrew {} -> 22; PartHeld {} -> 23; PartitionDone {} -> 24
   PartitionThrew {} -> 25; BatchStopped {} -> 26
-  PartRan {} -> 27; PartThrew {} -> 28; PartMissing {} -> 29; GroupMissing {} -> 30
+  PartRan {} -> 27; PartThrew {} -> 28; PartMissing {} -> 29; GroupMissing {} -> 30; ForwardFile {} -> 31
 
 bytes :: Gen B.ByteString
 bytes = B.pack <$> resize 40 arbitrary
@@ -73,7 +74,8 @@ genToWorker = oneof
   , PartRun <$> arbitrary <*> arbitrary <*> ref <*> resize 4 (listOf arbitrary) <*> arbitrary <*> bytes
   , PartsDrop <$> resize 6 (listOf arbitrary)
   , GroupRunHeld <$> arbitrary <*> arbitrary <*> ref <*> arbitrary <*> resize 5 (listOf arbitrary) <*> arbitrary
-  , PartitionKeep <$> arbitrary <*> arbitrary <*> ref <*> arbitrary <*> arbitrary ]
+  , PartitionKeep <$> arbitrary <*> arbitrary <*> ref <*> arbitrary <*> arbitrary
+  , PartsDirectory <$> text, PartInFile <$> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary <*> text ]
 
 genFromWorker :: Gen FromWorker
 genFromWorker = oneof
@@ -90,7 +92,8 @@ genFromWorker = oneof
   , PartitionDone <$> arbitrary <*> arbitrary <*> bytes, PartitionThrew <$> arbitrary <*> arbitrary <*> text
   , BatchStopped <$> arbitrary, PartRan <$> arbitrary <*> arbitrary <*> bytes
   , PartThrew <$> arbitrary <*> arbitrary <*> text, PartMissing <$> arbitrary <*> arbitrary
-  , GroupMissing <$> arbitrary <*> arbitrary ]
+  , GroupMissing <$> arbitrary <*> arbitrary
+  , ForwardFile <$> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary <*> text ]
 
 spec :: Spec
 spec = describe "every protocol message" $ do
@@ -127,8 +130,8 @@ spec = describe "every protocol message" $ do
   it "has a generator for every constructor" $ do
     ts <- generate (vectorOf 3000 genToWorker)
     fs <- generate (vectorOf 3000 genFromWorker)
-    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 28]
-    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 30]
+    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 30]
+    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 31]
 
 -- The report as the general decoder reads it (tag byte skipped).
 generalEvolved :: Get (Word64, Word64, [(Word64, B.ByteString)])

@@ -28,6 +28,7 @@ module Herd.Core.Wire
   , FromWorker (..)
   , toWorkerUrgency
   , fromWorkerUrgency
+  , partFileBytes
   , decodeToWorker
   , decodeFromWorker
     -- * For the encoders ("Herd.Wire.Encode")
@@ -70,6 +71,12 @@ getRef = do
 
 getRest :: Get B.ByteString
 getRest = remaining >>= getBytes
+
+-- | The smallest part a worker on the master's host hands over in a file
+-- ('PartsDirectory'): 64 KiB. A smaller one costs less on the link than
+-- a file does.
+partFileBytes :: Int
+partFileBytes = 64 * 1024
 
 -- | Decode one message to a worker (a value inside is a slice of the input).
 decodeToWorker :: B.ByteString -> Either String ToWorker
@@ -143,6 +150,8 @@ decodeToWorkerSlow = runGet $ do
           targets <- replicateM n ((,) <$> getWord32 <*> getWord64)
           GroupRunHeld xid g ref parts targets <$> getWord64
       | tag == tagPartitionKeep -> PartitionKeep <$> getWord64 <*> getWord32 <*> getRef <*> getWord32 <*> getWord64
+      | tag == tagPartsDirectory -> PartsDirectory <$> getText
+      | tag == tagPartInFile -> PartInFile <$> getWord64 <*> getWord32 <*> getWord32 <*> getWord64 <*> getText
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 
 -- | Decode one message to the master (a value inside is a slice of the input).
@@ -196,5 +205,6 @@ decodeFromWorkerSlow = runGet $ do
       | tag == tagPartThrew -> PartThrew <$> getWord64 <*> getWord32 <*> getText
       | tag == tagPartMissing -> PartMissing <$> getWord64 <*> getWord32
       | tag == tagGroupMissing -> GroupMissing <$> getWord64 <*> getWord32
+      | tag == tagForwardFile -> ForwardFile <$> getWord64 <*> getWord64 <*> getWord32 <*> getWord32 <*> getWord64 <*> getText
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 

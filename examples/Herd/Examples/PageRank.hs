@@ -29,7 +29,7 @@ module Herd.Examples.PageRank
   ) where
 
 import Control.Monad (forM_)
-import Control.Monad.ST (ST)
+import Control.Monad.ST (ST, runST)
 import Data.Bits (shiftR, xor)
 import Data.Int (Int32)
 import Data.List (foldl')
@@ -47,12 +47,17 @@ data Size = Size { sizeNodes :: !Int, sizeDegree :: !Int }
 
 instance Store Size
 
--- | The nodes of one range and their out-edges.
+-- | The nodes of one range and their out-edges, sorted by target so that
+-- spreading the ranks writes the sums in order (and reads only this
+-- range's ranks at random): that keeps the step within the caches'
+-- reach instead of adding at random all over the graph's sums.
 data GraphPart = GraphPart
   { gpTotal   :: !Int                  -- ^ nodes in the whole graph
   , gpDegree  :: !Int
   , gpFirst   :: !Int                  -- ^ the range's first node
-  , gpTargets :: !(VU.Vector Int32)    -- ^ node @gpFirst + i@'s edges at @i * degree ..@
+  , gpCount   :: !Int                  -- ^ the range's nodes
+  , gpTargets :: !(VU.Vector Int32)    -- ^ each edge's target, ascending
+  , gpSources :: !(VU.Vector Int32)    -- ^ each edge's source, from the range's first node
   } deriving (Eq, Show, Generic)
 
 instance Store GraphPart
@@ -76,10 +81,24 @@ rangeOf n p j = let lo = n * j `div` p; hi = n * (j + 1) `div` p in (lo, hi - lo
 
 -- | The edges of range @j@ of @p@.
 makeGraphPart :: Size -> Int -> Int -> GraphPart
-makeGraphPart (Size n d) p j = GraphPart n d lo (VU.generate (len * d) edge)
+makeGraphPart (Size n d) p j = GraphPart n d lo len targets sources
   where
     (lo, len) = rangeOf n p j
-    edge i = let (u, k) = (lo + i `div` d, i `mod` d) in fromIntegral (mix (fromIntegral (u * 64 + k)) `mod` fromIntegral n)
+    edge i = let (u, k) = (lo + i `div` d, i `mod` d) in fromIntegral (mix (fromIntegral (u * 64 + k)) `mod` fromIntegral n) :: Int
+    unsorted = VU.generate (len * d) edge
+    -- a counting sort of the edges by target (stable: sources ascend within a target)
+    (targets, sources) = runST $ do
+      counts <- VUM.replicate (n + 1) (0 :: Int)
+      VU.forM_ unsorted $ \t -> VUM.unsafeModify counts (+ 1) (t + 1)
+      forM_ [1 .. n] $ \t -> VUM.unsafeRead counts (t - 1) >>= \c -> VUM.unsafeModify counts (+ c) t
+      ts <- VUM.new (len * d)
+      ss <- VUM.new (len * d)
+      VU.iforM_ unsorted $ \i t -> do
+        at <- VUM.unsafeRead counts t
+        VUM.unsafeWrite counts t (at + 1)
+        VUM.unsafeWrite ts at (fromIntegral t)
+        VUM.unsafeWrite ss at (fromIntegral (i `div` d))
+      (,) <$> VU.unsafeFreeze ts <*> VU.unsafeFreeze ss
     mix :: Word64 -> Word64
     mix x0 = let x1 = (x0 `xor` (x0 `shiftR` 30)) * 0xbf58476d1ce4e5b9
                  x2 = (x1 `xor` (x1 `shiftR` 27)) * 0x94d049bb133111eb
@@ -91,7 +110,7 @@ graphGen = static (partitionGen makeGraphPart)
 
 -- | Every rank 1/n to start.
 initialState :: StaticPtr (DatasetMap GraphPart RankState)
-initialState = static (partitionMap (\g -> RankState g (VU.replicate (VU.length (gpTargets g) `div` max 1 (gpDegree g)) (1 / fromIntegral (gpTotal g))) 0))
+initialState = static (partitionMap (\g -> RankState g (VU.replicate (gpCount g) (1 / fromIntegral (gpTotal g))) 0))
 
 -- | A range's ranks spread over its out-edges, cut into one dense vector
 -- of sums per range of the @p@.
@@ -103,13 +122,13 @@ spread p (RankState g ranks _) = [ VU.slice lo len acc | j <- [0 .. p - 1], let 
   where acc = VU.create (do v <- VUM.replicate (gpTotal g) 0; scatter g ranks v; pure v)
 
 scatter :: GraphPart -> VU.Vector Double -> VUM.MVector s Double -> ST s ()
-scatter g ranks acc = forM_ [0 .. VU.length ranks - 1] $ \i -> do
-  let !share = VU.unsafeIndex ranks i / fromIntegral d
-      base = i * d
-  forM_ [base .. base + d - 1] $ \e -> VUM.unsafeModify acc (+ share) (fromIntegral (VU.unsafeIndex targets e))
+scatter g ranks acc = forM_ [0 .. VU.length targets - 1] $ \e -> do
+  let !share = VU.unsafeIndex ranks (fromIntegral (VU.unsafeIndex sources e)) * inv
+  VUM.unsafeModify acc (+ share) (fromIntegral (VU.unsafeIndex targets e))
   where
-    d = gpDegree g
+    inv = 1 / fromIntegral (gpDegree g) :: Double
     targets = gpTargets g
+    sources = gpSources g
 
 -- A range's sums, one vector from each range in order, added up.
 sumParts :: [VU.Vector Double] -> VU.Vector Double
@@ -136,17 +155,18 @@ rankDelta = static (partitionQuery (\st () -> rsDelta st))
 ranksOf :: StaticPtr (DatasetMap RankState (VU.Vector Double))
 ranksOf = static (partitionMap rsRanks)
 
--- | PageRank in one process: the same ranges, the same sums in the same
--- order, for this many iterations; the ranks and each step's change.
-pageRankLocal :: Size -> Int -> Int -> (VU.Vector Double, [Double])
-pageRankLocal size p iterations = go iterations start []
+-- | PageRank in one process over the ranges' edges ('makeGraphPart'
+-- for each range, in order): the same sums in the same order, for this
+-- many iterations; the ranks and each step's change.
+pageRankLocal :: Size -> [GraphPart] -> Int -> (VU.Vector Double, [Double])
+pageRankLocal size parts iterations = go iterations start []
   where
     n = sizeNodes size
-    parts = [ makeGraphPart size p j | j <- [0 .. p - 1] ]
+    p = length parts
     start = VU.replicate n (1 / fromIntegral n)
     go 0 ranks deltas = (ranks, reverse deltas)
     go k ranks deltas =
-      let perPart = [ spread p (RankState g (VU.slice (gpFirst g) (VU.length (gpTargets g) `div` sizeDegree size) ranks) 0) | g <- parts ]
+      let perPart = [ spread p (RankState g (VU.slice (gpFirst g) (gpCount g) ranks) 0) | g <- parts ]
           sums = VU.concat [ sumParts [ cut !! j | cut <- perPart ] | j <- [0 .. p - 1] ]
           new = dampOf n sums
           delta = VU.sum (VU.zipWith (\a b -> abs (a - b)) new ranks)

@@ -55,6 +55,8 @@ toWorkerParts msg = case msg of
     ( built' (putWord8 tagPartRun <> putWord64 sid <> putWord32 j <> putRef ref
               <> putWord32 (fromIntegral (length inputs)) <> foldMap putWord64 inputs <> putWord64 out)
     , arg )
+  PartsDirectory dir -> built (putWord8 tagPartsDirectory <> putText dir)
+  PartInFile xid g j size path -> built (putWord8 tagPartInFile <> putWord64 xid <> putWord32 g <> putWord32 j <> putWord64 size <> putText path)
   PartsDrop dids -> built (putWord8 tagPartsDrop <> putWord32 (fromIntegral (length dids)) <> foldMap putWord64 dids)
   PartIn xid g j part -> (built' (putWord8 tagPartIn <> putWord64 xid <> putWord32 g <> putWord32 j), part)
   PartitionCombine xid j ref groups -> built (putWord8 tagPartitionCombine <> putWord64 xid <> putWord32 j <> putRef ref <> putWord32 groups)
@@ -111,6 +113,7 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   PartThrew sid j why -> putWord8 tagPartThrew <> putWord64 sid <> putWord32 j <> putText why
   PartMissing sid j -> putWord8 tagPartMissing <> putWord64 sid <> putWord32 j
   GroupMissing xid g -> putWord8 tagGroupMissing <> putWord64 xid <> putWord32 g
+  ForwardFile dest xid g j size path -> putWord8 tagForwardFile <> putWord64 dest <> putWord64 xid <> putWord32 g <> putWord32 j <> putWord64 size <> putText path
 
 taggedStream :: Word8 -> Word64 -> Encoder -> Encoder
 taggedStream tag sid (Encoder n write) = Encoder (n + 9) $ \p -> do

@@ -170,14 +170,14 @@ clusterStatus c = do
   logLines <- recentLines (clFeed c)
   (limit, memory) <- shellMemory sh
   open <- clusterLinks c
-  (shareSends, relayed) <- shellRelayCounts sh
+  (shareSends, relayed, handed) <- shellRelayCounts sh
   hosts <- shellHostView sh
   adapt <- readIORef (clAdapt c)
   pure $ buildStatus Inputs
     { inNow = now, inStarted = feedStarted (clFeed c), inLoop = masterLoopName (clusterMasterLoop c)
     , inCore = core, inConnected = connected, inDeparted = departed, inLinks = links
     , inCounters = counters, inLog = logLines, inMemory = memory, inMemoryLimit = limit
-    , inLinksOpen = open, inShareSends = shareSends, inRelayed = relayed
+    , inLinksOpen = open, inShareSends = shareSends, inRelayed = relayed, inHanded = handed
     , inHosts = [ HostRow name n lim | (name, n, lim) <- hosts ], inAdapt = adapt }
 
 -- | How many links the master keeps open: one per host agent, and one

@@ -19,6 +19,7 @@ module Herd.Master.Link
   , stopWriting
   , trySync
   , sendHoldBudget
+  , sendPartsDirectory
   , sendTaskDeadline
   ) where
 
@@ -27,6 +28,7 @@ import Control.Concurrent.STM
 import Control.Exception
 import Control.Monad (void)
 import qualified Data.ByteString as B
+import qualified Data.Text as T
 import Herd.Settings
 import Herd.Core.Packet.Policy (PacketPolicy)
 import Herd.Packet
@@ -131,6 +133,12 @@ stopWriting l = atomically $ writeTQueue (lhOutbox l) Nothing
 sendTaskDeadline :: WorkerLink -> Double -> IO ()
 sendTaskDeadline l secs =
   let (enc, tl) = toWorkerParts (TaskDeadline (max 1 (round (secs * 1000)))) in sendMessageTail (wlSender l) Urgent enc tl
+
+-- | Tell a worker on the master's host where to hand large parts to the
+-- others ('PartsDirectory').
+sendPartsDirectory :: WorkerLink -> FilePath -> IO ()
+sendPartsDirectory l dir =
+  let (enc, tl) = toWorkerParts (PartsDirectory (T.pack dir)) in sendMessageTail (wlSender l) Urgent enc tl
 
 -- | Tell a worker on a link of its own its budget for the shared values
 -- it keeps in memory under this memory limit ('heldBudget').

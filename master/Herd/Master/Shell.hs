@@ -70,7 +70,11 @@ import Data.Maybe (isNothing)
 import Data.Word (Word64)
 import Data.IORef
 import qualified Data.Map.Strict as M
-import Control.Exception (evaluate)
+import Control.Exception (IOException, evaluate, try)
+import Data.List (isPrefixOf)
+import qualified Data.Text as T
+import System.Directory (removeDirectoryRecursive, removeFile)
+import System.FilePath (splitDirectories)
 import Herd.Master.StepTrace (traceSlowStep)
 import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Settings
@@ -174,6 +178,12 @@ addWorkerLink sh wid info link received startReading =
       case (wlHost link, limit) of
         (Nothing, Just l) -> void (trySync (sendHoldBudget link l))
         _ -> pure ()
+      -- a worker on this host with a link of its own hands large parts
+      -- to the others on this host in files, not through the master
+      case (wlHost link, shPartsDir sh) of
+        (Nothing, Just dir) | infoTransport info `elem` [ShmTransport, UnixTransport] ->
+          void (trySync (sendPartsDirectory link dir))
+        _ -> pure ()
       -- every worker hears the deadline per task before its first batch
       forM_ (configTaskDeadline (shConfig sh)) $ \d -> trySync (sendTaskDeadline link d)
       t <- monotonicSeconds
@@ -241,6 +251,9 @@ shutdownShell sh = do
   mapM_ wlStopWriting (M.elems links)
   hosts <- readTVarIO (shHosts sh)
   mapM_ hostClose (M.elems hosts)
+  forM_ (shPartsDir sh) $ \dir -> try (removeDirectoryRecursive dir) >>= \r -> case r of
+    Left (_ :: IOException) -> pure ()
+    Right () -> pure ()
 
 -- | What the shell asks now of whoever restarts lost workers (so another
 -- replacer can add its own count).
@@ -284,6 +297,25 @@ runEvents sh t ss (Received _ (Forward dest xid g j part) : es) = do
   (ss', _) <- if M.member to (ssLinks ss) && coreRunsExchange xid (ssCore ss)
                 then execute sh (ss { ssRelayed = countSend (B.length part) (ssRelayed ss) }, []) (Send to Bulk (PartIn xid g j part))
                 else pure (ss, [])
+  runEvents sh t ss' es
+runEvents sh t ss (Received _ (ForwardFile dest xid g j size path) : es) = do
+  -- INV-RELAY: a part handed over in a file: a worker on this host with
+  -- its own link takes the file itself; any other gets its bytes, read
+  -- here; a part nobody takes is deleted
+  let to = fromIntegral dest
+      wanted = M.member to (ssLinks ss) && coreRunsExchange xid (ssCore ss) && underDir
+      underDir = maybe False (\d -> (d ++ "/") `isPrefixOf` T.unpack path && ".." `notElem` splitDirectories (T.unpack path)) (shPartsDir sh)
+  local <- maybe False (\i -> infoTransport i `elem` [ShmTransport, UnixTransport]) . M.lookup to <$> readTVarIO (shWorkers sh)
+  let onHost = local && maybe False (isNothing . wlHost) (M.lookup to (ssLinks ss))
+  (ss', _) <- case () of
+    _ | wanted && onHost ->
+          execute sh (ss { ssHanded = countSend (fromIntegral size) (ssHanded ss) }, []) (Send to Urgent (PartInFile xid g j size path))
+      | wanted -> do
+          bytes <- try (B.readFile (T.unpack path)) <* removeQuietly path
+          case bytes of
+            Right part -> execute sh (ss { ssRelayed = countSend (B.length part) (ssRelayed ss) }, []) (Send to Bulk (PartIn xid g j part))
+            Left (_ :: IOException) -> pure (ss, [])
+      | otherwise -> (ss, []) <$ (if underDir then removeQuietly path else pure ())
   runEvents sh t ss' es
 runEvents sh t ss (e : es) = runEvents1 sh t ss e es
 
@@ -365,6 +397,12 @@ shellLinkCount sh = do
   pure (direct + hosts)
 
 -- | Shared values sent so far and reduction parts relayed, each as (count, bytes).
-shellRelayCounts :: Shell -> IO ((Int, Int), (Int, Int))
-shellRelayCounts sh = (\ss -> (pair (ssShareSends ss), pair (ssRelayed ss))) <$> readMVar (shState sh)
+shellRelayCounts :: Shell -> IO ((Int, Int), (Int, Int), (Int, Int))
+shellRelayCounts sh = (\ss -> (pair (ssShareSends ss), pair (ssRelayed ss), pair (ssHanded ss))) <$> readMVar (shState sh)
   where pair (Sends k b) = (k, b)
+
+-- Delete a part's file, if it is still there.
+removeQuietly :: T.Text -> IO ()
+removeQuietly path = try (removeFile (T.unpack path)) >>= \r -> case r of
+  Left (_ :: IOException) -> pure ()
+  Right () -> pure ()

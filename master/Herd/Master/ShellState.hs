@@ -1,3 +1,4 @@
+{-# LANGUAGE ScopedTypeVariables #-}
 -- | The records of the master's shell ("Herd.Master.Shell"): what its one
 -- lock guards (the core and the callers waiting on it), the tables other
 -- threads read without that lock (workers, links, counters), and the
@@ -39,6 +40,11 @@ import Herd.Packet
 import Herd.Core.Farm (JobId, WorkerId)
 import Herd.Core.Wire.Host (HostControl)
 import Herd.Core.Wire.HostCall (HostCallMessage)
+import Control.Exception (IOException, try)
+import Herd.Sys.Clock (monotonicSeconds)
+import System.Directory (createDirectory, doesDirectoryExist, getTemporaryDirectory)
+import System.FilePath ((</>))
+import System.Posix.Process (getProcessID)
 
 -- | Things sent and their bytes, since the start: strict, as the shell
 -- counts one per part or value for as long as the cluster runs (a lazy
@@ -75,6 +81,9 @@ data ShellState = ShellState
     -- ^ keyed reductions' parts the master relayed from worker to worker
     -- since the start, and their bytes (a host agent keeps its own
     -- workers' parts on the host)
+  , ssHanded :: !Sends
+    -- ^ parts workers on the master's host handed each other in files
+    -- ('Herd.Core.Wire.PartInFile'), and their bytes: never through the master
   }
 
 -- | The shell of one cluster.
@@ -102,6 +111,9 @@ data Shell = Shell
     -- that much more than its cap ("Herd.Master.Link")
   , shShareSizes :: !(TVar (M.Map Word64 Int))
     -- ^ the size of each shared value live now, by number
+  , shPartsDir :: !(Maybe FilePath)
+    -- ^ where workers on this host hand each other large reduction parts
+    -- as files ('Herd.Core.Wire.PartsDirectory'); removed with the shell
   }
 
 -- | An open host agent's link, as the shell and the memory watch use it.
@@ -139,12 +151,12 @@ data Registration
 -- | A shell with no links; its reader is set with 'setReader' before any
 -- link joins.
 newShell :: Config -> IO Shell
-newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty M.empty (Sends 0 0) M.empty (Sends 0 0))
+newShell cfg = Shell cfg <$> newMVar (ShellState emptyCore M.empty M.empty [] 0 M.empty M.empty M.empty S.empty M.empty M.empty (Sends 0 0) M.empty (Sends 0 0) (Sends 0 0))
                          <*> newIORef noReader <*> newTVarIO M.empty <*> newTVarIO M.empty <*> newTVarIO M.empty
                          <*> newIORef noCounters <*> newIORef noLossHooks <*> newTVarIO (Nothing, M.empty) <*> newTVarIO M.empty
                          <*> newTVarIO M.empty
                          <*> newTVarIO []
-                         <*> newTVarIO 0 <*> newTVarIO M.empty
+                         <*> newTVarIO 0 <*> newTVarIO M.empty <*> newPartsDir
   where noReader = Reader (configMasterLoop cfg) (\_ _ _ _ -> pure ()) (\_ _ -> pure ()) (pure ()) (pure 0)
 
 -- | Give the shell its reader.
@@ -175,3 +187,16 @@ shellCounters = shCounters
 -- | Change a counter.
 bumpCounter :: Shell -> (ConnectionCounters -> ConnectionCounters) -> IO ()
 bumpCounter sh f = atomicModifyIORef' (shCounters sh) (\x -> (f x, ()))
+
+-- A fresh directory for the parts workers on this host hand each other:
+-- in memory (/dev/shm) where there is one, else the temporary directory;
+-- 'Nothing' if neither can be written (parts then go over the links).
+newPartsDir :: IO (Maybe FilePath)
+newPartsDir = do
+  shm <- doesDirectoryExist "/dev/shm"
+  base <- if shm then pure "/dev/shm" else getTemporaryDirectory
+  pid <- getProcessID
+  salt <- (`mod` 1000000) . round . (* 1e6) <$> monotonicSeconds :: IO Int
+  let dir = base </> ("herd-parts-" ++ show pid ++ "-" ++ show salt)
+  made <- try (createDirectory dir)
+  pure (either (\(_ :: IOException) -> Nothing) (const (Just dir)) made)

@@ -144,6 +144,8 @@ keepsBytes msg = case msg of
   PartsDrop {} -> False
   GroupRunHeld {} -> False
   PartitionKeep {} -> False
+  PartsDirectory {} -> False
+  PartInFile {} -> False
   ExchangeEnd {} -> False
   StatesDrop {} -> False
   BatchCancel {} -> False

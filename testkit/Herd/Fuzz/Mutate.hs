@@ -28,7 +28,7 @@ toMasterCorpus =
   , ShareHeld 1, ShareDropped 1, ShareSpilled 1, BatchStopped 1
   , Forward 2 1 0 0 (word 3), GroupSent 1 0, GroupThrew 1 0 (T.pack "x"), PartHeld 1 0 0
   , PartitionDone 1 0 (word 3), PartitionThrew 1 0 (T.pack "x")
-  , PartRan 1 0 (word 2), PartThrew 1 0 (T.pack "x"), PartMissing 1 0, GroupMissing 1 0 ]
+  , PartRan 1 0 (word 2), PartThrew 1 0 (T.pack "x"), PartMissing 1 0, GroupMissing 1 0, ForwardFile 2 1 0 0 8 (T.pack "/nonexistent/part") ]
 
 -- | One message of every kind a master sends, naming this function.
 toWorkerCorpus :: TaskRef -> [ToWorker]
@@ -39,7 +39,8 @@ toWorkerCorpus ref =
   , SharePart 1 8 (word 2), ShareDrop 1, HoldBudget 1024
   , GroupRun 1 0 ref 2 [(0, 1), (1, 2)] (word 0), PartIn 1 0 0 (word 3), PartitionCombine 1 0 ref 1
   , ExchangeEnd 1, StatesDrop [1, 2], BatchCancel 1, TaskDeadline 5000
-  , PartRun 1 0 ref [1] 2 (word 4), PartsDrop [1, 2], GroupRunHeld 1 0 ref 2 [(0, 1)] 1, PartitionKeep 1 0 ref 1 2 ]
+  , PartRun 1 0 ref [1] 2 (word 4), PartsDrop [1, 2], GroupRunHeld 1 0 ref 2 [(0, 1)] 1, PartitionKeep 1 0 ref 1 2
+  , PartInFile 1 0 0 8 (T.pack "/nonexistent/part") ]
 
 -- An Int as store encodes it (8 bytes, little-endian).
 word :: Word64 -> B.ByteString

@@ -98,6 +98,8 @@ data Status = Status
   , statusSharedBytes :: !Int           -- ^ the bytes of those sends
   , statusRelayedParts :: !Int          -- ^ keyed reductions' parts the master relayed between workers, since the start
   , statusRelayedBytes :: !Int          -- ^ the bytes of those parts
+  , statusHandedParts :: !Int           -- ^ parts workers on the master's host handed each other in files, since the start
+  , statusHandedBytes :: !Int           -- ^ the bytes of those parts (never through the master)
   , statusCopies    :: !Int             -- ^ straggler copies of farm batches started since the start
   , statusCalls     :: ![CallView]      -- ^ every running call: farms, streams, evolve and Ref calls, reductions
   , statusHosts     :: ![HostRow]       -- ^ the hosts, each with the herd workers sharing its memory
@@ -127,6 +129,7 @@ data Inputs = Inputs
   , inLinksOpen :: !Int                   -- ^ links the master keeps open
   , inShareSends :: !(Int, Int)           -- ^ shared values put on links since the start, and their bytes
   , inRelayed :: !(Int, Int)              -- ^ reductions' parts relayed between workers since the start, and their bytes
+  , inHanded :: !(Int, Int)               -- ^ parts handed over in files on the master's host, and their bytes
   , inHosts :: ![HostRow]                 -- ^ the hosts' shares of memory, as the memory watch last made them
   , inAdapt :: !(Maybe AdaptSummary)      -- ^ the adaptive driver's jobs, if it runs
   }
@@ -154,6 +157,8 @@ buildStatus i = Status
   , statusSharedBytes = snd (inShareSends i)
   , statusRelayedParts = fst (inRelayed i)
   , statusRelayedBytes = snd (inRelayed i)
+  , statusHandedParts = fst (inHanded i)
+  , statusHandedBytes = snd (inHanded i)
   , statusCopies = S.copiesMade (coreSched core)
   , statusCalls = calls
   , statusHosts = inHosts i

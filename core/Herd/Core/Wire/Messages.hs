@@ -95,6 +95,13 @@ data ToWorker
     -- ^ as 'PartitionCombine', but hold the combined partition here as
     -- partition @j@ of the dataset numbered last and answer
     -- 'PartitionDone' with no bytes
+  | PartsDirectory !Text
+    -- ^ this worker shares a host (and this directory) with the master:
+    -- a reduction's part of at least 'Herd.Core.Wire.partFileBytes' for
+    -- another worker goes into a file there, named in a 'ForwardFile'
+  | PartInFile !Word64 !Word32 !Word32 !Word64 !Text
+    -- ^ as 'PartIn', the part being the file of this many bytes at this
+    -- path (in the parts directory), now this worker's to keep and delete
   | TaskDeadline !Word64
     -- ^ from now on, stop a farm task that computes longer than this many
     -- milliseconds and answer it as thrown ('TaskThrew', saying so); 0: no
@@ -147,6 +154,9 @@ data FromWorker
   | PartThrew !Word64 !Word32 !Text        -- ^ the partition function threw (or its inputs did not decode)
   | PartMissing !Word64 !Word32            -- ^ an input partition of this step is not held here
   | GroupMissing !Word64 !Word32           -- ^ the held input of this group ('GroupRunHeld') is not held here
+  | ForwardFile !Word64 !Word64 !Word32 !Word32 !Word64 !Text
+    -- ^ as 'Forward', the part being the file of this many bytes at this
+    -- path in the parts directory ('PartsDirectory')
   | BatchStopped !Word64
     -- ^ answers 'BatchCancel': the batch ended here early (the results
     -- before it were sent; none after it will be)

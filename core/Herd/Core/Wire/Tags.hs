@@ -8,14 +8,14 @@ module Herd.Core.Wire.Tags
   , tagStreamClose, tagStatesReset, tagStateAdd, tagEvolveWith, tagEvolveState, tagStateRelease
   , tagStateReplay, tagPing, tagSharePart, tagShareDrop, tagHoldBudget
   , tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd, tagStatesDrop, tagBatchCancel, tagTaskDeadline
-  , tagPartRun, tagPartsDrop, tagGroupRunHeld, tagPartitionKeep
+  , tagPartRun, tagPartsDrop, tagGroupRunHeld, tagPartitionKeep, tagPartsDirectory, tagPartInFile
     -- * Worker to master
   , tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone
   , tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected
   , tagStateReleased, tagStateKept, tagStateMissing, tagStatesCleared, tagStateReplayed, tagPong
   , tagShareHeld, tagShareDropped, tagShareSpilled
   , tagForward, tagGroupSent, tagGroupThrew, tagPartHeld, tagPartitionDone, tagPartitionThrew
-  , tagBatchStopped, tagPartRan, tagPartThrew, tagPartMissing, tagGroupMissing
+  , tagBatchStopped, tagPartRan, tagPartThrew, tagPartMissing, tagGroupMissing, tagForwardFile
   ) where
 
 import Data.Word (Word8)
@@ -67,6 +67,12 @@ tagPartsDrop = 27
 tagGroupRunHeld = 28
 tagPartitionKeep = 29
 
+-- | Tags of the messages to a worker that hand a part over in a file on
+-- the master's host.
+tagPartsDirectory, tagPartInFile :: Word8
+tagPartsDirectory = 30
+tagPartInFile = 31
+
 -- | Tags of the messages to the master.
 tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone,
   tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected,
@@ -112,3 +118,7 @@ tagPartRan = 28
 tagPartThrew = 29
 tagPartMissing = 30
 tagGroupMissing = 31
+
+-- | Tag of a worker's part for another worker, handed over in a file.
+tagForwardFile :: Word8
+tagForwardFile = 32

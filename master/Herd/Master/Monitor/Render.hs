@@ -50,6 +50,8 @@ statusJson s = renderJson $ JObject
   , ("shared_bytes_sent_total", int (statusSharedBytes s))
   , ("exchange_parts_relayed_total", int (statusRelayedParts s))
   , ("exchange_bytes_relayed_total", int (statusRelayedBytes s))
+  , ("exchange_parts_handed_total", int (statusHandedParts s))
+  , ("exchange_bytes_handed_total", int (statusHandedBytes s))
   , ("straggler_copies_total", int (statusCopies s))
   , ("calls", JArray [ JObject [ ("kind", JString (callKind c)), ("function", JString (callFunction c))
                                , ("left", int (callLeft c)), ("workers", JArray (map int (callWorkers c))) ]
@@ -176,6 +178,8 @@ prometheusText s = concat
       [ ([], fromIntegral (sumFailed a)) | Just a <- [statusAdapt s] ]
   , metric "herd_exchange_parts_relayed_total" "counter" "Keyed reductions' parts the master relayed between workers."
       [ ([], fromIntegral (statusRelayedParts s)) ]
+  , metric "herd_exchange_bytes_handed_total" "counter" "Bytes of reduction and shuffle parts workers on the master's host handed each other in files."
+      [ ([], fromIntegral (statusHandedBytes s)) ]
   , perWorker "herd_worker_shared_values" "gauge" "Shared values the worker said it holds."
       (fromIntegral . rowShared)
   , perWorker "herd_worker_shared_spilled" "gauge" "Shared values the worker said it keeps on its disk."

@@ -29,13 +29,15 @@ import Data.Word (Word32, Word64)
 import Herd.Task.Closure (cachedLookup)
 import Herd.Core.Base (TaskRef)
 import Herd.Core.Packet.Policy (Urgency (..))
-import Herd.Core.Wire (FromWorker (..), ToWorker (..))
+import Herd.Core.Wire (FromWorker (..), ToWorker (..), partFileBytes)
 import Herd.Task.Reducer (KeyedRunner (..), lookupKeyedRunner)
 import Herd.Node.Store (holdOther, memoryRoom, spillPath)
 import Herd.Node.Worker.Datasets (DatasetStore, keepHeld, lookupHeld)
 import Herd.Task.Partition (ShuffleRunner (..), lookupShuffleRunner)
 import Control.Exception (IOException, try)
 import System.Directory (removeFile)
+import System.FilePath ((</>), splitDirectories)
+import Data.List (isPrefixOf)
 
 -- | What a worker holds for reductions.
 data ExchangeTable = ExchangeTable
@@ -46,6 +48,9 @@ data ExchangeTable = ExchangeTable
   , xtRunners :: !(IORef (M.Map TaskRef (Either String KeyedRunner)))
   , xtShuffles :: !(IORef (M.Map TaskRef (Either String ShuffleRunner)))
   , xtStore   :: !DatasetStore   -- ^ the held partitions a shuffle reads and makes
+  , xtPartsDir :: !(IORef (Maybe FilePath))
+    -- ^ on the master's host: where large parts for other workers go ('PartsDirectory')
+  , xtFiles   :: !(IORef Int)     -- ^ parts written there so far (for their names)
   }
 
 -- A part held: in memory, or in a file of this many bytes.
@@ -56,6 +61,7 @@ data Part = InMemory !B.ByteString | OnDisk !FilePath !Int
 newExchangeTable :: Word64 -> DatasetStore -> IO ExchangeTable
 newExchangeTable self store =
   ExchangeTable self <$> newIORef M.empty <*> newIORef S.empty <*> newIORef M.empty <*> newIORef M.empty <*> pure store
+                     <*> newIORef Nothing <*> newIORef 0
 
 -- | Whether a message from the master is a reduction's.
 isExchangeMessage :: ToWorker -> Bool
@@ -64,6 +70,8 @@ isExchangeMessage msg = case msg of
   GroupRunHeld {} -> True
   PartitionKeep {} -> True
   PartIn {} -> True
+  PartInFile {} -> True
+  PartsDirectory {} -> True
   PartitionCombine {} -> True
   ExchangeEnd {} -> True
   _ -> False
@@ -94,6 +102,12 @@ exchangeMessage xt send msg = case msg of
       Left why -> send Urgent (PartitionThrew xid j (T.pack why))
       Right h -> keepHeld (xtStore xt) did j h >> send Urgent (PartitionDone xid j B.empty)
   PartIn xid g j part -> hold xid g j (B.copy part)
+  PartsDirectory dir -> writeIORef (xtPartsDir xt) (Just (T.unpack dir))
+  PartInFile xid g j size path -> do
+    dir <- readIORef (xtPartsDir xt)
+    -- only a file of the parts directory is taken (and then deleted)
+    let ours = maybe False (\d -> (d ++ "/") `isPrefixOf` T.unpack path && ".." `notElem` splitDirectories (T.unpack path)) dir
+    if ours then holdFile xid g j (fromIntegral size) (T.unpack path) else pure ()
   PartitionCombine xid j ref groups -> do
     runner <- cachedLookup (xtRunners xt) lookupKeyedRunner ref
     outcome <- withParts xid j groups $ \bs -> either (pure . Left) (\r -> combineParts r bs) runner
@@ -107,7 +121,7 @@ exchangeMessage xt send msg = case msg of
     sendParts xid g parts targets cut = do
       forM_ targets $ \(j, dest) -> case drop (if parts == 0 then 0 else fromIntegral j) cut of
         p : _ | dest == xtSelf xt -> hold xid g j p   -- its own partition: no trip through the master
-              | otherwise -> send Bulk (Forward dest xid g j p)
+              | otherwise -> forward dest xid g j p
         [] -> pure ()
       send Urgent (GroupSent xid g)
     -- a partition's parts, one from each group in group order, to combine;
@@ -123,6 +137,26 @@ exchangeMessage xt send msg = case msg of
             Right bs -> combine bs
       forget (\(x, p) -> x == xid && p == j)
       pure outcome
+    -- a large part for a worker on this host as a file in the parts
+    -- directory, when there is one (and it can be written)
+    forward dest xid g j p = do
+      dir <- readIORef (xtPartsDir xt)
+      case dir of
+        Just d | B.length p >= partFileBytes -> do
+          k <- atomicModifyIORef' (xtFiles xt) (\n -> (n + 1, n))
+          let path = d </> ("part-" ++ show (xtSelf xt) ++ "-" ++ show xid ++ "-" ++ show g ++ "-" ++ show j ++ "-" ++ show k)
+          written <- try (B.writeFile path p)
+          case written of
+            Right () -> send Urgent (ForwardFile dest xid g j (fromIntegral (B.length p)) (T.pack path))
+            Left (_ :: IOException) -> send Bulk (Forward dest xid g j p)
+        _ -> send Bulk (Forward dest xid g j p)
+    -- a part handed over in a file: it is this worker's now
+    holdFile xid g j size path = do
+      ended <- S.member xid <$> readIORef (xtEnded xt)
+      already <- maybe False (M.member g) . M.lookup (xid, j) <$> readIORef (xtParts xt)
+      if ended || already then void (try (removeFile path) :: IO (Either IOException ())) else do
+        modifyIORef' (xtParts xt) (M.insertWith M.union (xid, j) (M.singleton g (OnDisk path size)))
+        send Bulk (PartHeld xid g j)
     hold xid g j bytes = do
       ended <- S.member xid <$> readIORef (xtEnded xt)
       already <- maybe False (M.member g) . M.lookup (xid, j) <$> readIORef (xtParts xt)
