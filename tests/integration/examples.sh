@@ -44,6 +44,10 @@ grep -qx "25 did not:" <<<"$out" || fail "sweep printed: $out"
 grep -q "^  from 0.0000: herd: task 0 (the 1st input) of newton .* failed: no root within 50 steps from 0.0$" <<<"$out" \
   || fail "sweep did not name the start that cycles: $out"
 
+# checked against the same PageRank written plainly (5000 nodes, 5 steps)
+out=$("$(bin herd-example-ranks)" --workers 2 --nodes 5000 --iterations 5)
+[[ "$out" == "2595:1.741 870:1.711 2889:1.697" ]] || fail "ranks printed: $out"
+
 out=$("$(bin herd-example-queens)" --workers 2 --size 10)
 [[ "$out" == "724 solutions of 10 queens" ]] || fail "queens printed: $out"
 
