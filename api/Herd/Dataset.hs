@@ -42,7 +42,11 @@ module Herd.Dataset
   , partitionQuery
   , collectDataset
   , releaseDatasets
+    -- * What a call cost
+  , Traffic (..)
+  , withTraffic
   ) where
 
 import Herd.Master.Job.Dataset
 import Herd.Task.Partition
+import Herd.Master.Job.Traffic

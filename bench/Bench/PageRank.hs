@@ -26,7 +26,6 @@ import Bench.Common (timed)
 import Herd
 import Herd.Config
 import Herd.Dataset
-import Herd.Monitor
 import Herd.Core.Report
 import Herd.Examples.PageRank
 import System.Exit (die)
@@ -59,19 +58,15 @@ run o = do
   (tFirst, localRanks) <- local 1
   (results, graphBytes) <- withCluster cfg $ \cluster -> do
     True <- waitForWorkers cluster (optWorkers o) 60
-    before0 <- counters cluster
-    graph <- generateDataset cluster graphGen size parts
-    after0 <- counters cluster
+    (graph, graphCost) <- withTraffic cluster (generateDataset cluster graphGen size parts)
     rounds <- forM [1 .. optRounds o] $ \r -> do
       start <- mapDataset cluster initialState graph
-      before <- counters cluster
-      (secs, final) <- timed (foldM (iteration cluster) start [1 .. iters])
-      after <- counters cluster
-      hPutStrLn stderr ("  round " ++ show r ++ ": datasets " ++ fixed 3 secs ++ " s")
+      (final, cost) <- withTraffic cluster (foldM (iteration cluster) start [1 .. iters])
+      hPutStrLn stderr ("  round " ++ show r ++ ": datasets " ++ fixed 3 (trafficSeconds cost) ++ " s")
       ranks <- VU.concat <$> (collectDataset cluster =<< mapDataset cluster ranksOf final)
       releaseDatasets cluster [final]
-      pure (secs, fst after - fst before, snd after - snd before, ranks)
-    pure (rounds, fst after0 - fst before0)
+      pure (trafficSeconds cost, trafficMasterBytes cost, trafficRelayedBytes cost + trafficHandedBytes cost, ranks)
+    pure (rounds, trafficMasterBytes graphCost)
   (tLast, _) <- local 2
   let tLocal = min tFirst tLast
       (tHerd, masterB, workerB, ranks) = minimum results
@@ -115,12 +110,3 @@ localRun r size graph iters = do
 -- The edges of every range, evaluated.
 forceParts :: [GraphPart] -> [GraphPart]
 forceParts gs = foldr (\g rest -> VU.length (gpTargets g) `seq` rest) gs gs
-
--- Bytes through the master's links both ways, and bytes carried worker
--- to worker (relayed by the master, or handed over in files on its
--- host), so far.
-counters :: Cluster -> IO (Int, Int)
-counters cluster = do
-  s <- clusterStatus cluster
-  pure ( sum [ bytesSent p + bytesReceived p | r <- statusWorkers s, Just p <- [rowLink r] ]
-       , statusRelayedBytes s + statusHandedBytes s )
