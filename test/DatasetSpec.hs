@@ -11,6 +11,7 @@ import Control.Concurrent.Async (withAsync, wait)
 import Control.Exception (try)
 import qualified Data.ByteString.Char8 as BC
 import qualified Data.Map.Strict as M
+import qualified Data.Set as S
 import Herd
 import Herd.Config
 import Herd.Dataset
@@ -83,6 +84,14 @@ spec = describe "datasets held on the workers" $ do
       statusHandedParts after - statusHandedParts before `shouldBe` 2
       statusHandedBytes after - statusHandedBytes before `shouldSatisfy` (>= 2 * 1600000)
       statusRelayedBytes after - statusRelayedBytes before `shouldBe` 0
+
+  it "run an action once on every worker" $
+    withTwo $ \cluster -> do
+      answers <- runOnEveryWorker cluster workerPid 21
+      infos <- clusterWorkerInfo cluster
+      map (snd . snd) answers `shouldBe` [42, 42]
+      S.fromList (map (fst . snd) answers) `shouldBe` S.fromList (map infoPid infos)
+      map fst answers `shouldBe` map infoId infos
 
   it "never pass a dataset generated on the workers through the master" $
     withTwo $ \cluster -> do

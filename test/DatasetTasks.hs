@@ -13,6 +13,7 @@ module DatasetTasks
   , numbersOf
   , residues
   , cutBlocks
+  , workerPid
   ) where
 
 import Control.Concurrent (threadDelay)
@@ -21,6 +22,7 @@ import qualified Data.Vector.Unboxed as VU
 import GHC.StaticPtr (StaticPtr)
 import Herd.Dataset
 import System.IO.Unsafe (unsafePerformIO)
+import System.Posix.Process (getProcessID)
 
 -- | Partition @j@ of @n@ of the numbers up to the top.
 numbersOf :: Int -> Int -> Int -> [Int]
@@ -71,3 +73,7 @@ blockSum = static (partitionQuery (\v () -> VU.sum v))
 cutBlocks :: StaticPtr (Shuffler (VU.Vector Double) (VU.Vector Double) (VU.Vector Double))
 cutBlocks = static (shuffler (\n v -> [ VU.slice (VU.length v * j `div` n) (VU.length v * (j + 1) `div` n - VU.length v * j `div` n) v
                                       | j <- [0 .. n - 1] ]) (VU.concat :: [VU.Vector Double] -> VU.Vector Double))
+
+-- | Each worker's process id, beside twice the argument.
+workerPid :: StaticPtr (EveryWorker Int (Int, Int))
+workerPid = static (onEachWorker (\x -> (\pid -> (fromIntegral pid, 2 * x)) <$> getProcessID))

@@ -45,8 +45,13 @@ module Herd.Dataset
     -- * What a call cost
   , Traffic (..)
   , withTraffic
+    -- * Once on every worker
+  , runOnEveryWorker
+  , EveryWorker
+  , onEachWorker
   ) where
 
 import Herd.Master.Job.Dataset
 import Herd.Task.Partition
 import Herd.Master.Job.Traffic
+import Herd.Master.Job.EveryWorker

@@ -44,6 +44,7 @@ import qualified Data.ByteString.Unsafe as BU
 import Herd.Core.Packet.Policy (runHeadBytes)
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Core.Base (TaskRef (..))
+import Data.Word (Word32, Word64)
 import Herd.Core.Bytes (word32At, word64At)
 import Herd.Core.Wire.Codec
 import Herd.Core.Wire.Evolved (decodeEvolved)
@@ -115,14 +116,7 @@ decodeToWorkerSlow = runGet $ do
       | tag == tagSharePart -> SharePart <$> getWord64 <*> getWord64 <*> getRest
       | tag == tagShareDrop -> ShareDrop <$> getWord64
       | tag == tagHoldBudget -> HoldBudget <$> getWord64
-      | tag == tagGroupRun -> do
-          xid <- getWord64
-          g <- getWord32
-          ref <- getRef
-          parts <- getWord32
-          n <- getCount 12
-          targets <- replicateM n ((,) <$> getWord32 <*> getWord64)
-          GroupRun xid g ref parts targets <$> getRest
+      | tag == tagGroupRun -> groupHead GroupRun <*> getRest
       | tag == tagPartIn -> PartIn <$> getWord64 <*> getWord32 <*> getWord32 <*> getRest
       | tag == tagPartitionCombine -> PartitionCombine <$> getWord64 <*> getWord32 <*> getRef <*> getWord32
       | tag == tagExchangeEnd -> ExchangeEnd <$> getWord64
@@ -141,18 +135,22 @@ decodeToWorkerSlow = runGet $ do
       | tag == tagPartsDrop -> do
           n <- getCount 8
           PartsDrop <$> replicateM n getWord64
-      | tag == tagGroupRunHeld -> do
-          xid <- getWord64
-          g <- getWord32
-          ref <- getRef
-          parts <- getWord32
-          n <- getCount 12
-          targets <- replicateM n ((,) <$> getWord32 <*> getWord64)
-          GroupRunHeld xid g ref parts targets <$> getWord64
+      | tag == tagGroupRunHeld -> groupHead GroupRunHeld <*> getWord64
       | tag == tagPartitionKeep -> PartitionKeep <$> getWord64 <*> getWord32 <*> getRef <*> getWord32 <*> getWord64
       | tag == tagPartsDirectory -> PartsDirectory <$> getText
       | tag == tagPartInFile -> PartInFile <$> getWord64 <*> getWord32 <*> getWord32 <*> getWord64 <*> getText
       | otherwise -> failGet ("unknown message tag " ++ show tag)
+
+-- A group's run as 'GroupRun' and 'GroupRunHeld' begin: the reduction,
+-- the group, the reducer, the partition count and the owners to send to.
+groupHead :: (Word64 -> Word32 -> TaskRef -> Word32 -> [(Word32, Word64)] -> a) -> Get a
+groupHead run = do
+  xid <- getWord64
+  g <- getWord32
+  ref <- getRef
+  parts <- getWord32
+  n <- getCount 12
+  run xid g ref parts <$> replicateM n ((,) <$> getWord32 <*> getWord64)
 
 -- | Decode one message to the master (a value inside is a slice of the input).
 decodeFromWorker :: B.ByteString -> Either String FromWorker

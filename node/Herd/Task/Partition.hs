@@ -31,6 +31,8 @@ module Herd.Task.Partition
   , partitionQuery
   , putPartition
   , collectPartition
+  , EveryWorker
+  , onEachWorker
   , lookupPartitionRunner
     -- * Shuffles
   , ShuffleRunner (..)
@@ -159,6 +161,19 @@ partitionQuery f = partitionClosure (Proxy :: Proxy (p, c, r)) (PartCodecs encod
     Right c -> tryUser (evaluate (encode (f x c))) >>= pure . fmap (\b -> (Nothing, b))
   _ -> pure (Left "a partition query takes one input partition")
   where decodeR b = either (const (Left "a query's answer does not decode")) Right (decode b :: Either PeekException r)
+
+-- | An action each worker runs once ('onEachWorker').
+type EveryWorker c r = Closure (PartCodecs c r) PartitionRunner
+
+-- | An action to run on each worker, given an argument; its results come
+-- back (Dask's @client.run@: load something on every worker, look at each
+-- one's environment).
+onEachWorker :: forall c r. (Store c, Store r, Typeable c, Typeable r) => (c -> IO r) -> EveryWorker c r
+onEachWorker act = partitionClosure (Proxy :: Proxy (c, r, ())) (PartCodecs encode decodeR) $ \_ _ arg ->
+  case decode arg :: Either PeekException c of
+    Left _ -> pure (Left "the action's argument does not decode")
+    Right c -> fmap (\b -> (Nothing, b)) <$> tryUser (act c >>= evaluate . encode)
+  where decodeR b = either (const (Left "the action's answer does not decode")) Right (decode b :: Either PeekException r)
 
 -- | Hold the argument's bytes as the partition (the caller encoded it).
 putPartition :: StaticPtr (PartitionFn B.ByteString ())
