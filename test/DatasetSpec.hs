@@ -46,6 +46,19 @@ spec = describe "datasets held on the workers" $ do
         killOne cluster
         wait job `shouldReturn` reference 300
 
+  it "hold the caller's partitions, read from a lazy list, and make them again after a SIGKILL" $
+    withTwo $ \cluster -> do
+      let parts = [ [100 * k .. 100 * k + 99] | k <- [0 .. 6 :: Int] ]
+      ds <- fromPartitions cluster parts
+      datasetPartitions ds `shouldBe` 7
+      killOne cluster
+      tripledBack <- collectDataset cluster =<< mapDataset cluster tripled ds
+      tripledBack `shouldBe` map (map (* 3)) parts
+      empty <- try (fromPartitions cluster ([] :: [[Int]]))
+      case empty of
+        Left (ArgumentError {}) -> pure ()
+        other -> expectationFailure ("no partitions gave " ++ either show (const "a dataset") other)
+
   it "use the partition count asked for" $
     withTwo $ \cluster -> do
       nums <- generateDataset cluster numbersGen 100 4

@@ -106,6 +106,11 @@ import Herd.Transport.Unix (listenUnix, acceptUnix)
 import Herd.Node (serveIfWorker)
 import Network.Socket (Socket, close)
 import GHC.IO.Exception (IOException (ioe_description))
+import Data.Word (Word64)
+import Numeric (showHex)
+import System.Directory (doesDirectoryExist, getTemporaryDirectory, removeDirectoryRecursive)
+import System.FilePath ((</>))
+import System.Posix.Process (getProcessID)
 import System.Environment (getEnvironment)
 import System.Posix.Unistd (getSystemID, nodeName)
 import System.Timeout (timeout)
@@ -205,6 +210,7 @@ newCluster cfg shell feed lsock = do
   Cluster cfg shell port tag <$> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newMVar emptyRegistry
                              <*> newMVar emptyRegistry { regNextId = refIdBase }
                              <*> pure feed <*> newIORef Nothing <*> newIORef Nothing <*> newMVar emptyBook
+                             <*> datasetDir tag
 
 -- How the master admits the workers and host agents that connect (with a
 -- queue, the raw links are handed there instead of to the shell).
@@ -286,6 +292,15 @@ shutdown :: Cluster -> IO ()
 shutdown cluster = do
   atomically (writeTVar (clClosed cluster) True)
   void (timeout 2000000 (shutdownShell (clShell cluster)))
+  exists <- doesDirectoryExist (clDatasetDir cluster)
+  when exists $ void (try (removeDirectoryRecursive (clDatasetDir cluster)) :: IO (Either IOException ()))
+
+-- Where this cluster keeps its callers' partitions on disk.
+datasetDir :: Word64 -> IO FilePath
+datasetDir tag = do
+  tmp <- getTemporaryDirectory
+  pid <- getProcessID
+  pure (tmp </> ("herd-datasets-" ++ show pid ++ "-" ++ showHex tag ""))
 
 -- | Run one farm job on the cluster and wait for it. Jobs from several
 -- threads run at once, sharing the workers; a caller interrupted by an

@@ -74,6 +74,7 @@ data Cluster = Cluster
   , clDashboard :: !(IORef (Maybe (String, Int)))  -- ^ where its dashboard listens, if it has one
   , clAdapt     :: !(IORef (Maybe AdaptSummary))   -- ^ the adaptive SLURM jobs, while the driver runs
   , clDatasets  :: !(MVar Book)        -- ^ the datasets ("Herd.Master.Job.Dataset"): their calls take turns
+  , clDatasetDir :: !FilePath          -- ^ where the caller's partitions are kept on disk (made when first needed)
   }
 
 -- | The address workers connect to: host and port.

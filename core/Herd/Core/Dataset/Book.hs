@@ -19,6 +19,8 @@ module Herd.Core.Dataset.Book
   , recordHeld
   , forgetHeld
   , releaseDataset
+  , setParts
+  , setRecipe
   ) where
 
 import qualified Data.ByteString as B
@@ -28,7 +30,9 @@ import Herd.Core.Dataset.Place
 
 -- | How to make a dataset's partitions.
 data Recipe
-  = FromCaller !(M.Map Int B.ByteString)   -- ^ the caller's partitions, encoded (kept to make them again)
+  = FromCaller !(M.Map Int FilePath)
+    -- ^ the caller's partitions, each encoded in a file on the master's
+    -- disk (kept there, not in memory, to make a lost one again)
   | Generated !TaskRef !B.ByteString       -- ^ partition @j@ made by this generator (with this argument) on its worker
   | Mapped !TaskRef ![DatasetId] !B.ByteString
     -- ^ partition @j@ from partition @j@ of each input, by this function with this argument
@@ -86,6 +90,16 @@ recordHeld d held book = book { bookNodes = M.adjust (\(node, r) -> (node { node
 -- or a step that made them failed).
 forgetHeld :: DatasetId -> [Int] -> Book -> Book
 forgetHeld d ps book = book { bookNodes = M.adjust (\(node, r) -> (node { nodeHeld = foldr M.delete (nodeHeld node) ps }, r)) d (bookNodes book) }
+
+-- | The dataset has this many partitions after all (one made from a
+-- stream, whose length is known at its end).
+setParts :: DatasetId -> Int -> Book -> Book
+setParts d n book = book { bookNodes = M.adjust (\(node, r) -> (node { nodeParts = n }, r)) d (bookNodes book) }
+
+-- | The dataset is made by this recipe after all (a source whose files
+-- are known once it was read).
+setRecipe :: DatasetId -> Recipe -> Book -> Book
+setRecipe d r book = book { bookNodes = M.adjust (\(node, _) -> (node, r)) d (bookNodes book) }
 
 -- | The dataset's partitions are dropped; its recipe stays while it may
 -- be needed to make a later dataset's partitions again.

@@ -46,7 +46,7 @@ module Herd.Master.Job.Dataset
 import Control.Concurrent (threadDelay)
 import Control.Concurrent.MVar (modifyMVar)
 import Control.Concurrent.STM (readTVarIO)
-import Control.Exception (throwIO, try)
+import Control.Exception (evaluate, throwIO, try)
 import Control.Monad (foldM, forM, when)
 import qualified Data.ByteString as B
 import Data.IORef
@@ -66,6 +66,9 @@ import Herd.Master.Cluster
 import Herd.Master.ShellState (shellWorkers)
 import Herd.Task.Closure (Closure (..), closureRef)
 import Herd.Task.Partition
+import Herd.Task (tryUser)
+import System.Directory (createDirectoryIfMissing)
+import System.FilePath ((</>))
 
 -- | A dataset whose partitions, each of type @p@, are held on the
 -- cluster's workers. It belongs to the cluster that made it.
@@ -83,12 +86,50 @@ datasetPartitions :: Dataset p -> Int
 datasetPartitions = dsParts
 
 -- | Hold these values on the workers, one partition each, spread over
--- them. The master keeps their encodings to make a lost one again (use
--- 'generateDataset' for data the master should never hold).
+-- them. The list is read once, a partition at a time, and each is sent
+-- as it is encoded, a few at a time (one per worker), so a lazy list
+-- larger than the master's memory can feed it; the master keeps each
+-- encoding in a file on its disk, not in memory, to make a lost
+-- partition again (use 'generateDataset' for data the master should never
+-- hold at all).
 fromPartitions :: Store p => Cluster -> [p] -> IO (Dataset p)
-fromPartitions cluster ps = do
-  when (null ps) $ throwIO (ArgumentError 0 "fromPartitions" "a dataset needs at least one partition")
-  build cluster (length ps) (FromCaller (M.fromList (zip [0 ..] (map encode ps))))
+fromPartitions cluster ps = modifyMVar (clDatasets cluster) $ \book0 -> do
+  createDirectoryIfMissing True (clDatasetDir cluster)
+  let (d, book1) = newDataset 0 (FromCaller M.empty) book0
+  live <- S.toList <$> liveWorkers cluster
+  when (null live) $ throwIO NoWorkers
+  -- partition j goes where a fresh placement puts it: round the workers
+  (n, files, held) <- streamIn cluster d live (zip [0 ..] ps)
+  when (n == 0) $ throwIO (ArgumentError 0 "fromPartitions" "a dataset needs at least one partition")
+  let book2 = setRecipe d (FromCaller files) (setParts d n book1)
+      (placed, book3) = placementFor live n book2
+      -- partitions that went elsewhere than the placement (one made
+      -- earlier for this count) are sent again from their files
+      book4 = recordHeld d (M.filterWithKey (\j w -> M.lookup j placed == Just w) held) book3
+  book5 <- retrying cluster book4 (\b -> ensure cluster b d)
+  pure (book5, Dataset (clusterTag cluster) d n)
+
+-- Encode and send the partitions a wave at a time (one per worker), each
+-- kept in its file; how many there were, their files and where each is
+-- held (a wave whose worker was lost leaves those out: they are sent again).
+streamIn :: Store p => Cluster -> DatasetId -> [WorkerId] -> [(Int, p)] -> IO (Int, M.Map Int FilePath, M.Map Int WorkerId)
+streamIn cluster d live = go 0 M.empty M.empty
+  where
+    wave = length live
+    go n files held xs = case splitAt wave xs of
+      ([], _) -> pure (n, files, held)
+      (now, rest) -> do
+        sent <- forM now $ \(j, p) -> do
+          bytes <- tryUser (evaluate (encode p)) >>= either (throwIO . ArgumentError j "fromPartitions") pure
+          let path = clDatasetDir cluster </> (show d ++ "-" ++ show j)
+          B.writeFile path bytes
+          pure (j, path, StageRun j (live !! (j `mod` wave)) [] d bytes)
+        out <- runStage cluster (StageJob (closureRef putPartition) [ r | (_, _, r) <- sent ])
+        let files' = M.union files (M.fromList [ (j, path) | (j, path, _) <- sent ])
+            held' = case out of
+              Right _ -> M.union held (M.fromList [ (j, srWorker r) | (j, _, r) <- sent ])
+              Left _ -> held
+        go (n + length now) files' held' rest
 
 -- | @n@ partitions, partition @j@ made as @f c n j@ by the generator on
 -- the worker that holds it: the master never holds the data.
@@ -189,7 +230,13 @@ redo cluster live book (Redo d ps) = case (bookRecipe d book, bookParts d book) 
         narrow ref ins arg = StageJob ref [ StageRun j w ins d (arg j) | (j, w) <- M.toList at ]
         done = fmap (const (recordHeld d at book1))
     case recipe of
-      FromCaller bytes -> tagged [] . done <$> runStage cluster (narrow (closureRef putPartition) [] (\j -> M.findWithDefault B.empty j bytes))
+      FromCaller files -> do
+        -- read back from the master's disk a wave at a time
+        let waves = chunksOf (max 1 (length live)) (M.toList at)
+        outs <- forM waves $ \wave -> do
+          runs <- forM wave $ \(j, w) -> StageRun j w [] d <$> maybe (pure B.empty) B.readFile (M.lookup j files)
+          runStage cluster (StageJob (closureRef putPartition) runs)
+        pure (tagged [] (fmap (const (recordHeld d at book1)) (sequence_ outs)))
       Generated ref arg -> tagged [] . done <$> runStage cluster (narrow ref [] (const arg))
       Mapped ref ins arg -> tagged ins . done <$> runStage cluster (narrow ref ins (const arg))
       ShuffledBy ref i -> do
@@ -221,6 +268,12 @@ retrying _ book0 act = go (1 :: Int) book0
           | otherwise -> throwIO err
         Right (Left (_, err)) -> throwIO err
     maxTries = 8
+
+-- A list in runs of this length.
+chunksOf :: Int -> [a] -> [[a]]
+chunksOf k xs = case splitAt k xs of
+  ([], _) -> []
+  (now, rest) -> now : chunksOf k rest
 
 -- The workers linked now.
 liveWorkers :: Cluster -> IO (S.Set WorkerId)
