@@ -292,6 +292,7 @@ shutdown :: Cluster -> IO ()
 shutdown cluster = do
   atomically (writeTVar (clClosed cluster) True)
   void (timeout 2000000 (shutdownShell (clShell cluster)))
+  shellRemovePartsDir (clShell cluster)
   exists <- doesDirectoryExist (clDatasetDir cluster)
   when exists $ void (try (removeDirectoryRecursive (clDatasetDir cluster)) :: IO (Either IOException ()))
 

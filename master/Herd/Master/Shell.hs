@@ -58,6 +58,7 @@ module Herd.Master.Shell
   , shellUnshare
   , shellLinkCount
   , shellRelayCounts
+  , shellRemovePartsDir
   ) where
 
 import Control.Concurrent (yield)
@@ -251,9 +252,13 @@ shutdownShell sh = do
   mapM_ wlStopWriting (M.elems links)
   hosts <- readTVarIO (shHosts sh)
   mapM_ hostClose (M.elems hosts)
-  forM_ (shPartsDir sh) $ \dir -> try (removeDirectoryRecursive dir) >>= \r -> case r of
-    Left (_ :: IOException) -> pure ()
-    Right () -> pure ()
+
+-- | Remove the directory workers on this host handed parts in (after the
+-- shell stopped, however that went).
+shellRemovePartsDir :: Shell -> IO ()
+shellRemovePartsDir sh = forM_ (shPartsDir sh) $ \dir -> try (removeDirectoryRecursive dir) >>= \r -> case r of
+  Left (_ :: IOException) -> pure ()
+  Right () -> pure ()
 
 -- | What the shell asks now of whoever restarts lost workers (so another
 -- replacer can add its own count).

@@ -42,7 +42,7 @@ import Herd.Core.Wire.Host (HostControl)
 import Herd.Core.Wire.HostCall (HostCallMessage)
 import Control.Exception (IOException, try)
 import Herd.Sys.Clock (monotonicSeconds)
-import System.Directory (createDirectory, doesDirectoryExist, getTemporaryDirectory)
+import System.Directory (createDirectory, getTemporaryDirectory)
 import System.FilePath ((</>))
 import System.Posix.Process (getProcessID)
 
@@ -188,13 +188,12 @@ shellCounters = shCounters
 bumpCounter :: Shell -> (ConnectionCounters -> ConnectionCounters) -> IO ()
 bumpCounter sh f = atomicModifyIORef' (shCounters sh) (\x -> (f x, ()))
 
--- A fresh directory for the parts workers on this host hand each other:
--- in memory (/dev/shm) where there is one, else the temporary directory;
--- 'Nothing' if neither can be written (parts then go over the links).
+-- A fresh directory for the parts workers on this host hand each other,
+-- in the temporary directory (a part stays there only until its receiver
+-- takes it); 'Nothing' if it cannot be made (parts then go over the links).
 newPartsDir :: IO (Maybe FilePath)
 newPartsDir = do
-  shm <- doesDirectoryExist "/dev/shm"
-  base <- if shm then pure "/dev/shm" else getTemporaryDirectory
+  base <- getTemporaryDirectory
   pid <- getProcessID
   salt <- (`mod` 1000000) . round . (* 1e6) <$> monotonicSeconds :: IO Int
   let dir = base </> ("herd-parts-" ++ show pid ++ "-" ++ show salt)

@@ -35,7 +35,7 @@ import Herd.Node.Store (holdOther, memoryRoom, spillPath)
 import Herd.Node.Worker.Datasets (DatasetStore, keepHeld, lookupHeld)
 import Herd.Task.Partition (ShuffleRunner (..), lookupShuffleRunner)
 import Control.Exception (IOException, try)
-import System.Directory (removeFile)
+import System.Directory (copyFile, removeFile)
 import System.FilePath ((</>), splitDirectories)
 import Data.List (isPrefixOf)
 
@@ -150,13 +150,29 @@ exchangeMessage xt send msg = case msg of
             Right () -> send Urgent (ForwardFile dest xid g j (fromIntegral (B.length p)) (T.pack path))
             Left (_ :: IOException) -> send Bulk (Forward dest xid g j p)
         _ -> send Bulk (Forward dest xid g j p)
-    -- a part handed over in a file: it is this worker's now
+    -- a part handed over in a file: it is this worker's now, held as a
+    -- part that came on the link is (in memory within the budget, else
+    -- in this worker's spill directory); the handed file goes at once
     holdFile xid g j size path = do
       ended <- S.member xid <$> readIORef (xtEnded xt)
       already <- maybe False (M.member g) . M.lookup (xid, j) <$> readIORef (xtParts xt)
-      if ended || already then void (try (removeFile path) :: IO (Either IOException ())) else do
-        modifyIORef' (xtParts xt) (M.insertWith M.union (xid, j) (M.singleton g (OnDisk path size)))
-        send Bulk (PartHeld xid g j)
+      room <- memoryRoom
+      kept <- if ended || already then pure Nothing else fmap Just $ try $ case room of
+        Just r | size > r -> do
+          spill <- spillPath ("part-" ++ show xid ++ "-" ++ show j ++ "-" ++ show g)
+          copyFile path spill
+          pure (OnDisk spill size)
+        _ -> do
+          bytes <- B.readFile path
+          InMemory bytes <$ holdOther (B.length bytes)
+      void (try (removeFile path) :: IO (Either IOException ()))
+      case kept of
+        Just (Right part) -> do
+          modifyIORef' (xtParts xt) (M.insertWith M.union (xid, j) (M.singleton g part))
+          send Bulk (PartHeld xid g j)
+        -- (a file gone or unreadable: not held, and the exchange sends it again or ends)
+        Just (Left (_ :: IOException)) -> pure ()
+        Nothing -> pure ()
     hold xid g j bytes = do
       ended <- S.member xid <$> readIORef (xtEnded xt)
       already <- maybe False (M.member g) . M.lookup (xid, j) <$> readIORef (xtParts xt)
