@@ -29,7 +29,7 @@ module Herd.Examples.PageRank
   ) where
 
 import Control.Monad (forM_)
-import Control.Monad.ST (runST)
+import Control.Monad.ST (ST, runST)
 import Data.Bits (shiftR, xor)
 import Data.Int (Int32)
 import Data.List (foldl')
@@ -118,29 +118,17 @@ contributions :: StaticPtr (Shuffler RankState (VU.Vector Double) (VU.Vector Dou
 contributions = static (shuffler spread sumParts)
 
 spread :: Int -> RankState -> [VU.Vector Double]
-spread p (RankState g ranks _) = [ part j | j <- [0 .. p - 1] ]
+spread p (RankState g ranks _) = [ VU.slice lo len acc | j <- [0 .. p - 1], let (lo, len) = rangeOf (gpTotal g) p j ]
+  where acc = VU.create (do v <- VUM.replicate (gpTotal g) 0; scatter g ranks v; pure v)
+
+scatter :: GraphPart -> VU.Vector Double -> VUM.MVector s Double -> ST s ()
+scatter g ranks acc = forM_ [0 .. VU.length targets - 1] $ \e -> do
+  let !share = VU.unsafeIndex ranks (fromIntegral (VU.unsafeIndex sources e)) * inv
+  VUM.unsafeModify acc (+ share) (fromIntegral (VU.unsafeIndex targets e))
   where
+    inv = 1 / fromIntegral (gpDegree g) :: Double
     targets = gpTargets g
     sources = gpSources g
-    inv = 1 / fromIntegral (gpDegree g) :: Double
-    -- the edges into range j are a run of the sorted targets
-    part j =
-      let (lo, len) = rangeOf (gpTotal g) p j
-          from = firstAtLeast lo
-          to = firstAtLeast (lo + len)
-      in VU.create $ do
-           acc <- VUM.replicate len 0
-           forM_ [from .. to - 1] $ \e -> do
-             let !share = VU.unsafeIndex ranks (fromIntegral (VU.unsafeIndex sources e)) * inv
-             VUM.unsafeModify acc (+ share) (fromIntegral (VU.unsafeIndex targets e) - lo)
-           pure acc
-    -- the first edge whose target is at least t (binary search)
-    firstAtLeast t = go 0 (VU.length targets)
-      where
-        go a b | a >= b = a
-               | fromIntegral (VU.unsafeIndex targets m) < t = go (m + 1) b
-               | otherwise = go a m
-          where m = (a + b) `div` 2
 
 -- A range's sums, one vector from each range in order, added up.
 sumParts :: [VU.Vector Double] -> VU.Vector Double
