@@ -26,6 +26,8 @@ import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec
 import Test.QuickCheck
 import TestTasks (refSlowInc, refSquare, slowCountReducer, sleepySquareTask)
+import DatasetTasks (numbersGen, slowTripled)
+import Herd.Dataset (generateDataset, mapDataset)
 
 -- One change to the ledger, as the core makes them.
 data Op
@@ -196,7 +198,7 @@ spec = describe "the dashboard" $ do
         Left (ConfigError "configDashboard" why) -> why `shouldContain` show port
         other -> expectationFailure ("expected a ConfigError, got " ++ show (fmap (const ()) other))
 
-  it "shows a keyed reduction and a Ref call as calls while they run, with their workers busy, in /api/status and /metrics" $
+  it "shows a keyed reduction, a Ref call and a dataset step as calls while they run, with their workers busy, in /api/status and /metrics" $
     withDashboardCluster $ \(host, port) cluster -> do
       let seen kind = eventually $ do
             st <- clusterStatus cluster
@@ -214,6 +216,11 @@ spec = describe "the dashboard" $ do
         seen "evolve" `shouldReturn` True
         incs <- wait job
         fetchMany cluster incs `shouldReturn` [ x * x + 1 | x <- [1 .. 200] ]
+      nums <- generateDataset cluster numbersGen 300 8
+      withAsync (mapDataset cluster slowTripled nums) $ \job -> do
+        seen "dataset" `shouldReturn` True
+        _ <- wait job
+        pure ()
       statusCalls <$> clusterStatus cluster `shouldReturn` []
 
   it "serves /api/status and /metrics during a farm, with counters that rise, and refuses writes" $
