@@ -29,6 +29,7 @@ module Herd.Core.Wire
   , toWorkerUrgency
   , fromWorkerUrgency
   , partFileBytes
+  , inPartsDirectory
   , decodeToWorker
   , decodeFromWorker
     -- * For the encoders ("Herd.Wire.Encode")
@@ -45,6 +46,7 @@ import Herd.Core.Packet.Policy (runHeadBytes)
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Core.Base (TaskRef (..))
 import Data.Word (Word32, Word64)
+import Data.List (isPrefixOf)
 import Herd.Core.Bytes (word32At, word64At)
 import Herd.Core.Wire.Codec
 import Herd.Core.Wire.Evolved (decodeEvolved)
@@ -78,6 +80,16 @@ getRest = remaining >>= getBytes
 -- a file does.
 partFileBytes :: Int
 partFileBytes = 64 * 1024
+
+-- | Whether a path names a file of this parts directory (inside it, no
+-- @..@ on the way): the only files a worker takes and the master reads
+-- or deletes for a part handed over.
+inPartsDirectory :: FilePath -> FilePath -> Bool
+inPartsDirectory dir path = (dir ++ "/") `isPrefixOf` path && ".." `notElem` pieces path
+  where
+    pieces p = case break (== '/') p of
+      (a, []) -> [a]
+      (a, _ : rest) -> a : pieces rest
 
 -- | Decode one message to a worker (a value inside is a slice of the input).
 decodeToWorker :: B.ByteString -> Either String ToWorker

@@ -72,16 +72,14 @@ import Data.Word (Word64)
 import Data.IORef
 import qualified Data.Map.Strict as M
 import Control.Exception (IOException, evaluate, try)
-import Data.List (isPrefixOf)
-import qualified Data.Text as T
-import System.Directory (removeDirectoryRecursive, removeFile)
-import System.FilePath (splitDirectories)
+import System.Directory (removeDirectoryRecursive)
 import Herd.Master.StepTrace (traceSlowStep)
 import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Settings
 import Herd.Core.Master
 import Herd.Core.Master.Events
 import Herd.Master.Execute
+import Herd.Master.Relay (isRelayed, relay)
 import Herd.Master.Link
 import Herd.Reader
 import Herd.Master.ShellState
@@ -92,7 +90,6 @@ import Herd.Packet
 import Herd.Core.Farm (WorkerId)
 import Herd.Transport
 import Herd.Core.Wire
-import Herd.Core.Packet.Policy (Urgency (..))
 
 -- | Step the core with these events. With 'True' every link with buffered
 -- messages is flushed afterwards; with 'False' they wait for the reader's
@@ -293,35 +290,7 @@ runEvents sh t ss (LinkDown w why : es) | M.member w (ssLinks ss) = do
   n <- lossAwaited hooks
   ss1 <- runEvents1 sh t ss (WorkersAwaited n) []
   runEvents1 sh t ss1 (LinkDown w why) es
-runEvents sh t ss (Received _ (Forward dest xid g j part) : es) = do
-  -- INV-RELAY: a reduction's part for another worker: relayed by the link layer,
-  -- its bytes never reach the core; one for a worker gone is dropped
-  -- (the core sends the part again to the partition's next owner)
-  let to = fromIntegral dest
-  -- (a part of a reduction that is over, or never was, goes nowhere)
-  (ss', _) <- if M.member to (ssLinks ss) && coreRunsExchange xid (ssCore ss)
-                then execute sh (ss { ssRelayed = countSend (B.length part) (ssRelayed ss) }, []) (Send to Bulk (PartIn xid g j part))
-                else pure (ss, [])
-  runEvents sh t ss' es
-runEvents sh t ss (Received _ (ForwardFile dest xid g j size path) : es) = do
-  -- INV-RELAY: a part handed over in a file: a worker on this host with
-  -- its own link takes the file itself; any other gets its bytes, read
-  -- here; a part nobody takes is deleted
-  let to = fromIntegral dest
-      wanted = M.member to (ssLinks ss) && coreRunsExchange xid (ssCore ss) && underDir
-      underDir = maybe False (\d -> (d ++ "/") `isPrefixOf` T.unpack path && ".." `notElem` splitDirectories (T.unpack path)) (shPartsDir sh)
-  local <- maybe False (\i -> infoTransport i `elem` [ShmTransport, UnixTransport]) . M.lookup to <$> readTVarIO (shWorkers sh)
-  let onHost = local && maybe False (isNothing . wlHost) (M.lookup to (ssLinks ss))
-  (ss', _) <- case () of
-    _ | wanted && onHost ->
-          execute sh (ss { ssHanded = countSend (fromIntegral size) (ssHanded ss) }, []) (Send to Urgent (PartInFile xid g j size path))
-      | wanted -> do
-          bytes <- try (B.readFile (T.unpack path)) <* removeQuietly path
-          case bytes of
-            Right part -> execute sh (ss { ssRelayed = countSend (B.length part) (ssRelayed ss) }, []) (Send to Bulk (PartIn xid g j part))
-            Left (_ :: IOException) -> pure (ss, [])
-      | otherwise -> (ss, []) <$ (if underDir then removeQuietly path else pure ())
-  runEvents sh t ss' es
+runEvents sh t ss (Received _ msg : es) | isRelayed msg = relay sh ss msg >>= \ss' -> runEvents sh t ss' es
 runEvents sh t ss (e : es) = runEvents1 sh t ss e es
 
 runEvents1 :: Shell -> Double -> ShellState -> Event -> [Event] -> IO ShellState
@@ -405,9 +374,3 @@ shellLinkCount sh = do
 shellRelayCounts :: Shell -> IO ((Int, Int), (Int, Int), (Int, Int))
 shellRelayCounts sh = (\ss -> (pair (ssShareSends ss), pair (ssRelayed ss), pair (ssHanded ss))) <$> readMVar (shState sh)
   where pair (Sends k b) = (k, b)
-
--- Delete a part's file, if it is still there.
-removeQuietly :: T.Text -> IO ()
-removeQuietly path = try (removeFile (T.unpack path)) >>= \r -> case r of
-  Left (_ :: IOException) -> pure ()
-  Right () -> pure ()

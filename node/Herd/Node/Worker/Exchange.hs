@@ -29,15 +29,14 @@ import Data.Word (Word32, Word64)
 import Herd.Task.Closure (cachedLookup)
 import Herd.Core.Base (TaskRef)
 import Herd.Core.Packet.Policy (Urgency (..))
-import Herd.Core.Wire (FromWorker (..), ToWorker (..), partFileBytes)
+import Herd.Core.Wire (FromWorker (..), ToWorker (..), inPartsDirectory, partFileBytes)
 import Herd.Task.Reducer (KeyedRunner (..), lookupKeyedRunner)
 import Herd.Node.Store (holdOther, memoryRoom, spillPath)
 import Herd.Node.Worker.Datasets (DatasetStore, keepHeld, lookupHeld)
 import Herd.Task.Partition (ShuffleRunner (..), lookupShuffleRunner)
 import Control.Exception (IOException, try)
 import System.Directory (copyFile, removeFile)
-import System.FilePath ((</>), splitDirectories)
-import Data.List (isPrefixOf)
+import System.FilePath ((</>))
 
 -- | What a worker holds for reductions.
 data ExchangeTable = ExchangeTable
@@ -106,7 +105,7 @@ exchangeMessage xt send msg = case msg of
   PartInFile xid g j size path -> do
     dir <- readIORef (xtPartsDir xt)
     -- only a file of the parts directory is taken (and then deleted)
-    let ours = maybe False (\d -> (d ++ "/") `isPrefixOf` T.unpack path && ".." `notElem` splitDirectories (T.unpack path)) dir
+    let ours = maybe False (`inPartsDirectory` T.unpack path) dir
     if ours then holdFile xid g j (fromIntegral size) (T.unpack path) else pure ()
   PartitionCombine xid j ref groups -> do
     runner <- cachedLookup (xtRunners xt) lookupKeyedRunner ref
