@@ -12,6 +12,7 @@ import Control.Exception (try)
 import qualified Data.ByteString.Char8 as BC
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
+import Data.List (isInfixOf)
 import Herd
 import Herd.Config
 import Herd.Dataset
@@ -58,6 +59,17 @@ spec = describe "datasets held on the workers" $ do
       case empty of
         Left (ArgumentError {}) -> pure ()
         other -> expectationFailure ("no partitions gave " ++ either show (const "a dataset") other)
+
+  it "fail a step whose function throws, naming the partition, and go on" $
+    withTwo $ \cluster -> do
+      nums <- generateDataset cluster numbersGen 100 4
+      bad <- try (mapDataset cluster refuseSeven nums)
+      case bad of
+        Left (TaskFailed j _ why) -> (j, "a seven" `isInfixOf` why) `shouldBe` (3, True)
+        other -> expectationFailure ("a throwing map gave " ++ either show (const "a dataset") other)
+      -- the cluster and the input are as they were
+      M.unions <$> (collectDataset cluster =<< shuffleDataset cluster countByResidue 3 nums)
+        `shouldReturn` M.fromListWith (+) [ (residues x, 1) | x <- [0 .. 100] ]
 
   it "use the partition count asked for" $
     withTwo $ \cluster -> do

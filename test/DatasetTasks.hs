@@ -14,6 +14,7 @@ module DatasetTasks
   , residues
   , cutBlocks
   , workerPid
+  , refuseSeven
   ) where
 
 import Control.Concurrent (threadDelay)
@@ -77,3 +78,7 @@ cutBlocks = static (shuffler (\n v -> [ VU.slice (VU.length v * j `div` n) (VU.l
 -- | Each worker's process id, beside twice the argument.
 workerPid :: StaticPtr (EveryWorker Int (Int, Int))
 workerPid = static (onEachWorker (\x -> (\pid -> (fromIntegral pid, 2 * x)) <$> getProcessID))
+
+-- | A partition with a seven in it throws.
+refuseSeven :: StaticPtr (DatasetMap [Int] [Int])
+refuseSeven = static (partitionMap (\xs -> if 7 `elem` xs then error "a seven" else xs))

@@ -29,7 +29,11 @@
 -- or the generator); a call that cannot get its partitions made after
 -- several tries fails with 'PartitionsLost'; what a function throws fails
 -- the call with 'TaskFailed' naming the partition, and the dataset it was
--- making is not made; calls on datasets take turns.
+-- making is not made (nothing of it stays on the workers); calls on
+-- datasets take turns. A value made is evaluated as far as its encoded
+-- size needs (a vector, a map's structure), not encoded: an error hidden
+-- inside elements of a fixed size shows in the step that reads them.
+-- With no worker linked and none coming, a call fails with 'NoWorkers'.
 module Herd.Master.Job.Dataset
   ( Dataset
   , datasetPartitions
@@ -46,7 +50,7 @@ module Herd.Master.Job.Dataset
 import Control.Concurrent (threadDelay)
 import Control.Concurrent.MVar (modifyMVar)
 import Control.Concurrent.STM (readTVarIO)
-import Control.Exception (evaluate, throwIO, try)
+import Control.Exception (evaluate, onException, throwIO, try)
 import Control.Monad (foldM, forM, when)
 import qualified Data.ByteString as B
 import Data.IORef
@@ -97,16 +101,15 @@ fromPartitions cluster ps = modifyMVar (clDatasets cluster) $ \book0 -> do
   createDirectoryIfMissing True (clDatasetDir cluster)
   let (d, book1) = newDataset 0 (FromCaller M.empty) book0
   live <- S.toList <$> liveWorkers cluster
-  when (null live) $ throwIO NoWorkers
   -- partition j goes where a fresh placement puts it: round the workers
-  (n, files, held) <- streamIn cluster d live (zip [0 ..] ps)
+  (n, files, held) <- streamIn cluster d live (zip [0 ..] ps) `onException` dropDatasetParts cluster [d]
   when (n == 0) $ throwIO (ArgumentError 0 "fromPartitions" "a dataset needs at least one partition")
   let book2 = setRecipe d (FromCaller files) (setParts d n book1)
       (placed, book3) = placementFor live n book2
       -- partitions that went elsewhere than the placement (one made
       -- earlier for this count) are sent again from their files
       book4 = recordHeld d (M.filterWithKey (\j w -> M.lookup j placed == Just w) held) book3
-  book5 <- retrying cluster book4 (\b -> ensure cluster b d)
+  book5 <- retrying cluster book4 (\b -> ensure cluster b d) `onException` dropDatasetParts cluster [d]
   pure (book5, Dataset (clusterTag cluster) d n)
 
 -- Encode and send the partitions a wave at a time (one per worker), each
@@ -194,7 +197,8 @@ releaseDatasets cluster ds = do
 build :: Cluster -> Int -> Recipe -> IO (Dataset q)
 build cluster n recipe = modifyMVar (clDatasets cluster) $ \book0 -> do
   let (d, book1) = newDataset n recipe book0
-  book2 <- retrying cluster book1 (\b -> ensure cluster b d)
+  -- a dataset not made leaves nothing on the workers
+  book2 <- retrying cluster book1 (\b -> ensure cluster b d) `onException` dropDatasetParts cluster [d]
   pure (book2, Dataset (clusterTag cluster) d n)
 
 -- Every partition of the dataset held (made again where lost), then the
@@ -275,9 +279,13 @@ chunksOf k xs = case splitAt k xs of
   ([], _) -> []
   (now, rest) -> now : chunksOf k rest
 
--- The workers linked now.
+-- The workers linked now: once one is (lost workers being restarted are
+-- waited for), or 'NoWorkers' if none is or is coming.
 liveWorkers :: Cluster -> IO (S.Set WorkerId)
-liveWorkers cluster = M.keysSet <$> readTVarIO (shellWorkers (clShell cluster))
+liveWorkers cluster = do
+  awaitSomeWorker cluster
+  live <- M.keysSet <$> readTVarIO (shellWorkers (clShell cluster))
+  if S.null live then throwIO NoWorkers else pure live
 
 -- Refuse a dataset another cluster made.
 own :: Cluster -> Dataset p -> IO ()
