@@ -13,6 +13,8 @@ import qualified Data.ByteString.Char8 as BC
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Data.List (isInfixOf)
+import System.Directory (createDirectoryIfMissing, doesDirectoryExist, getTemporaryDirectory)
+import System.FilePath ((</>))
 import Herd
 import Herd.Config
 import Herd.Dataset
@@ -117,6 +119,14 @@ spec = describe "datasets held on the workers" $ do
       map (snd . snd) answers `shouldBe` [42, 42]
       S.fromList (map (fst . snd) answers) `shouldBe` S.fromList (map infoPid infos)
       map fst answers `shouldBe` map infoId infos
+
+  it "sweep away the parts and datasets directories of masters that are gone" $ do
+    tmp <- getTemporaryDirectory
+    -- no process has a number this high (Linux's limit is 2^22)
+    let stale = [ tmp </> "herd-parts-999999999-1", tmp </> "herd-datasets-999999999-ab" ]
+    mapM_ (createDirectoryIfMissing True) stale
+    writeFile (head stale </> "part-1-2-0-0-0") "a part left behind"
+    withTwo $ \_ -> mapM doesDirectoryExist stale `shouldReturn` [False, False]
 
   it "never pass a dataset generated on the workers through the master" $
     withTwo $ \cluster -> do

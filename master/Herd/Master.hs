@@ -108,7 +108,9 @@ import Network.Socket (Socket, close)
 import GHC.IO.Exception (IOException (ioe_description))
 import Data.Word (Word64)
 import Numeric (showHex)
-import System.Directory (doesDirectoryExist, getTemporaryDirectory, removeDirectoryRecursive)
+import System.Directory (doesDirectoryExist, getTemporaryDirectory, listDirectory, removeDirectoryRecursive)
+import Data.Char (isDigit)
+import Data.List (stripPrefix)
 import System.FilePath ((</>))
 import System.Posix.Process (getProcessID)
 import System.Environment (getEnvironment)
@@ -207,6 +209,7 @@ newCluster cfg shell feed lsock = do
     Nothing | isWildcard host -> nodeName <$> getSystemID
             | otherwise -> pure host
   tag <- newClusterTag
+  sweepStaleDirs
   Cluster cfg shell port tag <$> newIORef 1 <*> newTVarIO False <*> pure advertise <*> newMVar emptyRegistry
                              <*> newMVar emptyRegistry { regNextId = refIdBase }
                              <*> pure feed <*> newIORef Nothing <*> newIORef Nothing <*> newMVar emptyBook
@@ -295,6 +298,25 @@ shutdown cluster = do
   shellRemovePartsDir (clShell cluster)
   exists <- doesDirectoryExist (clDatasetDir cluster)
   when exists $ void (try (removeDirectoryRecursive (clDatasetDir cluster)) :: IO (Either IOException ()))
+
+-- Remove the parts and datasets directories of masters that are gone (a
+-- master killed with SIGKILL leaves its own behind). Only where /proc
+-- tells which processes live.
+sweepStaleDirs :: IO ()
+sweepStaleDirs = do
+  procs <- doesDirectoryExist "/proc/self"
+  when procs $ do
+    tmp <- getTemporaryDirectory
+    names <- either (\(_ :: IOException) -> []) id <$> try (listDirectory tmp)
+    forM_ [ (n, pid) | n <- names, Just pid <- [ownerOf n] ] $ \(n, pid) -> do
+      alive <- doesDirectoryExist ("/proc/" ++ show pid)
+      unless alive $ void (try (removeDirectoryRecursive (tmp </> n)) :: IO (Either IOException ()))
+  where
+    ownerOf n = do
+      rest <- maybe (stripPrefix "herd-datasets-" n) Just (stripPrefix "herd-parts-" n)
+      case span isDigit rest of
+        (digits@(_ : _), '-' : _) -> Just (read digits :: Int)
+        _ -> Nothing
 
 -- Where this cluster keeps its callers' partitions on disk.
 datasetDir :: Word64 -> IO FilePath
