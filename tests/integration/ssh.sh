@@ -46,9 +46,15 @@ timeout 120 "$HERD_BIN" demo --fib 32 --tasks 300 --secret-file "$WORK/secret" -
 DEMO=$!
 for i in $(seq 200); do grep -q "starting with 2 workers" "$WORK/err" && break; sleep 0.05; done
 grep -q "starting with 2 workers" "$WORK/err" || fail "workers did not join: $(cat "$WORK/err")"
+# (the agent is looked for a few times, so that a moment between the
+# master's word that the workers joined and the process list fails nothing)
 agent=""
-for p in $(pgrep -f -- "$HERD_BIN" || true); do
-  if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -q '^HERD_AGENT='; then agent=$p; fi
+for _ in $(seq 50); do
+  for p in $(pgrep -f -- "$HERD_BIN" || true); do
+    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -q '^HERD_AGENT='; then agent=$p; fi
+  done
+  [ -n "$agent" ] && break
+  sleep 0.1
 done
 [ -n "$agent" ] || fail "no agent process found"
 victim=$(pgrep -P "$agent" | head -1)
