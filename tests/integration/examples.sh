@@ -73,4 +73,4 @@ if err=$("$(bin herd-example-pi)" --samples ten 2>&1); then fail "pi accepted --
 grep -q "expected a whole number of samples" <<<"$err" || fail "pi's refusal: $err"
 grep -q "Usage: herd-example-pi" <<<"$err" || fail "pi's refusal shows no usage: $err"
 
-echo "examples: ok (starter, starter with an agent, pi, sweep, pipeline, particles, words)"
+echo "examples: ok (starter, starter with an agent, pi, sweep, ranks, queens, pipeline, particles, words)"
