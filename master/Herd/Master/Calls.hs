@@ -40,11 +40,8 @@ runSession cluster req answer wait =
 -- the keys or (@tree@) of the groups in order, and wait for each
 -- partition's combined bytes.
 runExchange :: Cluster -> TaskRef -> Bool -> [B.ByteString] -> IO (Either HerdError [B.ByteString])
-runExchange cluster ref tree groups = do
-  answer <- newEmptyMVar
-  let job = ExchangeJob ref groups (configMaxTaskDeaths (clConfig cluster)) Nothing tree Nothing
-  underNumber cluster (\xid -> (RegisterExchange xid (void . tryPutMVar answer), ExchangeStart xid job))
-                      (\xid -> (ForgetExchange xid, ExchangeCancel xid)) (const (takeMVar answer))
+runExchange cluster ref tree groups =
+  runExchangeJob cluster (ExchangeJob ref groups (configMaxTaskDeaths (clConfig cluster)) Nothing tree Nothing)
 
 -- | Run a dataset's narrow step ("Herd.Core.Dataset.Stage") and wait for
 -- each partition's answer.
@@ -58,11 +55,15 @@ runStage cluster job = do
 -- shuffle function, placed as given, and wait until every output
 -- partition is held.
 runShuffle :: Cluster -> TaskRef -> Int -> HeldShuffle -> IO (Either HerdError ())
-runShuffle cluster ref inputs held = do
+runShuffle cluster ref inputs held = (() <$) <$>
+  runExchangeJob cluster (ExchangeJob ref (replicate inputs B.empty) (configMaxTaskDeaths (clConfig cluster)) Nothing False (Just held))
+
+-- Start an exchange and wait for its end.
+runExchangeJob :: Cluster -> ExchangeJob -> IO (Either HerdError [B.ByteString])
+runExchangeJob cluster job = do
   answer <- newEmptyMVar
-  let job = ExchangeJob ref (replicate inputs B.empty) (configMaxTaskDeaths (clConfig cluster)) Nothing False (Just held)
-  fmap (() <$) $ underNumber cluster (\xid -> (RegisterExchange xid (void . tryPutMVar answer), ExchangeStart xid job))
-                                    (\xid -> (ForgetExchange xid, ExchangeCancel xid)) (const (takeMVar answer))
+  underNumber cluster (\xid -> (RegisterExchange xid (void . tryPutMVar answer), ExchangeStart xid job))
+                      (\xid -> (ForgetExchange xid, ExchangeCancel xid)) (const (takeMVar answer))
 
 -- | Every worker forgets these datasets' partitions.
 dropDatasetParts :: Cluster -> [Word64] -> IO ()

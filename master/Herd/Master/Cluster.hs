@@ -27,6 +27,7 @@ module Herd.Master.Cluster
   , newClusterTag
   , describeTag
   , awaitSomeWorker
+  , linkedWorkers
   ) where
 
 import Control.Concurrent.MVar (MVar, tryReadMVar)
@@ -35,6 +36,7 @@ import Control.Exception (throwIO)
 import Control.Monad (forM, unless, when)
 import Data.IORef
 import qualified Data.Map.Strict as M
+import qualified Data.Set as S
 import Data.Word (Word64)
 import Herd.Settings
 import Herd.Sys.Epoll (epollAvailable)
@@ -204,6 +206,14 @@ awaitSomeWorker c = do
         t <- monotonicSeconds
         when (have == 0 && awaited > 0 && t < deadline) (threadDelay 10000 >> loop)
   loop
+
+-- | The workers linked now, once one is (lost workers being restarted
+-- are waited for), or 'NoWorkers' if none is or is coming.
+linkedWorkers :: Cluster -> IO (S.Set WorkerId)
+linkedWorkers c = do
+  awaitSomeWorker c
+  live <- M.keysSet <$> readTVarIO (shellWorkers (clShell c))
+  if S.null live then throwIO NoWorkers else pure live
 
 -- | Throw 'ClusterClosed' once the cluster has stopped.
 ensureOpen :: Cluster -> IO ()

@@ -49,7 +49,6 @@ module Herd.Master.Job.Dataset
 
 import Control.Concurrent (threadDelay)
 import Control.Concurrent.MVar (modifyMVar)
-import Control.Concurrent.STM (readTVarIO)
 import Control.Exception (evaluate, onException, throwIO, try)
 import Control.Monad (foldM, forM, when)
 import qualified Data.ByteString as B
@@ -67,7 +66,6 @@ import Herd.Core.Error (HerdError (..))
 import Herd.Core.Exchange (HeldShuffle (..))
 import Herd.Master.Calls (dropDatasetParts, runShuffle, runStage)
 import Herd.Master.Cluster
-import Herd.Master.ShellState (shellWorkers)
 import Herd.Task.Closure (Closure (..), closureRef)
 import Herd.Task.Partition
 import Herd.Task (tryUser)
@@ -91,9 +89,9 @@ datasetPartitions = dsParts
 
 -- | Hold these values on the workers, one partition each, spread over
 -- them. The list is read once, a partition at a time, and each is sent
--- as it is encoded, a few at a time (one per worker), so a lazy list
--- larger than the master's memory can feed it; the master keeps each
--- encoding in a file on its disk, not in memory, to make a lost
+-- as it is encoded, a few at a time (one per worker), so the master
+-- holds only that wave's encodings in memory (no bench measures its
+-- memory yet); it keeps each encoding in a file on its disk to make a lost
 -- partition again (use 'generateDataset' for data the master should never
 -- hold at all).
 fromPartitions :: Store p => Cluster -> [p] -> IO (Dataset p)
@@ -240,7 +238,7 @@ redo cluster live book (Redo d ps) = case (bookRecipe d book, bookParts d book) 
         outs <- forM waves $ \wave -> do
           runs <- forM wave $ \(j, w) -> StageRun j w [] d <$> maybe (pure B.empty) B.readFile (M.lookup j files)
           runStage cluster (StageJob (closureRef putPartition) runs)
-        pure (tagged [] (fmap (const (recordHeld d at book1)) (sequence_ outs)))
+        pure (tagged [] (done (sequence_ outs)))
       Generated ref arg -> tagged [] . done <$> runStage cluster (narrow ref [] (const arg))
       Mapped ref ins arg -> tagged ins . done <$> runStage cluster (narrow ref ins (const arg))
       ShuffledBy ref i -> do
@@ -279,13 +277,9 @@ chunksOf k xs = case splitAt k xs of
   ([], _) -> []
   (now, rest) -> now : chunksOf k rest
 
--- The workers linked now: once one is (lost workers being restarted are
--- waited for), or 'NoWorkers' if none is or is coming.
+-- The workers linked now ('linkedWorkers').
 liveWorkers :: Cluster -> IO (S.Set WorkerId)
-liveWorkers cluster = do
-  awaitSomeWorker cluster
-  live <- M.keysSet <$> readTVarIO (shellWorkers (clShell cluster))
-  if S.null live then throwIO NoWorkers else pure live
+liveWorkers = linkedWorkers
 
 -- Refuse a dataset another cluster made.
 own :: Cluster -> Dataset p -> IO ()

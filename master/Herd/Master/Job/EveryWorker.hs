@@ -6,22 +6,20 @@
 -- Promises: every worker linked when the call starts (or, if one is lost
 -- meanwhile, when it starts again) runs the action once per try; a
 -- throw fails the call with 'TaskFailed' naming the worker's place in the
--- list.
+-- list; with no worker linked and none coming it fails with 'NoWorkers'.
 module Herd.Master.Job.EveryWorker
   ( runOnEveryWorker
   ) where
 
-import Control.Concurrent.STM (readTVarIO)
 import Control.Exception (throwIO)
 import Control.Monad (forM)
-import qualified Data.Map.Strict as M
+import qualified Data.Set as S
 import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
 import Herd.Core.Base (TaskRef (..), WorkerId)
 import Herd.Core.Dataset.Stage (StageJob (..), StageRun (..))
 import Herd.Core.Error (HerdError (..))
 import Herd.Master.Calls (runStage)
 import Herd.Master.Cluster
-import Herd.Master.ShellState (shellWorkers)
 import Herd.Task.Closure (Closure (..), closureRef)
 import Herd.Task.Partition (EveryWorker, PartCodecs (..))
 
@@ -33,8 +31,7 @@ runOnEveryWorker cluster act c = go (3 :: Int)
     codecs = closureCodecs (deRefStaticPtr act)
     ref = closureRef act
     go tries = do
-      awaitSomeWorker cluster
-      workers <- M.keys <$> readTVarIO (shellWorkers (clShell cluster))
+      workers <- S.toList <$> linkedWorkers cluster
       let arg = encodeArgument codecs c
       out <- runStage cluster (StageJob ref [ StageRun i w [] 0 arg | (i, w) <- zip [0 ..] workers ])
       case out of

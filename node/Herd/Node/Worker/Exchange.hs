@@ -19,7 +19,7 @@ module Herd.Node.Worker.Exchange
   , exchangeMessage
   ) where
 
-import Control.Monad (forM_, unless, void)
+import Control.Monad (forM_, unless, void, when)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M
@@ -35,7 +35,7 @@ import Herd.Node.Store (holdOther, memoryRoom, spillPath)
 import Herd.Node.Worker.Datasets (DatasetStore, keepHeld, lookupHeld)
 import Herd.Task.Partition (ShuffleRunner (..), lookupShuffleRunner)
 import Control.Exception (IOException, try)
-import System.Directory (copyFile, removeFile)
+import System.Directory (removeFile)
 import System.FilePath ((</>))
 
 -- | What a worker holds for reductions.
@@ -102,11 +102,12 @@ exchangeMessage xt send msg = case msg of
       Right h -> keepHeld (xtStore xt) did j h >> send Urgent (PartitionDone xid j B.empty)
   PartIn xid g j part -> hold xid g j (B.copy part)
   PartsDirectory dir -> writeIORef (xtPartsDir xt) (Just (T.unpack dir))
-  PartInFile xid g j size path -> do
+  -- (the size it says is for the master's count; the file's own is held)
+  PartInFile xid g j _ path -> do
     dir <- readIORef (xtPartsDir xt)
     -- only a file of the parts directory is taken (and then deleted)
     let ours = maybe False (`inPartsDirectory` T.unpack path) dir
-    if ours then holdFile xid g j (fromIntegral size) (T.unpack path) else pure ()
+    when ours $ holdFile xid g j (T.unpack path)
   PartitionCombine xid j ref groups -> do
     runner <- cachedLookup (xtRunners xt) lookupKeyedRunner ref
     outcome <- withParts xid j groups $ \bs -> either (pure . Left) (\r -> combineParts r bs) runner
@@ -149,29 +150,14 @@ exchangeMessage xt send msg = case msg of
             Right () -> send Urgent (ForwardFile dest xid g j (fromIntegral (B.length p)) (T.pack path))
             Left (_ :: IOException) -> send Bulk (Forward dest xid g j p)
         _ -> send Bulk (Forward dest xid g j p)
-    -- a part handed over in a file: it is this worker's now, held as a
-    -- part that came on the link is (in memory within the budget, else
-    -- in this worker's spill directory); the handed file goes at once
-    holdFile xid g j size path = do
-      ended <- S.member xid <$> readIORef (xtEnded xt)
-      already <- maybe False (M.member g) . M.lookup (xid, j) <$> readIORef (xtParts xt)
-      room <- memoryRoom
-      kept <- if ended || already then pure Nothing else fmap Just $ try $ case room of
-        Just r | size > r -> do
-          spill <- spillPath ("part-" ++ show xid ++ "-" ++ show j ++ "-" ++ show g)
-          copyFile path spill
-          pure (OnDisk spill size)
-        _ -> do
-          bytes <- B.readFile path
-          InMemory bytes <$ holdOther (B.length bytes)
+    -- a part handed over in a file is held as one that came on the link
+    -- ('hold': in memory within the budget, else in the spill directory),
+    -- and the handed file goes at once; a file gone or unreadable is not
+    -- held (the exchange sends the part again, or ends)
+    holdFile xid g j path = do
+      bytes <- try (B.readFile path)
       void (try (removeFile path) :: IO (Either IOException ()))
-      case kept of
-        Just (Right part) -> do
-          modifyIORef' (xtParts xt) (M.insertWith M.union (xid, j) (M.singleton g part))
-          send Bulk (PartHeld xid g j)
-        -- (a file gone or unreadable: not held, and the exchange sends it again or ends)
-        Just (Left (_ :: IOException)) -> pure ()
-        Nothing -> pure ()
+      either (\(_ :: IOException) -> pure ()) (hold xid g j) bytes
     hold xid g j bytes = do
       ended <- S.member xid <$> readIORef (xtEnded xt)
       already <- maybe False (M.member g) . M.lookup (xid, j) <$> readIORef (xtParts xt)
