@@ -29,7 +29,7 @@ test: deps
 	cd $(SDIST_TREE) && $(CABAL) build $(CABAL_FLAGS) exe:herd spec all
 	cd $(SDIST_TREE) && $$($(CABAL) list-bin $(CABAL_FLAGS) spec)
 	cd $(SDIST_TREE) && bash tests/integration/examples.sh
-	@cd $(SDIST_TREE) && for t in cli ssh netns hosts slurm slurm-adapt shm observe; do \
+	@cd $(SDIST_TREE) && for t in cli ssh netns steal hosts slurm slurm-adapt shm observe; do \
 	  HERD_BIN=$$($(CABAL) list-bin $(CABAL_FLAGS) exe:herd) bash tests/integration/$$t.sh || exit 1; \
 	done
 

@@ -16,7 +16,7 @@ import System.Exit (ExitCode (..), exitWith)
 import System.Posix.Unistd (getSystemID, nodeName)
 import Herd.Options (clusterFlags)
 import Options.Applicative
-import CliArgs (cpuArg, fibArg, positiveInt, secondsArg)
+import CliArgs (cpuArg, fibArg, positiveInt, secondsArg, countArg)
 import CliBench (benchCommands)
 
 data Command
@@ -81,6 +81,8 @@ demoOptions = Demo.Options
                      <> help "number of tasks")
   <*> option (secondsArg 0 3600) (long "serial" <> metavar "SECONDS" <> value 0 <> showDefault
                      <> help "on a cluster: a serial phase this long before and after the farm, the workers idle")
+  <*> option (countArg "a relay length" 1000) (long "relay" <> metavar "N" <> value 0 <> showDefault
+                     <> help "instead of the farm: one task whose N children the workers steal from each other in turn (Herd.Par's spawnTask), each working 0.2 s")
   <*> clusterFlags
 
 workerOptions :: Parser WorkerOptions

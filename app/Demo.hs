@@ -19,6 +19,7 @@ import Herd.Monitor
 import Herd.Options
 import System.Exit (exitWith, ExitCode (..))
 import Herd.Examples.Fib (fib, fibTask)
+import Herd.Examples.Steal (relayTask)
 import Herd.Core.Report (fixed, renderTable)
 import Herd.Sys.Clock (monotonicSeconds)
 import System.IO
@@ -28,11 +29,13 @@ data Options = Options
   { optFib     :: Int           -- ^ Fibonacci argument of each task
   , optTasks   :: Int           -- ^ number of tasks
   , optSerial  :: Double        -- ^ seconds of a serial phase before and after the farm (on a cluster)
+  , optRelay   :: Int           -- ^ instead of the farm, a relay of this many stolen children (0: the farm)
   , optCluster :: ClusterFlags  -- ^ where the workers come from
   }
 
 -- | Run the demo.
 run :: Options -> IO ()
+run o | optRelay o > 0 = runRelay o
 run o | flagsNameRemoteWorkers (optCluster o) = runCluster o
 run o | flagWorkers (optCluster o) == Just 0 = do
   logToStderr "herd demo: --workers 0 starts no worker; add --listen or --wait-workers to wait for workers joining by hand"
@@ -155,3 +158,23 @@ runCluster o = do
       logToStderr ("herd demo: serial phase " ++ when' ++ " the farm: " ++ fixed 1 (optSerial o) ++ " s")
       threadDelay (round (optSerial o * 1e6))
       logToStderr ("herd demo: serial phase " ++ when' ++ " the farm: over")
+
+-- A relay of stolen children ('relayTask') on the cluster the options
+-- describe: the answer checked, and the stolen children each worker ran.
+runRelay :: Options -> IO ()
+runRelay o = do
+  hSetBuffering stdout LineBuffering
+  cfg <- configFromFlags (optCluster o) defaultConfig
+  withCluster cfg $ \cluster -> do
+    awaitFlaggedWorkers (optCluster o) cluster
+    have <- clusterWorkerCount cluster
+    logToStderr ("herd demo: a relay of " ++ show (optRelay o) ++ " stolen children on " ++ show have ++ " workers")
+    [depth] <- farm cluster relayTask [(optRelay o, 0.2)]
+    rows <- statusWorkers <$> clusterStatus cluster
+    infos <- clusterWorkerInfo cluster
+    let hostOf w = head ([ infoHost i ++ "/" ++ show (infoPid i) | i <- infos, infoId i == w ] ++ ["worker " ++ show w])
+        ok = depth == optRelay o
+    putStrLn ("herd demo: a relay of " ++ show (optRelay o) ++ " children: " ++ (if ok then "exact" else "WRONG: " ++ show depth))
+    mapM_ (\r -> putStrLn ("  " ++ hostOf (rowWorker r) ++ " ran " ++ show (countRan (rowSteals r)) ++ " stolen children, "
+                           ++ show (countStolen (rowSteals r)) ++ " of its children were stolen")) rows
+    unless ok $ exitWith (ExitFailure 1)

@@ -35,6 +35,7 @@ import qualified HostBalanceSpec
 import qualified AdaptSpec
 import qualified AdaptTrackSpec
 import qualified ParSpec
+import qualified StealSpec
 import qualified FutureSpec
 import qualified TwoLevelSpec
 import qualified BalanceSpec
@@ -102,6 +103,7 @@ main = do
       AdaptSpec.spec
       AdaptTrackSpec.spec
       ParSpec.spec
+      StealSpec.spec
       FutureSpec.spec
       TwoLevelSpec.spec
       BalanceSpec.spec

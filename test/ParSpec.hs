@@ -2,7 +2,9 @@
 -- ("Herd.Skeleton"): random graphs of futures give what sequential
 -- evaluation gives, deep recursions with a get at every level finish,
 -- misuse is named, and nfib divided over two workers is exact, also when
--- one of them is killed mid-job.
+-- one of them is killed mid-job. Children that workers steal from each
+-- other ('spawnTask') give the sequential answers, are counted where they
+-- went, and survive the SIGKILL of their thief or of their holder.
 module ParSpec (spec) where
 
 import Control.Concurrent (threadDelay)
@@ -13,6 +15,7 @@ import qualified Data.IntMap.Strict as IM
 import Herd
 import Herd.Config
 import Herd.Examples.Par
+import Herd.Examples.Steal
 import Herd.Monitor
 import Herd.Par
 import Herd.Skeleton
@@ -93,3 +96,62 @@ spec = describe "the Par monad and divide and conquer" $ do
         signalProcess sigKILL (fromIntegral (infoPid victim))
         wait job `shouldReturn` nfib 37
       statusLostTotal <$> clusterStatus cluster `shouldReturn` 1
+  stealing
+
+-- Children stolen between two workers.
+stealing :: Spec
+stealing = describe "children other workers steal" $ do
+  it "give what sequential code gives, outside a worker and on two workers, a chain of 20 gets included" $ do
+    nfibSteal (18, 5, 10) `shouldBe` nfib 18
+    sumEulerSteal (1, 1500) `shouldBe` sumEuler (1, 1500)
+    queensSteal (7, []) `shouldBe` queens 7
+    withTwo $ \cluster -> do
+      farm cluster depthTask [20] `shouldReturn` [20]
+      farm cluster nfibStealTask [(27, 10, 15)] `shouldReturn` [nfib 27]
+      farm cluster sumEulerStealTask [(1, 3000)] `shouldReturn` [sumEuler (1, 3000)]
+      farm cluster queensStealTask [(8, [])] `shouldReturn` [queens 8]
+  it "are stolen by an idle worker, and counted where they went" $
+    withTwo $ \cluster -> do
+      -- 16 leaves sleeping 50 ms: the holder sleeps, so its link is served at once
+      farm cluster treeStealTask [(16, 0.05, 1)] `shouldReturn` [16]
+      rows <- statusWorkers <$> clusterStatus cluster
+      sum (map (countStolen . rowSteals) rows) `shouldSatisfy` (> 0)
+      sum (map (countRan . rowSteals) rows) `shouldBe` sum (map (countStolen . rowSteals) rows)
+      sum (map (countRerun . rowSteals) rows) `shouldBe` 0
+  it "pass from worker to worker: each runs children spawned by children the other stole" $
+    withTwo $ \cluster -> do
+      farm cluster relayTask [(6, 0.15)] `shouldReturn` [6]
+      rows <- statusWorkers <$> clusterStatus cluster
+      map (countRan . rowSteals) rows `shouldSatisfy` all (>= 2)
+      map (countStolen . rowSteals) rows `shouldSatisfy` all (>= 2)
+  it "give the exact answer when the thief is SIGKILLed while it runs a stolen child" $
+    withTwo $ \cluster ->
+      withAsync (farm cluster treeStealTask [(32, 0.05, 1)]) $ \job -> do
+        thief <- waitFor cluster (\r -> countRan (rowSteals r) > 0)
+        signalProcess sigKILL (fromIntegral (infoPid thief))
+        wait job `shouldReturn` [32]
+        rows <- statusWorkers <$> clusterStatus cluster
+        sum (map (countRerun . rowSteals) rows) `shouldSatisfy` (> 0)
+        statusLostTotal <$> clusterStatus cluster `shouldReturn` 1
+  it "give the exact answer when the holder of the task is SIGKILLed while its children are stolen" $
+    withTwo $ \cluster ->
+      withAsync (farm cluster treeStealTask [(32, 0.05, 1)]) $ \job -> do
+        _ <- waitFor cluster (\r -> countRan (rowSteals r) > 0)
+        holder <- waitFor cluster (\r -> rowInFlight r > 0)
+        signalProcess sigKILL (fromIntegral (infoPid holder))
+        wait job `shouldReturn` [32]
+        statusLostTotal <$> clusterStatus cluster `shouldReturn` 1
+  where
+    withTwo body = do
+      let cfg = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "steal-spec-secret-0123456789") }
+      withCluster cfg $ \cluster -> do
+        True <- waitForWorkers cluster 2 30
+        body cluster
+    -- the first worker whose row passes, once one does
+    waitFor cluster ok = do
+      rows <- statusWorkers <$> clusterStatus cluster
+      infos <- clusterWorkerInfo cluster
+      case [ i | r <- rows, ok r, rowState r /= Lost, i <- infos, infoId i == rowWorker r ] of
+        i : _ -> pure i
+        [] -> threadDelay 5000 >> waitFor cluster ok
+

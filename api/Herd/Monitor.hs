@@ -28,6 +28,7 @@ module Herd.Monitor
   , JobRow (..)
   , CallView (..)
   , HostRow (..)
+  , StealCounts (..)
   , Account (..)
   , Departure (..)
   , SessionView (..)
@@ -37,7 +38,7 @@ module Herd.Monitor
 
 import Herd.Core.Session (SessionView (..))
 import Herd.Core.Monitor.Ledger (Account (..), Departure (..))
-import Herd.Core.Monitor.Status (CallView (..), HostRow (..), JobRow (..), Status (..), WorkerRow (..), WorkerState (..))
+import Herd.Core.Monitor.Status (CallView (..), HostRow (..), JobRow (..), StealCounts (..), Status (..), WorkerRow (..), WorkerState (..))
 import Herd.Core.Packet.Policy (FlushReason (..))
 import Herd.Master (ConnectionCounters (..), clusterCounters, clusterDashboard, clusterPacketStats, clusterStatus)
 import Herd.Master.Job.Farm (FarmStats, farmMeasured)

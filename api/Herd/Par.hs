@@ -19,16 +19,24 @@
 -- yet put does not block: the waiting continuation is parked on the
 -- variable and the worker runs other work until the value arrives. No
 -- thread, lock or message is involved: a spawn and get costs a few
--- allocations ("herd bench par" measures it on a worker). Across workers,
--- 'Herd.Skeleton.divideAndConquer' divides a problem into pieces at the
--- master and runs each piece as a task, which may use this monad.
+-- allocations ("herd bench par" measures it on a worker).
+--
+-- Across workers, 'spawnTask' spawns a child other workers may steal: a
+-- static task and its argument, offered in the worker's pool
+-- ("Herd.Task.Pool") while the computation goes on. A 'get' of it runs
+-- it here if no idle worker took it first; a taken one's value comes
+-- back through the master ("Herd.Core.Steal"), and meanwhile a
+-- computation with nothing left to do runs children stolen from others.
+-- 'Herd.Skeleton.divideAndConquer' divides at the master instead.
 --
 -- Promises: 'runPar' gives what the same program gives evaluated
 -- sequentially (the result depends on no scheduling order), whatever the
 -- depth of spawns and gets; a variable put twice throws 'ParError'; a
 -- 'runPar' whose result waits on a value nothing will put throws
 -- 'ParError' saying so instead of hanging; an exception in a child
--- propagates out of 'runPar'.
+-- propagates out of 'runPar' ('ChildFailed' for one that threw on another
+-- worker); a child whose thief was lost runs here instead; children
+-- offered and not taken when 'runPar' throws are withdrawn.
 module Herd.Par
   ( -- * Futures
     Par
@@ -41,6 +49,7 @@ module Herd.Par
   , fork
   , spawn
   , spawn_
+  , spawnTask
   , ParError (..)
     -- * Combinators
   , parMap
@@ -49,9 +58,18 @@ module Herd.Par
   ) where
 
 import Control.DeepSeq (NFData, force)
-import Control.Exception (Exception, throwIO)
-import Control.Monad (ap, liftM)
+import Control.Exception (Exception, displayException, evaluate, onException, throwIO)
+import Control.Concurrent (yield)
+import Control.Monad (ap, liftM, unless)
+import qualified Data.ByteString as B
 import Data.IORef
+import qualified Data.Map.Strict as M
+import Data.Store (Store, decode, encode)
+import Data.Word (Word64)
+import GHC.StaticPtr (StaticPtr)
+import Herd.Task (Task, TaskCodecs (..), taskCodecs, taskRef)
+import Herd.Core.Base (TaskRef)
+import qualified Herd.Task.Pool as P
 import System.IO.Unsafe (unsafePerformIO)
 
 -- | A computation that may spawn children and wait for their values.
@@ -75,6 +93,8 @@ data Trace where
   New :: (IVar a -> Trace) -> Trace
   Get :: IVar a -> (a -> Trace) -> Trace
   Put :: IVar a -> a -> Trace -> Trace
+  Spawn :: Child b -> (IVar b -> Trace) -> Trace
+  Run :: IO Trace -> Trace
 
 -- | A variable written once: the future of a spawned child.
 newtype IVar a = IVar (IORef (Slot a))
@@ -82,30 +102,59 @@ newtype IVar a = IVar (IORef (Slot a))
 -- A variable's value, or the continuations parked on it.
 data Slot a = Full a | Waiting [a -> Trace]
 
+-- A child another worker may steal: its function, its argument's encoding
+-- (made only if it is stolen), its value computed here, and how to read
+-- the value a thief sends back.
+data Child b = Child
+  { childRef    :: !TaskRef
+  , childArg    :: B.ByteString
+  , childHere   :: b
+  , childDecode :: B.ByteString -> Either String b
+  }
+
+-- A child offered to the pool, with the variable its value goes to.
+data Held where
+  Held :: IVar b -> Child b -> Held
+
 -- | What went wrong in a Par computation.
 data ParError
   = PutTwice          -- ^ a variable was put a second time
   | WaitsForever      -- ^ the result waits on a variable nothing will put
+  | ChildFailed String  -- ^ a child run on another worker threw this (or its value did not decode)
   deriving (Eq, Show)
 
 instance Exception ParError
+
+-- One run's scheduler: its stack of work, and the children it offered
+-- to thieves (all, and those not yet taken back or found stolen, newest
+-- first).
+data Env = Env
+  { envStack   :: !(IORef [Trace])
+  , envLinked  :: !Bool
+  , envSession :: !P.Session
+  , envHeld    :: !(IORef (M.Map Word64 Held))
+  , envOwn     :: !(IORef [Word64])
+  }
 
 -- | Run a Par computation to its value.
 runPar :: Par a -> a
 runPar p = unsafePerformIO $ do
   result <- newIORef (Waiting [])
-  stack <- newIORef []
-  schedule stack (unPar p (\a -> Put (IVar result) a Done))
+  env <- Env <$> newIORef [] <*> P.linked <*> P.newSession <*> newIORef M.empty <*> newIORef []
+  schedule env (unPar p (\a -> Put (IVar result) a Done))
+    `onException` (readIORef (envOwn env) >>= P.withdraw)
   final <- readIORef result
   case final of
     Full a -> pure a
     Waiting _ -> throwIO WaitsForever
 {-# NOINLINE runPar #-}
 
--- Run a trace, then the rest of the work, until none is left.
-schedule :: IORef [Trace] -> Trace -> IO ()
-schedule stack = go
+-- Run a trace, then the rest of the work, until none is left (children
+-- taken by thieves included).
+schedule :: Env -> Trace -> IO ()
+schedule env = go
   where
+    stack = envStack env
     go t = case t of
       Done -> next
       Fork child rest -> modifyIORef' stack (rest :) >> go child
@@ -115,19 +164,73 @@ schedule stack = go
         case slot of
           Full a -> go (k a)
           Waiting ks -> writeIORef r (Waiting (k : ks)) >> next
-      Put (IVar r) a rest -> do
-        slot <- readIORef r
-        case slot of
-          Full _ -> throwIO PutTwice
-          Waiting ks -> do
-            writeIORef r (Full a)
-            modifyIORef' stack (\s -> foldr (\k acc -> k a : acc) s ks)
-            go rest
+      Put v a rest -> fill v a >> go rest
+      Run act -> act >>= go
+      Spawn c k -> do
+        v <- IVar <$> newIORef (Waiting [])
+        if envLinked env
+          then do
+            n <- P.offer (envSession env) (childRef c) (childArg c)
+            modifyIORef' (envHeld env) (M.insert n (Held v c))
+            modifyIORef' (envOwn env) (n :)
+            -- a thief's ask waits for the watch thread, which runs
+            -- only when this one lets it: here, a spawn apart
+            yield
+            go (k v)
+          -- nothing can steal it: the child first, as 'spawn' does
+          else go (Fork (Run (here v c)) (k v))
     next = do
       s <- readIORef stack
       case s of
-        [] -> pure ()
         t : ts -> writeIORef stack ts >> go t
+        [] -> idle
+    -- no local work: answers first, then the newest child still offered,
+    -- then wait for children away, running stolen ones meanwhile
+    idle = do
+      answers <- if envLinked env then P.nextAnswers (envSession env) else pure []
+      if not (null answers) then mapM_ answer answers >> next else do
+        own <- readIORef (envOwn env)
+        case own of
+          n : rest -> do
+            writeIORef (envOwn env) rest
+            mine <- P.takeBack n
+            if mine then runHeld n >>= go else idle
+          [] -> do
+            held <- readIORef (envHeld env)
+            unless (M.null held) $ do
+              P.askForWork
+              w <- P.awaitWork (envSession env)
+              case w of
+                P.Answers as -> mapM_ answer as >> next
+                P.Steal c -> P.runStolenHere c >> idle
+    here :: IVar b -> Child b -> IO Trace
+    here v c = do
+      x <- evaluate (childHere c)
+      pure (Put v x Done)
+    runHeld n = do
+      held <- readIORef (envHeld env)
+      case M.lookup n held of
+        Just (Held v c) -> writeIORef (envHeld env) (M.delete n held) >> here v c
+        Nothing -> pure Done
+    answer a = case a of
+      P.Lost n -> modifyIORef' stack (Run (runHeld n) :)
+      P.Answered n r -> do
+        held <- readIORef (envHeld env)
+        case M.lookup n held of
+          Nothing -> pure ()
+          Just (Held v c) -> do
+            writeIORef (envHeld env) (M.delete n held)
+            case r >>= childDecode c of
+              Right x -> modifyIORef' stack (Put v x Done :)
+              Left why -> throwIO (ChildFailed why)
+    fill :: IVar x -> x -> IO ()
+    fill (IVar r) a = do
+      slot <- readIORef r
+      case slot of
+        Full _ -> throwIO PutTwice
+        Waiting ks -> do
+          writeIORef r (Full a)
+          modifyIORef' stack (\s -> foldr (\k acc -> k a : acc) s ks)
 
 -- | A fresh, empty variable.
 new :: Par (IVar a)
@@ -164,6 +267,17 @@ spawn_ p = do
   v <- new
   fork (p >>= put_ v)
   pure v
+
+-- | Spawn a child another worker may steal: the task applied to this
+-- argument, its value fully evaluated. Its worker runs it itself unless
+-- an idle worker takes it first (the oldest such child of a worker goes
+-- first, the biggest piece of a divide-and-conquer tree); outside a
+-- worker it is 'spawn'. Use it for the top levels of a recursion, where
+-- a child is worth a message (milliseconds of work); 'spawn' below.
+spawnTask :: (Store a, Store b, NFData b) => StaticPtr (Task a b) -> a -> Par (IVar b)
+spawnTask ptr a = Par (Spawn (Child (taskRef ptr) (encode a) (force (applyTask (taskCodecs ptr) a)) decodeValue))
+  where
+    decodeValue bytes = either (\e -> Left ("its value does not decode: " ++ displayException e)) Right (decode bytes)
 
 -- | Apply a function to every element, each as its own child.
 parMap :: NFData b => (a -> b) -> [a] -> Par [b]

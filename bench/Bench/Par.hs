@@ -23,6 +23,7 @@ import Herd
 import Herd.Config
 import Herd.Core.Report
 import Herd.Examples.Par
+import Herd.Examples.Steal
 import Herd.Skeleton (Divide, divideAndConquer)
 import Bench.Common (ownUsage, timed)
 import GHC.StaticPtr (StaticPtr)
@@ -56,7 +57,8 @@ data Workload = Workload
   , wlSequential :: Int
   , wlSparks     :: Int
   , wlMonadPar   :: Int
-  , wlHerd       :: Cluster -> IO Int
+  , wlHerd       :: Cluster -> IO Int   -- ^ one task whose children the workers steal
+  , wlDivided    :: Cluster -> IO Int   -- ^ divided at the master, the pieces a farm
   , wlDescribe   :: String
   }
 
@@ -85,12 +87,14 @@ run o = do
     rows <- forM local $ \(w, expected, _) -> do
       (h, c) <- timed (wlHerd w cluster)
       check (wlName w ++ " on herd") expected c
-      putStrLn ("  " ++ wlName w ++ ": herd " ++ fixed 3 h ++ " s")
-      pure (Row (wlName w) "herd" cores h)
+      (d, c') <- timed (wlDivided w cluster)
+      check (wlName w ++ " on herd, divided at the master") expected c'
+      putStrLn ("  " ++ wlName w ++ ": herd " ++ fixed 3 h ++ " s (stolen children), " ++ fixed 3 d ++ " s (divided at the master)")
+      pure (Row (wlName w) "herd" cores h, Row (wlName w) "herd-divided" cores d)
     -- the first call warms the worker; the second is measured
     _ <- farm cluster spawnGetTask [100000]
     [us] <- farm cluster spawnGetTask [2000000]
-    pure (rows, us)
+    pure (map fst rows ++ map snd rows, us)
   sim <- if optSimWorkers o <= 0 then pure [] else pure <$> simulatedRow o
   let rows = concat [ rs | (_, _, rs) <- local ] ++ herdRows
       sequentialOf wl = head ([ rowSecs r | r <- rows, rowWorkload r == wl, rowImpl r == "sequential" ] ++ [1])
@@ -106,11 +110,13 @@ run o = do
     , ("rows", JArray ([ JObject [ ("workload", JString (rowWorkload r)), ("impl", JString (rowImpl r))
                                 , ("workers", JInt (fromIntegral (rowWorkers r))), ("seconds", JNumber (rowSecs r))
                                 , ("speedup", JNumber (sequentialOf (rowWorkload r) / rowSecs r)) ]
-                      | r <- rows ]
+                      | r <- rows, rowImpl r /= "herd-divided" ]
                       ++ [ JObject [ ("workload", JString (rowWorkload r)), ("impl", JString (rowImpl r))
                                    , ("workers", JInt (fromIntegral (rowWorkers r))), ("seconds", JNumber (rowSecs r))
                                    , ("efficiency", JNumber eff) ]
                          | (r, eff) <- sim ]))
+    , ("divided", JArray [ JObject [ ("workload", JString (rowWorkload r)), ("seconds", JNumber (rowSecs r)) ]
+                         | r <- rows, rowImpl r == "herd-divided" ])
     , ("spawn_get_us", JNumber spawnGet) ]
   where
     check what expected got = unless (expected == got) $
@@ -143,17 +149,20 @@ simulatedRow o = do
 workloads :: Options -> [Workload]
 workloads o =
   [ Workload "nfib" (nfib n) (nfibSparks 20 n) (MP.runPar (nfibMP 20 n))
-      (\c -> onHerd c nfibDivide nfibTask (n, 20)) ("n " ++ show n ++ ", threshold 20")
+      (\c -> stolen c nfibStealTask (n, 20, n - 12)) (\c -> onHerd c nfibDivide nfibTask (n, 20))
+      ("n " ++ show n ++ ", threshold 20")
   , Workload "sumEuler" (sumEuler (1, e)) (sum (map sumEuler (chunks 50 e) `using` parList rseq))
       (MP.runPar (sum <$> MP.parMap sumEuler (chunks 50 e)))
-      (\c -> onHerd c sumEulerDivide sumEulerTask (1, e)) ("1 to " ++ show e ++ ", chunks of 50")
+      (\c -> stolen c sumEulerStealTask (1, e)) (\c -> onHerd c sumEulerDivide sumEulerTask (1, e))
+      ("1 to " ++ show e ++ ", chunks of 50")
   , Workload "queens" (queens q) (sum (map (queensFrom q) (placements q 2) `using` parList rseq))
       (MP.runPar (sum <$> MP.parMap (queensFrom q) (placements q 2)))
-      (\c -> onHerd c queensDivide queensTask (q, [])) (show q ++ " queens")
+      (\c -> stolen c queensStealTask (q, [])) (\c -> onHerd c queensDivide queensTask (q, []))
+      (show q ++ " queens")
   , Workload "mandelbrot" (mandelRows m (0, m - 1)) (sum (map (mandelRows m) (chunks' 4 m) `using` parList rseq))
       (MP.runPar (sum <$> MP.parMap (mandelRows m) (chunks' 4 m)))
-      (\c -> onHerd c mandelDivide mandelTask (m, (0, m - 1))) (show m ++ " x " ++ show m ++ ", 255 iterations")
-     
+      (\c -> stolen c mandelStealTask (m, (0, m - 1))) (\c -> onHerd c mandelDivide mandelTask (m, (0, m - 1)))
+      (show m ++ " x " ++ show m ++ ", 255 iterations")
   ]
   where
     n = optNfib o
@@ -171,6 +180,15 @@ workloads o =
 
 onHerd :: Cluster -> Divide a Int -> StaticPtr (Task a Int) -> a -> IO Int
 onHerd = divideAndConquer
+
+-- One task on one worker, its children stolen by the others.
+stolen :: Cluster -> StaticPtr (Task a Int) -> a -> IO Int
+stolen cluster t x = do
+  out <- farm cluster t [x]
+  case out of
+    [v] -> pure v
+    _ -> fail "herd bench par: a farm of one task gave other than one answer"
+
 
 -- nfib with sparks: both calls above the threshold, one sparked.
 nfibSparks :: Int -> Int -> Int

@@ -35,9 +35,9 @@ module Herd.Task
   , describePtr
   ) where
 
-import Control.Exception (SomeAsyncException, SomeException, fromException, throwIO, try, displayException)
+import Control.Exception (SomeAsyncException, SomeException, evaluate, fromException, throwIO, try, displayException)
 import qualified Data.ByteString as B
-import Data.Store (PeekException, Store, decode)
+import Data.Store (PeekException, Store, decode, encode)
 import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
 import GHC.StaticPtr (StaticPtr, deRefStaticPtr)
 import Herd.Core.Base (Range, TaskRef (..))
@@ -65,13 +65,18 @@ data TaskCodecs a b = TaskCodecs
     -- ^ the results kept, decoded as the list is walked
   , showArgument  :: Maybe (B.ByteString -> String)
     -- ^ an encoded argument shown for an error message ('showingInputs')
+  , applyTask     :: a -> b
+    -- ^ the function itself, for a "Herd.Par" child run where it was spawned
   }
 
 -- | The worker's side of a task: it only ever sees bytes.
-newtype Runner = Runner
+data Runner = Runner
   { runnerChunk :: Scratch -> B.ByteString -> Int -> IO ChunkOutcome
     -- ^ decode a run of this many arguments, apply the function, force
     -- and encode each result into the scratch buffer
+  , runnerOne   :: B.ByteString -> IO (Either String B.ByteString)
+    -- ^ apply the function to one argument's @store@ encoding: the
+    -- result's encoding, or why not (a "Herd.Par" child stolen here)
   }
 
 -- | Wrap a function so that it can be shipped as a static pointer.
@@ -86,10 +91,17 @@ task f = Closure
   , closureOut = typeRepFingerprint (typeRep (Proxy :: Proxy b))
   , closureTypes = show (typeRep (Proxy :: Proxy a)) ++ " -> " ++ show (typeRep (Proxy :: Proxy b))
   , closureCodecs = TaskCodecs buildArgTable decodeRun (constantWidth (Proxy :: Proxy b))
-                               (stageRun (Proxy :: Proxy b)) arenaValues Nothing
-  , closureRunner = Runner (runChunk f)
+                               (stageRun (Proxy :: Proxy b)) arenaValues Nothing f
+  , closureRunner = Runner (runChunk f) (runOne f)
   }
 {-# INLINE task #-}
+
+-- One argument's encoding in, its result's out (forced by encoding it).
+runOne :: forall a b. (Store a, Store b) => (a -> b) -> B.ByteString -> IO (Either String B.ByteString)
+runOne f bytes = case decode bytes :: Either PeekException a of
+  Left e -> pure (Left ("its argument does not decode: " ++ displayException e))
+  Right x -> tryUser (evaluate (encode (f x)))
+{-# INLINE runOne #-}
 
 -- | The same task, whose errors also show the input they are about
 -- (cut to 200 characters): a farm's 'Herd.Error.TaskFailed' and

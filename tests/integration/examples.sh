@@ -51,6 +51,10 @@ out=$("$(bin herd-example-ranks)" --workers 2 --nodes 5000 --iterations 5)
 out=$("$(bin herd-example-queens)" --workers 2 --size 10)
 [[ "$out" == "724 solutions of 10 queens" ]] || fail "queens printed: $out"
 
+# one task, its children stolen by the other worker
+out=$("$(bin herd-example-fib)" --workers 2 --n 30)
+[[ "$out" == "nfib 30 makes 2692537 calls" ]] || fail "fib printed: $out"
+
 out=$("$(bin herd-example-pipeline)" --workers 2 --upto 10000)
 [[ "$out" == "the sum of the squares from 1 to 10000 is 333383335000" ]] || fail "pipeline printed: $out"
 
@@ -73,4 +77,4 @@ if err=$("$(bin herd-example-pi)" --samples ten 2>&1); then fail "pi accepted --
 grep -q "expected a whole number of samples" <<<"$err" || fail "pi's refusal: $err"
 grep -q "Usage: herd-example-pi" <<<"$err" || fail "pi's refusal shows no usage: $err"
 
-echo "examples: ok (starter, starter with an agent, pi, sweep, ranks, queens, pipeline, particles, words)"
+echo "examples: ok (starter, starter with an agent, pi, sweep, ranks, queens, fib, pipeline, particles, words)"

@@ -43,6 +43,7 @@ module Herd.Core.Master
   , coreSessionView
   , coreRunsExchange
   , coreShares
+  , coreSteals
   , coreCalls
   , CallView (..)
   ) where
@@ -58,6 +59,7 @@ import Herd.Core.Master.Farms (farmEvent, farmFeature)
 import Herd.Core.Master.Feature
 import Herd.Core.Master.Sessions (cancelSession, sessionFeature, startSession)
 import Herd.Core.Master.Shares (shareEvent, shareFeature)
+import Herd.Core.Master.Steals (stealFeature)
 import Herd.Core.Master.State
 import Herd.Core.Master.Streams (streamEvent, streamFeature)
 import Herd.Core.Monitor.Ledger
@@ -71,7 +73,7 @@ import Herd.Core.Wire (ToWorker (..))
 -- | The kinds of work the core hosts, in the order each hears the
 -- cluster's events (the shared values first: INV-SHARE-BEFORE).
 features :: [Feature]
-features = [shareFeature, farmFeature, streamFeature, sessionFeature, exchangeFeature, stageFeature]
+features = [shareFeature, farmFeature, streamFeature, sessionFeature, exchangeFeature, stageFeature, stealFeature]
 
 -- | Advance the core by one event at the given time (seconds from any
 -- fixed origin).

@@ -151,6 +151,11 @@ decodeToWorkerSlow = runGet $ do
       | tag == tagPartitionKeep -> PartitionKeep <$> getWord64 <*> getWord32 <*> getRef <*> getWord32 <*> getWord64
       | tag == tagPartsDirectory -> PartsDirectory <$> getText
       | tag == tagPartInFile -> PartInFile <$> getWord64 <*> getWord32 <*> getWord32 <*> getWord64 <*> getText
+      | tag == tagStealAsk -> StealAsk <$> getWord64
+      | tag == tagStolenRun -> StolenRun <$> getWord64 <*> getRef <*> getRest
+      | tag == tagChildDone -> ChildDone <$> getWord64 <*> getRest
+      | tag == tagChildThrew -> ChildThrew <$> getWord64 <*> getText
+      | tag == tagChildLost -> ChildLost <$> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 
 -- A group's run as 'GroupRun' and 'GroupRunHeld' begin: the reduction,
@@ -216,5 +221,12 @@ decodeFromWorkerSlow = runGet $ do
       | tag == tagPartMissing -> PartMissing <$> getWord64 <*> getWord32
       | tag == tagGroupMissing -> GroupMissing <$> getWord64 <*> getWord32
       | tag == tagForwardFile -> ForwardFile <$> getWord64 <*> getWord64 <*> getWord32 <*> getWord32 <*> getWord64 <*> getText
+      | tag == tagWantWork -> pure WantWork
+      | tag == tagChildrenHeld -> ChildrenHeld <$> getWord32
+      | tag == tagStealGiven -> StealGiven <$> getWord64 <*> getWord64 <*> getWord32 <*> getRef <*> getRest
+      | tag == tagStealNone -> StealNone <$> getWord64
+      | tag == tagStolenDone -> StolenDone <$> getWord64 <*> getRest
+      | tag == tagStolenThrew -> StolenThrew <$> getWord64 <*> getText
+      | tag == tagStolenDropped -> StolenDropped <$> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 

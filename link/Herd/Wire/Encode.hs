@@ -56,6 +56,11 @@ toWorkerParts msg = case msg of
               <> putWord32 (fromIntegral (length inputs)) <> foldMap putWord64 inputs <> putWord64 out)
     , arg )
   PartsDirectory dir -> built (putWord8 tagPartsDirectory <> putText dir)
+  StealAsk n -> (taggedHead tagStealAsk n, B.empty)
+  StolenRun n ref arg -> (built' (putWord8 tagStolenRun <> putWord64 n <> putRef ref), arg)
+  ChildDone c v -> (taggedHead tagChildDone c, v)
+  ChildThrew c why -> built (putWord8 tagChildThrew <> putWord64 c <> putText why)
+  ChildLost c -> (taggedHead tagChildLost c, B.empty)
   PartInFile xid g j size path -> built (putWord8 tagPartInFile <> putWord64 xid <> putWord32 g <> putWord32 j <> putWord64 size <> putText path)
   PartsDrop dids -> built (putWord8 tagPartsDrop <> putWord32 (fromIntegral (length dids)) <> foldMap putWord64 dids)
   PartIn xid g j part -> (built' (putWord8 tagPartIn <> putWord64 xid <> putWord32 g <> putWord32 j), part)
@@ -113,6 +118,13 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   PartThrew sid j why -> putWord8 tagPartThrew <> putWord64 sid <> putWord32 j <> putText why
   PartMissing sid j -> putWord8 tagPartMissing <> putWord64 sid <> putWord32 j
   GroupMissing xid g -> putWord8 tagGroupMissing <> putWord64 xid <> putWord32 g
+  WantWork -> putWord8 tagWantWork
+  ChildrenHeld n -> putWord8 tagChildrenHeld <> putWord32 n
+  StealGiven n c left ref arg -> putWord8 tagStealGiven <> putWord64 n <> putWord64 c <> putWord32 left <> putRef ref <> BB.byteString arg
+  StealNone n -> putWord8 tagStealNone <> putWord64 n
+  StolenDone n v -> putWord8 tagStolenDone <> putWord64 n <> BB.byteString v
+  StolenThrew n why -> putWord8 tagStolenThrew <> putWord64 n <> putText why
+  StolenDropped n -> putWord8 tagStolenDropped <> putWord64 n
   ForwardFile dest xid g j size path -> putWord8 tagForwardFile <> putWord64 dest <> putWord64 xid <> putWord32 g <> putWord32 j <> putWord64 size <> putText path
 
 taggedStream :: Word8 -> Word64 -> Encoder -> Encoder

@@ -41,6 +41,8 @@ import Herd.Core.Wire
 import Herd.Wire.Encode
 import Herd.Node.Worker.Streams (Slot (..), StreamHost (..), runStream)
 import Herd.Node.Worker.Cancel (Canceller, Stop (..), computing, deadlineOf, hasQueued, newCanceller, setDeadline, takeCancelled, takeQueued)
+import Herd.Node.Worker.Steal (isStealMessage, runStolenInLoop, stealLink, stealMessage)
+import qualified Herd.Task.Pool as P
 import Herd.Core.Worker.Step
 import System.Exit
 import System.IO.Unsafe (unsafeInterleaveIO)
@@ -72,33 +74,44 @@ data Serving = Serving
 serve :: Connection -> Word64 -> Int -> PacketPolicy -> Int -> IO ()
 serve conn wid maxFrame policy window = do
  scratch <- newScratch
- newCanceller conn maxFrame (maxFrame `div` 5) (scratchCount scratch) $ \cancels -> do
-  sender <- newSender policy (sendRawParts conn)
+ sender <- newSender policy (sendRawParts conn)
+ let urgentReply m = sendMessage sender Urgent (encodeFromWorker m)
+     intercept m
+       | isStealMessage m = stealMessage urgentReply m >> pure True
+       | otherwise = pure False
+ newCanceller conn maxFrame (maxFrame `div` 5) (scratchCount scratch) intercept P.busyPool $ \cancels -> do
   holder <- newHolder wid (\m -> sendMessage sender (fromWorkerUrgency m) (encodeFromWorker m))
   datasets <- newDatasetStore
   sv <- Serving sender <$> newIORef M.empty <*> newIORef M.empty <*> newIORef noBatch
                        <*> newIORef M.empty <*> newIORef 0 <*> pure window <*> pure holder <*> pure scratch
                        <*> newAssembly <*> newExchangeTable wid datasets <*> pure datasets <*> pure cancels
-  let loop = do
+  P.setLink (stealLink (svRunners sv) urgentReply)
+  let loop = P.takeStolen >>= maybe readNext (\c -> runStolenInLoop (svRunners sv) cancels urgentReply c >> whenIdle >> loop)
+      -- nothing left to do: a thief for "Herd.Par" children (unless one
+      -- waits to run here), and the buffer to the master flushed
+      whenIdle = do
+        ready <- (||) <$> hasBufferedFrame conn <*> hasQueued cancels
+        busy <- readIORef (svBusy sv)
+        when (not ready && busy == 0) $ do
+          stolen <- P.hasStolen
+          unless stolen P.askForWork
+          flushIdle sender
+      readNext = do
         -- frames the watch read while a run computed come first
-        frame <- (takeQueued cancels >>= maybe (recvFrame maxFrame conn) (pure . Just)) `catch` \(e :: SomeException) ->
+        frame <- (takeQueued cancels >>= maybe (fmap (fmap (\f -> (f, False))) (recvFrame maxFrame conn)) (pure . Just)) `catch` \(e :: SomeException) ->
           failWith 4 ("connection to master broke: " ++ displayException e)
         case frame of
           Nothing -> pure ()  -- the master is gone: stop quietly
-          Just packet -> case splitPacket (maxFrame `div` 5) packet of
+          Just (packet, stealsTaken) -> case splitPacket (maxFrame `div` 5) packet of
             Left why -> failWith 4 ("bad packet from master: " ++ why)
             Right msgs -> do
               pending <- newIORef M.empty
-              (go, kept) <- processAll sv pending msgs
+              (go, kept) <- processAll sv pending stealsTaken msgs
               pushPending sv pending
               -- nothing refers to a packet whose messages were all
               -- handled here and now: its buffer may take the next one
               unless kept $ recycleFrame conn packet
-              when go $ do
-                ready <- (||) <$> hasBufferedFrame conn <*> hasQueued cancels
-                busy <- readIORef (svBusy sv)
-                when (not ready && busy == 0) $ flushIdle sender
-                loop
+              when go $ whenIdle >> loop
   loop `finally` do
     stopHolder holder
     removeSpills
@@ -107,16 +120,19 @@ serve conn wid maxFrame policy window = do
 -- Input runs of each stream gathered from one packet, newest first.
 type Pending = IORef (M.Map Word64 [(Int, B.ByteString)])
 
--- Handle a packet's messages in order: whether to go on (no 'Shutdown'),
+-- Handle a packet's messages in order (but those about stolen children
+-- if the watch handled them already): whether to go on (no 'Shutdown'),
 -- and whether a message may have kept a slice of the packet ('keepsBytes').
-processAll :: Serving -> Pending -> [B.ByteString] -> IO (Bool, Bool)
-processAll sv pending = go False
+processAll :: Serving -> Pending -> Bool -> [B.ByteString] -> IO (Bool, Bool)
+processAll sv pending stealsTaken = go False
   where
     go kept [] = pure (True, kept)
     go kept (m : ms) = case decodeToWorker m of
       Left why -> failWith 4 ("bad message from master: " ++ why)
       Right Shutdown -> pure (False, kept)
-      Right msg -> handleMessage sv pending msg >> go (kept || keepsBytes msg) ms
+      Right msg
+        | stealsTaken && isStealMessage msg -> go kept ms
+        | otherwise -> handleMessage sv pending msg >> go (kept || keepsBytes msg) ms
 
 -- Whether handling a message may leave something referring to its bytes
 -- after the handler returns. Stream input waits in its stream's queue, and
@@ -150,6 +166,11 @@ keepsBytes msg = case msg of
   StatesDrop {} -> False
   BatchCancel {} -> False
   TaskDeadline {} -> False
+  StealAsk {} -> False
+  StolenRun {} -> False   -- its argument is copied
+  ChildDone {} -> False   -- its value is copied
+  ChildThrew {} -> False
+  ChildLost {} -> False
   _ -> True
 
 handleMessage :: Serving -> Pending -> ToWorker -> IO ()
@@ -173,7 +194,8 @@ handleMessage sv pending msg = case msg of
   ShareDrop n -> dropShared (svShares sv) n >> reply sv Urgent (ShareDropped n)
   HoldBudget b -> setHoldBudget (fromIntegral b) >> tellSpilled sv
   TaskDeadline ms -> setDeadline (svCancel sv) (fromIntegral ms / 1000)
-  _ | isExchangeMessage msg -> exchangeMessage (svExchange sv) (reply sv) msg
+  _ | isStealMessage msg -> stealMessage (reply sv Urgent) msg
+    | isExchangeMessage msg -> exchangeMessage (svExchange sv) (reply sv) msg
     | isDatasetMessage msg -> datasetMessage (svDatasets sv) (reply sv) msg
     | otherwise -> holderMessage (svHolder sv) msg
 

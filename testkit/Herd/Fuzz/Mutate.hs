@@ -15,7 +15,8 @@ import Data.Bits (shiftR, xor, (.&.))
 import qualified Data.ByteString as B
 import qualified Data.Text as T
 import Data.Word (Word64, Word8)
-import Herd.Core.Base (TaskRef)
+import GHC.Fingerprint (Fingerprint (..))
+import Herd.Core.Base (TaskRef (..))
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
 
 -- | One message of every kind a worker sends, with plausible fields.
@@ -28,7 +29,9 @@ toMasterCorpus =
   , ShareHeld 1, ShareDropped 1, ShareSpilled 1, BatchStopped 1
   , Forward 2 1 0 0 (word 3), GroupSent 1 0, GroupThrew 1 0 (T.pack "x"), PartHeld 1 0 0
   , PartitionDone 1 0 (word 3), PartitionThrew 1 0 (T.pack "x")
-  , PartRan 1 0 (word 2), PartThrew 1 0 (T.pack "x"), PartMissing 1 0, GroupMissing 1 0, ForwardFile 2 1 0 0 8 (T.pack "/nonexistent/part") ]
+  , PartRan 1 0 (word 2), PartThrew 1 0 (T.pack "x"), PartMissing 1 0, GroupMissing 1 0, ForwardFile 2 1 0 0 8 (T.pack "/nonexistent/part")
+  , WantWork, ChildrenHeld 2, StealGiven 1 1 0 (fakeRef "child") (word 3), StealNone 1, StolenDone 1 (word 3)
+  , StolenThrew 1 (T.pack "x"), StolenDropped 1 ]
 
 -- | One message of every kind a master sends, naming this function.
 toWorkerCorpus :: TaskRef -> [ToWorker]
@@ -40,7 +43,12 @@ toWorkerCorpus ref =
   , GroupRun 1 0 ref 2 [(0, 1), (1, 2)] (word 0), PartIn 1 0 0 (word 3), PartitionCombine 1 0 ref 1
   , ExchangeEnd 1, StatesDrop [1, 2], BatchCancel 1, TaskDeadline 5000
   , PartRun 1 0 ref [1] 2 (word 4), PartsDrop [1, 2], GroupRunHeld 1 0 ref 2 [(0, 1)] 1, PartitionKeep 1 0 ref 1 2
-  , PartInFile 1 0 0 8 (T.pack "/nonexistent/part") ]
+  , PartInFile 1 0 0 8 (T.pack "/nonexistent/part")
+  , StealAsk 1, StolenRun 1 ref (word 3), ChildDone 1 (word 3), ChildThrew 1 (T.pack "x"), ChildLost 1 ]
+
+-- A function no worker has, for a child a worker claims to give.
+fakeRef :: String -> TaskRef
+fakeRef name = TaskRef (Fingerprint 1 2) name (Fingerprint 3 4) (Fingerprint 5 6)
 
 -- An Int as store encodes it (8 bytes, little-endian).
 word :: Word64 -> B.ByteString

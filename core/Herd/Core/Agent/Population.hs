@@ -142,7 +142,7 @@ given gv k msg hp =
         _ -> (gv { gvWaiting = M.delete k (gvWaiting gv) }, reg)
   in giveDone gv' hp { hpRegistry = reg', hpGiving = Just gv' }
 
--- A give whose every state was answered goes to the master.
+-- | A give whose every state was answered goes to the master.
 giveDone :: Giving -> HostPopulation -> (HostPopulation, [HostOut])
 giveDone gv hp
   | not (M.null (gvWaiting gv)) = (hp, [])
@@ -164,7 +164,7 @@ putStates n states hp
   | otherwise = let (hp', outs) = placeStates states hp
                 in (hp', outs ++ [ToMasterCall (HostCallEnded n (Right (CallSummary [] 0 0)))])
 
--- Place states on the live workers, round robin, their bytes their origin.
+-- | Place states on the live workers, round robin, their bytes their origin.
 placeStates :: [(Word64, B.ByteString)] -> HostPopulation -> (HostPopulation, [HostOut])
 placeStates [] hp = (hp, [])
 placeStates states hp

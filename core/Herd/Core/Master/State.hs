@@ -26,6 +26,7 @@ import Herd.Core.Master.Expect (Expected)
 import Herd.Core.Session (Hosted, SessionView, hostView)
 import Herd.Core.Monitor.Ledger (Ledger, emptyLedger)
 import Herd.Core.Shared (Shares, emptyShares)
+import Herd.Core.Steal (Steals, emptySteals)
 import Herd.Core.Farm (Sched, emptySched)
 import qualified Herd.Core.Farm as S
 
@@ -50,6 +51,7 @@ data Core = Core
   , coreShares   :: !Shares  -- ^ the shared values, and who holds them ("Herd.Core.Shared")
   , coreExchanges :: !(M.Map Word64 Exchange)  -- ^ the keyed reductions running ("Herd.Core.Exchange")
   , coreStages   :: !(M.Map Word64 Stage)      -- ^ the datasets' narrow steps running ("Herd.Core.Dataset.Stage")
+  , coreSteals   :: !Steals                    -- ^ children of "Herd.Par" stolen between workers ("Herd.Core.Steal")
   }
 
 -- | A running call of any kind (a farm, a stream, an evolve or Ref call,
@@ -71,7 +73,7 @@ data Running = Running
 
 -- | No links, no jobs.
 emptyCore :: Core
-emptyCore = Core emptySched M.empty M.empty M.empty M.empty M.empty M.empty False [] emptyLedger emptyShares M.empty M.empty
+emptyCore = Core emptySched M.empty M.empty M.empty M.empty M.empty M.empty False [] emptyLedger emptyShares M.empty M.empty emptySteals
 
 -- | The farm jobs running.
 coreFarmJobs :: Core -> [JobId]

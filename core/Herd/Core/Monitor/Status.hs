@@ -17,6 +17,7 @@ module Herd.Core.Monitor.Status
   , JobRow (..)
   , CallView (..)
   , HostRow (..)
+  , StealCounts (..)
   , Inputs (..)
   , buildStatus
   ) where
@@ -33,6 +34,7 @@ import Herd.Core.Packet.Policy (FlushReason, allFlushReasons)
 import Herd.Core.Packet.Stats (PeerStats (..))
 import qualified Herd.Core.Farm as S
 import Herd.Core.Shared (sharesHeldBy, sharesLive, sharesSpilledBy)
+import Herd.Core.Steal (StealCounts (..), noStealCounts, stealCounts, stealsThieves)
 
 -- | What a worker is doing.
 data WorkerState
@@ -62,6 +64,7 @@ data WorkerRow = WorkerRow
   , rowMemory    :: !(Maybe Int)         -- ^ its resident memory in bytes, as last read (workers the master watches)
   , rowShared    :: !Int                 -- ^ shared values it said it holds
   , rowSpilled   :: !Int                 -- ^ of those, the ones it keeps on its disk
+  , rowSteals    :: !StealCounts         -- ^ what its "Herd.Par" children went through: stolen, ran for others, run again
   } deriving (Eq, Show)
 
 -- | One running farm job.
@@ -173,13 +176,14 @@ buildStatus i = Status
     held = maybe M.empty (M.fromList . viewStates) session
     calls = coreCalls core
     inCall = M.fromList [ (w, ()) | c <- calls, w <- callWorkers c ]
+    thieves = stealsThieves (coreSteals core)
     row (w, a) =
       let lost = isJust (accountLeft a)
           inFlight = if lost then 0 else S.inFlightFor w (coreSched core)
           nStreams = if lost then 0 else M.findWithDefault 0 w streams
           nStates = if lost then 0 else M.findWithDefault 0 w held
           state | lost = Lost
-                | inFlight > 0 || nStreams > 0 || nStates > 0 || M.member w inCall = Busy
+                | inFlight > 0 || nStreams > 0 || nStates > 0 || M.member w inCall || w `elem` thieves = Busy
                 | otherwise = Idle
       in WorkerRow
            { rowWorker = w
@@ -193,7 +197,8 @@ buildStatus i = Status
            , rowLink = if lost then Nothing else M.lookup w (inLinks i)
            , rowMemory = if lost then Nothing else M.lookup w (inMemory i)
            , rowShared = if lost then 0 else M.findWithDefault 0 w (sharesHeldBy shares)
-           , rowSpilled = if lost then 0 else M.findWithDefault 0 w (sharesSpilledBy shares) }
+           , rowSpilled = if lost then 0 else M.findWithDefault 0 w (sharesSpilledBy shares)
+           , rowSteals = M.findWithDefault noStealCounts w (stealCounts (coreSteals core)) }
     job (name, p) =
       let elapsed = max 0 (inNow i - S.progressStarted p)
           done = S.progressDone p

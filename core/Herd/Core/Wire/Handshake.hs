@@ -30,7 +30,7 @@ import Herd.Core.Wire.Codec
 
 -- | Version of this protocol; peers must match exactly.
 protocolVersion :: Word16
-protocolVersion = 13
+protocolVersion = 14
 
 -- | Largest handshake frame either side accepts.
 handshakeFrameLimit :: Int

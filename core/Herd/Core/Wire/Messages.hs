@@ -106,6 +106,20 @@ data ToWorker
     -- ^ from now on, stop a farm task that computes longer than this many
     -- milliseconds and answer it as thrown ('TaskThrew', saying so); 0: no
     -- deadline
+  | StealAsk !Word64
+    -- ^ steal @n@ ("Herd.Core.Steal"): hand over the oldest child of a
+    -- "Herd.Par" computation that another worker may run ('StealGiven'),
+    -- or say there is none ('StealNone')
+  | StolenRun !Word64 !TaskRef !B.ByteString
+    -- ^ run this child stolen from another worker on this argument (its
+    -- @store@ encoding) and answer 'StolenDone' or 'StolenThrew'
+  | ChildDone !Word64 !B.ByteString
+    -- ^ a child of this worker's, run elsewhere, gave this value (its
+    -- @store@ encoding)
+  | ChildThrew !Word64 !Text
+    -- ^ a child of this worker's, run elsewhere, threw this
+  | ChildLost !Word64
+    -- ^ the worker that stole this child was lost: run it here
   deriving (Eq, Show)
 
 -- | Messages from worker to master.
@@ -160,6 +174,23 @@ data FromWorker
   | BatchStopped !Word64
     -- ^ answers 'BatchCancel': the batch ended here early (the results
     -- before it were sent; none after it will be)
+  | WantWork
+    -- ^ this worker is idle (or waits on children run elsewhere): it may
+    -- be given a stolen child ('StolenRun')
+  | ChildrenHeld !Word32
+    -- ^ this worker holds this many children others may steal
+  | StealGiven !Word64 !Word64 !Word32 !TaskRef !B.ByteString
+    -- ^ answers 'StealAsk' @n@: child @c@ (this many are left here), its
+    -- function and its argument's encoding
+  | StealNone !Word64
+    -- ^ answers 'StealAsk': no child is left here to steal
+  | StolenDone !Word64 !B.ByteString
+    -- ^ the child of steal @n@ gave this value (its @store@ encoding)
+  | StolenThrew !Word64 !Text
+    -- ^ the child of steal @n@ threw this (or could not run here)
+  | StolenDropped !Word64
+    -- ^ the child of steal @n@ was stopped here before it ended (its
+    -- computation was cancelled): its holder runs it
   deriving (Eq, Show)
 
 -- | How soon a message to a worker must leave: control messages and the

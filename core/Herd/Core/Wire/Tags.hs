@@ -9,6 +9,7 @@ module Herd.Core.Wire.Tags
   , tagStateReplay, tagPing, tagSharePart, tagShareDrop, tagHoldBudget
   , tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd, tagStatesDrop, tagBatchCancel, tagTaskDeadline
   , tagPartRun, tagPartsDrop, tagGroupRunHeld, tagPartitionKeep, tagPartsDirectory, tagPartInFile
+  , tagStealAsk, tagStolenRun, tagChildDone, tagChildThrew, tagChildLost
     -- * Worker to master
   , tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone
   , tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected
@@ -16,6 +17,7 @@ module Herd.Core.Wire.Tags
   , tagShareHeld, tagShareDropped, tagShareSpilled
   , tagForward, tagGroupSent, tagGroupThrew, tagPartHeld, tagPartitionDone, tagPartitionThrew
   , tagBatchStopped, tagPartRan, tagPartThrew, tagPartMissing, tagGroupMissing, tagForwardFile
+  , tagWantWork, tagChildrenHeld, tagStealGiven, tagStealNone, tagStolenDone, tagStolenThrew, tagStolenDropped
   ) where
 
 import Data.Word (Word8)
@@ -73,6 +75,15 @@ tagPartsDirectory, tagPartInFile :: Word8
 tagPartsDirectory = 30
 tagPartInFile = 31
 
+-- | Tags of the messages to a worker for children of "Herd.Par" that
+-- other workers steal ("Herd.Core.Steal").
+tagStealAsk, tagStolenRun, tagChildDone, tagChildThrew, tagChildLost :: Word8
+tagStealAsk = 32
+tagStolenRun = 33
+tagChildDone = 34
+tagChildThrew = 35
+tagChildLost = 36
+
 -- | Tags of the messages to the master.
 tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone,
   tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected,
@@ -122,3 +133,13 @@ tagGroupMissing = 31
 -- | Tag of a worker's part for another worker, handed over in a file.
 tagForwardFile :: Word8
 tagForwardFile = 32
+
+-- | Tags of a worker's messages for stolen children ("Herd.Core.Steal").
+tagWantWork, tagChildrenHeld, tagStealGiven, tagStealNone, tagStolenDone, tagStolenThrew, tagStolenDropped :: Word8
+tagWantWork = 33
+tagChildrenHeld = 34
+tagStealGiven = 35
+tagStealNone = 36
+tagStolenDone = 37
+tagStolenThrew = 38
+tagStolenDropped = 39

@@ -110,6 +110,9 @@ workerJson r =
        , ("memory_bytes", maybe JNull int (rowMemory r))
        , ("shared", int (rowShared r))
        , ("shared_spilled", int (rowSpilled r))
+       , ("children_stolen", int (countStolen (rowSteals r)))
+       , ("stolen_children_ran", int (countRan (rowSteals r)))
+       , ("children_rerun", int (countRerun (rowSteals r)))
        ] ++ maybe [] linkJson (rowLink r)
 
 -- A worker's link's counters, in its row.
@@ -184,6 +187,12 @@ prometheusText s = concat
       (fromIntegral . rowShared)
   , perWorker "herd_worker_shared_spilled" "gauge" "Shared values the worker said it keeps on its disk."
       (fromIntegral . rowSpilled)
+  , perWorker "herd_worker_children_stolen_total" "counter" "Herd.Par children of the worker's that other workers stole."
+      (fromIntegral . countStolen . rowSteals)
+  , perWorker "herd_worker_stolen_children_ran_total" "counter" "Herd.Par children the worker stole from others and ran."
+      (fromIntegral . countRan . rowSteals)
+  , perWorker "herd_worker_children_rerun_total" "counter" "Herd.Par children the worker ran again itself after their thief was lost."
+      (fromIntegral . countRerun . rowSteals)
   , perLink "herd_packets_sent_total" "Packets the master sent to the worker." packetsSent
   , perLink "herd_messages_sent_total" "Messages the master sent to the worker." messagesSent
   , perLink "herd_bytes_sent_total" "Bytes the master sent to the worker." bytesSent

@@ -9,7 +9,11 @@
 -- order, notes every cancel in them, and interrupts the run when its own
 -- batch is cancelled, or when the run's task has computed longer than the
 -- deadline the master set ('setDeadline'; the watch sees a task end as
--- the run's count of results grows).
+-- the run's count of results grows). The watch also hands the messages
+-- that cannot wait for the run's end (a thief's ask for a "Herd.Par"
+-- child, a child's answer) to the handler it was given, at once, and
+-- marks their frames so the loop does not handle them again; while the
+-- handler says its work is afoot, it looks every millisecond.
 --
 -- Promises: the loop's reads and the watch's never overlap (the watch
 -- reads only while a run computes, and the run waits for a read in
@@ -72,21 +76,24 @@ data Canceller = Canceller
   , cnSplit     :: !Int                        -- ^ the packet's message cap
   , cnRun       :: !(IORef Run)
   , cnCancelled :: !(IORef (S.Set Word64))     -- ^ batches cancelled in frames read ahead
-  , cnQueued    :: !(IORef (Seq B.ByteString)) -- ^ frames read ahead, for the loop
+  , cnQueued    :: !(IORef (Seq (B.ByteString, Bool))) -- ^ frames read ahead, for the loop (and whether the handler took some of their messages)
   , cnLoop      :: !ThreadId                   -- ^ the loop's thread
   , cnProgress  :: !(IO Int)                   -- ^ results the run in progress has made
   , cnRuns      :: !(IORef Int)                -- ^ runs started, so the watch sees a new one
   , cnDeadline  :: !(IORef Double)             -- ^ seconds a task may compute (0: no deadline)
+  , cnIntercept :: !(ToWorker -> IO Bool)      -- ^ handle a message now ('True'), or leave it to the loop
+  , cnEager     :: !(IO Bool)                  -- ^ whether to look every millisecond
   }
 
 -- | Start the watch for this link (its frame cap, its packets' message
--- cap, and how many results the run in progress has made), run the body
--- with it, and stop the watch after.
-newCanceller :: Connection -> Int -> Int -> IO Int -> (Canceller -> IO a) -> IO a
-newCanceller conn cap split progress body = do
+-- cap, how many results the run in progress has made, the handler of
+-- messages that cannot wait and whether it wants a quick eye), run the
+-- body with it, and stop the watch after.
+newCanceller :: Connection -> Int -> Int -> IO Int -> (ToWorker -> IO Bool) -> IO Bool -> (Canceller -> IO a) -> IO a
+newCanceller conn cap split progress intercept eager body = do
   me <- myThreadId
   cn <- Canceller conn cap split <$> newIORef Idle <*> newIORef S.empty <*> newIORef Seq.empty <*> pure me
-                                 <*> pure progress <*> newIORef 0 <*> newIORef 0
+                                 <*> pure progress <*> newIORef 0 <*> newIORef 0 <*> pure intercept <*> pure eager
   bracket (forkIO (watch cn)) killThread (const (body cn))
 
 -- | The deadline per task, in seconds (0: none).
@@ -127,8 +134,9 @@ computing cn bid act = mask $ \restore -> do
 takeCancelled :: Canceller -> Word64 -> IO Bool
 takeCancelled cn bid = atomicModifyIORef' (cnCancelled cn) (\s -> (S.delete bid s, S.member bid s))
 
--- | The oldest frame read ahead, if any.
-takeQueued :: Canceller -> IO (Maybe B.ByteString)
+-- | The oldest frame read ahead, if any, and whether the watch's handler
+-- took some of its messages (the loop skips those).
+takeQueued :: Canceller -> IO (Maybe (B.ByteString, Bool))
 takeQueued cn = do
   q <- readIORef (cnQueued cn)
   case Seq.viewl q of
@@ -146,7 +154,8 @@ watch :: Canceller -> IO ()
 watch cn = go (-1, -1) 0
   where
     go seen since = do
-      threadDelay 20000
+      quick <- cnEager cn
+      threadDelay (if quick then 1000 else 20000)
       st <- readIORef (cnRun cn)
       case st of
         Computing bid -> do
@@ -183,8 +192,10 @@ readAhead cn = do
       case f of
         Just frame -> (B.copy frame :) <$> frames
         Nothing -> pure []
-    keep frame = do
-      modifyIORef' (cnQueued cn) (|> frame)
-      case splitPacket (cnSplit cn) frame of
-        Right msgs -> modifyIORef' (cnCancelled cn) (S.union (S.fromList [ bid | Right (BatchCancel bid) <- map decodeToWorker msgs ]))
-        Left _ -> pure ()
+    keep frame = case splitPacket (cnSplit cn) frame of
+      Right msgs -> do
+        let decoded = [ m | Right m <- map decodeToWorker msgs ]
+        modifyIORef' (cnCancelled cn) (S.union (S.fromList [ bid | BatchCancel bid <- decoded ]))
+        taken <- or <$> mapM (cnIntercept cn) decoded
+        modifyIORef' (cnQueued cn) (|> (frame, taken))
+      Left _ -> modifyIORef' (cnQueued cn) (|> (frame, False))

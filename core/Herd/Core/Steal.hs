@@ -1,0 +1,194 @@
+-- | Work stealing between workers for "Herd.Par": the master's broker of
+-- children that a worker spawned and another, idle, may run.
+--
+-- A worker running a Par computation keeps its stealable children in a
+-- pool of its own and runs them itself unless they are stolen (the master
+-- is not on the path of a spawn). It tells the master when its pool has
+-- children ('Herd.Core.Wire.ChildrenHeld'); an idle worker, or one whose computation
+-- waits on children run elsewhere, asks for work ('Herd.Core.Wire.WantWork'). The broker
+-- pairs them: it asks the holder with the most children for its oldest
+-- ('StealAsk'), hands what it gives to the thief ('StolenRun'), and hands
+-- the thief's answer back to the holder ('ChildDone', 'ChildThrew'). A
+-- thief that asked when no worker held children waits, oldest first, for
+-- the next holder.
+--
+-- Promises: every child given is answered to its holder exactly once
+-- (its value, its error, or 'ChildLost' when its thief was lost, so the
+-- holder runs it itself), unless the holder was lost first; a thief is
+-- never asked to run its own child; a thief has at most one steal asked
+-- for it at a time; messages naming unknown steals (late, or forged) are
+-- ignored. Pure.
+module Herd.Core.Steal
+  ( Steals
+  , emptySteals
+  , StealCounts (..)
+  , noStealCounts
+  , stealCounts
+  , stealsRunning
+  , stealsIdle
+  , stealsThieves
+  , wantWork
+  , childrenHeld
+  , stealGiven
+  , stealNone
+  , stolenAnswered
+  , stolenDropped
+  , stealLost
+  ) where
+
+import Data.List (foldl', sortOn)
+import qualified Data.Map.Strict as M
+import Data.Ord (Down (..))
+import Data.Sequence (Seq, (|>))
+import qualified Data.Sequence as Seq
+import qualified Data.ByteString as B
+import Data.Text (Text)
+import Data.Word (Word32, Word64)
+import Herd.Core.Base (TaskRef, WorkerId)
+import Herd.Core.Wire.Messages (ToWorker (..))
+
+-- | What one worker's children went through, for watchers.
+data StealCounts = StealCounts
+  { countStolen :: !Int  -- ^ children taken from this worker by others
+  , countRan    :: !Int  -- ^ children of others this worker ran
+  , countRerun  :: !Int  -- ^ its children it ran itself after their thief was lost
+  } deriving (Eq, Show)
+
+-- | Nothing stolen.
+noStealCounts :: StealCounts
+noStealCounts = StealCounts 0 0 0
+
+-- A child handed to a thief.
+data Handed = Handed
+  { hThief  :: !WorkerId
+  , hHolder :: !WorkerId
+  , hChild  :: !Word64
+  } deriving (Eq, Show)
+
+-- | The broker's state.
+data Steals = Steals
+  { stHolding :: !(M.Map WorkerId Int)   -- ^ children each holder has, as last said, less those asked for since
+  , stIdle    :: !(Seq WorkerId)          -- ^ thieves waiting for a holder, oldest first
+  , stAsked   :: !(M.Map Word64 (Maybe WorkerId, WorkerId))
+    -- ^ steals asked of a holder: the thief ('Nothing' once it was lost) and the holder
+  , stHanded  :: !(M.Map Word64 Handed)  -- ^ steals whose child a thief runs
+  , stNext    :: !Word64
+  , stCounts  :: !(M.Map WorkerId StealCounts)
+  } deriving (Eq, Show)
+
+-- | No holders, no thieves.
+emptySteals :: Steals
+emptySteals = Steals M.empty Seq.empty M.empty M.empty 1 M.empty
+
+-- | What each worker's children went through so far (workers with none are left out).
+stealCounts :: Steals -> M.Map WorkerId StealCounts
+stealCounts = stCounts
+
+-- | Children being run by thieves now.
+stealsRunning :: Steals -> Int
+stealsRunning = M.size . stHanded
+
+-- | Workers running a stolen child now.
+stealsThieves :: Steals -> [WorkerId]
+stealsThieves = map hThief . M.elems . stHanded
+
+-- | Thieves waiting for a holder, oldest first.
+stealsIdle :: Steals -> [WorkerId]
+stealsIdle = foldr (:) [] . stIdle
+
+type Out = (Steals, [(WorkerId, ToWorker)])
+
+-- | A worker asks for work.
+wantWork :: WorkerId -> Steals -> Out
+wantWork t st
+  | any ((== Just t) . fst) (M.elems (stAsked st)) = (st, [])   -- it has one asked already
+  | otherwise = serve t st { stIdle = Seq.filter (/= t) (stIdle st) }
+
+-- | A worker holds this many children others may steal: it is busy (no
+-- longer a waiting thief), and waiting thieves may steal from it.
+childrenHeld :: WorkerId -> Word32 -> Steals -> Out
+childrenHeld v k st = serveIdle (setHolding v (fromIntegral k) st { stIdle = Seq.filter (/= v) (stIdle st) })
+
+-- | A holder gave the child of steal @n@ (and has this many left).
+stealGiven :: WorkerId -> Word64 -> Word64 -> Word32 -> TaskRef -> B.ByteString -> Steals -> Out
+stealGiven v n c left ref arg st0 = case M.lookup n (stAsked st0) of
+  Just (thief, holder) | holder == v ->
+    let st = setHolding v (fromIntegral left) st0 { stAsked = M.delete n (stAsked st0) }
+    in case thief of
+      Just t -> more (hand t st) [(t, StolenRun n ref arg)]
+      Nothing -> case Seq.viewl (Seq.filter (/= v) (stIdle st)) of
+        -- its thief was lost: another waiting one takes it, or it goes home
+        t Seq.:< _ -> more (hand t st { stIdle = Seq.filter (/= t) (stIdle st) }) [(t, StolenRun n ref arg)]
+        Seq.EmptyL -> more (count v (\x -> x { countRerun = countRerun x + 1 }) st) [(v, ChildLost c)]
+  _ -> (st0, [])
+  where
+    hand t st = count t (\x -> x { countRan = countRan x + 1 }) $ count v (\x -> x { countStolen = countStolen x + 1 })
+                st { stHanded = M.insert n (Handed t v c) (stHanded st) }
+    more st sends = let (st', sends') = serveIdle st in (st', sends ++ sends')
+
+-- | A holder had nothing left for steal @n@: its thief tries another.
+stealNone :: WorkerId -> Word64 -> Steals -> Out
+stealNone v n st0 = case M.lookup n (stAsked st0) of
+  Just (thief, holder) | holder == v ->
+    let st = st0 { stAsked = M.delete n (stAsked st0), stHolding = M.delete v (stHolding st0) }
+    in maybe (st, []) (`serve` st) thief
+  _ -> (st0, [])
+
+-- | The thief of steal @n@ answered: its child's value ('Right') or error.
+stolenAnswered :: WorkerId -> Word64 -> Either Text B.ByteString -> Steals -> Out
+stolenAnswered t n answer st = case M.lookup n (stHanded st) of
+  Just h | hThief h == t ->
+    ( st { stHanded = M.delete n (stHanded st) }
+    , [(hHolder h, either (ChildThrew (hChild h)) (ChildDone (hChild h)) answer)] )
+  _ -> (st, [])
+
+-- | The thief of steal @n@ stopped its child before it ended: its holder
+-- runs it.
+stolenDropped :: WorkerId -> Word64 -> Steals -> Out
+stolenDropped t n st = case M.lookup n (stHanded st) of
+  Just h | hThief h == t ->
+    ( count (hHolder h) (\x -> x { countRerun = countRerun x + 1 }) st { stHanded = M.delete n (stHanded st) }
+    , [(hHolder h, ChildLost (hChild h))] )
+  _ -> (st, [])
+
+-- | A worker was lost: its children given to others will not be wanted,
+-- children it ran for others go home, and steals asked of it go elsewhere.
+stealLost :: WorkerId -> Steals -> Out
+stealLost w st0 = (st3, homes ++ retries)
+  where
+    st1 = st0 { stHolding = M.delete w (stHolding st0), stIdle = Seq.filter (/= w) (stIdle st0)
+              , stHanded = M.filter (\h -> hHolder h /= w && hThief h /= w) (stHanded st0)
+              , stAsked = M.mapMaybe forgetThief (M.filter ((/= w) . snd) (stAsked st0)) }
+    forgetThief (thief, holder) = Just (if thief == Just w then Nothing else thief, holder)
+    lostRuns = [ h | h <- M.elems (stHanded st0), hThief h == w, hHolder h /= w ]
+    homes = [ (hHolder h, ChildLost (hChild h)) | h <- lostRuns ]
+    st2 = foldl' (\s h -> count (hHolder h) (\x -> x { countRerun = countRerun x + 1 }) s) st1 lostRuns
+    orphans = [ t | (Just t, holder) <- M.elems (stAsked st0), holder == w, t /= w ]
+    (st3, retries) = foldl' (\(s, out) t -> let (s', out') = serve t s in (s', out ++ out')) (st2, []) orphans
+
+-- Ask the holder with the most children (not the thief) for one, or
+-- queue the thief.
+serve :: WorkerId -> Steals -> Out
+serve t st = case sortOn (\(v, k) -> (Down k, v)) [ vk | vk@(v, k) <- M.toList (stHolding st), v /= t, k > 0 ] of
+  (v, _) : _ ->
+    let n = stNext st
+    in ( (setHolding v (stHolding st M.! v - 1) st) { stAsked = M.insert n (Just t, v) (stAsked st), stNext = n + 1 }
+       , [(v, StealAsk n)] )
+  [] -> (st { stIdle = stIdle st |> t }, [])
+
+-- Serve waiting thieves, oldest first, each that some holder (not
+-- itself) has children for; the others keep their places.
+serveIdle :: Steals -> Out
+serveIdle st0 = foldl' step (st0 { stIdle = Seq.empty }, []) (stIdle st0)
+  where
+    step (st, out) t
+      | any (\(v, k) -> v /= t && k > 0) (M.toList (stHolding st)) = let (st', out') = serve t st in (st', out ++ out')
+      | otherwise = (st { stIdle = stIdle st |> t }, out)
+
+setHolding :: WorkerId -> Int -> Steals -> Steals
+setHolding v k st
+  | k > 0 = st { stHolding = M.insert v k (stHolding st) }
+  | otherwise = st { stHolding = M.delete v (stHolding st) }
+
+count :: WorkerId -> (StealCounts -> StealCounts) -> Steals -> Steals
+count w f st = st { stCounts = M.alter (Just . f . maybe noStealCounts id) w (stCounts st) }

@@ -1,0 +1,212 @@
+-- | A process's pool of stealable "Herd.Par" children: what
+-- 'Herd.Par.spawnTask' offers, what the worker's watch hands to thieves
+-- ("Herd.Node.Worker.Steal"), and the answers that come back.
+--
+-- Every Par computation of the process ('Session') offers its children
+-- here; it takes them back one by one to run them itself, newest first,
+-- unless a thief took them first (oldest first: the biggest pieces of a
+-- divide-and-conquer tree). A child taken stays on record until its answer
+-- comes back, which goes to the inbox of the computation that spawned it.
+-- Outside a worker (no link is set) nothing is ever stolen, and a spawn
+-- costs one map insertion.
+--
+-- Promises: a child is run once (by its session, or by one thief at a
+-- time) unless its thief was lost, when its session gets 'Lost' and runs
+-- it itself; the master hears that this worker holds children when the
+-- pool goes from none to some, and that it wants work at most once until
+-- it is given some ('StolenChild'); every operation is safe from any
+-- thread (one atomic change each).
+module Herd.Task.Pool
+  ( -- * Sessions
+    Session
+  , newSession
+  , Answer (..)
+  , offer
+  , takeBack
+  , withdraw
+  , nextAnswers
+  , awaitWork
+  , Work (..)
+    -- * The worker's side
+  , StolenChild (..)
+  , Link (..)
+  , setLink
+  , linked
+  , stealOldest
+  , answerChild
+  , loseChild
+  , gotStolen
+  , takeStolen
+  , hasStolen
+  , askForWork
+  , runStolenHere
+  , busyPool
+  ) where
+
+import Control.Concurrent.STM
+import Control.Monad (when)
+import qualified Data.ByteString as B
+import Data.IORef
+import qualified Data.Map.Strict as M
+import Data.Sequence (Seq, ViewL (..), (|>))
+import qualified Data.Sequence as Seq
+import Data.Word (Word64)
+import Herd.Core.Base (TaskRef)
+import System.IO.Unsafe (unsafePerformIO)
+
+-- | What came back for a child that a thief took.
+data Answer
+  = Answered !Word64 !(Either String B.ByteString)  -- ^ its value's encoding, or why it failed
+  | Lost !Word64                                     -- ^ its thief was lost: run it here
+  deriving (Eq, Show)
+
+-- | One Par computation's inbox.
+newtype Session = Session (TVar [Answer])
+
+-- A child offered: its function, its argument's encoding (made only if it
+-- is stolen) and the session it answers to.
+data Child = Child !TaskRef B.ByteString !Session
+
+-- | A child stolen from another worker, for this one to run: the steal's
+-- number, the function and its argument's encoding.
+data StolenChild = StolenChild !Word64 !TaskRef !B.ByteString
+
+-- | How the pool reaches the master and runs stolen children, set by the
+-- worker's loop.
+data Link = Link
+  { linkChildrenHeld :: Int -> IO ()        -- ^ tell the master this many children are here
+  , linkWantWork     :: IO ()               -- ^ ask the master for a stolen child
+  , linkRun          :: StolenChild -> IO ()  -- ^ run a stolen child and answer it (inside a computation)
+  }
+
+data Pool = Pool
+  { plOffered :: !(IORef (M.Map Word64 Child))  -- ^ children not taken, by number (oldest first)
+  , plAway    :: !(IORef (M.Map Word64 Child))  -- ^ children a thief runs
+  , plNext    :: !(IORef Word64)
+  , plLink    :: !(IORef (Maybe Link))
+  , plAsked   :: !(IORef Bool)                  -- ^ a 'linkWantWork' is unanswered
+  , plStolen  :: !(TVar (Seq StolenChild))      -- ^ stolen children given to this worker, not yet run
+  }
+
+thePool :: Pool
+thePool = unsafePerformIO $
+  Pool <$> newIORef M.empty <*> newIORef M.empty <*> newIORef 1 <*> newIORef Nothing
+       <*> newIORef False <*> newTVarIO Seq.empty
+{-# NOINLINE thePool #-}
+
+-- | A new computation's inbox.
+newSession :: IO Session
+newSession = Session <$> newTVarIO []
+
+-- | Set the worker's link (once, when the worker's loop starts).
+setLink :: Link -> IO ()
+setLink l = writeIORef (plLink thePool) (Just l)
+
+-- | Whether this process is a worker whose children others may steal.
+linked :: IO Bool
+linked = maybe False (const True) <$> readIORef (plLink thePool)
+
+-- | Offer a child (its function, its argument's encoding, lazily): its number.
+offer :: Session -> TaskRef -> B.ByteString -> IO Word64
+offer s ref arg = do
+  n <- atomicModifyIORef' (plNext thePool) (\k -> (k + 1, k))
+  was <- atomicModifyIORef' (plOffered thePool) (\m -> (M.insert n (Child ref arg s) m, M.null m))
+  -- the master takes a holder off its idle thieves: this worker asks anew when it waits
+  when was $ withLink (\l -> writeIORef (plAsked thePool) False >> linkChildrenHeld l 1)
+  pure n
+
+-- | Take a child back to run it here: 'False' if a thief has it.
+takeBack :: Word64 -> IO Bool
+takeBack n = atomicModifyIORef' (plOffered thePool) $ \m -> case M.lookup n m of
+  Just _ -> (M.delete n m, True)
+  Nothing -> (m, False)
+
+-- | Forget children offered and not taken (their computation ended).
+withdraw :: [Word64] -> IO ()
+withdraw ns = atomicModifyIORef' (plOffered thePool) (\m -> (foldr M.delete m ns, ()))
+
+-- | The answers in a session's inbox, without waiting.
+nextAnswers :: Session -> IO [Answer]
+nextAnswers (Session box) = atomically (swapTVar box [])
+
+-- | What a computation that can go no further meets first.
+data Work
+  = Answers [Answer]   -- ^ answers to its children
+  | Steal StolenChild  -- ^ a child stolen from another worker, to run meanwhile
+
+-- | Wait for an answer to one of this session's children, or for a
+-- stolen child to run meanwhile.
+awaitWork :: Session -> IO Work
+awaitWork (Session box) = atomically $ do
+  as <- readTVar box
+  if not (null as) then writeTVar box [] >> pure (Answers as) else do
+    q <- readTVar (plStolen thePool)
+    case Seq.viewl q of
+      c :< rest -> writeTVar (plStolen thePool) rest >> pure (Steal c)
+      EmptyL -> retry
+
+-- | A thief asks: the oldest child offered (now away), and how many are left.
+stealOldest :: IO (Maybe (Word64, TaskRef, B.ByteString, Int))
+stealOldest = do
+  taken <- atomicModifyIORef' (plOffered thePool) $ \m -> case M.minViewWithKey m of
+    Just ((n, c), rest) -> (rest, Just (n, c, M.size rest))
+    Nothing -> (m, Nothing)
+  case taken of
+    Nothing -> pure Nothing
+    Just (n, c@(Child ref arg _), left) -> do
+      atomicModifyIORef' (plAway thePool) (\m -> (M.insert n c m, ()))
+      pure (Just (n, ref, arg, left))
+
+-- | A taken child's answer came back: to its session's inbox.
+answerChild :: Word64 -> Either String B.ByteString -> IO ()
+answerChild n r = home n (Answered n r)
+
+-- | A taken child's thief was lost: its session runs it.
+loseChild :: Word64 -> IO ()
+loseChild n = home n (Lost n)
+
+home :: Word64 -> Answer -> IO ()
+home n a = do
+  c <- atomicModifyIORef' (plAway thePool) (\m -> (M.delete n m, M.lookup n m))
+  case c of
+    Just (Child _ _ (Session box)) -> atomically (modifyTVar' box (a :))
+    Nothing -> pure ()   -- late, or for a computation that ended
+
+-- | The master gave this worker a stolen child to run.
+gotStolen :: StolenChild -> IO ()
+gotStolen c = do
+  writeIORef (plAsked thePool) False
+  atomically (modifyTVar' (plStolen thePool) (|> c))
+
+-- | A stolen child waiting to run, if any.
+takeStolen :: IO (Maybe StolenChild)
+takeStolen = atomically $ do
+  q <- readTVar (plStolen thePool)
+  case Seq.viewl q of
+    c :< rest -> writeTVar (plStolen thePool) rest >> pure (Just c)
+    EmptyL -> pure Nothing
+
+-- | Whether a stolen child waits to run.
+hasStolen :: IO Bool
+hasStolen = not . Seq.null <$> readTVarIO (plStolen thePool)
+
+-- | Ask the master for work, unless an ask is unanswered.
+askForWork :: IO ()
+askForWork = withLink $ \l -> do
+  first <- atomicModifyIORef' (plAsked thePool) (\a -> (True, not a))
+  when first (linkWantWork l)
+
+-- | Run a stolen child inside a computation that waits, and answer it.
+runStolenHere :: StolenChild -> IO ()
+runStolenHere c = withLink (\l -> linkRun l c)
+
+-- | Whether children are offered or away (the watch then looks at the
+-- link often).
+busyPool :: IO Bool
+busyPool = do
+  o <- readIORef (plOffered thePool)
+  a <- readIORef (plAway thePool)
+  pure (not (M.null o && M.null a))
+
+withLink :: (Link -> IO ()) -> IO ()
+withLink act = readIORef (plLink thePool) >>= mapM_ act
