@@ -1,9 +1,12 @@
 -- | Futures from the caller ("Herd.Future") on two local workers: a
 -- graph of futures gives what sequential evaluation gives, also with a
 -- worker killed while it runs; a failing future fails its dependents with
--- its error; a cancelled one throws and leaves the cluster working.
+-- its error; a cancelled one throws and leaves the cluster working. Held
+-- futures keep their values on the workers: a chain of them gives the
+-- sequential value, also when the worker holding it is killed.
 module FutureSpec (spec) where
 
+import Control.Concurrent (threadDelay)
 import Control.Concurrent.Async (AsyncCancelled (..))
 import Control.Exception (fromException, try)
 import qualified Data.ByteString.Char8 as BC
@@ -18,6 +21,7 @@ import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec
 import Test.QuickCheck
 import Test.QuickCheck.Monadic (assert, monadicIO, run)
+import TestTasks (refSlowInc, refSquare)
 
 -- A random graph: node i depends on some earlier nodes.
 graphGen :: Int -> Gen [(Int, [Int])]
@@ -81,6 +85,24 @@ spec = describe "futures from the caller" $ do
       victim : _ <- clusterWorkerInfo cluster
       signalProcess sigKILL (fromIntegral (infoPid victim))
       mapM await slow `shouldReturn` [ nfibOf n | n <- [39 .. 41] ]
+      statusLostTotal <$> clusterStatus cluster `shouldReturn` 1
+  it "keeps held futures' values on the workers, and makes them again when their worker is killed" $
+    withCluster cfg $ \cluster -> do
+      True <- waitForWorkers cluster 2 30
+      a <- submitHeld cluster refSquare 3
+      b <- submitOn cluster refSquare a
+      (await b >>= fetch cluster) `shouldReturn` 81
+      (await a >>= fetch cluster) `shouldReturn` 9
+      -- a chain of 30 steps of 20 ms, its holder killed a third of the way
+      start <- submitHeld cluster refSquare 4
+      let chain 0 f = pure f
+          chain k f = submitOn cluster refSlowInc f >>= chain (k - 1 :: Int)
+      end <- chain 30 start
+      _ <- await start
+      threadDelay 200000
+      victim : _ <- clusterWorkerInfo cluster
+      signalProcess sigKILL (fromIntegral (infoPid victim))
+      (await end >>= fetch cluster) `shouldReturn` 46
       statusLostTotal <$> clusterStatus cluster `shouldReturn` 1
   where
     nfibOf :: Int -> Int

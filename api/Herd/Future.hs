@@ -15,6 +15,18 @@
 -- futures keep every worker busy. A future whose input failed fails with
 -- the input's error, and is not run.
 --
+-- A held future keeps its value on the worker that made it: 'submitHeld'
+-- runs a Ref task ('refTask') and the future gives the value's 'Ref';
+-- 'submitOn' runs a Ref task on a held future's value on the worker that
+-- holds it, once it is in, so a chain of them moves no value through the
+-- caller. 'fetch' brings a value back, 'release' frees it. A held value
+-- lost with its worker is made again from its task and input (and those
+-- from theirs), as every 'Ref' is.
+--
+-- > a <- submitHeld cluster squareRef 3
+-- > b <- submitOn cluster squareRef a     -- where a's value is
+-- > await b >>= fetch cluster              -- 81
+--
 -- Promises: 'await' gives the task's value or throws its 'HerdError'
 -- (the same each time it is awaited); 'cancel' stops a future that has
 -- not ended (its task is stopped on its worker) and makes 'await' throw;
@@ -27,6 +39,9 @@ module Herd.Future
   , await
   , poll
   , cancel
+    -- * Values that stay on the workers
+  , submitHeld
+  , submitOn
   ) where
 
 import Control.Concurrent.Async (Async, async, wait)
@@ -70,3 +85,18 @@ poll (Future a) = A.poll a
 -- | Stop a future that has not ended; 'await' then throws.
 cancel :: Future a -> IO ()
 cancel (Future a) = A.cancel a
+
+-- | Run a Ref task on this input; returns at once. The value stays on
+-- the worker that made it: the future gives its 'Ref'.
+submitHeld :: Cluster -> StaticPtr (RefTask a b) -> a -> IO (Future (Ref b))
+submitHeld cluster t x = Future <$> async (one "submitHeld" =<< farmRefs cluster t [x])
+
+-- | Run a Ref task on a held future's value, on the worker that holds it,
+-- once it is in; returns at once. The input stays held; the new value
+-- stays where it was made.
+submitOn :: Cluster -> StaticPtr (RefTask a b) -> Future (Ref a) -> IO (Future (Ref b))
+submitOn cluster t input = Future <$> async (await input >>= \r -> one "submitOn" =<< mapRefs cluster t [r])
+
+one :: String -> [x] -> IO x
+one _ [x] = pure x
+one what _ = ioError (userError ("herd: " ++ what ++ " gave other than one value (a bug in herd)"))
