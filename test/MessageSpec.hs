@@ -48,7 +48,7 @@ fromWorkerIndex m = case m of
   Forward {} -> 20; GroupSent {} -> 21; GroupThrew {} -> 22; PartHeld {} -> 23; PartitionDone {} -> 24
   PartitionThrew {} -> 25; BatchStopped {} -> 26
   PartRan {} -> 27; PartThrew {} -> 28; PartMissing {} -> 29; GroupMissing {} -> 30; ForwardFile {} -> 31
-  WantWork -> 32; ChildrenHeld {} -> 33; StealGiven {} -> 34; StealNone {} -> 35; StolenDone {} -> 36; StolenThrew {} -> 37; StolenDropped {} -> 38
+  WantWork -> 32; ChildrenHeld {} -> 33; StealGiven {} -> 34; StealNone {} -> 35; StolenDone {} -> 36; StolenThrew {} -> 37; StolenDropped {} -> 38; ChildrenSpawned {} -> 39
 
 bytes :: Gen B.ByteString
 bytes = B.pack <$> resize 40 arbitrary
@@ -99,7 +99,7 @@ genFromWorker = oneof
   , GroupMissing <$> arbitrary <*> arbitrary
   , ForwardFile <$> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary <*> text
   , pure WantWork, ChildrenHeld <$> arbitrary, StealGiven <$> arbitrary <*> arbitrary <*> arbitrary <*> ref <*> bytes
-  , StealNone <$> arbitrary, StolenDone <$> arbitrary <*> bytes, StolenThrew <$> arbitrary <*> text, StolenDropped <$> arbitrary ]
+  , StealNone <$> arbitrary, StolenDone <$> arbitrary <*> bytes, StolenThrew <$> arbitrary <*> text, StolenDropped <$> arbitrary, ChildrenSpawned <$> arbitrary ]
 
 spec :: Spec
 spec = describe "every protocol message" $ do
@@ -137,7 +137,7 @@ spec = describe "every protocol message" $ do
     ts <- generate (vectorOf 3000 genToWorker)
     fs <- generate (vectorOf 3000 genFromWorker)
     sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 35]
-    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 38]
+    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 39]
 
 -- The report as the general decoder reads it (tag byte skipped).
 generalEvolved :: Get (Word64, Word64, [(Word64, B.ByteString)])

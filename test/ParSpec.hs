@@ -118,6 +118,10 @@ stealing = describe "children other workers steal" $ do
       sum (map (countStolen . rowSteals) rows) `shouldSatisfy` (> 0)
       sum (map (countRan . rowSteals) rows) `shouldBe` sum (map (countStolen . rowSteals) rows)
       sum (map (countRerun . rowSteals) rows) `shouldBe` 0
+      -- one spawn per inner node of the tree, whichever worker ran it; told when each is idle
+      let spawned = sum . map (countSpawned . rowSteals) . statusWorkers <$> clusterStatus cluster
+          settle k = spawned >>= \s -> if s == 15 || k > (2000 :: Int) then pure s else threadDelay 5000 >> settle (k + 1)
+      settle 0 `shouldReturn` 15
   it "pass from worker to worker: each runs children spawned by children the other stole" $
     withTwo $ \cluster -> do
       farm cluster relayTask [(6, 0.15)] `shouldReturn` [6]

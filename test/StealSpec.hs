@@ -134,10 +134,10 @@ spec = describe "the broker of stolen Par children" $ do
     let w0 = foldl' act start [Spawn 0, Spawn 0, Want 1]
         w1 = drain w0
         counts = stealCounts (wBroker w1)
-    M.lookup 0 counts `shouldBe` Just (StealCounts 1 0 0)
-    M.lookup 1 counts `shouldBe` Just (StealCounts 0 1 0)
+    M.lookup 0 counts `shouldBe` Just (StealCounts 0 1 0 0)
+    M.lookup 1 counts `shouldBe` Just (StealCounts 0 0 1 0)
     let w2 = foldl' act start [Spawn 0, Want 1, Deliver 0, Deliver 0, Kill 1]
-    M.lookup 0 (stealCounts (wBroker (drain w2))) `shouldBe` Just (StealCounts 1 0 1)
+    M.lookup 0 (stealCounts (wBroker (drain w2))) `shouldBe` Just (StealCounts 0 1 0 1)
   it "ignores answers for steals it does not know" $ do
     let (st, out) = stolenAnswered 3 99 (Left (T.pack "x")) emptySteals
     (st, out) `shouldBe` (emptySteals, [])

@@ -82,7 +82,7 @@ run o = do
     putStrLn ("  " ++ wlName w ++ " (" ++ wlDescribe w ++ "): sequential " ++ fixed 3 s ++ " s, sparks "
               ++ fixed 3 sp ++ " s, monad-par " ++ fixed 3 mp ++ " s")
     pure [(w, expected, [Row (wlName w) "sequential" 1 s, Row (wlName w) "sparks" cores sp, Row (wlName w) "monad-par" cores mp])]
-  (herdRows, spawnGet) <- withCluster defaultConfig { configWorkers = Just cores } $ \cluster -> do
+  (herdRows, (spawnGet, spawnTaskGet)) <- withCluster defaultConfig { configWorkers = Just cores } $ \cluster -> do
     _ <- waitForWorkers cluster cores 30
     rows <- forM local $ \(w, expected, _) -> do
       (h, c) <- timed (wlHerd w cluster)
@@ -94,7 +94,9 @@ run o = do
     -- the first call warms the worker; the second is measured
     _ <- farm cluster spawnGetTask [100000]
     [us] <- farm cluster spawnGetTask [2000000]
-    pure (map fst rows ++ map snd rows, us)
+    _ <- farm cluster spawnTaskGetTask [10000]
+    [stealable] <- farm cluster spawnTaskGetTask [200000]
+    pure (map fst rows ++ map snd rows, (us, stealable))
   sim <- if optSimWorkers o <= 0 then pure [] else pure <$> simulatedRow o
   let rows = concat [ rs | (_, _, rs) <- local ] ++ herdRows
       sequentialOf wl = head ([ rowSecs r | r <- rows, rowWorkload r == wl, rowImpl r == "sequential" ] ++ [1])
@@ -104,7 +106,8 @@ run o = do
     | r <- rows ]
   forM_ sim $ \(r, eff) -> putStrLn ("\n" ++ rowWorkload r ++ " on " ++ show (rowWorkers r) ++ " simulated workers: "
                                      ++ fixed 3 (rowSecs r) ++ " s, efficiency " ++ fixed 3 eff)
-  putStrLn ("\none spawn and get of Herd.Par on a worker: " ++ fixed 3 spawnGet ++ " us")
+  putStrLn ("\none spawn and get of Herd.Par on a worker: " ++ fixed 3 spawnGet ++ " us; one spawnTask and get (not stolen): "
+            ++ fixed 3 spawnTaskGet ++ " us")
   when (optJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "par")
     , ("rows", JArray ([ JObject [ ("workload", JString (rowWorkload r)), ("impl", JString (rowImpl r))
@@ -117,7 +120,8 @@ run o = do
                          | (r, eff) <- sim ]))
     , ("divided", JArray [ JObject [ ("workload", JString (rowWorkload r)), ("seconds", JNumber (rowSecs r)) ]
                          | r <- rows, rowImpl r == "herd-divided" ])
-    , ("spawn_get_us", JNumber spawnGet) ]
+    , ("spawn_get_us", JNumber spawnGet)
+    , ("spawn_task_get_us", JNumber spawnTaskGet) ]
   where
     check what expected got = unless (expected == got) $
       fail ("herd bench par: " ++ what ++ " gave " ++ show got ++ ", not " ++ show expected)

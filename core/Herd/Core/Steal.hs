@@ -33,6 +33,7 @@ module Herd.Core.Steal
   , stealNone
   , stolenAnswered
   , stolenDropped
+  , childrenSpawned
   , stealLost
   ) where
 
@@ -49,14 +50,15 @@ import Herd.Core.Wire.Messages (ToWorker (..))
 
 -- | What one worker's children went through, for watchers.
 data StealCounts = StealCounts
-  { countStolen :: !Int  -- ^ children taken from this worker by others
+  { countSpawned :: !Int -- ^ stealable children this worker spawned, as it last said
+  , countStolen :: !Int  -- ^ children taken from this worker by others
   , countRan    :: !Int  -- ^ children of others this worker ran
   , countRerun  :: !Int  -- ^ its children it ran itself after their thief was lost
   } deriving (Eq, Show)
 
 -- | Nothing stolen.
 noStealCounts :: StealCounts
-noStealCounts = StealCounts 0 0 0
+noStealCounts = StealCounts 0 0 0 0
 
 -- A child handed to a thief.
 data Handed = Handed
@@ -150,6 +152,10 @@ stolenDropped t n st = case M.lookup n (stHanded st) of
     ( count (hHolder h) (\x -> x { countRerun = countRerun x + 1 }) st { stHanded = M.delete n (stHanded st) }
     , [(hHolder h, ChildLost (hChild h))] )
   _ -> (st, [])
+
+-- | A worker says how many stealable children it has spawned so far.
+childrenSpawned :: WorkerId -> Word64 -> Steals -> Out
+childrenSpawned w n st = (count w (\x -> x { countSpawned = max (countSpawned x) (fromIntegral n) }) st, [])
 
 -- | A worker was lost: its children given to others will not be wanted,
 -- children it ran for others go home, and steals asked of it go elsewhere.

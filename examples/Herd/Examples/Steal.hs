@@ -17,9 +17,14 @@ module Herd.Examples.Steal
   , treeStealTask
   , depthTask
   , relayTask
+  , spawnTaskGetTask
+  , unitTask
   ) where
 
+import Control.Exception (evaluate)
+import GHC.Clock (getMonotonicTime)
 import GHC.StaticPtr (StaticPtr)
+import System.IO.Unsafe (unsafePerformIO)
 import Herd (Task, named, simulatedWork, task)
 import Herd.Examples.Par
 import Herd.Par
@@ -143,3 +148,29 @@ relay (d, secs)
       w <- pure $! simulatedWork secs (0 :: Int)
       x <- get v
       pure (x + w + 1)
+
+-- | A child that does nothing: its argument back.
+unitTask :: StaticPtr (Task Int Int)
+unitTask = static (named "unit" (task id))
+
+-- | Microseconds per 'spawnTask' of 'unitTask' and 'get' of it, @k@ of
+-- them one after another, timed on the worker that runs it (each child is
+-- offered, then taken back at its 'get' unless a thief was quicker).
+spawnTaskGetTask :: StaticPtr (Task Int Double)
+spawnTaskGetTask = static (named "spawnTaskGet" (task spawnTaskGetMicros))
+
+spawnTaskGetMicros :: Int -> Double
+spawnTaskGetMicros k = unsafePerformIO $ do
+  t0 <- getMonotonicTime
+  _ <- evaluate (runPar (loop 0 0))
+  t1 <- getMonotonicTime
+  pure ((t1 - t0) * 1e6 / fromIntegral (max 1 k))
+  where
+    loop :: Int -> Int -> Par Int
+    loop i acc
+      | i >= k = pure acc
+      | otherwise = do
+          v <- spawnTask unitTask i
+          x <- get v
+          loop (i + 1) (acc + x)
+{-# NOINLINE spawnTaskGetMicros #-}

@@ -39,6 +39,7 @@ module Herd.Task.Pool
   , takeStolen
   , hasStolen
   , askForWork
+  , spawnedUntold
   , runStolenHere
   , busyPool
   ) where
@@ -86,12 +87,13 @@ data Pool = Pool
   , plLink    :: !(IORef (Maybe Link))
   , plAsked   :: !(IORef Bool)                  -- ^ a 'linkWantWork' is unanswered
   , plStolen  :: !(TVar (Seq StolenChild))      -- ^ stolen children given to this worker, not yet run
+  , plSpawned :: !(IORef (Word64, Word64))      -- ^ children offered since the start, and the count last told
   }
 
 thePool :: Pool
 thePool = unsafePerformIO $
   Pool <$> newIORef M.empty <*> newIORef M.empty <*> newIORef 1 <*> newIORef Nothing
-       <*> newIORef False <*> newTVarIO Seq.empty
+       <*> newIORef False <*> newTVarIO Seq.empty <*> newIORef (0, 0)
 {-# NOINLINE thePool #-}
 
 -- | A new computation's inbox.
@@ -110,6 +112,7 @@ linked = maybe False (const True) <$> readIORef (plLink thePool)
 offer :: Session -> TaskRef -> B.ByteString -> IO Word64
 offer s ref arg = do
   n <- atomicModifyIORef' (plNext thePool) (\k -> (k + 1, k))
+  atomicModifyIORef' (plSpawned thePool) (\(k, told) -> ((k + 1, told), ()))
   was <- atomicModifyIORef' (plOffered thePool) (\m -> (M.insert n (Child ref arg s) m, M.null m))
   -- the master takes a holder off its idle thieves: this worker asks anew when it waits
   when was $ withLink (\l -> writeIORef (plAsked thePool) False >> linkChildrenHeld l 1)
@@ -195,6 +198,12 @@ askForWork :: IO ()
 askForWork = withLink $ \l -> do
   first <- atomicModifyIORef' (plAsked thePool) (\a -> (True, not a))
   when first (linkWantWork l)
+
+-- | The children offered since the start, if the count moved since it
+-- was last taken here (the worker tells the master when it is idle).
+spawnedUntold :: IO (Maybe Word64)
+spawnedUntold = atomicModifyIORef' (plSpawned thePool) $ \(k, told) ->
+  if k == told then ((k, told), Nothing) else ((k, k), Just k)
 
 -- | Run a stolen child inside a computation that waits, and answer it.
 runStolenHere :: StolenChild -> IO ()

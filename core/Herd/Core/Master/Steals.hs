@@ -38,6 +38,7 @@ ownsSteal msg = case msg of
   StolenDone _ _ -> True
   StolenThrew _ _ -> True
   StolenDropped _ -> True
+  ChildrenSpawned _ -> True
   _ -> False
 
 received :: WorkerId -> FromWorker -> Steals -> (Steals, [(WorkerId, ToWorker)])
@@ -49,6 +50,7 @@ received w msg = case msg of
   StolenDone n v -> stolenAnswered w n (Right (B.copy v))
   StolenThrew n why -> stolenAnswered w n (Left why)
   StolenDropped n -> stolenDropped w n
+  ChildrenSpawned n -> childrenSpawned w n
   _ -> \st -> (st, [])
 
 broker :: (Steals -> (Steals, [(WorkerId, ToWorker)])) -> Core -> (Core, [Command])

@@ -191,6 +191,9 @@ data FromWorker
   | StolenDropped !Word64
     -- ^ the child of steal @n@ was stopped here before it ended (its
     -- computation was cancelled): its holder runs it
+  | ChildrenSpawned !Word64
+    -- ^ this worker has spawned this many stealable children since it
+    -- started (sent when it is idle and the count moved)
   deriving (Eq, Show)
 
 -- | How soon a message to a worker must leave: control messages and the
@@ -218,4 +221,5 @@ fromWorkerUrgency msg = case msg of
   BatchDone _ _ -> Bulk
   StreamOut {} -> Bulk
   Forward {} -> Bulk
+  ChildrenSpawned _ -> Bulk
   _ -> Urgent

@@ -110,6 +110,7 @@ workerJson r =
        , ("memory_bytes", maybe JNull int (rowMemory r))
        , ("shared", int (rowShared r))
        , ("shared_spilled", int (rowSpilled r))
+       , ("children_spawned", int (countSpawned (rowSteals r)))
        , ("children_stolen", int (countStolen (rowSteals r)))
        , ("stolen_children_ran", int (countRan (rowSteals r)))
        , ("children_rerun", int (countRerun (rowSteals r)))
@@ -187,6 +188,8 @@ prometheusText s = concat
       (fromIntegral . rowShared)
   , perWorker "herd_worker_shared_spilled" "gauge" "Shared values the worker said it keeps on its disk."
       (fromIntegral . rowSpilled)
+  , perWorker "herd_worker_children_spawned_total" "counter" "Herd.Par children the worker spawned that others could steal (spawnTask)."
+      (fromIntegral . countSpawned . rowSteals)
   , perWorker "herd_worker_children_stolen_total" "counter" "Herd.Par children of the worker's that other workers stole."
       (fromIntegral . countStolen . rowSteals)
   , perWorker "herd_worker_stolen_children_ran_total" "counter" "Herd.Par children the worker stole from others and ran."
