@@ -48,7 +48,7 @@ fromWorkerIndex m = case m of
   Forward {} -> 20; GroupSent {} -> 21; GroupThrew {} -> 22; PartHeld {} -> 23; PartitionDone {} -> 24
   PartitionThrew {} -> 25; BatchStopped {} -> 26
   PartRan {} -> 27; PartThrew {} -> 28; PartMissing {} -> 29; GroupMissing {} -> 30; ForwardFile {} -> 31
-  WantWork -> 32; ChildrenHeld {} -> 33; StealGiven {} -> 34; StealNone {} -> 35; StolenDone {} -> 36; StolenThrew {} -> 37; StolenDropped {} -> 38; ChildrenSpawned {} -> 39
+  WantWork -> 32; ChildrenHeld {} -> 33; StealGiven {} -> 34; StealNone {} -> 35; StolenDone {} -> 36; StolenThrew {} -> 37; StolenDropped {} -> 38; ChildCounts {} -> 39
 
 bytes :: Gen B.ByteString
 bytes = B.pack <$> resize 40 arbitrary
@@ -99,7 +99,7 @@ genFromWorker = oneof
   , GroupMissing <$> arbitrary <*> arbitrary
   , ForwardFile <$> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary <*> text
   , pure WantWork, ChildrenHeld <$> arbitrary, StealGiven <$> arbitrary <*> arbitrary <*> arbitrary <*> ref <*> bytes
-  , StealNone <$> arbitrary, StolenDone <$> arbitrary <*> bytes, StolenThrew <$> arbitrary <*> text, StolenDropped <$> arbitrary, ChildrenSpawned <$> arbitrary ]
+  , StealNone <$> arbitrary, StolenDone <$> arbitrary <*> bytes, StolenThrew <$> arbitrary <*> text, StolenDropped <$> arbitrary, ChildCounts <$> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary ]
 
 spec :: Spec
 spec = describe "every protocol message" $ do

@@ -16,6 +16,7 @@ import Herd
 import Herd.Config
 import Herd.Examples.Par
 import Herd.Examples.Steal
+import HandAgent (withHandAgent)
 import Herd.Monitor
 import Herd.Par
 import Herd.Skeleton
@@ -125,9 +126,20 @@ stealing = describe "children other workers steal" $ do
   it "pass from worker to worker: each runs children spawned by children the other stole" $
     withTwo $ \cluster -> do
       farm cluster relayTask [(6, 0.15)] `shouldReturn` [6]
-      rows <- statusWorkers <$> clusterStatus cluster
-      map (countRan . rowSteals) rows `shouldSatisfy` all (>= 2)
-      map (countStolen . rowSteals) rows `shouldSatisfy` all (>= 2)
+      st <- clusterStatus cluster
+      map (countRan . rowSteals) (statusWorkers st) `shouldSatisfy` all (>= 2)
+      map (countStolen . rowSteals) (statusWorkers st) `shouldSatisfy` all (>= 2)
+      statusStealsBrokered st `shouldSatisfy` (>= 4)
+  it "pass between a host agent's workers on the host, the master not on the path" $ do
+    let secret = "steal-spec-agent-secret-0123456789"
+        cfg = defaultConfig { configWorkers = Just 0, configSecret = SecretValue (BC.pack secret) }
+    withCluster cfg $ \cluster ->
+      withHandAgent cluster secret 2 $ \_ -> do
+        True <- waitForWorkers cluster 2 30
+        farm cluster relayTask [(6, 0.15)] `shouldReturn` [6]
+        st <- clusterStatus cluster
+        map (countRan . rowSteals) (statusWorkers st) `shouldSatisfy` all (>= 2)
+        statusStealsBrokered st `shouldBe` 0
   it "give the exact answer when the thief is SIGKILLed while it runs a stolen child" $
     withTwo $ \cluster ->
       withAsync (farm cluster treeStealTask [(32, 0.05, 1)]) $ \job -> do

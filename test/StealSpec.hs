@@ -3,7 +3,9 @@
 -- driven by a model of workers that hold children, ask for work, answer
 -- in any order and die: every child given away comes home exactly once,
 -- no worker runs its own child, and no thief is left waiting while
--- another worker holds children.
+-- another worker holds children. A host agent's broker
+-- ("Herd.Core.Agent.Steal") serves its host's thieves from its host's
+-- holders and sends the others on to the master.
 module StealSpec (spec) where
 
 import qualified Data.ByteString as B
@@ -14,7 +16,9 @@ import qualified Data.Text as T
 import Data.Word (Word64)
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Core.Base (TaskRef (..), WorkerId)
+import Herd.Core.Agent.Steal
 import Herd.Core.Steal
+import Herd.Core.Wire (FromWorker (..))
 import Herd.Core.Wire (ToWorker (..))
 import Test.Hspec
 import Test.QuickCheck
@@ -130,15 +134,51 @@ spec = describe "the broker of stolen Par children" $ do
           holders = [ i | (i, cs) <- M.toList (wPools w), not (null cs), alive w i ]
           waiting = stealsIdle (wBroker w)
       in counterexample (show (waiting, holders)) $ null [ () | t <- waiting, h <- holders, h /= t ]
-  it "counts a child stolen, ran and re-run where it happened" $ do
-    let w0 = foldl' act start [Spawn 0, Spawn 0, Want 1]
-        w1 = drain w0
-        counts = stealCounts (wBroker w1)
-    M.lookup 0 counts `shouldBe` Just (StealCounts 0 1 0 0)
-    M.lookup 1 counts `shouldBe` Just (StealCounts 0 0 1 0)
-    let w2 = foldl' act start [Spawn 0, Want 1, Deliver 0, Deliver 0, Kill 1]
-    M.lookup 0 (stealCounts (wBroker (drain w2))) `shouldBe` Just (StealCounts 0 1 0 1)
+  it "keeps each worker's counts as it last said them" $ do
+    let (st, out) = childCounts 2 (StealCounts 5 1 0 0) (fst (childCounts 2 (StealCounts 3 0 0 0) emptySteals))
+    out `shouldBe` []
+    M.lookup 2 (stealCounts st) `shouldBe` Just (StealCounts 5 1 0 0)
   it "ignores answers for steals it does not know" $ do
     let (st, out) = stolenAnswered 3 99 (Left (T.pack "x")) emptySteals
     (st, out) `shouldBe` (emptySteals, [])
     snd (stealGiven 3 7 1 0 ref B.empty emptySteals) `shouldBe` []
+  hostBroker
+
+-- The host agent's broker, step by step.
+hostBroker :: Spec
+hostBroker = describe "a host agent's broker" $ do
+  let said w m h = hostWorkerSaid w m h
+      (h1, out1) = said 1 WantWork emptyHostSteals
+  it "sends an ask for work on to the master while no worker of its host holds children" $
+    out1 `shouldBe` HostStealOut [] [] False
+  it "serves a thief from a holder of its host, with a number of its own, and brings the answer home" $ do
+    let (h2, held) = said 1 (ChildrenHeld 2) h1
+        (h3, asked) = said 2 WantWork h2
+    hsConsumed held `shouldBe` False   -- the master hears of holders too
+    hsConsumed asked `shouldBe` True
+    case hsToWorkers asked of
+      [(1, StealAsk n)] -> do
+        n `shouldSatisfy` (>= hostStealBase)
+        let (h4, given) = said 1 (StealGiven n 7 1 ref B.empty) h3
+        hsToWorkers given `shouldBe` [(2, StolenRun n ref B.empty)]
+        let (_, done) = said 2 (StolenDone n (B.pack [1])) h4
+        hsToWorkers done `shouldBe` [(1, ChildDone 7 (B.pack [1]))]
+        hsConsumed done `shouldBe` True
+        -- a lost thief's child goes home
+        let (_, gone) = hostWorkerGone 2 h4
+        hsToWorkers gone `shouldBe` [(1, ChildLost 7)]
+      other -> expectationFailure ("expected one ask of worker 1, got " ++ show other)
+  it "sends a thief on to the master when its holder had nothing left after all" $ do
+    let (h2, _) = said 1 (ChildrenHeld 1) h1
+        (h3, asked) = said 2 WantWork h2
+    case hsToWorkers asked of
+      [(1, StealAsk n)] -> do
+        let (_, none) = said 1 (StealNone n) h3
+        hsToMaster none `shouldBe` [(2, WantWork)]
+      other -> expectationFailure ("expected one ask of worker 1, got " ++ show other)
+  it "relays the master's steals untouched" $ do
+    let (_, given) = said 1 (StealGiven 5 7 0 ref B.empty) h1
+        (_, done) = said 1 (StolenDone 5 B.empty) h1
+    (hsConsumed given, hsConsumed done) `shouldBe` (False, False)
+    (hsToWorkers given ++ hsToWorkers done) `shouldBe` []
+

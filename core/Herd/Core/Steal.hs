@@ -21,6 +21,10 @@
 module Herd.Core.Steal
   ( Steals
   , emptySteals
+  , emptyStealsFrom
+  , takeIdle
+  , hasHolderFor
+  , stealsBrokered
   , StealCounts (..)
   , noStealCounts
   , stealCounts
@@ -33,7 +37,7 @@ module Herd.Core.Steal
   , stealNone
   , stolenAnswered
   , stolenDropped
-  , childrenSpawned
+  , childCounts
   , stealLost
   ) where
 
@@ -48,7 +52,8 @@ import Data.Word (Word32, Word64)
 import Herd.Core.Base (TaskRef, WorkerId)
 import Herd.Core.Wire.Messages (ToWorker (..))
 
--- | What one worker's children went through, for watchers.
+-- | What one worker's children went through, for watchers, as the worker
+-- counts them (a host agent's own steals included).
 data StealCounts = StealCounts
   { countSpawned :: !Int -- ^ stealable children this worker spawned, as it last said
   , countStolen :: !Int  -- ^ children taken from this worker by others
@@ -76,11 +81,30 @@ data Steals = Steals
   , stHanded  :: !(M.Map Word64 Handed)  -- ^ steals whose child a thief runs
   , stNext    :: !Word64
   , stCounts  :: !(M.Map WorkerId StealCounts)
+  , stBrokered :: !Int                   -- ^ children handed to thieves so far
   } deriving (Eq, Show)
 
 -- | No holders, no thieves.
 emptySteals :: Steals
-emptySteals = Steals M.empty Seq.empty M.empty M.empty 1 M.empty
+emptySteals = emptyStealsFrom 1
+
+-- | No holders, no thieves; steals numbered from this one on (a host
+-- agent's own numbers are apart from the master's).
+emptyStealsFrom :: Word64 -> Steals
+emptyStealsFrom first = Steals M.empty Seq.empty M.empty M.empty first M.empty 0
+
+-- | The thieves waiting, oldest first, taken off the queue (a host agent
+-- sends them on to the master).
+takeIdle :: Steals -> ([WorkerId], Steals)
+takeIdle st = (stealsIdle st, st { stIdle = Seq.empty })
+
+-- | Whether a holder other than this worker has children, as last said.
+hasHolderFor :: WorkerId -> Steals -> Bool
+hasHolderFor t st = any (\(v, k) -> v /= t && k > 0) (M.toList (stHolding st))
+
+-- | Children handed to thieves so far.
+stealsBrokered :: Steals -> Int
+stealsBrokered = stBrokered
 
 -- | What each worker's children went through so far (workers with none are left out).
 stealCounts :: Steals -> M.Map WorkerId StealCounts
@@ -121,11 +145,10 @@ stealGiven v n c left ref arg st0 = case M.lookup n (stAsked st0) of
       Nothing -> case Seq.viewl (Seq.filter (/= v) (stIdle st)) of
         -- its thief was lost: another waiting one takes it, or it goes home
         t Seq.:< _ -> more (hand t st { stIdle = Seq.filter (/= t) (stIdle st) }) [(t, StolenRun n ref arg)]
-        Seq.EmptyL -> more (count v (\x -> x { countRerun = countRerun x + 1 }) st) [(v, ChildLost c)]
+        Seq.EmptyL -> more st [(v, ChildLost c)]
   _ -> (st0, [])
   where
-    hand t st = count t (\x -> x { countRan = countRan x + 1 }) $ count v (\x -> x { countStolen = countStolen x + 1 })
-                st { stHanded = M.insert n (Handed t v c) (stHanded st) }
+    hand t st = st { stHanded = M.insert n (Handed t v c) (stHanded st), stBrokered = stBrokered st + 1 }
     more st sends = let (st', sends') = serveIdle st in (st', sends ++ sends')
 
 -- | A holder had nothing left for steal @n@: its thief tries another.
@@ -149,13 +172,13 @@ stolenAnswered t n answer st = case M.lookup n (stHanded st) of
 stolenDropped :: WorkerId -> Word64 -> Steals -> Out
 stolenDropped t n st = case M.lookup n (stHanded st) of
   Just h | hThief h == t ->
-    ( count (hHolder h) (\x -> x { countRerun = countRerun x + 1 }) st { stHanded = M.delete n (stHanded st) }
+    ( st { stHanded = M.delete n (stHanded st) }
     , [(hHolder h, ChildLost (hChild h))] )
   _ -> (st, [])
 
--- | A worker says how many stealable children it has spawned so far.
-childrenSpawned :: WorkerId -> Word64 -> Steals -> Out
-childrenSpawned w n st = (count w (\x -> x { countSpawned = max (countSpawned x) (fromIntegral n) }) st, [])
+-- | A worker's own counts of its children ('Herd.Core.Wire.ChildCounts').
+childCounts :: WorkerId -> StealCounts -> Steals -> Out
+childCounts w c st = (st { stCounts = M.insert w c (stCounts st) }, [])
 
 -- | A worker was lost: its children given to others will not be wanted,
 -- children it ran for others go home, and steals asked of it go elsewhere.
@@ -168,9 +191,8 @@ stealLost w st0 = (st3, homes ++ retries)
     forgetThief (thief, holder) = Just (if thief == Just w then Nothing else thief, holder)
     lostRuns = [ h | h <- M.elems (stHanded st0), hThief h == w, hHolder h /= w ]
     homes = [ (hHolder h, ChildLost (hChild h)) | h <- lostRuns ]
-    st2 = foldl' (\s h -> count (hHolder h) (\x -> x { countRerun = countRerun x + 1 }) s) st1 lostRuns
     orphans = [ t | (Just t, holder) <- M.elems (stAsked st0), holder == w, t /= w ]
-    (st3, retries) = foldl' (\(s, out) t -> let (s', out') = serve t s in (s', out ++ out')) (st2, []) orphans
+    (st3, retries) = foldl' (\(s, out) t -> let (s', out') = serve t s in (s', out ++ out')) (st1, []) orphans
 
 -- Ask the holder with the most children (not the thief) for one, or
 -- queue the thief.
@@ -188,13 +210,10 @@ serveIdle :: Steals -> Out
 serveIdle st0 = foldl' step (st0 { stIdle = Seq.empty }, []) (stIdle st0)
   where
     step (st, out) t
-      | any (\(v, k) -> v /= t && k > 0) (M.toList (stHolding st)) = let (st', out') = serve t st in (st', out ++ out')
+      | hasHolderFor t st = let (st', out') = serve t st in (st', out ++ out')
       | otherwise = (st { stIdle = stIdle st |> t }, out)
 
 setHolding :: WorkerId -> Int -> Steals -> Steals
 setHolding v k st
   | k > 0 = st { stHolding = M.insert v k (stHolding st) }
   | otherwise = st { stHolding = M.delete v (stHolding st) }
-
-count :: WorkerId -> (StealCounts -> StealCounts) -> Steals -> Steals
-count w f st = st { stCounts = M.alter (Just . f . maybe noStealCounts id) w (stCounts st) }

@@ -228,6 +228,6 @@ decodeFromWorkerSlow = runGet $ do
       | tag == tagStolenDone -> StolenDone <$> getWord64 <*> getRest
       | tag == tagStolenThrew -> StolenThrew <$> getWord64 <*> getText
       | tag == tagStolenDropped -> StolenDropped <$> getWord64
-      | tag == tagChildrenSpawned -> ChildrenSpawned <$> getWord64
+      | tag == tagChildCounts -> ChildCounts <$> getWord64 <*> getWord64 <*> getWord64 <*> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 

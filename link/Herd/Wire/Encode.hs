@@ -125,7 +125,7 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   StolenDone n v -> putWord8 tagStolenDone <> putWord64 n <> BB.byteString v
   StolenThrew n why -> putWord8 tagStolenThrew <> putWord64 n <> putText why
   StolenDropped n -> putWord8 tagStolenDropped <> putWord64 n
-  ChildrenSpawned n -> putWord8 tagChildrenSpawned <> putWord64 n
+  ChildCounts a b c d -> putWord8 tagChildCounts <> putWord64 a <> putWord64 b <> putWord64 c <> putWord64 d
   ForwardFile dest xid g j size path -> putWord8 tagForwardFile <> putWord64 dest <> putWord64 xid <> putWord32 g <> putWord32 j <> putWord64 size <> putText path
 
 taggedStream :: Word8 -> Word64 -> Encoder -> Encoder

@@ -95,7 +95,7 @@ serve conn wid maxFrame policy window = do
         when (not ready && busy == 0) $ do
           stolen <- P.hasStolen
           unless stolen P.askForWork
-          P.spawnedUntold >>= mapM_ (reply sv Bulk . ChildrenSpawned)
+          P.tellSpawns
           flushIdle sender
       readNext = do
         -- frames the watch read while a run computed come first

@@ -39,7 +39,9 @@ module Herd.Task.Pool
   , takeStolen
   , hasStolen
   , askForWork
-  , spawnedUntold
+  , tellSpawns
+  , ranStolen
+  , Counts (..)
   , runStolenHere
   , busyPool
   ) where
@@ -78,6 +80,7 @@ data Link = Link
   { linkChildrenHeld :: Int -> IO ()        -- ^ tell the master this many children are here
   , linkWantWork     :: IO ()               -- ^ ask the master for a stolen child
   , linkRun          :: StolenChild -> IO ()  -- ^ run a stolen child and answer it (inside a computation)
+  , linkCounts       :: Counts -> IO ()      -- ^ tell the master what this worker's children went through
   }
 
 data Pool = Pool
@@ -87,13 +90,19 @@ data Pool = Pool
   , plLink    :: !(IORef (Maybe Link))
   , plAsked   :: !(IORef Bool)                  -- ^ a 'linkWantWork' is unanswered
   , plStolen  :: !(TVar (Seq StolenChild))      -- ^ stolen children given to this worker, not yet run
-  , plSpawned :: !(IORef (Word64, Word64))      -- ^ children offered since the start, and the count last told
+  , plCounts  :: !(IORef Counts)                -- ^ what this worker's children went through
+  , plTold    :: !(IORef Word64)                -- ^ the spawns last told the master
   }
+
+-- | Since the start: children spawned, stolen from this worker, stolen
+-- ones run here, and its own run again after their thief was lost.
+data Counts = Counts !Word64 !Word64 !Word64 !Word64
+  deriving (Eq, Show)
 
 thePool :: Pool
 thePool = unsafePerformIO $
   Pool <$> newIORef M.empty <*> newIORef M.empty <*> newIORef 1 <*> newIORef Nothing
-       <*> newIORef False <*> newTVarIO Seq.empty <*> newIORef (0, 0)
+       <*> newIORef False <*> newTVarIO Seq.empty <*> newIORef (Counts 0 0 0 0) <*> newIORef 0
 {-# NOINLINE thePool #-}
 
 -- | A new computation's inbox.
@@ -112,7 +121,7 @@ linked = maybe False (const True) <$> readIORef (plLink thePool)
 offer :: Session -> TaskRef -> B.ByteString -> IO Word64
 offer s ref arg = do
   n <- atomicModifyIORef' (plNext thePool) (\k -> (k + 1, k))
-  atomicModifyIORef' (plSpawned thePool) (\(k, told) -> ((k + 1, told), ()))
+  atomicModifyIORef' (plCounts thePool) (\(Counts s t r a) -> (Counts (s + 1) t r a, ()))
   was <- atomicModifyIORef' (plOffered thePool) (\m -> (M.insert n (Child ref arg s) m, M.null m))
   -- the master takes a holder off its idle thieves: this worker asks anew when it waits
   when was $ withLink (\l -> writeIORef (plAsked thePool) False >> linkChildrenHeld l 1)
@@ -158,22 +167,36 @@ stealOldest = do
     Nothing -> pure Nothing
     Just (n, c@(Child ref arg _), left) -> do
       atomicModifyIORef' (plAway thePool) (\m -> (M.insert n c m, ()))
+      counted (\(Counts s t r a) -> Counts s (t + 1) r a)
       pure (Just (n, ref, arg, left))
 
 -- | A taken child's answer came back: to its session's inbox.
 answerChild :: Word64 -> Either String B.ByteString -> IO ()
-answerChild n r = home n (Answered n r)
+answerChild n r = () <$ home n (Answered n r)
 
 -- | A taken child's thief was lost: its session runs it.
 loseChild :: Word64 -> IO ()
-loseChild n = home n (Lost n)
+loseChild n = do
+  found <- home n (Lost n)
+  when found $ counted (\(Counts s t r a) -> Counts s t r (a + 1))
 
-home :: Word64 -> Answer -> IO ()
+-- | A stolen child starts to run here.
+ranStolen :: IO ()
+ranStolen = counted (\(Counts s t r a) -> Counts s t (r + 1) a)
+
+home :: Word64 -> Answer -> IO Bool
 home n a = do
   c <- atomicModifyIORef' (plAway thePool) (\m -> (M.delete n m, M.lookup n m))
   case c of
-    Just (Child _ _ (Session box)) -> atomically (modifyTVar' box (a :))
-    Nothing -> pure ()   -- late, or for a computation that ended
+    Just (Child _ _ (Session box)) -> True <$ atomically (modifyTVar' box (a :))
+    Nothing -> pure False   -- late, or for a computation that ended
+
+-- Change the counts and tell the master.
+counted :: (Counts -> Counts) -> IO ()
+counted f = do
+  c@(Counts s _ _ _) <- atomicModifyIORef' (plCounts thePool) (\x -> let y = f x in (y, y))
+  writeIORef (plTold thePool) s
+  withLink (\l -> linkCounts l c)
 
 -- | The master gave this worker a stolen child to run.
 gotStolen :: StolenChild -> IO ()
@@ -199,11 +222,13 @@ askForWork = withLink $ \l -> do
   first <- atomicModifyIORef' (plAsked thePool) (\a -> (True, not a))
   when first (linkWantWork l)
 
--- | The children offered since the start, if the count moved since it
--- was last taken here (the worker tells the master when it is idle).
-spawnedUntold :: IO (Maybe Word64)
-spawnedUntold = atomicModifyIORef' (plSpawned thePool) $ \(k, told) ->
-  if k == told then ((k, told), Nothing) else ((k, k), Just k)
+-- | Tell the master the counts if the spawns moved since it was last
+-- told (the worker does when it is idle).
+tellSpawns :: IO ()
+tellSpawns = do
+  c@(Counts s _ _ _) <- readIORef (plCounts thePool)
+  told <- readIORef (plTold thePool)
+  when (s /= told) $ writeIORef (plTold thePool) s >> withLink (\l -> linkCounts l c)
 
 -- | Run a stolen child inside a computation that waits, and answer it.
 runStolenHere :: StolenChild -> IO ()

@@ -31,7 +31,7 @@ toMasterCorpus =
   , PartitionDone 1 0 (word 3), PartitionThrew 1 0 (T.pack "x")
   , PartRan 1 0 (word 2), PartThrew 1 0 (T.pack "x"), PartMissing 1 0, GroupMissing 1 0, ForwardFile 2 1 0 0 8 (T.pack "/nonexistent/part")
   , WantWork, ChildrenHeld 2, StealGiven 1 1 0 (fakeRef "child") (word 3), StealNone 1, StolenDone 1 (word 3)
-  , StolenThrew 1 (T.pack "x"), StolenDropped 1, ChildrenSpawned 3 ]
+  , StolenThrew 1 (T.pack "x"), StolenDropped 1, ChildCounts 3 1 1 0 ]
 
 -- | One message of every kind a master sends, naming this function.
 toWorkerCorpus :: TaskRef -> [ToWorker]

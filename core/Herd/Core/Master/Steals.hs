@@ -38,7 +38,7 @@ ownsSteal msg = case msg of
   StolenDone _ _ -> True
   StolenThrew _ _ -> True
   StolenDropped _ -> True
-  ChildrenSpawned _ -> True
+  ChildCounts {} -> True
   _ -> False
 
 received :: WorkerId -> FromWorker -> Steals -> (Steals, [(WorkerId, ToWorker)])
@@ -50,7 +50,7 @@ received w msg = case msg of
   StolenDone n v -> stolenAnswered w n (Right (B.copy v))
   StolenThrew n why -> stolenAnswered w n (Left why)
   StolenDropped n -> stolenDropped w n
-  ChildrenSpawned n -> childrenSpawned w n
+  ChildCounts a b c d -> childCounts w (StealCounts (fromIntegral a) (fromIntegral b) (fromIntegral c) (fromIntegral d))
   _ -> \st -> (st, [])
 
 broker :: (Steals -> (Steals, [(WorkerId, ToWorker)])) -> Core -> (Core, [Command])

@@ -34,7 +34,7 @@ import Herd.Core.Packet.Policy (FlushReason, allFlushReasons)
 import Herd.Core.Packet.Stats (PeerStats (..))
 import qualified Herd.Core.Farm as S
 import Herd.Core.Shared (sharesHeldBy, sharesLive, sharesSpilledBy)
-import Herd.Core.Steal (StealCounts (..), noStealCounts, stealCounts, stealsThieves)
+import Herd.Core.Steal (StealCounts (..), noStealCounts, stealCounts, stealsBrokered, stealsThieves)
 
 -- | What a worker is doing.
 data WorkerState
@@ -104,6 +104,7 @@ data Status = Status
   , statusHandedParts :: !Int           -- ^ parts workers on the master's host handed each other in files, since the start
   , statusHandedBytes :: !Int           -- ^ the bytes of those parts (never through the master)
   , statusCopies    :: !Int             -- ^ straggler copies of farm batches started since the start
+  , statusStealsBrokered :: !Int        -- ^ "Herd.Par" children the master handed from one worker to another (a host agent's own steals are not among them)
   , statusCalls     :: ![CallView]      -- ^ every running call: farms, streams, evolve and Ref calls, reductions
   , statusHosts     :: ![HostRow]       -- ^ the hosts, each with the herd workers sharing its memory
   , statusAdapt     :: !(Maybe AdaptSummary)  -- ^ adaptive SLURM jobs by phase, when the cluster scales itself
@@ -163,6 +164,7 @@ buildStatus i = Status
   , statusHandedParts = fst (inHanded i)
   , statusHandedBytes = snd (inHanded i)
   , statusCopies = S.copiesMade (coreSched core)
+  , statusStealsBrokered = stealsBrokered (coreSteals core)
   , statusCalls = calls
   , statusHosts = inHosts i
   , statusAdapt = inAdapt i

@@ -191,9 +191,12 @@ data FromWorker
   | StolenDropped !Word64
     -- ^ the child of steal @n@ was stopped here before it ended (its
     -- computation was cancelled): its holder runs it
-  | ChildrenSpawned !Word64
-    -- ^ this worker has spawned this many stealable children since it
-    -- started (sent when it is idle and the count moved)
+  | ChildCounts !Word64 !Word64 !Word64 !Word64
+    -- ^ since it started, this worker spawned this many stealable
+    -- children, this many were stolen from it, it ran this many stolen
+    -- from others and ran this many of its own again after their thief
+    -- was lost (sent as a steal happens, and when it is idle and the
+    -- spawns moved)
   deriving (Eq, Show)
 
 -- | How soon a message to a worker must leave: control messages and the
@@ -221,5 +224,5 @@ fromWorkerUrgency msg = case msg of
   BatchDone _ _ -> Bulk
   StreamOut {} -> Bulk
   Forward {} -> Bulk
-  ChildrenSpawned _ -> Bulk
+  ChildCounts {} -> Bulk
   _ -> Urgent

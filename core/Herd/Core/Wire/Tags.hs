@@ -17,7 +17,7 @@ module Herd.Core.Wire.Tags
   , tagShareHeld, tagShareDropped, tagShareSpilled
   , tagForward, tagGroupSent, tagGroupThrew, tagPartHeld, tagPartitionDone, tagPartitionThrew
   , tagBatchStopped, tagPartRan, tagPartThrew, tagPartMissing, tagGroupMissing, tagForwardFile
-  , tagWantWork, tagChildrenHeld, tagStealGiven, tagStealNone, tagStolenDone, tagStolenThrew, tagStolenDropped, tagChildrenSpawned
+  , tagWantWork, tagChildrenHeld, tagStealGiven, tagStealNone, tagStolenDone, tagStolenThrew, tagStolenDropped, tagChildCounts
   ) where
 
 import Data.Word (Word8)
@@ -135,7 +135,7 @@ tagForwardFile :: Word8
 tagForwardFile = 32
 
 -- | Tags of a worker's messages for stolen children ("Herd.Core.Steal").
-tagWantWork, tagChildrenHeld, tagStealGiven, tagStealNone, tagStolenDone, tagStolenThrew, tagStolenDropped, tagChildrenSpawned :: Word8
+tagWantWork, tagChildrenHeld, tagStealGiven, tagStealNone, tagStolenDone, tagStolenThrew, tagStolenDropped, tagChildCounts :: Word8
 tagWantWork = 33
 tagChildrenHeld = 34
 tagStealGiven = 35
@@ -143,4 +143,4 @@ tagStealNone = 36
 tagStolenDone = 37
 tagStolenThrew = 38
 tagStolenDropped = 39
-tagChildrenSpawned = 40
+tagChildCounts = 40

@@ -53,6 +53,7 @@ statusJson s = renderJson $ JObject
   , ("exchange_parts_handed_total", int (statusHandedParts s))
   , ("exchange_bytes_handed_total", int (statusHandedBytes s))
   , ("straggler_copies_total", int (statusCopies s))
+  , ("steals_brokered_total", int (statusStealsBrokered s))
   , ("calls", JArray [ JObject [ ("kind", JString (callKind c)), ("function", JString (callFunction c))
                                , ("left", int (callLeft c)), ("workers", JArray (map int (callWorkers c))) ]
                      | c <- statusCalls s ])
@@ -171,6 +172,8 @@ prometheusText s = concat
       [ ([("host", hostRowName h)], fromIntegral (hostRowWorkers h)) | h <- statusHosts s ]
   , metric "herd_calls_running" "gauge" "Calls running now, by kind (farm, stream, evolve for evolve and Ref calls, reduce)."
       [ ([("kind", k)], fromIntegral (length [ () | c <- statusCalls s, callKind c == k ])) | k <- ["farm", "stream", "evolve", "reduce", "dataset"] ]
+  , metric "herd_steals_brokered_total" "counter" "Herd.Par children the master handed from one worker to another (a host agent's own steals are not among them)."
+      [([], fromIntegral (statusStealsBrokered s))]
   , metric "herd_straggler_copies_total" "counter" "Straggler copies of farm batches started since the cluster started."
       [([], fromIntegral (statusCopies s))]
   , metric "herd_slurm_jobs" "gauge" "Adaptive SLURM jobs now, by phase (pending: not yet joined; retiring: cancelled or near their walltime)."

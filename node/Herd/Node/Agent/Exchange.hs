@@ -9,11 +9,12 @@
 -- the rest keeping their order.
 module Herd.Node.Agent.Exchange
   ( splitLocalParts
+  , anyTagged
   ) where
 
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Unsafe as BU
-import Data.Word (Word64)
+import Data.Word (Word64, Word8)
 import Herd.Core.Bytes (word32At)
 import Herd.Core.Packet.Split (splitPacket)
 import Herd.Core.Wire (FromWorker (..), ToWorker (..), decodeFromWorker)
@@ -26,7 +27,7 @@ import Herd.Wire.HostEntry (workerPacket)
 -- packet of the other messages, if any are left.
 splitLocalParts :: Int -> (Word64 -> Bool) -> B.ByteString -> Maybe ([(Word64, ToWorker)], Maybe B.ByteString)
 splitLocalParts maxMessages local packet
-  | not (anyForward packet) = Nothing   -- the relay's usual case: nothing split, nothing allocated
+  | not (anyTagged (== tagForward) packet) = Nothing   -- the relay's usual case: nothing split, nothing allocated
   | otherwise = case splitPacket maxMessages packet of
       Left _ -> Nothing   -- the master judges a bad packet, as it would without the agent
       Right msgs
@@ -42,11 +43,11 @@ splitLocalParts maxMessages local packet
       , Right (Forward dest xid g j part) <- decodeFromWorker m, local dest = Left (dest, PartIn xid g j part)
       | otherwise = Right m
 
--- Whether any message of a packet (a count, then each message's length
--- and bytes) starts with the tag of a part for another worker: a walk of
--- the lengths, stopping at the first such message or at anything short.
-anyForward :: B.ByteString -> Bool
-anyForward packet = B.length packet >= 4 && go (word32At packet 0) 4
+-- | Whether any message of a packet (a count, then each message's length
+-- and bytes) starts with a tag that passes: a walk of the lengths,
+-- stopping at the first such message or at anything short.
+anyTagged :: (Word8 -> Bool) -> B.ByteString -> Bool
+anyTagged wanted packet = B.length packet >= 4 && go (word32At packet 0) 4
   where
     total = B.length packet
     go :: Int -> Int -> Bool
@@ -57,4 +58,4 @@ anyForward packet = B.length packet >= 4 && go (word32At packet 0) 4
           let len = fromIntegral (word32At packet at)
               body = at + 4
           in if len < 0 || body + len > total then False
-             else (len > 0 && BU.unsafeIndex packet body == tagForward) || go (n - 1) (body + len)
+             else (len > 0 && wanted (BU.unsafeIndex packet body)) || go (n - 1) (body + len)

@@ -60,6 +60,7 @@ import Herd.Core.Agent.Evolve (HostEvent (..))
 import Herd.Node.Agent.Evolve
 import Herd.Node.Agent.Shares
 import Herd.Node.Agent.Exchange (splitLocalParts)
+import Herd.Node.Agent.Steal (HostStealer, newHostStealer, stealerGone, takeSteals)
 import Herd.Node.Agent.Memory (AgentWorkers (..), hostLimitBytes, watchAgentMemory)
 import Herd.Sys.Log (logToStderr)
 import Herd.Reader.Epoll (newEpollReader)
@@ -105,6 +106,7 @@ data Relay = Relay
   , rlMaxFrame :: !Int
   , rlNonces  :: !NonceSource                -- ^ for the local workers' challenges
   , rlEvolve  :: !AgentEvolve                -- ^ two-level evolve's scheduler ("Herd.Node.Agent.Evolve")
+  , rlSteals  :: !HostStealer                -- ^ the host's broker of stolen Par children ("Herd.Node.Agent.Steal")
   }
 
 -- | Open the host link to the master at this address (TCP or TLS), serve
@@ -148,7 +150,7 @@ serveHost secret build j conn action = do
         localOf w >>= mapM_ (\l -> readIORef (localLink l) >>= mapM_ closeConnection))
   relay <- Relay <$> newMVar newAgent <*> pure locals <*> newIORef M.empty <*> pure hostSender
                  <*> newAgentShares <*> pure reader <*> newEmptyMVar <*> pure (joinedMaxFrame j) <*> newNonceSource
-                 <*> pure evolve
+                 <*> pure evolve <*> newHostStealer
   heldRef <- newIORef (S.empty, M.empty)
   let watching = forever $ do
         r <- try (watchAgentMemory (governed relay) heldRef)
@@ -203,6 +205,7 @@ runCommand relay cmd = case cmd of
   ForgetShare n -> forgetShare (rlShares relay) n
   Unlink w -> do
     evolveStep (rlEvolve relay) (LocalLost (fromIntegral w) "its link ended")
+    stealerGone (rlSteals relay) w >>= mapM_ (runCommand relay)
     gone <- atomicModifyIORef' (rlLocals relay) (\m -> (M.delete w m, M.lookup w m))
     forM_ gone $ \l -> readIORef (localLink l) >>= mapM_ (\c -> readerRemove (rlReader relay) w c >> closeConnection c)
   KillLater pid ->
@@ -280,7 +283,12 @@ onHostPacket relay packet = case splitPacket (rlMaxFrame relay `div` 5) packet o
 onLocalPacket :: Relay -> Int -> OnPacket
 onLocalPacket relay wid whole = Right () <$ modifyMVar_ (rlAgent relay) (\here -> do
  -- under two-level evolve its evolve answers are the agent's own
- kept <- takeEvolveAnswers (rlEvolve relay) (rlMaxFrame relay `div` 5) wid whole
+ evolveKept <- takeEvolveAnswers (rlEvolve relay) (rlMaxFrame relay `div` 5) wid whole
+ -- its asks for work and answers to the host's own steals are the host's broker's
+ (kept, stealCmds) <- case evolveKept of
+   Just p | agentHolds here wid -> takeSteals (rlSteals relay) (rlMaxFrame relay `div` 5) wid p
+   other -> pure (other, [])
+ mapM_ (runCommand relay) stealCmds
  case kept of
   Nothing -> pure here
   Just packet -> do

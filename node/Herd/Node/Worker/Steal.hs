@@ -62,6 +62,7 @@ stealLink :: Runners -> (FromWorker -> IO ()) -> P.Link
 stealLink runners send = P.Link
   { P.linkChildrenHeld = send . ChildrenHeld . fromIntegral
   , P.linkWantWork = send WantWork
+  , P.linkCounts = \(P.Counts s t r a) -> send (ChildCounts s t r a)
   , P.linkRun = \c@(P.StolenChild n _ _) -> do
       -- inside a computation that waits: its interruption drops the child
       r <- runChild runners c `onException` send (StolenDropped n)
@@ -85,6 +86,7 @@ stealRun = maxBound
 
 runChild :: Runners -> P.StolenChild -> IO (Either String B.ByteString)
 runChild runners (P.StolenChild _ ref arg) = do
+  P.ranStolen
   runner <- cachedLookup runners lookupRunner ref
   case runner of
     Left why -> pure (Left why)
