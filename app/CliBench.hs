@@ -80,6 +80,8 @@ reportOptions = Report.Options
   <$> strOption (long "out" <> metavar "FILE" <> value "docs/benchmarks.md" <> showDefault
                  <> help "the page to write; its figures go beside it")
   <*> switch (long "quick" <> help "small sizes: a check that the report runs, not figures to keep")
+  <*> many (strOption (long "only" <> metavar "TITLE"
+                       <> help "run only the benchmark of this section title (repeatable) and replace its section in the existing page"))
 
 fuzzOptions :: Parser Fuzz.Options
 fuzzOptions = Fuzz.Options

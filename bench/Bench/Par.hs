@@ -153,7 +153,7 @@ simulatedRow o = do
 workloads :: Options -> [Workload]
 workloads o =
   [ Workload "nfib" (nfib n) (nfibSparks 20 n) (MP.runPar (nfibMP 20 n))
-      (\c -> stolen c nfibStealTask (n, 20, n - 12)) (\c -> onHerd c nfibDivide nfibTask (n, 20))
+      (\c -> stolen c nfibStealTask (n, 20, n - 14)) (\c -> onHerd c nfibDivide nfibTask (n, 20))
       ("n " ++ show n ++ ", threshold 20")
   , Workload "sumEuler" (sumEuler (1, e)) (sum (map sumEuler (chunks 50 e) `using` parList rseq))
       (MP.runPar (sum <$> MP.parMap sumEuler (chunks 50 e)))

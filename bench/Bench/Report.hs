@@ -30,10 +30,12 @@ import System.IO (hFlush, hPutStrLn, stderr, stdout)
 import System.Process (readProcessWithExitCode)
 import Data.Version (showVersion)
 
--- | Where the page goes, and whether to run each benchmark at a smaller size.
+-- | Where the page goes, whether to run each benchmark at a smaller size,
+-- and which sections alone to redo.
 data Options = Options
   { optOut   :: FilePath  -- ^ the page; its figures go beside it
   , optQuick :: Bool      -- ^ small sizes: a check that the report runs, not figures to keep
+  , optOnly  :: [String]  -- ^ these sections' titles alone, replaced in the page as it is (none: the whole page)
   }
 
 -- One benchmark on the page: its title, what it measures, its arguments
@@ -50,7 +52,7 @@ entries :: [Entry]
 entries =
   [ Entry "The HaLVM study's models" "One Fibonacci farm under five parallel models (sparks, forkIO, forkOS, and herd's separate runtimes) over core counts: the study's Table 1 and Figure 3."
       ["models"] ["models", "--fib", "25", "--tasks", "4"] (Just "models.svg")
-  , Entry "Tasks that spawn tasks" "The HdpH suite's divide-and-conquer workloads (nfib with a threshold, sumEuler, n-queens, mandelbrot): sequential, GHC's sparks and monad-par on two capabilities, and herd on two workers (divided at the master, each piece run with the Par monad on its worker); and a tree of 100,000 sleeping leaves divided over 1,024 simulated workers (herd-sim, with its efficiency)."
+  , Entry "Tasks that spawn tasks" "The HdpH suite's divide-and-conquer workloads (nfib with a threshold, sumEuler, n-queens, mandelbrot): sequential, GHC's sparks and monad-par on two capabilities, and herd on two workers (one task whose top children the workers steal from each other, spawnTask, below them the Par monad on the worker); and a tree of 100,000 sleeping leaves divided at the master over 1,024 simulated workers (herd-sim, with its efficiency)."
       ["par"] ["par", "--nfib", "30", "--euler", "1500", "--queens", "9", "--mandelbrot", "100", "--sim-workers", "64", "--sim-leaves", "2000"] Nothing
   , Entry "Throughput" "Tiny tasks (x -> x + 1) per second through the farm, with dynamic chunking on and off, and heap allocated per task."
       ["throughput"] ["throughput", "--tasks", "200000"] Nothing
@@ -86,7 +88,11 @@ run :: Options -> IO ()
 run o = do
   self <- getExecutablePath
   let dir = takeDirectory (optOut o)
-  sections <- forM entries $ \e -> do
+      unknown = [ t | t <- optOnly o, t `notElem` map entryTitle entries ]
+      chosen = if null (optOnly o) then entries else [ e | e <- entries, entryTitle e `elem` optOnly o ]
+  unless (null unknown) $ failWith ("no section is titled " ++ intercalate ", " (map show unknown)
+                                    ++ "; the titles: " ++ intercalate ", " (map (show . entryTitle) entries))
+  sections <- forM chosen $ \e -> do
     let plot = maybe [] (\f -> ["--plot", dir </> f]) (entryPlot e)
         args = ["bench"] ++ (if optQuick o then entryQuick e else entryArgs e) ++ ["--json"] ++ plot
     putStrLn ("herd bench report: " ++ unwords ("herd" : args))
@@ -97,8 +103,17 @@ run o = do
       final : _ | Right v <- parseJson final, Just rs <- rowsOf v -> pure rs
       _ -> failWith (unwords args ++ " printed no JSON line of rows")
     pure (section e (unwords ("herd" : init' args)) rows)
-  header <- machineHeader (optQuick o)
-  written <- try (writeFile (optOut o) (unlines (header ++ concat sections)))
+  page <- if null (optOnly o)
+    then (\header -> header ++ concat sections) <$> machineHeader (optQuick o)
+    else do
+      old <- try (readFile (optOut o))
+      case old of
+        Left (e :: IOException) -> failWith ("cannot read " ++ optOut o ++ " to replace sections in: " ++ show e)
+        Right text -> do
+          stamp <- remeasured
+          let noted = [ take 1 s ++ ["", stamp] ++ drop 1 s | s <- sections ]
+          length text `seq` pure (replaceSections (zip (map entryTitle chosen) noted) (lines text))
+  written <- try (writeFile (optOut o) (unlines page))
   either (\(e :: IOException) -> failWith ("cannot write " ++ optOut o ++ ": " ++ show e)) pure written
   putStrLn ("herd bench report: wrote " ++ optOut o)
   where
@@ -106,6 +121,26 @@ run o = do
     init' args = takeWhile (/= "--json") args
     lastLines = intercalate " / " . reverse . take 3 . reverse . lines
     failWith msg = hPutStrLn stderr ("herd bench report: " ++ msg) >> exitWith (ExitFailure 1)
+
+-- The line a section redone alone carries: when and at which commit,
+-- since the page's header tells of the rest.
+remeasured :: IO String
+remeasured = do
+  now <- getZonedTime
+  commit <- gitCommit
+  pure ("(This section was measured again on its own, " ++ formatTime defaultTimeLocale "%Y-%m-%d %H:%M %Z" now
+        ++ ", commit " ++ commit ++ ", on the machine named above.)")
+
+-- The page's lines with each named section (from its @## @ title to the
+-- next) replaced; a section the page lacks goes at its end.
+replaceSections :: [(String, [String])] -> [String] -> [String]
+replaceSections fresh page = go page ++ concat [ s | (t, s) <- fresh, ("## " ++ t) `notElem` page ]
+  where
+    go [] = []
+    go (l : ls) = case lookup l [ ("## " ++ t, s) | (t, s) <- fresh ] of
+      Just s -> s ++ go (dropWhile (not . isTitle) ls)
+      Nothing -> l : go ls
+    isTitle l = take 3 l == "## "
 
 -- The rows of a bench's JSON line.
 rowsOf :: Value -> Maybe [[(String, Value)]]
@@ -178,9 +213,12 @@ machineHeader quick = do
     gib text = case reads text of
       [(kb, rest)] | dropWhile isSpace rest == "kB" -> showFFloat (Just 1) (fromIntegral (kb :: Integer) / 1048576 :: Double) " GiB"
       _ -> text
-    gitCommit = do
-      r <- try (readProcessWithExitCode "git" ["rev-parse", "--short", "HEAD"] "")
-      pure $ case r of
-        Right (ExitSuccess, out, _) -> takeWhile (not . isSpace) out
-        Right _ -> "unknown (not a git checkout)"
-        Left (_ :: IOException) -> "unknown (no git)"
+
+-- The commit checked out here, short.
+gitCommit :: IO String
+gitCommit = do
+  r <- try (readProcessWithExitCode "git" ["rev-parse", "--short", "HEAD"] "")
+  pure $ case r of
+    Right (ExitSuccess, out, _) -> takeWhile (not . isSpace) out
+    Right _ -> "unknown (not a git checkout)"
+    Left (_ :: IOException) -> "unknown (no git)"

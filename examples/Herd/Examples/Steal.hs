@@ -49,12 +49,12 @@ nfibStealTask = static (named "nfib-steal" (task nfibSteal))
 
 -- | sumEuler over a range: halved into a stealable upper half (its
 -- totients cost more) and a lower half computed here while wider than
--- 400, then in chunks of 50 as 'sumEulerPar'.
+-- 200, then in chunks of 50 as 'sumEulerPar'.
 sumEulerSteal :: (Int, Int) -> Int
 sumEulerSteal range = runPar (go range)
   where
     go (lo, hi)
-      | hi - lo < 400 = sumEulerPar 50 (lo, hi)
+      | hi - lo < 200 = sumEulerPar 50 (lo, hi)
       | otherwise = do
           let mid = (lo + hi) `div` 2
           upper <- spawnTask sumEulerStealTask (mid + 1, hi)
