@@ -22,7 +22,9 @@ import Herd.Sys.BuildId (buildIdentity)
 import Herd.Sys.Clock (monotonicSeconds)
 import Herd.Packet (packetOf, splitPacket)
 import Control.DeepSeq (force)
-import Herd.Task (TaskRef (..), taskRef)
+import Herd.Task (TaskCodecs (..), TaskRef (..), taskCodecs, taskRef)
+import Herd.Wire.ArgTable (argsEncoder)
+import Herd.Examples.Steal (relayTask)
 import Herd.Transport
 import Herd.Transport.Tcp
 import Herd.Core.Wire
@@ -451,6 +453,42 @@ spec = describe "a cluster of local worker processes" $ do
     waitForProcess ph `shouldReturn` ExitSuccess
     closeConnection conn
     close lsock
+
+  it "ends a worker whose Par computation waits on a stolen child when its master goes away" $ do
+    -- Play master to a real worker: let it run a relay, steal its child
+    -- and never answer, then close the link while it waits.
+    exe <- getExecutablePath
+    build <- buildIdentity
+    lsock <- listenTcp "127.0.0.1" 0
+    port <- listenPort lsock
+    env <- workerEnv port
+    (_, _, _, ph) <- createProcess (proc exe []) { env = Just env }
+    conn <- acceptTcp lsock
+    ns <- newNonceSource
+    authenticateWorker ns testSecret B.empty conn `shouldReturn` Right ()
+    Just _ <- recvFrame handshakeFrameLimit conn
+    sendFrame conn (BL.fromStrict (encodeMasterReply (Welcome build 1 1000000 4000 True 65536 2000 64)))
+    Right table <- encodeArgs (taskCodecs relayTask) [(3, 0.05)]
+    packetOf [encodeToWorker (RunBatch 9 (taskRef relayTask) 1), argsEncoder table 0 1] >>= sendFrameStrict conn
+    let next = do
+          Just reply <- recvFrame 1000000 conn
+          Right msgs <- pure (splitPacket 1000 reply)
+          pure [ m | Right m <- map decodeFromWorker msgs ]
+        until' p = next >>= \ms -> case filter p ms of
+          m : _ -> pure m
+          [] -> until' p
+        isHeld m = case m of ChildrenHeld _ -> True; _ -> False
+        isGiven m = case m of StealGiven {} -> True; _ -> False
+    _ <- until' isHeld
+    packetOf [encodeToWorker (StealAsk 1)] >>= sendFrameStrict conn
+    _ <- until' isGiven
+    -- its own child gone, it waits on it: it asks for work
+    _ <- until' (== WantWork)
+    closeConnection conn
+    close lsock
+    ended <- timeout (20 * 1000000) (waitForProcess ph)
+    when (isNothing ended) $ terminateProcess ph
+    ended `shouldSatisfy` maybe False (const True)
 
   it "throws RemoteFunctionError to the caller when a worker refuses the function" $
     withTestCluster 0 $ \_ cluster -> do

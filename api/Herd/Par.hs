@@ -35,8 +35,9 @@
 -- 'runPar' whose result waits on a value nothing will put throws
 -- 'ParError' saying so instead of hanging; an exception in a child
 -- propagates out of 'runPar' ('ChildFailed' for one that threw on another
--- worker); a child whose thief was lost runs here instead; children
--- offered and not taken when 'runPar' throws are withdrawn.
+-- worker, or for every child away when the link to the master breaks);
+-- a child whose thief was lost runs here instead; children offered and
+-- not taken when 'runPar' throws are withdrawn.
 module Herd.Par
   ( -- * Futures
     Par
@@ -203,6 +204,7 @@ schedule env = go
               case w of
                 P.Answers as -> mapM_ answer as >> next
                 P.Steal c -> P.runStolenHere c >> idle
+                P.Broken -> throwIO (ChildFailed "the link to the master broke while children ran on other workers")
     here :: IVar b -> Child b -> IO Trace
     here v c = do
       x <- evaluate (childHere c)

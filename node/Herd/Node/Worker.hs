@@ -40,7 +40,7 @@ import Herd.Transport
 import Herd.Core.Wire
 import Herd.Wire.Encode
 import Herd.Node.Worker.Streams (Slot (..), StreamHost (..), runStream)
-import Herd.Node.Worker.Cancel (Canceller, Stop (..), computing, deadlineOf, hasQueued, newCanceller, setDeadline, takeCancelled, takeQueued)
+import Herd.Node.Worker.Cancel (Canceller, Stop (..), Watcher (..), computing, deadlineOf, hasQueued, newCanceller, setDeadline, takeCancelled, takeQueued)
 import Herd.Node.Worker.Steal (isStealMessage, runStolenInLoop, stealLink, stealMessage)
 import qualified Herd.Task.Pool as P
 import Herd.Core.Worker.Step
@@ -79,7 +79,7 @@ serve conn wid maxFrame policy window = do
      intercept m
        | isStealMessage m = stealMessage urgentReply m >> pure True
        | otherwise = pure False
- newCanceller conn maxFrame (maxFrame `div` 5) (scratchCount scratch) intercept P.busyPool $ \cancels -> do
+ newCanceller conn maxFrame (maxFrame `div` 5) (scratchCount scratch) (Watcher intercept P.busyPool P.linkBroken) $ \cancels -> do
   holder <- newHolder wid (\m -> sendMessage sender (fromWorkerUrgency m) (encodeFromWorker m))
   datasets <- newDatasetStore
   sv <- Serving sender <$> newIORef M.empty <*> newIORef M.empty <*> newIORef noBatch

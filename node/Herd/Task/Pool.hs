@@ -43,6 +43,7 @@ module Herd.Task.Pool
   , ranStolen
   , Counts (..)
   , runStolenHere
+  , linkBroken
   , busyPool
   ) where
 
@@ -92,6 +93,7 @@ data Pool = Pool
   , plStolen  :: !(TVar (Seq StolenChild))      -- ^ stolen children given to this worker, not yet run
   , plCounts  :: !(IORef Counts)                -- ^ what this worker's children went through
   , plTold    :: !(IORef Word64)                -- ^ the spawns last told the master
+  , plBroken  :: !(TVar Bool)                   -- ^ the link to the master broke
   }
 
 -- | Since the start: children spawned, stolen from this worker, stolen
@@ -102,7 +104,7 @@ data Counts = Counts !Word64 !Word64 !Word64 !Word64
 thePool :: Pool
 thePool = unsafePerformIO $
   Pool <$> newIORef M.empty <*> newIORef M.empty <*> newIORef 1 <*> newIORef Nothing
-       <*> newIORef False <*> newTVarIO Seq.empty <*> newIORef (Counts 0 0 0 0) <*> newIORef 0
+       <*> newIORef False <*> newTVarIO Seq.empty <*> newIORef (Counts 0 0 0 0) <*> newIORef 0 <*> newTVarIO False
 {-# NOINLINE thePool #-}
 
 -- | A new computation's inbox.
@@ -145,6 +147,7 @@ nextAnswers (Session box) = atomically (swapTVar box [])
 data Work
   = Answers [Answer]   -- ^ answers to its children
   | Steal StolenChild  -- ^ a child stolen from another worker, to run meanwhile
+  | Broken             -- ^ the link to the master broke: no answer will come
 
 -- | Wait for an answer to one of this session's children, or for a
 -- stolen child to run meanwhile.
@@ -155,7 +158,11 @@ awaitWork (Session box) = atomically $ do
     q <- readTVar (plStolen thePool)
     case Seq.viewl q of
       c :< rest -> writeTVar (plStolen thePool) rest >> pure (Steal c)
-      EmptyL -> retry
+      EmptyL -> readTVar (plBroken thePool) >>= \b -> if b then pure Broken else retry
+
+-- | The link to the master broke: computations waiting on it stop waiting.
+linkBroken :: IO ()
+linkBroken = atomically (writeTVar (plBroken thePool) True)
 
 -- | A thief asks: the oldest child offered (now away), and how many are left.
 stealOldest :: IO (Maybe (Word64, TaskRef, B.ByteString, Int))

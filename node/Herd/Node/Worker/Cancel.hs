@@ -13,7 +13,9 @@
 -- that cannot wait for the run's end (a thief's ask for a "Herd.Par"
 -- child, a child's answer) to the handler it was given, at once, and
 -- marks their frames so the loop does not handle them again; while the
--- handler says its work is afoot, it looks every millisecond.
+-- handler says its work is afoot, it looks every millisecond; and it tells
+-- the handler when the link broke (a computation waiting on the link
+-- would otherwise wait for ever).
 --
 -- Promises: the loop's reads and the watch's never overlap (the watch
 -- reads only while a run computes, and the run waits for a read in
@@ -25,6 +27,7 @@
 module Herd.Node.Worker.Cancel
   ( Canceller
   , Stop (..)
+  , Watcher (..)
   , newCanceller
   , computing
   , setDeadline
@@ -81,19 +84,24 @@ data Canceller = Canceller
   , cnProgress  :: !(IO Int)                   -- ^ results the run in progress has made
   , cnRuns      :: !(IORef Int)                -- ^ runs started, so the watch sees a new one
   , cnDeadline  :: !(IORef Double)             -- ^ seconds a task may compute (0: no deadline)
-  , cnIntercept :: !(ToWorker -> IO Bool)      -- ^ handle a message now ('True'), or leave it to the loop
-  , cnEager     :: !(IO Bool)                  -- ^ whether to look every millisecond
+  , cnWatcher   :: !Watcher
+  }
+
+-- | What the watch hands on while a run computes.
+data Watcher = Watcher
+  { watchMessage :: ToWorker -> IO Bool   -- ^ handle a message now ('True'), or leave it to the loop
+  , watchEager   :: IO Bool               -- ^ whether to look every millisecond
+  , watchBroken  :: IO ()                 -- ^ the link broke
   }
 
 -- | Start the watch for this link (its frame cap, its packets' message
--- cap, how many results the run in progress has made, the handler of
--- messages that cannot wait and whether it wants a quick eye), run the
--- body with it, and stop the watch after.
-newCanceller :: Connection -> Int -> Int -> IO Int -> (ToWorker -> IO Bool) -> IO Bool -> (Canceller -> IO a) -> IO a
-newCanceller conn cap split progress intercept eager body = do
+-- cap, how many results the run in progress has made, and what to hand
+-- on), run the body with it, and stop the watch after.
+newCanceller :: Connection -> Int -> Int -> IO Int -> Watcher -> (Canceller -> IO a) -> IO a
+newCanceller conn cap split progress watcher body = do
   me <- myThreadId
   cn <- Canceller conn cap split <$> newIORef Idle <*> newIORef S.empty <*> newIORef Seq.empty <*> pure me
-                                 <*> pure progress <*> newIORef 0 <*> newIORef 0 <*> pure intercept <*> pure eager
+                                 <*> pure progress <*> newIORef 0 <*> newIORef 0 <*> pure watcher
   bracket (forkIO (watch cn)) killThread (const (body cn))
 
 -- | The deadline per task, in seconds (0: none).
@@ -154,7 +162,7 @@ watch :: Canceller -> IO ()
 watch cn = go (-1, -1) 0
   where
     go seen since = do
-      quick <- cnEager cn
+      quick <- watchEager (cnWatcher cn)
       threadDelay (if quick then 1000 else 20000)
       st <- readIORef (cnRun cn)
       case st of
@@ -179,13 +187,14 @@ watch cn = go (-1, -1) 0
       when ok $ throwTo (cnLoop cn) (BatchInterrupted why)
 
 -- Read without waiting, keep each whole frame (copied) and note its
--- cancels. A failure of the link is left for the loop to meet.
+-- cancels. A failure of the link is left for the loop to meet, once told
+-- to the handler.
 readAhead :: Canceller -> IO ()
 readAhead cn = do
-  r <- try (recvAvailable (cnConn cn) >> frames)
+  r <- try (recvAvailable (cnConn cn) >>= \got -> (,) got <$> frames)
   case r of
-    Left (_ :: SomeException) -> pure ()
-    Right fs -> mapM_ keep fs
+    Left (_ :: SomeException) -> watchBroken (cnWatcher cn)
+    Right (got, fs) -> mapM_ keep fs >> when (got == 0) (watchBroken (cnWatcher cn))
   where
     frames = do
       f <- takeBufferedFrame (cnCap cn) (cnConn cn)
@@ -196,6 +205,6 @@ readAhead cn = do
       Right msgs -> do
         let decoded = [ m | Right m <- map decodeToWorker msgs ]
         modifyIORef' (cnCancelled cn) (S.union (S.fromList [ bid | BatchCancel bid <- decoded ]))
-        taken <- or <$> mapM (cnIntercept cn) decoded
+        taken <- or <$> mapM (watchMessage (cnWatcher cn)) decoded
         modifyIORef' (cnQueued cn) (|> (frame, taken))
       Left _ -> modifyIORef' (cnQueued cn) (|> (frame, False))
