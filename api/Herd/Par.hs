@@ -165,21 +165,14 @@ schedule env = go
         case slot of
           Full a -> go (k a)
           Waiting ks -> writeIORef r (Waiting (k : ks)) >> next
-      Put v a rest -> fill v a >> go rest
+      Put v a rest -> fill env v a >> go rest
       Run act -> act >>= go
       Spawn c k -> do
         v <- IVar <$> newIORef (Waiting [])
         if envLinked env
-          then do
-            n <- P.offer (envSession env) (childRef c) (childArg c)
-            modifyIORef' (envHeld env) (M.insert n (Held v c))
-            modifyIORef' (envOwn env) (n :)
-            -- a thief's ask waits for the watch thread, which runs
-            -- only when this one lets it: here, a spawn apart
-            yield
-            go (k v)
+          then offerChild env v c >> go (k v)
           -- nothing can steal it: the child first, as 'spawn' does
-          else go (Fork (Run (here v c)) (k v))
+          else go (Fork (Run (runHere v c)) (k v))
     next = do
       s <- readIORef stack
       case s of
@@ -189,50 +182,70 @@ schedule env = go
     -- then wait for children away, running stolen ones meanwhile
     idle = do
       answers <- if envLinked env then P.nextAnswers (envSession env) else pure []
-      if not (null answers) then mapM_ answer answers >> next else do
+      if not (null answers) then mapM_ (answer env) answers >> next else do
         own <- readIORef (envOwn env)
         case own of
           n : rest -> do
             writeIORef (envOwn env) rest
             mine <- P.takeBack n
-            if mine then runHeld n >>= go else idle
+            if mine then runHeld env n >>= go else idle
           [] -> do
             held <- readIORef (envHeld env)
             unless (M.null held) $ do
               P.askForWork
               w <- P.awaitWork (envSession env)
               case w of
-                P.Answers as -> mapM_ answer as >> next
+                P.Answers as -> mapM_ (answer env) as >> next
                 P.Steal c -> P.runStolenHere c >> idle
                 P.Broken -> throwIO (ChildFailed "the link to the master broke while children ran on other workers")
-    here :: IVar b -> Child b -> IO Trace
-    here v c = do
-      x <- evaluate (childHere c)
-      pure (Put v x Done)
-    runHeld n = do
-      held <- readIORef (envHeld env)
-      case M.lookup n held of
-        Just (Held v c) -> writeIORef (envHeld env) (M.delete n held) >> here v c
-        Nothing -> pure Done
-    answer a = case a of
-      P.Lost n -> modifyIORef' stack (Run (runHeld n) :)
-      P.Answered n r -> do
-        held <- readIORef (envHeld env)
-        case M.lookup n held of
-          Nothing -> pure ()
-          Just (Held v c) -> do
-            writeIORef (envHeld env) (M.delete n held)
-            case r >>= childDecode c of
-              Right x -> modifyIORef' stack (Put v x Done :)
-              Left why -> throwIO (ChildFailed why)
-    fill :: IVar x -> x -> IO ()
-    fill (IVar r) a = do
-      slot <- readIORef r
-      case slot of
-        Full _ -> throwIO PutTwice
-        Waiting ks -> do
-          writeIORef r (Full a)
-          modifyIORef' stack (\s -> foldr (\k acc -> k a : acc) s ks)
+
+-- Offer a child to thieves, keeping it to run here.
+offerChild :: Env -> IVar b -> Child b -> IO ()
+offerChild env v c = do
+  n <- P.offer (envSession env) (childRef c) (childArg c)
+  modifyIORef' (envHeld env) (M.insert n (Held v c))
+  modifyIORef' (envOwn env) (n :)
+  -- a thief's ask waits for the watch thread, which runs only when this
+  -- one lets it: here, a spawn apart
+  yield
+
+-- A child's value computed here, as the trace that puts it.
+runHere :: IVar b -> Child b -> IO Trace
+runHere v c = do
+  x <- evaluate (childHere c)
+  pure (Put v x Done)
+
+-- A child offered, taken back (or come home): run here.
+runHeld :: Env -> Word64 -> IO Trace
+runHeld env n = do
+  held <- readIORef (envHeld env)
+  case M.lookup n held of
+    Just (Held v c) -> writeIORef (envHeld env) (M.delete n held) >> runHere v c
+    Nothing -> pure Done
+
+-- What came back for a child a thief took: its value put, or it runs here.
+answer :: Env -> P.Answer -> IO ()
+answer env a = case a of
+  P.Lost n -> modifyIORef' (envStack env) (Run (runHeld env n) :)
+  P.Answered n r -> do
+    held <- readIORef (envHeld env)
+    case M.lookup n held of
+      Nothing -> pure ()
+      Just (Held v c) -> do
+        writeIORef (envHeld env) (M.delete n held)
+        case r >>= childDecode c of
+          Right x -> modifyIORef' (envStack env) (Put v x Done :)
+          Left why -> throwIO (ChildFailed why)
+
+-- Put a value, waking whoever waits on it.
+fill :: Env -> IVar x -> x -> IO ()
+fill env (IVar r) a = do
+  slot <- readIORef r
+  case slot of
+    Full _ -> throwIO PutTwice
+    Waiting ks -> do
+      writeIORef r (Full a)
+      modifyIORef' (envStack env) (\s -> foldr (\k acc -> k a : acc) s ks)
 
 -- | A fresh, empty variable.
 new :: Par (IVar a)
