@@ -311,6 +311,25 @@ joinByHand port name = do
   Just _ <- recvFrame handshakeFrameLimit conn
   pure conn
 
+-- Play master to a real worker process (this test binary): its
+-- listening socket, its link once it proved the secret and was welcomed
+-- as worker 1, and its process.
+playMaster :: IO (Socket, Connection, ProcessHandle)
+playMaster = do
+  exe <- getExecutablePath
+  build <- buildIdentity
+  lsock <- listenTcp "127.0.0.1" 0
+  port <- listenPort lsock
+  env <- workerEnv port
+  (_, _, _, ph) <- createProcess (proc exe []) { env = Just env }
+  conn <- acceptTcp lsock
+  ns <- newNonceSource
+  authenticateWorker ns testSecret B.empty conn `shouldReturn` Right ()
+  Just hello <- recvFrame handshakeFrameLimit conn
+  fmap helloBuild (decodeWorkerHello hello) `shouldBe` Right build
+  sendFrame conn (BL.fromStrict (encodeMasterReply (Welcome build 1 1000000 4000 True 65536 2000 64)))
+  pure (lsock, conn, ph)
+
 -- The environment of a worker process started by hand for a test cluster.
 workerEnv :: Int -> IO [(String, String)]
 workerEnv port = do
@@ -410,18 +429,7 @@ spec = describe "a cluster of local worker processes" $ do
 
   it "names the function when a worker does not know its static key or types" $ do
     -- Play master to a real worker process and send it bad references.
-    exe <- getExecutablePath
-    build <- buildIdentity
-    lsock <- listenTcp "127.0.0.1" 0
-    port <- listenPort lsock
-    env <- workerEnv port
-    (_, _, _, ph) <- createProcess (proc exe []) { env = Just env }
-    conn <- acceptTcp lsock
-    ns <- newNonceSource
-    authenticateWorker ns testSecret B.empty conn `shouldReturn` Right ()
-    Just hello <- recvFrame handshakeFrameLimit conn
-    fmap helloBuild (decodeWorkerHello hello) `shouldBe` Right build
-    sendFrame conn (BL.fromStrict (encodeMasterReply (Welcome build 1 1000000 4000 True 65536 2000 64)))
+    (lsock, conn, ph) <- playMaster
     let real = taskRef squareTask
         unknown = real { refKey = Fingerprint 1 2, refName = "ghostFunction" }
         mistyped = real { refArgType = Fingerprint 3 4 }
@@ -457,17 +465,7 @@ spec = describe "a cluster of local worker processes" $ do
   it "ends a worker whose Par computation waits on a stolen child when its master goes away" $ do
     -- Play master to a real worker: let it run a relay, steal its child
     -- and never answer, then close the link while it waits.
-    exe <- getExecutablePath
-    build <- buildIdentity
-    lsock <- listenTcp "127.0.0.1" 0
-    port <- listenPort lsock
-    env <- workerEnv port
-    (_, _, _, ph) <- createProcess (proc exe []) { env = Just env }
-    conn <- acceptTcp lsock
-    ns <- newNonceSource
-    authenticateWorker ns testSecret B.empty conn `shouldReturn` Right ()
-    Just _ <- recvFrame handshakeFrameLimit conn
-    sendFrame conn (BL.fromStrict (encodeMasterReply (Welcome build 1 1000000 4000 True 65536 2000 64)))
+    (lsock, conn, ph) <- playMaster
     Right table <- encodeArgs (taskCodecs relayTask) [(3, 0.05)]
     packetOf [encodeToWorker (RunBatch 9 (taskRef relayTask) 1), argsEncoder table 0 1] >>= sendFrameStrict conn
     let next = do

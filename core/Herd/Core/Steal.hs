@@ -25,6 +25,7 @@ module Herd.Core.Steal
   , takeIdle
   , hasHolderFor
   , stealsBrokered
+  , stealReport
   , StealCounts (..)
   , noStealCounts
   , stealCounts
@@ -50,7 +51,20 @@ import qualified Data.ByteString as B
 import Data.Text (Text)
 import Data.Word (Word32, Word64)
 import Herd.Core.Base (TaskRef, WorkerId)
-import Herd.Core.Wire.Messages (ToWorker (..))
+import Herd.Core.Wire.Messages (FromWorker (..), ToWorker (..))
+
+-- | Whether a worker's message is about steals: its asks, holdings,
+-- answers to asks and stolen children's answers.
+stealReport :: FromWorker -> Bool
+stealReport msg = case msg of
+  WantWork -> True
+  ChildrenHeld _ -> True
+  StealGiven {} -> True
+  StealNone _ -> True
+  StolenDone _ _ -> True
+  StolenThrew _ _ -> True
+  StolenDropped _ -> True
+  _ -> False
 
 -- | What one worker's children went through, for watchers, as the worker
 -- counts them (a host agent's own steals included).

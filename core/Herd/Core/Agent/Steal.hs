@@ -17,7 +17,6 @@ module Herd.Core.Agent.Steal
   , emptyHostSteals
   , hostStealBase
   , HostStealOut (..)
-  , isStealReport
   , hostWorkerSaid
   , hostWorkerGone
   ) where
@@ -45,18 +44,6 @@ data HostStealOut = HostStealOut
   , hsToMaster  :: ![(WorkerId, FromWorker)]  -- ^ messages for the master, each as this worker's own
   , hsConsumed  :: !Bool                      -- ^ the worker's message was this broker's: not relayed
   } deriving (Eq, Show)
-
--- | Whether the message is one this broker looks at.
-isStealReport :: FromWorker -> Bool
-isStealReport msg = case msg of
-  WantWork -> True
-  ChildrenHeld _ -> True
-  StealGiven {} -> True
-  StealNone _ -> True
-  StolenDone _ _ -> True
-  StolenThrew _ _ -> True
-  StolenDropped _ -> True
-  _ -> False
 
 -- | A message from one of the host's workers.
 hostWorkerSaid :: WorkerId -> FromWorker -> HostSteals -> (HostSteals, HostStealOut)

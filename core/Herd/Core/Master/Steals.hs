@@ -31,15 +31,8 @@ stealFeature = (quiet "steal")
 
 ownsSteal :: FromWorker -> Bool
 ownsSteal msg = case msg of
-  WantWork -> True
-  ChildrenHeld _ -> True
-  StealGiven {} -> True
-  StealNone _ -> True
-  StolenDone _ _ -> True
-  StolenThrew _ _ -> True
-  StolenDropped _ -> True
   ChildCounts {} -> True
-  _ -> False
+  _ -> stealReport msg
 
 received :: WorkerId -> FromWorker -> Steals -> (Steals, [(WorkerId, ToWorker)])
 received w msg = case msg of

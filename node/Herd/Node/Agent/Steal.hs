@@ -22,6 +22,7 @@ import Data.Word (Word8)
 import Herd.Core.Agent (AgentCommand (..))
 import Herd.Core.Agent.Steal
 import Herd.Core.Base (WorkerId)
+import Herd.Core.Steal (stealReport)
 import Herd.Core.Packet.Split (splitPacket)
 import Herd.Core.Wire (FromWorker, decodeFromWorker)
 import Herd.Core.Wire.Tags
@@ -48,7 +49,7 @@ takeSteals (HostStealer ref) maxMessages w packet
       Right msgs -> do
         hs <- readIORef ref
         let step (h, kept, outs) m = case decodeFromWorker m of
-              Right msg | isStealReport msg ->
+              Right msg | stealReport msg ->
                 let (h', out) = hostWorkerSaid w msg h
                 in (h', if hsConsumed out then kept else m : kept, out : outs)
               _ -> (h, m : kept, outs)
