@@ -21,6 +21,7 @@ import Control.Parallel (par, pseq)
 import Control.Parallel.Strategies (parList, rseq, using)
 import Herd
 import Herd.Config
+import Herd.Monitor (StealCounts (..), Status (..), WorkerRow (..), clusterStatus)
 import Herd.Core.Report
 import Herd.Examples.Par
 import Herd.Examples.Steal
@@ -85,11 +86,14 @@ run o = do
   (herdRows, (spawnGet, spawnTaskGet)) <- withCluster defaultConfig { configWorkers = Just cores } $ \cluster -> do
     _ <- waitForWorkers cluster cores 30
     rows <- forM local $ \(w, expected, _) -> do
+      before <- stolenSoFar cluster
       (h, c) <- timed (wlHerd w cluster)
       check (wlName w ++ " on herd") expected c
+      steals <- subtract before <$> stolenSoFar cluster
       (d, c') <- timed (wlDivided w cluster)
       check (wlName w ++ " on herd, divided at the master") expected c'
-      putStrLn ("  " ++ wlName w ++ ": herd " ++ fixed 3 h ++ " s (stolen children), " ++ fixed 3 d ++ " s (divided at the master)")
+      putStrLn ("  " ++ wlName w ++ ": herd " ++ fixed 3 h ++ " s (stolen: " ++ show steals ++ "), "
+                ++ fixed 3 d ++ " s (divided at the master)")
       pure (Row (wlName w) "herd" cores h, Row (wlName w) "herd-divided" cores d)
     -- the first call warms the worker; the second is measured
     _ <- farm cluster spawnGetTask [100000]
@@ -184,6 +188,10 @@ workloads o =
 
 onHerd :: Cluster -> Divide a Int -> StaticPtr (Task a Int) -> a -> IO Int
 onHerd = divideAndConquer
+
+-- Children stolen so far, over the workers.
+stolenSoFar :: Cluster -> IO Int
+stolenSoFar cluster = sum . map (countStolen . rowSteals) . statusWorkers <$> clusterStatus cluster
 
 -- One task on one worker, its children stolen by the others.
 stolen :: Cluster -> StaticPtr (Task a Int) -> a -> IO Int
