@@ -36,7 +36,7 @@ toWorkerIndex m = case m of
   BatchCancel {} -> 23; TaskDeadline {} -> 24
   PartRun {} -> 25; PartsDrop {} -> 26; GroupRunHeld {} -> 27; PartitionKeep {} -> 28
   PartsDirectory {} -> 29; PartInFile {} -> 30
-  StealAsk {} -> 31; StolenRun {} -> 32; ChildDone {} -> 33; ChildThrew {} -> 34; ChildLost {} -> 35
+  StealAsk {} -> 31; StolenRun {} -> 32; ChildDone {} -> 33; ChildThrew {} -> 34; ChildLost {} -> 35; StolenCancel {} -> 36
 
 fromWorkerIndex :: FromWorker -> Int
 fromWorkerIndex m = case m of
@@ -48,7 +48,7 @@ fromWorkerIndex m = case m of
   Forward {} -> 20; GroupSent {} -> 21; GroupThrew {} -> 22; PartHeld {} -> 23; PartitionDone {} -> 24
   PartitionThrew {} -> 25; BatchStopped {} -> 26
   PartRan {} -> 27; PartThrew {} -> 28; PartMissing {} -> 29; GroupMissing {} -> 30; ForwardFile {} -> 31
-  WantWork -> 32; ChildrenHeld {} -> 33; StealGiven {} -> 34; StealNone {} -> 35; StolenDone {} -> 36; StolenThrew {} -> 37; StolenDropped {} -> 38; ChildCounts {} -> 39
+  WantWork -> 32; ChildrenHeld {} -> 33; StealGiven {} -> 34; StealNone {} -> 35; StolenDone {} -> 36; StolenThrew {} -> 37; StolenDropped {} -> 38; ChildCounts {} -> 39; ChildrenAbandoned {} -> 40
 
 bytes :: Gen B.ByteString
 bytes = B.pack <$> resize 40 arbitrary
@@ -79,7 +79,7 @@ genToWorker = oneof
   , PartitionKeep <$> arbitrary <*> arbitrary <*> ref <*> arbitrary <*> arbitrary
   , PartsDirectory <$> text, PartInFile <$> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary <*> text
   , StealAsk <$> arbitrary, StolenRun <$> arbitrary <*> ref <*> bytes, ChildDone <$> arbitrary <*> bytes
-  , ChildThrew <$> arbitrary <*> text, ChildLost <$> arbitrary ]
+  , ChildThrew <$> arbitrary <*> text, ChildLost <$> arbitrary, StolenCancel <$> arbitrary ]
 
 genFromWorker :: Gen FromWorker
 genFromWorker = oneof
@@ -99,7 +99,8 @@ genFromWorker = oneof
   , GroupMissing <$> arbitrary <*> arbitrary
   , ForwardFile <$> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary <*> text
   , pure WantWork, ChildrenHeld <$> arbitrary, StealGiven <$> arbitrary <*> arbitrary <*> arbitrary <*> ref <*> bytes
-  , StealNone <$> arbitrary, StolenDone <$> arbitrary <*> bytes, StolenThrew <$> arbitrary <*> text, StolenDropped <$> arbitrary, ChildCounts <$> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary ]
+  , StealNone <$> arbitrary, StolenDone <$> arbitrary <*> bytes, StolenThrew <$> arbitrary <*> text, StolenDropped <$> arbitrary, ChildCounts <$> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary <*> arbitrary
+  , ChildrenAbandoned <$> resize 6 (listOf arbitrary) ]
 
 spec :: Spec
 spec = describe "every protocol message" $ do
@@ -136,8 +137,8 @@ spec = describe "every protocol message" $ do
   it "has a generator for every constructor" $ do
     ts <- generate (vectorOf 3000 genToWorker)
     fs <- generate (vectorOf 3000 genFromWorker)
-    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 35]
-    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 39]
+    sort (nub (map toWorkerIndex ts)) `shouldBe` [0 .. 36]
+    sort (nub (map fromWorkerIndex fs)) `shouldBe` [0 .. 40]
 
 -- The report as the general decoder reads it (tag byte skipped).
 generalEvolved :: Get (Word64, Word64, [(Word64, B.ByteString)])

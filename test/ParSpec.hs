@@ -17,6 +17,7 @@ import Herd.Config
 import Herd.Examples.Par
 import Herd.Examples.Steal
 import HandAgent (withHandAgent)
+import TestTasks (givesUpTask)
 import Herd.Monitor
 import Herd.Par
 import Herd.Skeleton
@@ -140,6 +141,14 @@ stealing = describe "children other workers steal" $ do
         st <- clusterStatus cluster
         map (countRan . rowSteals) (statusWorkers st) `shouldSatisfy` all (>= 2)
         statusStealsBrokered st `shouldBe` 0
+  it "are stopped on their thief when the computation that spawned them throws" $
+    withTwo $ \cluster -> do
+      [Left (TaskFailed _ _ why)] <- farmEither cluster givesUpTask [(30, 0.5)]
+      why `shouldContain` "this computation gives up"
+      -- the thief stops its 30 s child: counted where it stopped
+      let stopped = sum . map (countStopped . rowSteals) . statusWorkers <$> clusterStatus cluster
+          settle k = stopped >>= \s -> if s >= 1 || k > (2000 :: Int) then pure s else threadDelay 5000 >> settle (k + 1)
+      settle 0 `shouldReturn` 1
   it "give the exact answer when the thief is SIGKILLed while it runs a stolen child" $
     withTwo $ \cluster ->
       withAsync (farm cluster treeStealTask [(32, 0.05, 1)]) $ \job -> do

@@ -3,6 +3,8 @@
 -- their static pointers link under optimisation.
 module TestTasks
   ( squareTask
+  , sleeperTask
+  , givesUpTask
   , failAt13Task
   , exitAt13Task
   , sleepySquareTask
@@ -50,6 +52,7 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as BC
 import GHC.StaticPtr (StaticPtr)
 import Herd
+import Herd.Par (get, runPar, spawnTask)
 import System.Environment (lookupEnv)
 import System.Exit (ExitCode (..))
 import System.IO.Unsafe (unsafePerformIO)
@@ -359,3 +362,19 @@ rendezvousEvolver = static (named "rendezvous" (evolver (\paths () -> [(paths, r
 -- | 'rendezvous' as a task whose result stays on its worker.
 rendezvousRef :: StaticPtr (RefTask (FilePath, FilePath) Bool)
 rendezvousRef = static (named "rendezvousRef" (refTask rendezvous))
+
+-- | One, after sleeping this many seconds on its worker's OS thread.
+sleeperTask :: StaticPtr (Task Double Int)
+sleeperTask = static (named "sleeper" (task (\secs -> simulatedWork secs 1)))
+
+-- | A Par computation that offers a child sleeping @(long)@ seconds, sleeps
+-- @short@ itself, then throws before it waits for the child.
+givesUpTask :: StaticPtr (Task (Double, Double) Int)
+givesUpTask = static (named "givesUp" (task givesUp))
+
+givesUp :: (Double, Double) -> Int
+givesUp (long, short) = runPar $ do
+  v <- spawnTask sleeperTask long
+  let mine = simulatedWork short (0 :: Int)
+  if mine == 0 then error "this computation gives up" else get v
+

@@ -143,12 +143,20 @@ runPar p = unsafePerformIO $ do
   result <- newIORef (Waiting [])
   env <- Env <$> newIORef [] <*> P.linked <*> P.newSession <*> newIORef M.empty <*> newIORef []
   schedule env (unPar p (\a -> Put (IVar result) a Done))
-    `onException` (readIORef (envOwn env) >>= P.withdraw)
+    `onException` giveUp env
   final <- readIORef result
   case final of
     Full a -> pure a
     Waiting _ -> throwIO WaitsForever
 {-# NOINLINE runPar #-}
+
+-- A computation that throws: its children offered are withdrawn, and
+-- those a thief took are stopped there.
+giveUp :: Env -> IO ()
+giveUp env = do
+  held <- M.keys <$> readIORef (envHeld env)
+  offered <- P.withdraw held
+  P.abandon (filter (`notElem` offered) held)
 
 -- Run a trace, then the rest of the work, until none is left (children
 -- taken by thieves included).

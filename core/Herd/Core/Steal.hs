@@ -39,6 +39,7 @@ module Herd.Core.Steal
   , stolenAnswered
   , stolenDropped
   , childCounts
+  , childrenAbandoned
   , stealLost
   ) where
 
@@ -64,6 +65,7 @@ stealReport msg = case msg of
   StolenDone _ _ -> True
   StolenThrew _ _ -> True
   StolenDropped _ -> True
+  ChildrenAbandoned _ -> True
   _ -> False
 
 -- | What one worker's children went through, for watchers, as the worker
@@ -73,11 +75,12 @@ data StealCounts = StealCounts
   , countStolen :: !Int  -- ^ children taken from this worker by others
   , countRan    :: !Int  -- ^ children of others this worker ran
   , countRerun  :: !Int  -- ^ its children it ran itself after their thief was lost
+  , countStopped :: !Int -- ^ stolen children it stopped because their holder no longer wanted them
   } deriving (Eq, Show)
 
 -- | Nothing stolen.
 noStealCounts :: StealCounts
-noStealCounts = StealCounts 0 0 0 0
+noStealCounts = StealCounts 0 0 0 0 0
 
 -- A child handed to a thief.
 data Handed = Handed
@@ -189,6 +192,13 @@ stolenDropped t n st = case M.lookup n (stHanded st) of
     ( st { stHanded = M.delete n (stHanded st) }
     , [(hHolder h, ChildLost (hChild h))] )
   _ -> (st, [])
+
+-- | A holder no longer wants these children of its: their thieves stop them.
+childrenAbandoned :: WorkerId -> [Word64] -> Steals -> Out
+childrenAbandoned w cs st =
+  let gone = M.filter (\h -> hHolder h == w && hChild h `elem` cs) (stHanded st)
+  in ( st { stHanded = stHanded st `M.difference` gone }
+     , [ (hThief h, StolenCancel n) | (n, h) <- M.toList gone ] )
 
 -- | A worker's own counts of its children ('Herd.Core.Wire.ChildCounts').
 childCounts :: WorkerId -> StealCounts -> Steals -> Out

@@ -156,6 +156,7 @@ decodeToWorkerSlow = runGet $ do
       | tag == tagChildDone -> ChildDone <$> getWord64 <*> getRest
       | tag == tagChildThrew -> ChildThrew <$> getWord64 <*> getText
       | tag == tagChildLost -> ChildLost <$> getWord64
+      | tag == tagStolenCancel -> StolenCancel <$> getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 
 -- A group's run as 'GroupRun' and 'GroupRunHeld' begin: the reduction,
@@ -228,6 +229,9 @@ decodeFromWorkerSlow = runGet $ do
       | tag == tagStolenDone -> StolenDone <$> getWord64 <*> getRest
       | tag == tagStolenThrew -> StolenThrew <$> getWord64 <*> getText
       | tag == tagStolenDropped -> StolenDropped <$> getWord64
-      | tag == tagChildCounts -> ChildCounts <$> getWord64 <*> getWord64 <*> getWord64 <*> getWord64
+      | tag == tagChildCounts -> ChildCounts <$> getWord64 <*> getWord64 <*> getWord64 <*> getWord64 <*> getWord64
+      | tag == tagChildrenAbandoned -> do
+          n <- getCount 8
+          ChildrenAbandoned <$> replicateM n getWord64
       | otherwise -> failGet ("unknown message tag " ++ show tag)
 

@@ -61,6 +61,7 @@ toWorkerParts msg = case msg of
   ChildDone c v -> (taggedHead tagChildDone c, v)
   ChildThrew c why -> built (putWord8 tagChildThrew <> putWord64 c <> putText why)
   ChildLost c -> (taggedHead tagChildLost c, B.empty)
+  StolenCancel n -> (taggedHead tagStolenCancel n, B.empty)
   PartInFile xid g j size path -> built (putWord8 tagPartInFile <> putWord64 xid <> putWord32 g <> putWord32 j <> putWord64 size <> putText path)
   PartsDrop dids -> built (putWord8 tagPartsDrop <> putWord32 (fromIntegral (length dids)) <> foldMap putWord64 dids)
   PartIn xid g j part -> (built' (putWord8 tagPartIn <> putWord64 xid <> putWord32 g <> putWord32 j), part)
@@ -125,7 +126,8 @@ encodeFromWorker msg = encodeBytes $ buildStrict $ case msg of
   StolenDone n v -> putWord8 tagStolenDone <> putWord64 n <> BB.byteString v
   StolenThrew n why -> putWord8 tagStolenThrew <> putWord64 n <> putText why
   StolenDropped n -> putWord8 tagStolenDropped <> putWord64 n
-  ChildCounts a b c d -> putWord8 tagChildCounts <> putWord64 a <> putWord64 b <> putWord64 c <> putWord64 d
+  ChildCounts a b c d e -> putWord8 tagChildCounts <> putWord64 a <> putWord64 b <> putWord64 c <> putWord64 d <> putWord64 e
+  ChildrenAbandoned cs -> putWord8 tagChildrenAbandoned <> putWord32 (fromIntegral (length cs)) <> foldMap putWord64 cs
   ForwardFile dest xid g j size path -> putWord8 tagForwardFile <> putWord64 dest <> putWord64 xid <> putWord32 g <> putWord32 j <> putWord64 size <> putText path
 
 taggedStream :: Word8 -> Word64 -> Encoder -> Encoder

@@ -24,6 +24,7 @@ module Herd.Task.Pool
   , offer
   , takeBack
   , withdraw
+  , abandon
   , nextAnswers
   , awaitWork
   , Work (..)
@@ -40,6 +41,8 @@ module Herd.Task.Pool
   , hasStolen
   , askForWork
   , tellSpawns
+  , cancelStolen
+  , stoppedStolen
   , ranStolen
   , Counts (..)
   , runStolenHere
@@ -82,6 +85,7 @@ data Link = Link
   , linkWantWork     :: IO ()               -- ^ ask the master for a stolen child
   , linkRun          :: StolenChild -> IO ()  -- ^ run a stolen child and answer it (inside a computation)
   , linkCounts       :: Counts -> IO ()      -- ^ tell the master what this worker's children went through
+  , linkAbandon      :: [Word64] -> IO ()    -- ^ tell the master these children away are no longer wanted
   }
 
 data Pool = Pool
@@ -97,14 +101,15 @@ data Pool = Pool
   }
 
 -- | Since the start: children spawned, stolen from this worker, stolen
--- ones run here, and its own run again after their thief was lost.
-data Counts = Counts !Word64 !Word64 !Word64 !Word64
+-- ones run here, its own run again after their thief was lost, and
+-- stolen ones stopped here because their holder no longer wanted them.
+data Counts = Counts !Word64 !Word64 !Word64 !Word64 !Word64
   deriving (Eq, Show)
 
 thePool :: Pool
 thePool = unsafePerformIO $
   Pool <$> newIORef M.empty <*> newIORef M.empty <*> newIORef 1 <*> newIORef Nothing
-       <*> newIORef False <*> newTVarIO Seq.empty <*> newIORef (Counts 0 0 0 0) <*> newIORef 0 <*> newTVarIO False
+       <*> newIORef False <*> newTVarIO Seq.empty <*> newIORef (Counts 0 0 0 0 0) <*> newIORef 0 <*> newTVarIO False
 {-# NOINLINE thePool #-}
 
 -- | A new computation's inbox.
@@ -123,7 +128,7 @@ linked = maybe False (const True) <$> readIORef (plLink thePool)
 offer :: Session -> TaskRef -> B.ByteString -> IO Word64
 offer s ref arg = do
   n <- atomicModifyIORef' (plNext thePool) (\k -> (k + 1, k))
-  atomicModifyIORef' (plCounts thePool) (\(Counts s t r a) -> (Counts (s + 1) t r a, ()))
+  atomicModifyIORef' (plCounts thePool) (\(Counts s t r a x) -> (Counts (s + 1) t r a x, ()))
   was <- atomicModifyIORef' (plOffered thePool) (\m -> (M.insert n (Child ref arg s) m, M.null m))
   -- the master takes a holder off its idle thieves: this worker asks anew when it waits
   when was $ withLink (\l -> writeIORef (plAsked thePool) False >> linkChildrenHeld l 1)
@@ -135,9 +140,31 @@ takeBack n = atomicModifyIORef' (plOffered thePool) $ \m -> case M.lookup n m of
   Just _ -> (M.delete n m, True)
   Nothing -> (m, False)
 
--- | Forget children offered and not taken (their computation ended).
-withdraw :: [Word64] -> IO ()
-withdraw ns = atomicModifyIORef' (plOffered thePool) (\m -> (foldr M.delete m ns, ()))
+-- | Forget children offered and not taken (their computation ended):
+-- those of these that were still offered.
+withdraw :: [Word64] -> IO [Word64]
+withdraw ns = atomicModifyIORef' (plOffered thePool) (\m -> (foldr M.delete m ns, filter (`M.member` m) ns))
+
+-- | Forget these children a thief took (their computation ended), and
+-- tell the master, so their thieves stop them.
+abandon :: [Word64] -> IO ()
+abandon [] = pure ()
+abandon ns = do
+  atomicModifyIORef' (plAway thePool) (\m -> (foldr M.delete m ns, ()))
+  withLink (\l -> linkAbandon l ns)
+
+-- | The child of steal @n@ is no longer wanted: dropped if it waits to
+-- run here ('True'), else it may be running.
+cancelStolen :: Word64 -> IO Bool
+cancelStolen n = atomically $ do
+  q <- readTVar (plStolen thePool)
+  let (gone, kept) = Seq.partition (\(StolenChild m _ _) -> m == n) q
+  writeTVar (plStolen thePool) kept
+  pure (not (Seq.null gone))
+
+-- | A stolen child was stopped here because its holder no longer wanted it.
+stoppedStolen :: IO ()
+stoppedStolen = counted (\(Counts s t r a x) -> Counts s t r a (x + 1))
 
 -- | The answers in a session's inbox, without waiting.
 nextAnswers :: Session -> IO [Answer]
@@ -174,7 +201,7 @@ stealOldest = do
     Nothing -> pure Nothing
     Just (n, c@(Child ref arg _), left) -> do
       atomicModifyIORef' (plAway thePool) (\m -> (M.insert n c m, ()))
-      counted (\(Counts s t r a) -> Counts s (t + 1) r a)
+      counted (\(Counts s t r a x) -> Counts s (t + 1) r a x)
       pure (Just (n, ref, arg, left))
 
 -- | A taken child's answer came back: to its session's inbox.
@@ -185,11 +212,11 @@ answerChild n r = () <$ home n (Answered n r)
 loseChild :: Word64 -> IO ()
 loseChild n = do
   found <- home n (Lost n)
-  when found $ counted (\(Counts s t r a) -> Counts s t r (a + 1))
+  when found $ counted (\(Counts s t r a x) -> Counts s t r (a + 1) x)
 
 -- | A stolen child starts to run here.
 ranStolen :: IO ()
-ranStolen = counted (\(Counts s t r a) -> Counts s t (r + 1) a)
+ranStolen = counted (\(Counts s t r a x) -> Counts s t (r + 1) a x)
 
 home :: Word64 -> Answer -> IO Bool
 home n a = do
@@ -201,7 +228,7 @@ home n a = do
 -- Change the counts and tell the master.
 counted :: (Counts -> Counts) -> IO ()
 counted f = do
-  c@(Counts s _ _ _) <- atomicModifyIORef' (plCounts thePool) (\x -> let y = f x in (y, y))
+  c@(Counts s _ _ _ _) <- atomicModifyIORef' (plCounts thePool) (\x -> let y = f x in (y, y))
   writeIORef (plTold thePool) s
   withLink (\l -> linkCounts l c)
 
@@ -233,7 +260,7 @@ askForWork = withLink $ \l -> do
 -- told (the worker does when it is idle).
 tellSpawns :: IO ()
 tellSpawns = do
-  c@(Counts s _ _ _) <- readIORef (plCounts thePool)
+  c@(Counts s _ _ _ _) <- readIORef (plCounts thePool)
   told <- readIORef (plTold thePool)
   when (s /= told) $ writeIORef (plTold thePool) s >> withLink (\l -> linkCounts l c)
 

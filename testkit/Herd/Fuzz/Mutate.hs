@@ -31,7 +31,7 @@ toMasterCorpus =
   , PartitionDone 1 0 (word 3), PartitionThrew 1 0 (T.pack "x")
   , PartRan 1 0 (word 2), PartThrew 1 0 (T.pack "x"), PartMissing 1 0, GroupMissing 1 0, ForwardFile 2 1 0 0 8 (T.pack "/nonexistent/part")
   , WantWork, ChildrenHeld 2, StealGiven 1 1 0 (fakeRef "child") (word 3), StealNone 1, StolenDone 1 (word 3)
-  , StolenThrew 1 (T.pack "x"), StolenDropped 1, ChildCounts 3 1 1 0 ]
+  , StolenThrew 1 (T.pack "x"), StolenDropped 1, ChildCounts 3 1 1 0 0, ChildrenAbandoned [1, 2] ]
 
 -- | One message of every kind a master sends, naming this function.
 toWorkerCorpus :: TaskRef -> [ToWorker]
@@ -44,7 +44,7 @@ toWorkerCorpus ref =
   , ExchangeEnd 1, StatesDrop [1, 2], BatchCancel 1, TaskDeadline 5000
   , PartRun 1 0 ref [1] 2 (word 4), PartsDrop [1, 2], GroupRunHeld 1 0 ref 2 [(0, 1)] 1, PartitionKeep 1 0 ref 1 2
   , PartInFile 1 0 0 8 (T.pack "/nonexistent/part")
-  , StealAsk 1, StolenRun 1 ref (word 3), ChildDone 1 (word 3), ChildThrew 1 (T.pack "x"), ChildLost 1 ]
+  , StealAsk 1, StolenRun 1 ref (word 3), ChildDone 1 (word 3), ChildThrew 1 (T.pack "x"), ChildLost 1, StolenCancel 1 ]
 
 -- A function no worker has, for a child a worker claims to give.
 fakeRef :: String -> TaskRef

@@ -60,6 +60,8 @@ hostWorkerSaid w msg hs@(HostSteals st) = case msg of
   StolenDone n v | ours n -> local (stolenAnswered w n (Right v)) True
   StolenThrew n why | ours n -> local (stolenAnswered w n (Left why)) True
   StolenDropped n | ours n -> local (stolenDropped w n) True
+  -- the host's own steals of them stop here, the master's there
+  ChildrenAbandoned cs -> local (childrenAbandoned w cs) False
   _ -> relay
   where
     ours n = n >= hostStealBase

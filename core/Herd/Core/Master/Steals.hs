@@ -43,7 +43,8 @@ received w msg = case msg of
   StolenDone n v -> stolenAnswered w n (Right (B.copy v))
   StolenThrew n why -> stolenAnswered w n (Left why)
   StolenDropped n -> stolenDropped w n
-  ChildCounts a b c d -> childCounts w (StealCounts (fromIntegral a) (fromIntegral b) (fromIntegral c) (fromIntegral d))
+  ChildCounts a b c d e -> childCounts w (StealCounts (fromIntegral a) (fromIntegral b) (fromIntegral c) (fromIntegral d) (fromIntegral e))
+  ChildrenAbandoned cs -> childrenAbandoned w cs
   _ -> \st -> (st, [])
 
 broker :: (Steals -> (Steals, [(WorkerId, ToWorker)])) -> Core -> (Core, [Command])

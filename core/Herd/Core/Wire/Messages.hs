@@ -120,6 +120,9 @@ data ToWorker
     -- ^ a child of this worker's, run elsewhere, threw this
   | ChildLost !Word64
     -- ^ the worker that stole this child was lost: run it here
+  | StolenCancel !Word64
+    -- ^ the holder of steal @n@'s child no longer wants it: stop it if it
+    -- runs (answering 'StolenDropped'), drop it if it waits
   deriving (Eq, Show)
 
 -- | Messages from worker to master.
@@ -191,12 +194,16 @@ data FromWorker
   | StolenDropped !Word64
     -- ^ the child of steal @n@ was stopped here before it ended (its
     -- computation was cancelled): its holder runs it
-  | ChildCounts !Word64 !Word64 !Word64 !Word64
+  | ChildCounts !Word64 !Word64 !Word64 !Word64 !Word64
     -- ^ since it started, this worker spawned this many stealable
     -- children, this many were stolen from it, it ran this many stolen
-    -- from others and ran this many of its own again after their thief
-    -- was lost (sent as a steal happens, and when it is idle and the
-    -- spawns moved)
+    -- from others, ran this many of its own again after their thief was
+    -- lost, and stopped this many stolen ones their holder no longer
+    -- wanted (sent as a steal happens, and when it is idle and the spawns
+    -- moved)
+  | ChildrenAbandoned ![Word64]
+    -- ^ these children of this worker's, run elsewhere, are no longer
+    -- wanted: the computation that spawned them ended
   deriving (Eq, Show)
 
 -- | How soon a message to a worker must leave: control messages and the

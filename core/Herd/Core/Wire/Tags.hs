@@ -9,7 +9,7 @@ module Herd.Core.Wire.Tags
   , tagStateReplay, tagPing, tagSharePart, tagShareDrop, tagHoldBudget
   , tagGroupRun, tagPartIn, tagPartitionCombine, tagExchangeEnd, tagStatesDrop, tagBatchCancel, tagTaskDeadline
   , tagPartRun, tagPartsDrop, tagGroupRunHeld, tagPartitionKeep, tagPartsDirectory, tagPartInFile
-  , tagStealAsk, tagStolenRun, tagChildDone, tagChildThrew, tagChildLost
+  , tagStealAsk, tagStolenRun, tagChildDone, tagChildThrew, tagChildLost, tagStolenCancel
     -- * Worker to master
   , tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone
   , tagStreamAborted, tagStreamTaken, tagStateEvolved, tagEvolveThrew, tagEvolveRejected
@@ -17,7 +17,7 @@ module Herd.Core.Wire.Tags
   , tagShareHeld, tagShareDropped, tagShareSpilled
   , tagForward, tagGroupSent, tagGroupThrew, tagPartHeld, tagPartitionDone, tagPartitionThrew
   , tagBatchStopped, tagPartRan, tagPartThrew, tagPartMissing, tagGroupMissing, tagForwardFile
-  , tagWantWork, tagChildrenHeld, tagStealGiven, tagStealNone, tagStolenDone, tagStolenThrew, tagStolenDropped, tagChildCounts
+  , tagWantWork, tagChildrenHeld, tagStealGiven, tagStealNone, tagStolenDone, tagStolenThrew, tagStolenDropped, tagChildCounts, tagChildrenAbandoned
   ) where
 
 import Data.Word (Word8)
@@ -77,12 +77,13 @@ tagPartInFile = 31
 
 -- | Tags of the messages to a worker for children of "Herd.Par" that
 -- other workers steal ("Herd.Core.Steal").
-tagStealAsk, tagStolenRun, tagChildDone, tagChildThrew, tagChildLost :: Word8
+tagStealAsk, tagStolenRun, tagChildDone, tagChildThrew, tagChildLost, tagStolenCancel :: Word8
 tagStealAsk = 32
 tagStolenRun = 33
 tagChildDone = 34
 tagChildThrew = 35
 tagChildLost = 36
+tagStolenCancel = 37
 
 -- | Tags of the messages to the master.
 tagResults, tagBatchDone, tagTaskThrew, tagBatchRejected, tagStreamOut, tagStreamDone,
@@ -135,7 +136,7 @@ tagForwardFile :: Word8
 tagForwardFile = 32
 
 -- | Tags of a worker's messages for stolen children ("Herd.Core.Steal").
-tagWantWork, tagChildrenHeld, tagStealGiven, tagStealNone, tagStolenDone, tagStolenThrew, tagStolenDropped, tagChildCounts :: Word8
+tagWantWork, tagChildrenHeld, tagStealGiven, tagStealNone, tagStolenDone, tagStolenThrew, tagStolenDropped, tagChildCounts, tagChildrenAbandoned :: Word8
 tagWantWork = 33
 tagChildrenHeld = 34
 tagStealGiven = 35
@@ -144,3 +145,4 @@ tagStolenDone = 37
 tagStolenThrew = 38
 tagStolenDropped = 39
 tagChildCounts = 40
+tagChildrenAbandoned = 41

@@ -115,6 +115,7 @@ workerJson r =
        , ("children_stolen", int (countStolen (rowSteals r)))
        , ("stolen_children_ran", int (countRan (rowSteals r)))
        , ("children_rerun", int (countRerun (rowSteals r)))
+       , ("stolen_children_stopped", int (countStopped (rowSteals r)))
        ] ++ maybe [] linkJson (rowLink r)
 
 -- A worker's link's counters, in its row.
@@ -199,6 +200,8 @@ prometheusText s = concat
       (fromIntegral . countRan . rowSteals)
   , perWorker "herd_worker_children_rerun_total" "counter" "Herd.Par children the worker ran again itself after their thief was lost."
       (fromIntegral . countRerun . rowSteals)
+  , perWorker "herd_worker_stolen_children_stopped_total" "counter" "Herd.Par children the worker stole and stopped because the computation that spawned them ended."
+      (fromIntegral . countStopped . rowSteals)
   , perLink "herd_packets_sent_total" "Packets the master sent to the worker." packetsSent
   , perLink "herd_messages_sent_total" "Messages the master sent to the worker." messagesSent
   , perLink "herd_bytes_sent_total" "Bytes the master sent to the worker." bytesSent

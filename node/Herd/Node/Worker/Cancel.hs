@@ -33,6 +33,7 @@ module Herd.Node.Worker.Cancel
   , setDeadline
   , deadlineOf
   , takeCancelled
+  , stolenRun
   , takeQueued
   , hasQueued
   ) where
@@ -137,6 +138,12 @@ computing cn bid act = mask $ \restore -> do
         Reading _ -> yield >> leave
         _ -> pure was
 
+-- | The run number a stolen child of steal @n@ runs under, so that its
+-- cancel ('Herd.Core.Wire.StolenCancel') stops it as a batch's stops a
+-- batch: counted down from the top, where no farm batch's number is.
+stolenRun :: Word64 -> Word64
+stolenRun n = maxBound - n
+
 -- | Whether a batch was cancelled in a frame read ahead (its start may
 -- be read later: it is then stopped before it runs); the note is used up.
 takeCancelled :: Canceller -> Word64 -> IO Bool
@@ -204,7 +211,8 @@ readAhead cn = do
     keep frame = case splitPacket (cnSplit cn) frame of
       Right msgs -> do
         let decoded = [ m | Right m <- map decodeToWorker msgs ]
-        modifyIORef' (cnCancelled cn) (S.union (S.fromList [ bid | BatchCancel bid <- decoded ]))
+        modifyIORef' (cnCancelled cn) (S.union (S.fromList ([ bid | BatchCancel bid <- decoded ]
+                                                            ++ [ stolenRun n | StolenCancel n <- decoded ])))
         taken <- or <$> mapM (watchMessage (cnWatcher cn)) decoded
         modifyIORef' (cnQueued cn) (|> (frame, taken))
       Left _ -> modifyIORef' (cnQueued cn) (|> (frame, False))

@@ -27,7 +27,7 @@ import qualified Data.Map.Strict as M
 import qualified Data.Text as T
 import Data.Word (Word64)
 import Herd.Core.Wire (FromWorker (..), ToWorker (..))
-import Herd.Node.Worker.Cancel (Canceller, Stop (..), computing)
+import Herd.Node.Worker.Cancel (Canceller, Stop (..), computing, stolenRun, takeCancelled)
 import Herd.Task (Runner (..), TaskRef, lookupRunner)
 import Herd.Task.Closure (cachedLookup)
 import qualified Herd.Task.Pool as P
@@ -42,6 +42,7 @@ isStealMessage msg = case msg of
   ChildDone _ _ -> True
   ChildThrew _ _ -> True
   ChildLost _ -> True
+  StolenCancel _ -> True
   _ -> False
 
 -- | Handle a message about stolen children (a stolen child to run is
@@ -55,6 +56,8 @@ stealMessage send msg = case msg of
   ChildDone c v -> P.answerChild c (Right (B.copy v))
   ChildThrew c why -> P.answerChild c (Left (T.unpack why))
   ChildLost c -> P.loseChild c
+  -- waiting: dropped unanswered (the master forgot it); running: the watch stops it
+  StolenCancel n -> () <$ P.cancelStolen n
   _ -> pure ()
 
 -- | The pool's way to the master, for this worker's loop to set.
@@ -62,7 +65,8 @@ stealLink :: Runners -> (FromWorker -> IO ()) -> P.Link
 stealLink runners send = P.Link
   { P.linkChildrenHeld = send . ChildrenHeld . fromIntegral
   , P.linkWantWork = send WantWork
-  , P.linkCounts = \(P.Counts s t r a) -> send (ChildCounts s t r a)
+  , P.linkCounts = \(P.Counts s t r a x) -> send (ChildCounts s t r a x)
+  , P.linkAbandon = send . ChildrenAbandoned
   , P.linkRun = \c@(P.StolenChild n _ _) -> do
       -- inside a computation that waits: its interruption drops the child
       r <- runChild runners c `onException` send (StolenDropped n)
@@ -73,16 +77,13 @@ stealLink runners send = P.Link
 -- meanwhile (its own children may be stolen in turn).
 runStolenInLoop :: Runners -> Canceller -> (FromWorker -> IO ()) -> P.StolenChild -> IO ()
 runStolenInLoop runners cancels send c@(P.StolenChild n _ _) = do
-  r <- computing cancels stealRun (runChild runners c)
+  -- cancelled in a frame the watch read before it started: not run
+  early <- takeCancelled cancels (stolenRun n)
+  r <- if early then pure (Left Cancelled) else computing cancels (stolenRun n) (runChild runners c)
   case r of
     Right out -> answer send n out
     Left Overran -> send (StolenThrew n (T.pack "it ran past the deadline per task (configTaskDeadline) and was stopped"))
-    Left Cancelled -> send (StolenDropped n)
-
--- The batch number a stolen child runs under: no farm batch has it, so
--- no cancel stops it.
-stealRun :: Word64
-stealRun = maxBound
+    Left Cancelled -> P.stoppedStolen >> send (StolenDropped n)
 
 runChild :: Runners -> P.StolenChild -> IO (Either String B.ByteString)
 runChild runners (P.StolenChild _ ref arg) = do
