@@ -131,7 +131,7 @@ stealing = describe "children other workers steal" $ do
       map (countRan . rowSteals) (statusWorkers st) `shouldSatisfy` all (>= 2)
       map (countStolen . rowSteals) (statusWorkers st) `shouldSatisfy` all (>= 2)
       statusStealsBrokered st `shouldSatisfy` (>= 4)
-  it "pass between a host agent's workers on the host, the master not on the path" $ do
+  it "pass between a host agent's workers on the host, the master on the path at most once" $ do
     let secret = "steal-spec-agent-secret-0123456789"
         cfg = defaultConfig { configWorkers = Just 0, configSecret = SecretValue (BC.pack secret) }
     withCluster cfg $ \cluster ->
@@ -140,7 +140,11 @@ stealing = describe "children other workers steal" $ do
         farm cluster relayTask [(6, 0.15)] `shouldReturn` [6]
         st <- clusterStatus cluster
         map (countRan . rowSteals) (statusWorkers st) `shouldSatisfy` all (>= 2)
-        statusStealsBrokered st `shouldBe` 0
+        -- an idle worker's first ask may reach the master before a worker
+        -- of its host holds children, and the master then serves it once;
+        -- every later steal stays on the host (6 in all)
+        sum (map (countStolen . rowSteals) (statusWorkers st)) `shouldSatisfy` (>= 4)
+        statusStealsBrokered st `shouldSatisfy` (<= 1)
   it "are stopped on their thief when the computation that spawned them throws" $
     withTwo $ \cluster -> do
       [Left (TaskFailed _ _ why)] <- farmEither cluster givesUpTask [(30, 0.5)]
