@@ -14,7 +14,8 @@
 --
 -- Promises: every child given is answered to its holder exactly once
 -- (its value, its error, or 'ChildLost' when its thief was lost, so the
--- holder runs it itself), unless the holder was lost first; a thief is
+-- holder runs it itself), unless the holder was lost or gave up on it
+-- first (its thief is then told to stop it, 'StolenCancel'); a thief is
 -- never asked to run its own child; a thief has at most one steal asked
 -- for it at a time; messages naming unknown steals (late, or forged) are
 -- ignored. Pure.
