@@ -44,6 +44,7 @@ module Herd.Core.Steal
   , stealLost
   ) where
 
+import Data.Foldable (toList)
 import Data.List (foldl', sortOn)
 import qualified Data.Map.Strict as M
 import Data.Ord (Down (..))
@@ -138,7 +139,7 @@ stealsThieves = map hThief . M.elems . stHanded
 
 -- | Thieves waiting for a holder, oldest first.
 stealsIdle :: Steals -> [WorkerId]
-stealsIdle = foldr (:) [] . stIdle
+stealsIdle = toList . stIdle
 
 type Out = (Steals, [(WorkerId, ToWorker)])
 
@@ -212,8 +213,8 @@ stealLost w st0 = (st3, homes ++ retries)
   where
     st1 = st0 { stHolding = M.delete w (stHolding st0), stIdle = Seq.filter (/= w) (stIdle st0)
               , stHanded = M.filter (\h -> hHolder h /= w && hThief h /= w) (stHanded st0)
-              , stAsked = M.mapMaybe forgetThief (M.filter ((/= w) . snd) (stAsked st0)) }
-    forgetThief (thief, holder) = Just (if thief == Just w then Nothing else thief, holder)
+              , stAsked = M.map forgetThief (M.filter ((/= w) . snd) (stAsked st0)) }
+    forgetThief (thief, holder) = (if thief == Just w then Nothing else thief, holder)
     lostRuns = [ h | h <- M.elems (stHanded st0), hThief h == w, hHolder h /= w ]
     homes = [ (hHolder h, ChildLost (hChild h)) | h <- lostRuns ]
     orphans = [ t | (Just t, holder) <- M.elems (stAsked st0), holder == w, t /= w ]

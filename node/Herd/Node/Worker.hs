@@ -172,6 +172,7 @@ keepsBytes msg = case msg of
   ChildDone {} -> False   -- its value is copied
   ChildThrew {} -> False
   ChildLost {} -> False
+  StolenCancel {} -> False
   _ -> True
 
 handleMessage :: Serving -> Pending -> ToWorker -> IO ()

@@ -51,7 +51,7 @@ module Herd.Task.Pool
   ) where
 
 import Control.Concurrent.STM
-import Control.Monad (when)
+import Control.Monad (unless, when)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M
@@ -182,10 +182,10 @@ awaitWork :: Session -> IO Work
 awaitWork (Session box) = atomically $ do
   as <- readTVar box
   if not (null as) then writeTVar box [] >> pure (Answers as) else do
-    q <- readTVar (plStolen thePool)
-    case Seq.viewl q of
-      c :< rest -> writeTVar (plStolen thePool) rest >> pure (Steal c)
-      EmptyL -> readTVar (plBroken thePool) >>= \b -> if b then pure Broken else retry
+    stolen <- popStolen
+    case stolen of
+      Just c -> pure (Steal c)
+      Nothing -> readTVar (plBroken thePool) >>= \b -> if b then pure Broken else retry
 
 -- | The link to the master broke: computations waiting on it stop waiting.
 linkBroken :: IO ()
@@ -238,12 +238,19 @@ gotStolen c = do
   writeIORef (plAsked thePool) False
   atomically (modifyTVar' (plStolen thePool) (|> c))
 
--- | A stolen child waiting to run, if any.
+-- | A stolen child waiting to run, if any (the worker's loop asks at
+-- every turn: a plain read when none waits, no transaction).
 takeStolen :: IO (Maybe StolenChild)
-takeStolen = atomically $ do
+takeStolen = do
+  none <- Seq.null <$> readTVarIO (plStolen thePool)
+  if none then pure Nothing else atomically popStolen
+
+-- The oldest stolen child waiting to run, taken off the queue.
+popStolen :: STM (Maybe StolenChild)
+popStolen = do
   q <- readTVar (plStolen thePool)
   case Seq.viewl q of
-    c :< rest -> writeTVar (plStolen thePool) rest >> pure (Just c)
+    c :< rest -> Just c <$ writeTVar (plStolen thePool) rest
     EmptyL -> pure Nothing
 
 -- | Whether a stolen child waits to run.
@@ -253,8 +260,11 @@ hasStolen = not . Seq.null <$> readTVarIO (plStolen thePool)
 -- | Ask the master for work, unless an ask is unanswered.
 askForWork :: IO ()
 askForWork = withLink $ \l -> do
-  first <- atomicModifyIORef' (plAsked thePool) (\a -> (True, not a))
-  when first (linkWantWork l)
+  -- asked already (the usual case at an idle loop): a plain read
+  asked <- readIORef (plAsked thePool)
+  unless asked $ do
+    first <- atomicModifyIORef' (plAsked thePool) (\a -> (True, not a))
+    when first (linkWantWork l)
 
 -- | Tell the master the counts if the spawns moved since it was last
 -- told (the worker does when it is idle).

@@ -98,7 +98,7 @@ fromPartitions :: Store p => Cluster -> [p] -> IO (Dataset p)
 fromPartitions cluster ps = modifyMVar (clDatasets cluster) $ \book0 -> do
   createDirectoryIfMissing True (clDatasetDir cluster)
   let (d, book1) = newDataset 0 (FromCaller M.empty) book0
-  live <- S.toList <$> liveWorkers cluster
+  live <- S.toList <$> linkedWorkers cluster
   -- partition j goes where a fresh placement puts it: round the workers
   (n, files, held) <- streamIn cluster d live (zip [0 ..] ps) `onException` dropDatasetParts cluster [d]
   when (n == 0) $ throwIO (ArgumentError 0 "fromPartitions" "a dataset needs at least one partition")
@@ -207,7 +207,7 @@ readAll cluster ref arg d = modifyMVar (clDatasets cluster) $ \book0 -> do
   book1 <- retrying cluster book0 $ \b -> ensure cluster b (dsId d) >>= \made -> case made of
     Left lost -> pure (Left lost)
     Right b1 -> do
-      live <- liveWorkers cluster
+      live <- linkedWorkers cluster
       let (placed, b2) = placementFor (S.toList live) (dsParts d) b1
       out <- runStage cluster (StageJob ref [ StageRun j w [dsId d] 0 arg | (j, w) <- M.toList placed ])
       either (pure . Left . (,) [dsId d]) (\as -> Right b2 <$ writeIORef answers as) out
@@ -217,7 +217,7 @@ readAll cluster ref arg d = modifyMVar (clDatasets cluster) $ \book0 -> do
 -- needs first.
 ensure :: Cluster -> Book -> DatasetId -> IO (Either ([DatasetId], HerdError) Book)
 ensure cluster book d = do
-  live <- liveWorkers cluster
+  live <- linkedWorkers cluster
   let parts = maybe 0 id (bookParts d book)
       plan = recoveryPlan (`S.member` live) (bookLineage book) d [0 .. parts - 1]
   foldM (\acc r -> either (pure . Left) (\b -> redo cluster (S.toList live) b r) acc) (Right book) plan
@@ -276,10 +276,6 @@ chunksOf :: Int -> [a] -> [[a]]
 chunksOf k xs = case splitAt k xs of
   ([], _) -> []
   (now, rest) -> now : chunksOf k rest
-
--- The workers linked now ('linkedWorkers').
-liveWorkers :: Cluster -> IO (S.Set WorkerId)
-liveWorkers = linkedWorkers
 
 -- Refuse a dataset another cluster made.
 own :: Cluster -> Dataset p -> IO ()
