@@ -25,6 +25,8 @@ import qualified Data.Text as T
 import GHC.Fingerprint (Fingerprint (..))
 import Herd.Core.Evolve.Registry (stateIdBits)
 import Herd.Examples.ParticleFilter
+import Herd.Examples.Steal (treeStealTask)
+import Herd.Monitor (StealCounts (..), Status (..), WorkerRow (..), clusterStatus)
 import Herd.Reader.Epoll (newEpollReader)
 import Herd.Reader (Reader (..))
 import Herd.Simulate.Wheel
@@ -228,6 +230,30 @@ spec = describe "simulated hosts" $ do
       -- about half of the 36 children moved to the host that had none
       esHostMoved s2 `shouldSatisfy` (>= 12)
       esWorkers s2 `shouldBe` 6
+
+  it "steals Par children between simulated workers, on their hosts first, and the tree is exact" $ do
+    let tweak c = c { configSimulatedWorkers = 16, configSimulatedHosts = 2 }
+    withTestClusterConfig 0 tweak $ \_ cluster -> do
+      -- 2000 leaves of 2 ms on 16 workers: a quarter of a second
+      farm cluster treeStealTask [(2000, 0.002, 4)] `shouldReturn` [2000]
+      st <- clusterStatus cluster
+      let stolen = sum (map (countStolen . rowSteals) (statusWorkers st))
+      length [ () | r <- statusWorkers st, countRan (rowSteals r) > 0 ] `shouldSatisfy` (>= 8)
+      sum (map (countRan . rowSteals) (statusWorkers st)) `shouldBe` stolen
+      -- the hosts' brokers served most thieves: the master brokered the rest
+      statusStealsBrokered st `shouldSatisfy` (< stolen `div` 2)
+
+  it "a simulated host killed while its workers hold and run stolen children: the tree is exact" $ do
+    let tweak c = c { configSimulatedWorkers = 12, configSimulatedHosts = 3 }
+    withTestClusterConfig 0 tweak $ \_ cluster -> do
+      infos <- clusterWorkerInfo cluster
+      let victim = maximum [ infoPid i | i <- infos, infoGroup i == "simulated" ]
+      -- 3000 leaves of 2 ms on 12 workers: half a second; the kill comes halfway
+      got <- withAsync (threadDelay 250000 >> signalProcess sigKILL (fromIntegral victim)) $ \_ ->
+        farm cluster treeStealTask [(3000, 0.002, 4)]
+      got `shouldBe` [3000]
+      after <- clusterWorkerInfo cluster
+      length (nub [ infoPid i | i <- after, infoGroup i == "simulated" ]) `shouldBe` 2
 
   it "answers after the simulated time, and refuses stream processes" $ do
     let tweak c = c { configSimulatedWorkers = 2, configSimulatedHosts = 1 }

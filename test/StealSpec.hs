@@ -145,6 +145,19 @@ spec = describe "the broker of stolen Par children" $ do
           holders = [ i | (i, cs) <- M.toList (wPools w), not (null cs), alive w i ]
           waiting = stealsIdle (wBroker w)
       in counterexample (show (waiting, holders)) $ null [ () | t <- waiting, h <- holders, h /= t ]
+  it "asks a waiting holder's thief first, when that thief holds children of its own" $ do
+    -- 1 holds one child, 2 steals it; 3 holds more children than 2 will;
+    -- when 1 waits and asks, it steals from 2 (its own child's subtree)
+    let (s1, _) = childrenHeld 1 1 emptySteals
+        (s2, asks) = wantWork 2 s1
+        n = head [ k | (1, StealAsk k) <- asks ]
+        (s3, _) = stealGiven 1 n 100 0 ref B.empty s2
+        (s4, _) = childrenHeld 3 5 s3
+        (s5, _) = childrenHeld 2 1 s4
+        (_, leap) = wantWork 1 s5
+        (_, plain) = wantWork 4 s5
+    [ w | (w, StealAsk _) <- leap ] `shouldBe` [2]
+    [ w | (w, StealAsk _) <- plain ] `shouldBe` [3]
   it "keeps each worker's counts as it last said them" $ do
     let (st, out) = childCounts 2 (StealCounts 5 1 0 0 0) (fst (childCounts 2 (StealCounts 3 0 0 0 0) emptySteals))
     out `shouldBe` []

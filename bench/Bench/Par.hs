@@ -101,14 +101,15 @@ run o = do
     _ <- farm cluster spawnTaskGetTask [10000]
     [stealable] <- farm cluster spawnTaskGetTask [200000]
     pure (map fst rows ++ map snd rows, (us, stealable))
-  sim <- if optSimWorkers o <= 0 then pure [] else pure <$> simulatedRow o
+  sim <- if optSimWorkers o <= 0 then pure [] else simulatedRows o
   let rows = concat [ rs | (_, _, rs) <- local ] ++ herdRows
       sequentialOf wl = head ([ rowSecs r | r <- rows, rowWorkload r == wl, rowImpl r == "sequential" ] ++ [1])
   putStrLn ""
   putStr $ renderTable ["workload", "impl", "workers", "seconds", "speedup"]
     [ [rowWorkload r, rowImpl r, show (rowWorkers r), fixed 3 (rowSecs r), fixed 2 (sequentialOf (rowWorkload r) / rowSecs r)]
     | r <- rows ]
-  forM_ sim $ \(r, eff) -> putStrLn ("\n" ++ rowWorkload r ++ " on " ++ show (rowWorkers r) ++ " simulated workers: "
+  forM_ sim $ \(r, eff) -> putStrLn ("\n" ++ rowWorkload r ++ " on " ++ show (rowWorkers r) ++ " simulated workers"
+                                     ++ (if rowImpl r == "herd-sim" then " (stolen): " else " (divided at the master): ")
                                      ++ fixed 3 (rowSecs r) ++ " s, efficiency " ++ fixed 3 eff)
   putStrLn ("\none spawn and get of Herd.Par on a worker: " ++ fixed 3 spawnGet ++ " us; one spawnTask and get (not stolen): "
             ++ fixed 3 spawnTaskGet ++ " us")
@@ -121,37 +122,52 @@ run o = do
                       ++ [ JObject [ ("workload", JString (rowWorkload r)), ("impl", JString (rowImpl r))
                                    , ("workers", JInt (fromIntegral (rowWorkers r))), ("seconds", JNumber (rowSecs r))
                                    , ("efficiency", JNumber eff) ]
-                         | (r, eff) <- sim ]))
-    , ("divided", JArray [ JObject [ ("workload", JString (rowWorkload r)), ("seconds", JNumber (rowSecs r)) ]
-                         | r <- rows, rowImpl r == "herd-divided" ])
+                         | (r, eff) <- sim, rowImpl r == "herd-sim" ]))
+    , ("divided", JArray ([ JObject [ ("workload", JString (rowWorkload r)), ("seconds", JNumber (rowSecs r)) ]
+                          | r <- rows, rowImpl r == "herd-divided" ]
+                          ++ [ JObject [ ("workload", JString (rowWorkload r)), ("workers", JInt (fromIntegral (rowWorkers r)))
+                                       , ("seconds", JNumber (rowSecs r)), ("efficiency", JNumber eff) ]
+                             | (r, eff) <- sim, rowImpl r /= "herd-sim" ]))
     , ("spawn_get_us", JNumber spawnGet)
     , ("spawn_task_get_us", JNumber spawnTaskGet) ]
   where
     check what expected got = unless (expected == got) $
       fail ("herd bench par: " ++ what ++ " gave " ++ show got ++ ", not " ++ show expected)
 
--- A tree of sleeping leaves divided over simulated workers: its row and
--- its efficiency (the leaves' total cost over the workers, against the
--- time taken).
-simulatedRow :: Options -> IO (Row, Double)
-simulatedRow o = do
+-- A tree of sleeping leaves over simulated workers, its subtrees stolen
+-- from worker to worker (the row @herd-sim@), then divided at the master
+-- (@herd-sim-divided@): the rows and their efficiencies (the leaves'
+-- total cost over the workers, against the time taken).
+simulatedRows :: Options -> IO [(Row, Double)]
+simulatedRows o = do
   let w = optSimWorkers o
       cfg = defaultConfig { configWorkers = Just 0, configSimulatedWorkers = w
                           , configSimulatedHosts = optSimHosts o, configStartTimeout = 120 }
+      leaves = optSimLeaves o
   withCluster cfg $ \cluster -> do
     _ <- waitForWorkers cluster w 120
     have <- clusterWorkerCount cluster
-    -- a small tree first, so every worker has run the task once
+    -- stealable subtrees down to some 16 a worker, as the division makes
+    let cut = max 1 (leaves `div` (have * 16))
+        name = "tree-" ++ show leaves
+        ideal = fromIntegral leaves * optSimCost o / fromIntegral have
+        measure what act = do
+          (cpu0, _) <- ownUsage
+          (secs, got) <- timed act
+          (cpu1, _) <- ownUsage
+          unless (got == leaves) $ fail ("herd bench par: the simulated tree " ++ what ++ " gave " ++ show got ++ " leaves")
+          putStrLn ("  " ++ name ++ " " ++ what ++ " (" ++ show have ++ " simulated workers, leaves of " ++ fixed 3 (optSimCost o * 1000)
+                    ++ " ms): " ++ fixed 3 secs ++ " s, ideal " ++ fixed 3 ideal ++ " s, master CPU " ++ fixed 3 (cpu1 - cpu0) ++ " s")
+          pure (secs, ideal / secs)
+    -- small trees first, so every worker has run the tasks once
     _ <- divideAndConquer cluster treeDivide treeTask (have, 0)
-    (cpu0, _) <- ownUsage
-    (secs, leaves) <- timed (divideAndConquer cluster treeDivide treeTask (optSimLeaves o, optSimCost o))
-    (cpu1, _) <- ownUsage
-    unless (leaves == optSimLeaves o) $ fail ("herd bench par: the simulated tree gave " ++ show leaves ++ " leaves")
-    let ideal = fromIntegral (optSimLeaves o) * optSimCost o / fromIntegral have
-        name = "tree-" ++ show (optSimLeaves o)
-    putStrLn ("  " ++ name ++ " (" ++ show have ++ " simulated workers, leaves of " ++ fixed 3 (optSimCost o * 1000)
-              ++ " ms): " ++ fixed 3 secs ++ " s, ideal " ++ fixed 3 ideal ++ " s, master CPU " ++ fixed 3 (cpu1 - cpu0) ++ " s")
-    pure (Row name "herd-sim" have secs, ideal / secs)
+    _ <- stolen cluster treeStealTask (have, 0, 1)
+    before <- stolenSoFar cluster
+    (s, e) <- measure ("stolen, cut " ++ show cut) (stolen cluster treeStealTask (leaves, optSimCost o, cut))
+    steals <- subtract before <$> stolenSoFar cluster
+    putStrLn ("    children stolen: " ++ show steals)
+    (d, de) <- measure "divided at the master" (divideAndConquer cluster treeDivide treeTask (leaves, optSimCost o))
+    pure [(Row name "herd-sim" have s, e), (Row name "herd-sim-divided" have d, de)]
 
 -- The four workloads at the options' sizes.
 workloads :: Options -> [Workload]

@@ -52,7 +52,7 @@ entries :: [Entry]
 entries =
   [ Entry "The HaLVM study's models" "One Fibonacci farm under five parallel models (sparks, forkIO, forkOS, and herd's separate runtimes) over core counts: the study's Table 1 and Figure 3."
       ["models"] ["models", "--fib", "25", "--tasks", "4"] (Just "models.svg")
-  , Entry "Tasks that spawn tasks" "The HdpH suite's divide-and-conquer workloads (nfib with a threshold, sumEuler, n-queens, mandelbrot): sequential, GHC's sparks and monad-par on two capabilities, and herd on two workers (one task whose top children the workers steal from each other, spawnTask, below them the Par monad on the worker); and a tree of 100,000 sleeping leaves divided at the master over 1,024 simulated workers (herd-sim, with its efficiency)."
+  , Entry "Tasks that spawn tasks" "The HdpH suite's divide-and-conquer workloads (nfib with a threshold, sumEuler, n-queens, mandelbrot): sequential, GHC's sparks and monad-par on two capabilities, and herd on two workers (one task whose top children the workers steal from each other, spawnTask, below them the Par monad on the worker); and a tree of 100,000 sleeping leaves over 1,024 simulated workers (herd-sim, with its efficiency): its subtrees stolen from worker to worker, each simulated host brokering its own workers' steals as an agent does, and in the JSON's divided list the same tree divided at the master."
       ["par"] ["par", "--nfib", "30", "--euler", "1500", "--queens", "9", "--mandelbrot", "100", "--sim-workers", "64", "--sim-leaves", "2000"] Nothing
   , Entry "Throughput" "Tiny tasks (x -> x + 1) per second through the farm, with dynamic chunking on and off, and heap allocated per task."
       ["throughput"] ["throughput", "--tasks", "200000"] Nothing

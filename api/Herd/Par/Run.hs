@@ -84,7 +84,6 @@ instance Exception ParError
 -- first).
 data Env = Env
   { envStack   :: !(IORef [Trace])
-  , envLinked  :: !Bool
   , envSession :: !P.Session
   , envHeld    :: !(IORef (M.Map Word64 Held))
   , envOwn     :: !(IORef [Word64])
@@ -94,7 +93,7 @@ data Env = Env
 runPar :: Par a -> a
 runPar p = unsafePerformIO $ do
   result <- newIORef (Waiting [])
-  env <- Env <$> newIORef [] <*> P.linked <*> P.newSession <*> newIORef M.empty <*> newIORef []
+  env <- Env <$> newIORef [] <*> P.newSession <*> newIORef M.empty <*> newIORef []
   schedule env (unPar p (\a -> Put (IVar result) a Done))
     `onException` giveUp env
   final <- readIORef result
@@ -108,8 +107,9 @@ runPar p = unsafePerformIO $ do
 giveUp :: Env -> IO ()
 giveUp env = do
   held <- M.keys <$> readIORef (envHeld env)
-  offered <- P.withdraw held
-  P.abandon (filter (`notElem` offered) held)
+  unless (null held) $ do
+    offered <- P.withdraw held
+    P.abandon (filter (`notElem` offered) held)
 
 -- Run a trace, then the rest of the work, until none is left (children
 -- taken by thieves included).
@@ -130,7 +130,10 @@ schedule env = go
       Run act -> act >>= go
       Spawn c k -> do
         v <- IVar <$> newIORef (Waiting [])
-        if envLinked env
+        -- asked at each spawn, not once per run: a run that never spawns
+        -- such a child does not ask ("Herd.Task.Pool" may need a thread)
+        stealable <- P.linked
+        if stealable
           then offerChild env v c >> go (k v)
           -- nothing can steal it: the child first, as 'spawn' does
           else go (Fork (Run (runHere v c)) (k v))
@@ -142,7 +145,8 @@ schedule env = go
     -- no local work: answers first, then the newest child still offered,
     -- then wait for children away, running stolen ones meanwhile
     idle = do
-      answers <- if envLinked env then P.nextAnswers (envSession env) else pure []
+      none <- M.null <$> readIORef (envHeld env)
+      answers <- if none then pure [] else P.nextAnswers (envSession env)
       if not (null answers) then mapM_ (answer env) answers >> next else do
         own <- readIORef (envOwn env)
         case own of

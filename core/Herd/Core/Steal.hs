@@ -45,9 +45,10 @@ module Herd.Core.Steal
   ) where
 
 import Data.Foldable (toList)
-import Data.List (foldl', sortOn)
+import Data.List (foldl')
 import qualified Data.Map.Strict as M
 import Data.Ord (Down (..))
+import qualified Data.Set as S
 import Data.Sequence (Seq, (|>))
 import qualified Data.Sequence as Seq
 import qualified Data.ByteString as B
@@ -94,10 +95,15 @@ data Handed = Handed
 -- | The broker's state.
 data Steals = Steals
   { stHolding :: !(M.Map WorkerId Int)   -- ^ children each holder has, as last said, less those asked for since
+  , stRanked  :: !(S.Set (Down Int, WorkerId))
+    -- ^ the same holders, most children first (the holder asked is the first that is not the thief)
   , stIdle    :: !(Seq WorkerId)          -- ^ thieves waiting for a holder, oldest first
+  , stIdleSet :: !(S.Set WorkerId)        -- ^ the same thieves, to look one up
   , stAsked   :: !(M.Map Word64 (Maybe WorkerId, WorkerId))
     -- ^ steals asked of a holder: the thief ('Nothing' once it was lost) and the holder
   , stHanded  :: !(M.Map Word64 Handed)  -- ^ steals whose child a thief runs
+  , stAway    :: !(M.Map WorkerId (M.Map Word64 WorkerId))
+    -- ^ the same by holder: each steal of its children and the thief running it
   , stNext    :: !Word64
   , stCounts  :: !(M.Map WorkerId StealCounts)
   , stBrokered :: !Int                   -- ^ children handed to thieves so far
@@ -110,16 +116,37 @@ emptySteals = emptyStealsFrom 1
 -- | No holders, no thieves; steals numbered from this one on (a host
 -- agent's own numbers are apart from the master's).
 emptyStealsFrom :: Word64 -> Steals
-emptyStealsFrom first = Steals M.empty Seq.empty M.empty M.empty first M.empty 0
+emptyStealsFrom first = Steals M.empty S.empty Seq.empty S.empty M.empty M.empty M.empty first M.empty 0
 
 -- | The thieves waiting, oldest first, taken off the queue (a host agent
 -- sends them on to the master).
 takeIdle :: Steals -> ([WorkerId], Steals)
-takeIdle st = (stealsIdle st, st { stIdle = Seq.empty })
+takeIdle st = (stealsIdle st, st { stIdle = Seq.empty, stIdleSet = S.empty })
 
 -- | Whether a holder other than this worker has children, as last said.
 hasHolderFor :: WorkerId -> Steals -> Bool
-hasHolderFor t st = any (\(v, k) -> v /= t && k > 0) (M.toList (stHolding st))
+hasHolderFor t st = case holderFor t st of
+  Just _ -> True
+  Nothing -> False
+
+-- The holder with the most children (the lowest number among equals)
+-- other than this thief.
+holderFor :: WorkerId -> Steals -> Maybe WorkerId
+holderFor t st = case S.lookupMin (stRanked st) of
+  Just first@(_, v)
+    | v /= t -> Just v
+    | otherwise -> snd <$> S.lookupGT first (stRanked st)
+  Nothing -> Nothing
+
+-- Off the queue of waiting thieves.
+notIdle :: WorkerId -> Steals -> Steals
+notIdle t st
+  | S.member t (stIdleSet st) = st { stIdle = Seq.filter (/= t) (stIdle st), stIdleSet = S.delete t (stIdleSet st) }
+  | otherwise = st
+
+-- At the end of the queue of waiting thieves.
+nowIdle :: WorkerId -> Steals -> Steals
+nowIdle t st = st { stIdle = stIdle st |> t, stIdleSet = S.insert t (stIdleSet st) }
 
 -- | Children handed to thieves so far.
 stealsBrokered :: Steals -> Int
@@ -147,12 +174,12 @@ type Out = (Steals, [(WorkerId, ToWorker)])
 wantWork :: WorkerId -> Steals -> Out
 wantWork t st
   | any ((== Just t) . fst) (M.elems (stAsked st)) = (st, [])   -- it has one asked already
-  | otherwise = serve t st { stIdle = Seq.filter (/= t) (stIdle st) }
+  | otherwise = serve t (notIdle t st)
 
 -- | A worker holds this many children others may steal: it is busy (no
 -- longer a waiting thief), and waiting thieves may steal from it.
 childrenHeld :: WorkerId -> Word32 -> Steals -> Out
-childrenHeld v k st = serveIdle (setHolding v (fromIntegral k) st { stIdle = Seq.filter (/= v) (stIdle st) })
+childrenHeld v k st = serveIdle (setHolding v (fromIntegral k) (notIdle v st))
 
 -- | A holder gave the child of steal @n@ (and has this many left).
 stealGiven :: WorkerId -> Word64 -> Word64 -> Word32 -> TaskRef -> B.ByteString -> Steals -> Out
@@ -163,18 +190,18 @@ stealGiven v n c left ref arg st0 = case M.lookup n (stAsked st0) of
       Just t -> more (hand t st) [(t, StolenRun n ref arg)]
       Nothing -> case Seq.viewl (Seq.filter (/= v) (stIdle st)) of
         -- its thief was lost: another waiting one takes it, or it goes home
-        t Seq.:< _ -> more (hand t st { stIdle = Seq.filter (/= t) (stIdle st) }) [(t, StolenRun n ref arg)]
+        t Seq.:< _ -> more (hand t (notIdle t st)) [(t, StolenRun n ref arg)]
         Seq.EmptyL -> more st [(v, ChildLost c)]
   _ -> (st0, [])
   where
-    hand t st = st { stHanded = M.insert n (Handed t v c) (stHanded st), stBrokered = stBrokered st + 1 }
+    hand t st = (handOut n (Handed t v c) st) { stBrokered = stBrokered st + 1 }
     more st sends = let (st', sends') = serveIdle st in (st', sends ++ sends')
 
 -- | A holder had nothing left for steal @n@: its thief tries another.
 stealNone :: WorkerId -> Word64 -> Steals -> Out
 stealNone v n st0 = case M.lookup n (stAsked st0) of
   Just (thief, holder) | holder == v ->
-    let st = st0 { stAsked = M.delete n (stAsked st0), stHolding = M.delete v (stHolding st0) }
+    let st = setHolding v 0 st0 { stAsked = M.delete n (stAsked st0) }
     in maybe (st, []) (`serve` st) thief
   _ -> (st0, [])
 
@@ -182,7 +209,7 @@ stealNone v n st0 = case M.lookup n (stAsked st0) of
 stolenAnswered :: WorkerId -> Word64 -> Either Text B.ByteString -> Steals -> Out
 stolenAnswered t n answer st = case M.lookup n (stHanded st) of
   Just h | hThief h == t ->
-    ( st { stHanded = M.delete n (stHanded st) }
+    ( handBack n h st
     , [(hHolder h, either (ChildThrew (hChild h)) (ChildDone (hChild h)) answer)] )
   _ -> (st, [])
 
@@ -191,7 +218,7 @@ stolenAnswered t n answer st = case M.lookup n (stHanded st) of
 stolenDropped :: WorkerId -> Word64 -> Steals -> Out
 stolenDropped t n st = case M.lookup n (stHanded st) of
   Just h | hThief h == t ->
-    ( st { stHanded = M.delete n (stHanded st) }
+    ( handBack n h st
     , [(hHolder h, ChildLost (hChild h))] )
   _ -> (st, [])
 
@@ -199,7 +226,7 @@ stolenDropped t n st = case M.lookup n (stHanded st) of
 childrenAbandoned :: WorkerId -> [Word64] -> Steals -> Out
 childrenAbandoned w cs st =
   let gone = M.filter (\h -> hHolder h == w && hChild h `elem` cs) (stHanded st)
-  in ( st { stHanded = stHanded st `M.difference` gone }
+  in ( foldl' (\s' (n, h) -> handBack n h s') st (M.toList gone)
      , [ (hThief h, StolenCancel n) | (n, h) <- M.toList gone ] )
 
 -- | A worker's own counts of its children ('Herd.Core.Wire.ChildCounts').
@@ -211,35 +238,73 @@ childCounts w c st = (st { stCounts = M.insert w c (stCounts st) }, [])
 stealLost :: WorkerId -> Steals -> Out
 stealLost w st0 = (st3, homes ++ retries)
   where
-    st1 = st0 { stHolding = M.delete w (stHolding st0), stIdle = Seq.filter (/= w) (stIdle st0)
-              , stHanded = M.filter (\h -> hHolder h /= w && hThief h /= w) (stHanded st0)
+    st1 = (setHolding w 0 (notIdle w st0))
+              { stHanded = handed', stAway = awayOf handed'
               , stAsked = M.map forgetThief (M.filter ((/= w) . snd) (stAsked st0)) }
+    handed' = M.filter (\h -> hHolder h /= w && hThief h /= w) (stHanded st0)
     forgetThief (thief, holder) = (if thief == Just w then Nothing else thief, holder)
     lostRuns = [ h | h <- M.elems (stHanded st0), hThief h == w, hHolder h /= w ]
     homes = [ (hHolder h, ChildLost (hChild h)) | h <- lostRuns ]
     orphans = [ t | (Just t, holder) <- M.elems (stAsked st0), holder == w, t /= w ]
     (st3, retries) = foldl' (\(s, out) t -> let (s', out') = serve t s in (s', out ++ out')) (st1, []) orphans
 
--- Ask the holder with the most children (not the thief) for one, or
--- queue the thief.
+-- A child handed to a thief, and one back from it.
+handOut, handBack :: Word64 -> Handed -> Steals -> Steals
+handOut n h st = st { stHanded = M.insert n h (stHanded st)
+                    , stAway = M.insertWith M.union (hHolder h) (M.singleton n (hThief h)) (stAway st) }
+handBack n h st = st { stHanded = M.delete n (stHanded st), stAway = M.update dropIt (hHolder h) (stAway st) }
+  where dropIt m = let m' = M.delete n m in if M.null m' then Nothing else Just m'
+
+-- The steals by holder, made again from the steals.
+awayOf :: M.Map Word64 Handed -> M.Map WorkerId (M.Map Word64 WorkerId)
+awayOf handed = M.fromListWith M.union [ (hHolder h, M.singleton n (hThief h)) | (n, h) <- M.toList handed ]
+
+-- For a thief whose own children others run (it waits for them): the
+-- one of those thieves with the most children of its own to steal. What
+-- it steals is then part of what it waits for, so running it delays
+-- nothing (leapfrogging, as Wagner and Calder's); other work could
+-- outlast the answers it waits for.
+leapfrog :: WorkerId -> Steals -> Maybe WorkerId
+leapfrog t st = case M.lookup t (stAway st) of
+  Nothing -> Nothing
+  Just away -> case [ (k, v) | v <- M.elems away, v /= t, Just k <- [M.lookup v (stHolding st)] ] of
+    [] -> Nothing
+    ks -> Just (snd (maximum' ks))
+  where maximum' = foldr1 (\a b -> if fst a > fst b || (fst a == fst b && snd a < snd b) then a else b)
+
+-- Ask for one child: a holder that runs children of this thief's first
+-- ('leapfrog'), else the holder with the most children (not the thief);
+-- or queue the thief.
 serve :: WorkerId -> Steals -> Out
-serve t st = case sortOn (\(v, k) -> (Down k, v)) [ vk | vk@(v, k) <- M.toList (stHolding st), v /= t, k > 0 ] of
-  (v, _) : _ ->
+serve t st = case maybe (holderFor t st) Just (leapfrog t st) of
+  Just v ->
     let n = stNext st
-    in ( (setHolding v (stHolding st M.! v - 1) st) { stAsked = M.insert n (Just t, v) (stAsked st), stNext = n + 1 }
+    in ( (setHolding v (M.findWithDefault 0 v (stHolding st) - 1) st) { stAsked = M.insert n (Just t, v) (stAsked st), stNext = n + 1 }
        , [(v, StealAsk n)] )
-  [] -> (st { stIdle = stIdle st |> t }, [])
+  Nothing -> (nowIdle t st, [])
 
 -- Serve waiting thieves, oldest first, each that some holder (not
--- itself) has children for; the others keep their places.
+-- itself) has children for; the others keep their places. Once no
+-- holder has children the rest wait as they are (the cost is that of the
+-- thieves served, not of the thieves waiting).
 serveIdle :: Steals -> Out
-serveIdle st0 = foldl' step (st0 { stIdle = Seq.empty }, []) (stIdle st0)
+serveIdle st0 = go (st0 { stIdle = Seq.empty }, []) (stIdle st0)
   where
-    step (st, out) t
-      | hasHolderFor t st = let (st', out') = serve t st in (st', out ++ out')
-      | otherwise = (st { stIdle = stIdle st |> t }, out)
+    -- the set of waiting thieves stays as it was but for those served
+    go (st, out) waiting = case Seq.viewl waiting of
+      Seq.EmptyL -> (st, concat (reverse out))
+      t Seq.:< rest
+        | S.null (stRanked st) -> (st { stIdle = stIdle st <> waiting }, concat (reverse out))
+        | hasHolderFor t st ->
+            let (st', out') = serve t st
+            in go (st' { stIdleSet = S.delete t (stIdleSet st') }, out' : out) rest
+        | otherwise -> go (st { stIdle = stIdle st |> t }, out) rest
 
 setHolding :: WorkerId -> Int -> Steals -> Steals
-setHolding v k st
-  | k > 0 = st { stHolding = M.insert v k (stHolding st) }
-  | otherwise = st { stHolding = M.delete v (stHolding st) }
+setHolding v k st = st { stHolding = holding', stRanked = ranked' }
+  where
+    old = M.lookup v (stHolding st)
+    unranked = maybe (stRanked st) (\k0 -> S.delete (Down k0, v) (stRanked st)) old
+    (holding', ranked')
+      | k > 0 = (M.insert v k (stHolding st), S.insert (Down k, v) unranked)
+      | otherwise = (M.delete v (stHolding st), unranked)

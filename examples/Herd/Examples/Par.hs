@@ -166,13 +166,13 @@ mandelDivide = Divide
 -- number of leaves.
 treePar :: Double -> Int -> Par Int
 treePar cost leaves
-  | leaves <= 1 = pure (simulatedWork cost 1)
+  | leaves <= 1 = pure $! simulatedWork cost 1
   | otherwise = do
       let half = leaves `div` 2
       a <- spawn (treePar cost half)
       b <- treePar cost (leaves - half)
       x <- get a
-      pure (x + b)
+      pure $! x + b
 
 -- | A subtree @(leaves, cost)@ on its worker.
 treeTask :: StaticPtr (Task (Int, Double) Int)

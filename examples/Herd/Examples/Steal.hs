@@ -112,7 +112,7 @@ treeSteal (total, cost, cut) = runPar (go total)
           a <- spawnTask treeStealTask (half, cost, cut)
           b <- go (leaves - half)
           x <- get a
-          pure (x + b)
+          pure $! x + b
 
 -- | 'treeSteal' as a task.
 treeStealTask :: StaticPtr (Task (Int, Double, Int) Int)

@@ -8,7 +8,9 @@
 -- divide-and-conquer tree). A child taken stays on record until its answer
 -- comes back, which goes to the inbox of the computation that spawned it.
 -- Outside a worker (no link is set) nothing is ever stolen, and a spawn
--- costs one map insertion.
+-- costs one map insertion. A simulated host, one process playing many
+-- workers, gives each worker a pool of its own ('OwnPool'), used by the
+-- thread acting for it.
 --
 -- Promises: a child is run once (by its session, or by one thief at a
 -- time) unless its thief was lost, when its session gets 'Lost' and runs
@@ -48,7 +50,16 @@ module Herd.Task.Pool
   , runStolenHere
   , linkBroken
   , busyPool
+    -- * Pools of simulated workers
+  , OwnPool
+  , newOwnPool
+  , usingPool
+  , stolenReady
+  , NeedsOwnThread (..)
   ) where
+
+import Control.Concurrent (ThreadId, myThreadId)
+import Control.Exception (Exception, bracket_, throwIO)
 
 import Control.Concurrent.STM
 import Control.Monad (unless, when)
@@ -59,6 +70,7 @@ import Data.Sequence (Seq, ViewL (..), (|>))
 import qualified Data.Sequence as Seq
 import Data.Word (Word64)
 import Herd.Core.Base (TaskRef)
+import Herd.Task.WorkCost (payOwnCost)
 import System.IO.Unsafe (unsafePerformIO)
 
 -- | What came back for a child that a thief took.
@@ -106,11 +118,65 @@ data Pool = Pool
 data Counts = Counts !Word64 !Word64 !Word64 !Word64 !Word64
   deriving (Eq, Show)
 
+newPool :: IO Pool
+newPool = Pool <$> newIORef M.empty <*> newIORef M.empty <*> newIORef 1 <*> newIORef Nothing
+               <*> newIORef False <*> newTVarIO Seq.empty <*> newIORef (Counts 0 0 0 0 0) <*> newIORef 0 <*> newTVarIO False
+
+-- The worker process's pool.
 thePool :: Pool
-thePool = unsafePerformIO $
-  Pool <$> newIORef M.empty <*> newIORef M.empty <*> newIORef 1 <*> newIORef Nothing
-       <*> newIORef False <*> newTVarIO Seq.empty <*> newIORef (Counts 0 0 0 0 0) <*> newIORef 0 <*> newTVarIO False
+thePool = unsafePerformIO newPool
 {-# NOINLINE thePool #-}
+
+-- The pools of the workers a simulated host plays, by the thread acting
+-- as each ('Nothing' in every other process).
+ownPools :: IORef (Maybe (M.Map ThreadId Pool))
+ownPools = unsafePerformIO (newIORef Nothing)
+{-# NOINLINE ownPools #-}
+
+-- The pool this thread acts on: the process's, or in a simulated host
+-- the one its thread uses ('usingPool').
+currentPool :: IO Pool
+currentPool = do
+  own <- readIORef ownPools
+  case own of
+    Nothing -> pure thePool
+    Just m -> do
+      me <- myThreadId
+      maybe (throwIO NeedsOwnThread) pure (M.lookup me m)
+
+-- | A pool of its own for one of the workers a simulated host plays
+-- ("Herd.Simulate.Host"), which many workers share a process.
+newtype OwnPool = OwnPool Pool
+
+-- | Thrown by a stealable spawn in a simulated host's thread that acts for
+-- no worker: a computation that may wait for thieves needs a thread of
+-- its own ('usingPool'), and is run again on one.
+data NeedsOwnThread = NeedsOwnThread
+  deriving Show
+
+instance Exception NeedsOwnThread
+
+-- | A new pool with this link; from now on every pool operation in this
+-- process acts on the pool its thread uses ('usingPool').
+newOwnPool :: Link -> IO OwnPool
+newOwnPool l = do
+  atomicModifyIORef' ownPools (\m -> (Just (maybe M.empty id m), ()))
+  p <- newPool
+  writeIORef (plLink p) (Just l)
+  pure (OwnPool p)
+
+-- | Run an action whose pool operations act on this pool.
+usingPool :: OwnPool -> IO a -> IO a
+usingPool (OwnPool p) act = do
+  me <- myThreadId
+  bracket_ (atomicModifyIORef' ownPools (\m -> (fmap (M.insert me p) m, ())))
+           (atomicModifyIORef' ownPools (\m -> (fmap (M.delete me) m, ())))
+           act
+
+-- | A stolen child given to this pool, waiting to run (retries until one
+-- is).
+stolenReady :: OwnPool -> STM StolenChild
+stolenReady (OwnPool p) = popStolen p >>= maybe retry pure
 
 -- | A new computation's inbox.
 newSession :: IO Session
@@ -118,48 +184,52 @@ newSession = Session <$> newTVarIO []
 
 -- | Set the worker's link (once, when the worker's loop starts).
 setLink :: Link -> IO ()
-setLink l = writeIORef (plLink thePool) (Just l)
+setLink l = currentPool >>= \pl -> writeIORef (plLink pl) (Just l)
 
 -- | Whether this process is a worker whose children others may steal.
 linked :: IO Bool
-linked = maybe False (const True) <$> readIORef (plLink thePool)
+linked = currentPool >>= \pl -> maybe False (const True) <$> readIORef (plLink pl)
 
 -- | Offer a child (its function, its argument's encoding, lazily): its number.
 offer :: Session -> TaskRef -> B.ByteString -> IO Word64
-offer s ref arg = do
-  n <- atomicModifyIORef' (plNext thePool) (\k -> (k + 1, k))
-  atomicModifyIORef' (plCounts thePool) (\(Counts s t r a x) -> (Counts (s + 1) t r a x, ()))
-  was <- atomicModifyIORef' (plOffered thePool) (\m -> (M.insert n (Child ref arg s) m, M.null m))
+offer s ref arg = currentPool >>= \pl -> do
+  payOwnCost
+  n <- atomicModifyIORef' (plNext pl) (\k -> (k + 1, k))
+  atomicModifyIORef' (plCounts pl) (\(Counts s t r a x) -> (Counts (s + 1) t r a x, ()))
+  was <- atomicModifyIORef' (plOffered pl) (\m -> (M.insert n (Child ref arg s) m, M.null m))
   -- the master takes a holder off its idle thieves: this worker asks anew when it waits
-  when was $ withLink (\l -> writeIORef (plAsked thePool) False >> linkChildrenHeld l 1)
+  when was $ withLink (\l -> writeIORef (plAsked pl) False >> linkChildrenHeld l 1)
   pure n
 
 -- | Take a child back to run it here: 'False' if a thief has it.
 takeBack :: Word64 -> IO Bool
-takeBack n = atomicModifyIORef' (plOffered thePool) $ \m -> case M.lookup n m of
-  Just _ -> (M.delete n m, True)
-  Nothing -> (m, False)
+takeBack n = do
+  pl <- currentPool
+  payOwnCost
+  atomicModifyIORef' (plOffered pl) $ \m -> case M.lookup n m of
+    Just _ -> (M.delete n m, True)
+    Nothing -> (m, False)
 
 -- | Forget children offered and not taken (their computation ended):
 -- those of these that were still offered.
 withdraw :: [Word64] -> IO [Word64]
-withdraw ns = atomicModifyIORef' (plOffered thePool) (\m -> (foldr M.delete m ns, filter (`M.member` m) ns))
+withdraw ns = currentPool >>= \pl -> atomicModifyIORef' (plOffered pl) (\m -> (foldr M.delete m ns, filter (`M.member` m) ns))
 
 -- | Forget these children a thief took (their computation ended), and
 -- tell the master, so their thieves stop them.
 abandon :: [Word64] -> IO ()
 abandon [] = pure ()
-abandon ns = do
-  atomicModifyIORef' (plAway thePool) (\m -> (foldr M.delete m ns, ()))
+abandon ns = currentPool >>= \pl -> do
+  atomicModifyIORef' (plAway pl) (\m -> (foldr M.delete m ns, ()))
   withLink (\l -> linkAbandon l ns)
 
 -- | The child of steal @n@ is no longer wanted: dropped if it waits to
 -- run here ('True'), else it may be running.
 cancelStolen :: Word64 -> IO Bool
-cancelStolen n = atomically $ do
-  q <- readTVar (plStolen thePool)
+cancelStolen n = currentPool >>= \pl -> atomically $ do
+  q <- readTVar (plStolen pl)
   let (gone, kept) = Seq.partition (\(StolenChild m _ _) -> m == n) q
-  writeTVar (plStolen thePool) kept
+  writeTVar (plStolen pl) kept
   pure (not (Seq.null gone))
 
 -- | A stolen child was stopped here because its holder no longer wanted it.
@@ -168,7 +238,7 @@ stoppedStolen = counted (\(Counts s t r a x) -> Counts s t r a (x + 1))
 
 -- | The answers in a session's inbox, without waiting.
 nextAnswers :: Session -> IO [Answer]
-nextAnswers (Session box) = atomically (swapTVar box [])
+nextAnswers (Session box) = payOwnCost >> atomically (swapTVar box [])
 
 -- | What a computation that can go no further meets first.
 data Work
@@ -179,28 +249,28 @@ data Work
 -- | Wait for an answer to one of this session's children, or for a
 -- stolen child to run meanwhile.
 awaitWork :: Session -> IO Work
-awaitWork (Session box) = atomically $ do
+awaitWork (Session box) = currentPool >>= \pl -> payOwnCost >> atomically (do
   as <- readTVar box
   if not (null as) then writeTVar box [] >> pure (Answers as) else do
-    stolen <- popStolen
+    stolen <- popStolen pl
     case stolen of
       Just c -> pure (Steal c)
-      Nothing -> readTVar (plBroken thePool) >>= \b -> if b then pure Broken else retry
+      Nothing -> readTVar (plBroken pl) >>= \b -> if b then pure Broken else retry)
 
 -- | The link to the master broke: computations waiting on it stop waiting.
 linkBroken :: IO ()
-linkBroken = atomically (writeTVar (plBroken thePool) True)
+linkBroken = currentPool >>= \pl -> atomically (writeTVar (plBroken pl) True)
 
 -- | A thief asks: the oldest child offered (now away), and how many are left.
 stealOldest :: IO (Maybe (Word64, TaskRef, B.ByteString, Int))
-stealOldest = do
-  taken <- atomicModifyIORef' (plOffered thePool) $ \m -> case M.minViewWithKey m of
+stealOldest = currentPool >>= \pl -> do
+  taken <- atomicModifyIORef' (plOffered pl) $ \m -> case M.minViewWithKey m of
     Just ((n, c), rest) -> (rest, Just (n, c, M.size rest))
     Nothing -> (m, Nothing)
   case taken of
     Nothing -> pure Nothing
     Just (n, c@(Child ref arg _), left) -> do
-      atomicModifyIORef' (plAway thePool) (\m -> (M.insert n c m, ()))
+      atomicModifyIORef' (plAway pl) (\m -> (M.insert n c m, ()))
       counted (\(Counts s t r a x) -> Counts s (t + 1) r a x)
       pure (Just (n, ref, arg, left))
 
@@ -219,60 +289,60 @@ ranStolen :: IO ()
 ranStolen = counted (\(Counts s t r a x) -> Counts s t (r + 1) a x)
 
 home :: Word64 -> Answer -> IO Bool
-home n a = do
-  c <- atomicModifyIORef' (plAway thePool) (\m -> (M.delete n m, M.lookup n m))
+home n a = currentPool >>= \pl -> do
+  c <- atomicModifyIORef' (plAway pl) (\m -> (M.delete n m, M.lookup n m))
   case c of
     Just (Child _ _ (Session box)) -> True <$ atomically (modifyTVar' box (a :))
     Nothing -> pure False   -- late, or for a computation that ended
 
 -- Change the counts and tell the master.
 counted :: (Counts -> Counts) -> IO ()
-counted f = do
-  c@(Counts s _ _ _ _) <- atomicModifyIORef' (plCounts thePool) (\x -> let y = f x in (y, y))
-  writeIORef (plTold thePool) s
+counted f = currentPool >>= \pl -> do
+  c@(Counts s _ _ _ _) <- atomicModifyIORef' (plCounts pl) (\x -> let y = f x in (y, y))
+  writeIORef (plTold pl) s
   withLink (\l -> linkCounts l c)
 
 -- | The master gave this worker a stolen child to run.
 gotStolen :: StolenChild -> IO ()
-gotStolen c = do
-  writeIORef (plAsked thePool) False
-  atomically (modifyTVar' (plStolen thePool) (|> c))
+gotStolen c = currentPool >>= \pl -> do
+  writeIORef (plAsked pl) False
+  atomically (modifyTVar' (plStolen pl) (|> c))
 
 -- | A stolen child waiting to run, if any (the worker's loop asks at
 -- every turn: a plain read when none waits, no transaction).
 takeStolen :: IO (Maybe StolenChild)
-takeStolen = do
-  none <- Seq.null <$> readTVarIO (plStolen thePool)
-  if none then pure Nothing else atomically popStolen
+takeStolen = currentPool >>= \pl -> do
+  none <- Seq.null <$> readTVarIO (plStolen pl)
+  if none then pure Nothing else atomically (popStolen pl)
 
 -- The oldest stolen child waiting to run, taken off the queue.
-popStolen :: STM (Maybe StolenChild)
-popStolen = do
-  q <- readTVar (plStolen thePool)
+popStolen :: Pool -> STM (Maybe StolenChild)
+popStolen pl = do
+  q <- readTVar (plStolen pl)
   case Seq.viewl q of
-    c :< rest -> Just c <$ writeTVar (plStolen thePool) rest
+    c :< rest -> Just c <$ writeTVar (plStolen pl) rest
     EmptyL -> pure Nothing
 
 -- | Whether a stolen child waits to run.
 hasStolen :: IO Bool
-hasStolen = not . Seq.null <$> readTVarIO (plStolen thePool)
+hasStolen = currentPool >>= \pl -> not . Seq.null <$> readTVarIO (plStolen pl)
 
 -- | Ask the master for work, unless an ask is unanswered.
 askForWork :: IO ()
-askForWork = withLink $ \l -> do
+askForWork = currentPool >>= \pl -> withLink $ \l -> do
   -- asked already (the usual case at an idle loop): a plain read
-  asked <- readIORef (plAsked thePool)
+  asked <- readIORef (plAsked pl)
   unless asked $ do
-    first <- atomicModifyIORef' (plAsked thePool) (\a -> (True, not a))
-    when first (linkWantWork l)
+    first <- atomicModifyIORef' (plAsked pl) (\a -> (True, not a))
+    when first (payOwnCost >> linkWantWork l)
 
 -- | Tell the master the counts if the spawns moved since it was last
 -- told (the worker does when it is idle).
 tellSpawns :: IO ()
-tellSpawns = do
-  c@(Counts s _ _ _ _) <- readIORef (plCounts thePool)
-  told <- readIORef (plTold thePool)
-  when (s /= told) $ writeIORef (plTold thePool) s >> withLink (\l -> linkCounts l c)
+tellSpawns = currentPool >>= \pl -> do
+  c@(Counts s _ _ _ _) <- readIORef (plCounts pl)
+  told <- readIORef (plTold pl)
+  when (s /= told) $ writeIORef (plTold pl) s >> withLink (\l -> linkCounts l c)
 
 -- | Run a stolen child inside a computation that waits, and answer it.
 runStolenHere :: StolenChild -> IO ()
@@ -281,10 +351,10 @@ runStolenHere c = withLink (\l -> linkRun l c)
 -- | Whether children are offered or away (the watch then looks at the
 -- link often).
 busyPool :: IO Bool
-busyPool = do
-  o <- readIORef (plOffered thePool)
-  a <- readIORef (plAway thePool)
+busyPool = currentPool >>= \pl -> do
+  o <- readIORef (plOffered pl)
+  a <- readIORef (plAway pl)
   pure (not (M.null o && M.null a))
 
 withLink :: (Link -> IO ()) -> IO ()
-withLink act = readIORef (plLink thePool) >>= mapM_ act
+withLink act = currentPool >>= \pl -> readIORef (plLink pl) >>= mapM_ act

@@ -5,7 +5,10 @@
 -- simulated host ("Herd.Simulate.Host"), where one process plays many
 -- workers from one event loop, nothing sleeps: the cost is added up while
 -- the step runs and the host answers the master that much later, from its
--- timer wheel.
+-- timer wheel. A thread the host gives its own account ('withOwnCost':
+-- a simulated worker running a "Herd.Par" computation that others may
+-- steal from) adds its cost there instead, and sleeps it off
+-- ('payOwnCost') before anything it does can be seen.
 --
 -- Promise: 'simulatedWork' returns its second argument unchanged; only
 -- when it returns differs between the two kinds of process.
@@ -20,10 +23,15 @@ module Herd.Task.WorkCost
     -- * For the simulated host
   , beginSimulatedHost
   , takeSimulatedCost
+  , withOwnCost
+  , payOwnCost
   , sleepOsThread
   ) where
 
+import Control.Concurrent (ThreadId, myThreadId, threadDelay)
+import Control.Exception (bracket_)
 import Data.IORef
+import qualified Data.Map.Strict as M
 import Foreign.C.Types (CInt (..), CUInt (..))
 import System.IO.Unsafe (unsafePerformIO)
 
@@ -32,6 +40,16 @@ import System.IO.Unsafe (unsafePerformIO)
 simulatedCost :: IORef (Maybe Double)
 simulatedCost = unsafePerformIO (newIORef Nothing)
 {-# NOINLINE simulatedCost #-}
+
+-- The threads of a simulated host that keep their own account of cost.
+ownAccounts :: IORef (M.Map ThreadId (IORef Double))
+ownAccounts = unsafePerformIO (newIORef M.empty)
+{-# NOINLINE ownAccounts #-}
+
+ownAccount :: IO (Maybe (IORef Double))
+ownAccount = do
+  accounts <- readIORef ownAccounts
+  if M.null accounts then pure Nothing else M.lookup <$> myThreadId <*> pure accounts
 
 -- | The value, once this many seconds of simulated work have passed.
 -- Evaluating it in a worker sleeps that long (a blocking call: the rest of
@@ -43,7 +61,11 @@ simulatedWork secs x
   | otherwise = unsafePerformIO $ do
       hosting <- readIORef simulatedCost
       case hosting of
-        Just total -> writeIORef simulatedCost $! Just (total + secs)
+        Just _ -> do
+          own <- ownAccount
+          case own of
+            Just cell -> modifyIORef' cell (+ secs)
+            Nothing -> atomicModifyIORef' simulatedCost (\c -> (fmap (+ secs) c, ()))
         Nothing -> sleepOsThread (min 4000 secs)
       pure x
 {-# NOINLINE simulatedWork #-}
@@ -66,3 +88,32 @@ takeSimulatedCost :: IO Double
 takeSimulatedCost = atomicModifyIORef' simulatedCost $ \c -> case c of
   Just total -> (Just 0, total)
   Nothing -> (Nothing, 0)
+
+-- | Run an action keeping this thread's simulated cost apart from the
+-- host's, to be slept off by 'payOwnCost' (in a worker process it runs
+-- the action as it is).
+withOwnCost :: IO a -> IO a
+withOwnCost act = do
+  hosting <- readIORef simulatedCost
+  case hosting of
+    Nothing -> act
+    Just _ -> do
+      me <- myThreadId
+      cell <- newIORef 0
+      bracket_ (atomicModifyIORef' ownAccounts (\m -> (M.insert me cell m, ())))
+               (atomicModifyIORef' ownAccounts (\m -> (M.delete me m, ())))
+               act
+
+-- | Sleep off the cost this thread's account holds (see 'withOwnCost'),
+-- so that what it does next happens when the work would have ended.
+-- Nothing happens in a thread without an account.
+payOwnCost :: IO ()
+payOwnCost = do
+  own <- ownAccount
+  case own of
+    Nothing -> pure ()
+    Just cell -> do
+      owed <- readIORef cell
+      writeIORef cell 0
+      -- a green thread's sleep: the host's other workers go on meanwhile
+      if owed > 0 then threadDelay (ceiling (owed * 1e6)) else pure ()

@@ -52,6 +52,7 @@ import Herd.Wire.HostEntry (sentPacketEntry)
 import Herd.Packet (flushIdle, newSender, sendMessageHeld, splitPacket)
 import Herd.Task.WorkCost (beginSimulatedHost, sleepOsThread)
 import Herd.Simulate.Play
+import Herd.Simulate.ParWorker (newOutbox, outboxFd, startParWorker, takePosted)
 import Herd.Simulate.Wheel
 import Herd.Transport
 import Herd.Transport.Tcp (connectTcp)
@@ -61,6 +62,7 @@ import Herd.Node (SimulatedHost (..))
 import Herd.Node.Join
 import Herd.Core.Worker.Step
 import Herd.Core.Agent.Evolve (HostEvent (..), newHostPopulation)
+import Herd.Core.Agent.Steal (emptyHostSteals)
 import Herd.Core.Wire.HostCall (decodeHostCall, hostCallSlot)
 
 -- | Open the host link, ask the master to number every worker, then serve
@@ -84,16 +86,24 @@ runSimulatedHost opts = do
   reserveHeap (heapReserveBytes Nothing (simWorkers opts))
   sender <- newSender (hostLinkPolicy (joinedMaxFrame j) (joinedPolicy j)) (sendRawParts conn)
   bracket epollCreate epollClose $ \ep -> flip finally (closeConnection conn) $ do
+    box <- newOutbox
     host <- Host conn sender <$> newIORef (simWorkers opts) <*> newIORef IM.empty <*> newIORef (newWheel 1e-4)
                  <*> newIORef IS.empty <*> pure ep <*> newScratch <*> newIORef M.empty <*> newIORef M.empty <*> newIORef M.empty
-                 <*> newIORef 0 <*> newIORef newHostPopulation <*> newIORef False
+                 <*> newIORef 0 <*> newIORef newHostPopulation <*> newIORef False <*> pure box
+                 <*> newIORef emptyHostSteals
     fds <- connWaitFds conn
-    forM_ fds $ \fd -> epollAdd ep fd 0 False
+    forM_ fds $ \fd -> epollAdd ep fd linkTag False
+    _ <- epollAdd ep (outboxFd box) outboxTag False
     forM_ [1 .. simWorkers opts] $ \token ->
       hostControl host (AddWorker (fromIntegral token) (fromIntegral (simHostPid opts)) noCpu)
     flushIdle sender
     serveAll host j
 
+
+-- The tags of the loop's epoll set: the host link, the workers' threads.
+linkTag, outboxTag :: Int
+linkTag = 0
+outboxTag = 1
 
 -- The event loop: fire due timers, wait for links or the next timer, read
 -- what came, send what the round produced.
@@ -120,7 +130,8 @@ serveAll host j = allocaArray 256 $ \tags -> do
           ready <- if n > 0 then peekArray n tags else pure []
           -- what this round reads came now (one clock read per round)
           when (n > 0) $ monotonicSeconds >>= writeIORef (hClock host)
-          gone <- if null ready then pure Nothing else readLink host j
+          when (fromIntegral outboxTag `elem` ready) $ takePosted (hOutbox host) >>= mapM_ (posted host)
+          gone <- if fromIntegral linkTag `notElem` ready then pure Nothing else readLink host j
           maybe loop (\why -> when (not (null why)) (logToStderr ("herd simulated host: " ++ why))) gone
   loop
 
@@ -183,6 +194,7 @@ readLink host j = do
             out parts = mapM_ (uncurry (sendMessageHeld (hSender host) Bulk)) (sentPacketEntry (fromIntegral wid) parts)
         s <- Sim mine <$> newIORef noBatch <*> newIORef (newHeld (fromIntegral wid)) <*> newIORef (Farm False Seq.empty)
                       <*> newSender (joinedPolicy j) out <*> newIORef 0 <*> newAssembly
+                      <*> startParWorker (hOutbox host) wid
         modifyIORef' (hSims host) (IM.insert wid s)
         modifyIORef' (hPending host) (subtract 1)
         agentStep host (LocalJoined (fromIntegral wid))

@@ -21,10 +21,11 @@ module Herd.Simulate.Play
   , hostControl
   , withSim
   , agentStep
+  , posted
   ) where
 
 import Control.Exception
-import Control.Monad (forM_)
+import Control.Monad (forM_, unless)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.IntMap.Strict as IM
@@ -54,6 +55,12 @@ import Herd.Wire.Scratch (ChunkOutcome (..), resultsEncoder, resultsFitting, scr
 import Herd.Node.Join
 import Herd.Core.Worker.Step
 import Herd.Simulate.State
+import Herd.Simulate.ParWorker
+import Herd.Node.Worker.Steal (isStealMessage, stealMessage)
+import Herd.Core.Agent.Steal (HostStealOut (..), hostWorkerGone, hostWorkerSaid)
+import Herd.Core.Steal (stealReport)
+import qualified Herd.Task.Pool as P
+import Herd.Wire.Scratch (Scratch)
 
 -- | One step of the host's agent scheduler, carried out: its messages to
 -- the workers delivered, its reports queued on the host link.
@@ -83,13 +90,30 @@ fireDue host = do
       pumpEvolve host tag s
     FarmDue tag at results outcome -> withSim host tag $ \s -> do
       resumeAt host s at
-      mapM_ (out host tag) results
-      verdicts <- stateRef (sBatches s) (applied now outcome)
-      Farm _ inbox <- readIORef (sFarm s)
-      writeIORef (sFarm s) (Farm False Seq.empty)
-      mapM_ (verdict host tag s) verdicts
-      -- what waited behind the run, in order (a new run queues the rest again)
-      mapM_ (deliver host tag s) inbox
+      farmEnded host tag s now results outcome
+
+-- A farm run's results leave; what waited behind it is delivered.
+farmEnded :: Host -> Int -> Sim -> Double -> [Encoder] -> Outcome -> IO ()
+farmEnded host tag s now results outcome = do
+  mapM_ (out host tag) results
+  verdicts <- stateRef (sBatches s) (applied now outcome)
+  Farm _ inbox <- readIORef (sFarm s)
+  writeIORef (sFarm s) (Farm False Seq.empty)
+  mapM_ (verdict host tag s) verdicts
+  -- what waited behind the run, in order (a new run queues the rest again)
+  mapM_ (deliver host tag s) inbox
+
+-- | What a worker's thread gave the loop: its message queued, or its farm
+-- run's end.
+posted :: Host -> Posted -> IO ()
+posted host p = do
+  now <- monotonicSeconds
+  writeIORef (hClock host) now
+  case p of
+    Said tag m -> withSim host tag $ \s -> say host tag s m
+    RunEnded tag sc ran -> withSim host tag $ \s -> do
+      results <- resultsOf s sc
+      farmEnded host tag s now results (outcomeOf ran)
 
 -- A worker's timer fired: what it does next starts when the timer was
 -- due, or when its next message came if that was later.
@@ -100,7 +124,11 @@ resumeAt host s at = do
 
 -- | One message from the master to a simulated worker.
 deliver :: Host -> Int -> Sim -> ToWorker -> IO ()
-deliver host tag s msg = do
+deliver host tag s msg
+  -- a thief's ask and a child's answer do not wait behind a run, as a
+  -- worker's watch reads them while it computes
+  | isStealMessage msg = P.usingPool (parPool (sPar s)) (stealMessage (say host tag s) msg)
+  | otherwise = do
   Farm computing inbox <- readIORef (sFarm s)
   if computing then writeIORef (sFarm s) (Farm True (inbox |> msg)) else case msg of
     Ping n _ -> say host tag s (Pong n)
@@ -144,19 +172,37 @@ runFarm host tag s r bytes count = do
   _ <- takeSimulatedCost
   ran <- runnerChunk r (hScratch host) bytes count
   cost <- takeSimulatedCost
-  n <- scratchCount (hScratch host)
-  -- copied out of the scratch, which the next run reuses
+  case ran of
+    -- a computation that may wait for thieves: its worker's thread runs it
+    ChunkThrew _ why | needsOwnThread why -> do
+      writeIORef (sFarm s) (Farm True Seq.empty)
+      handRun (sPar s) r (B.copy bytes) count
+    _ -> ranHere host tag s cost ran
+
+-- A run's results in messages, copied out of the scratch (which the next
+-- run reuses).
+resultsOf :: Sim -> Scratch -> IO [Encoder]
+resultsOf s sc = do
+  n <- scratchCount sc
   let room = max 64 (policyCapacity (joinedPolicy (sJoined s)) - 64)
       cut lo | lo >= n = pure []
              | otherwise = do
-                 k <- resultsFitting (hScratch host) lo room
-                 enc <- resultsEncoder (hScratch host) lo (lo + k) >>= encoderBytes
+                 k <- resultsFitting sc lo room
+                 enc <- resultsEncoder sc lo (lo + k) >>= encoderBytes
                  (encodeBytes enc :) <$> cut (lo + k)
-  results <- cut 0
-  let outcome = case ran of
-        ChunkDone -> Computed
-        ChunkUndecodable j why -> Undecodable j why
-        ChunkThrew j why -> Threw j why
+  cut 0
+
+outcomeOf :: ChunkOutcome -> Outcome
+outcomeOf ran = case ran of
+  ChunkDone -> Computed
+  ChunkUndecodable j why -> Undecodable j why
+  ChunkThrew j why -> Threw j why
+
+-- A run made in the loop: its results leave when its cost has passed.
+ranHere :: Host -> Int -> Sim -> Double -> ChunkOutcome -> IO ()
+ranHere host tag s cost ran = do
+  results <- resultsOf s (hScratch host)
+  let outcome = outcomeOf ran
   now <- monotonicSeconds
   start <- readIORef (hClock host)
   if cost <= 0
@@ -200,10 +246,23 @@ verdict host tag s v = case v of
 -- Queue a message to the master; under two-level evolve, an evolve
 -- answer goes to the host's agent scheduler instead.
 say :: Host -> Int -> Sim -> FromWorker -> IO ()
-say host tag _ m = do
+say host tag _ m
+  | stealReport m = do
+      (hs, o) <- hostWorkerSaid (fromIntegral tag) m <$> readIORef (hSteals host)
+      writeIORef (hSteals host) hs
+      unless (hsConsumed o) $ out host tag (encodeFromWorker m)
+      stealsDecided host o
+  | otherwise = do
   hosted <- readIORef (hHosted host)
   claimed <- if hosted && isEvolveAnswer m then (\pop -> hostClaims pop (fromIntegral tag) m) <$> readIORef (hPopulation host) else pure False
   if claimed then agentStep host (LocalSaid (fromIntegral tag) m) else out host tag (encodeFromWorker m)
+
+-- What the host's broker decided: messages to its workers, and to the
+-- master as a worker's own.
+stealsDecided :: Host -> HostStealOut -> IO ()
+stealsDecided host o = do
+  forM_ (hsToMaster o) $ \(w, m) -> out host (fromIntegral w) (encodeFromWorker m)
+  forM_ (hsToWorkers o) $ \(w, m) -> withSim host (fromIntegral w) $ \s -> deliver host (fromIntegral w) s m
 
 -- Into the worker's packet buffer, as a real worker's messages go; the
 -- host's loop flushes it at the end of the round ('flushIdle'), so no
@@ -219,8 +278,12 @@ out host tag enc = withSim host tag $ \s -> do
 -- | Drop a worker, telling the master why (an empty reason: the master
 -- stopped it, and knows).
 dropSim :: Host -> Int -> String -> IO ()
-dropSim host tag why = withSim host tag $ \_ -> do
+dropSim host tag why = withSim host tag $ \s -> do
   modifyIORef' (hSims host) (IM.delete tag)
+  stopParWorker (sPar s)
+  (hs, o) <- hostWorkerGone (fromIntegral tag) <$> readIORef (hSteals host)
+  writeIORef (hSteals host) hs
+  stealsDecided host o
   agentStep host (LocalLost (fromIntegral tag) (if null why then "stopped by the master" else why))
   unless' (null why) $ do
     logToStderr ("herd simulated worker " ++ show tag ++ ": " ++ why)

@@ -16,12 +16,14 @@ import qualified Data.Map.Strict as M
 import Data.Sequence (Seq)
 import Data.Word (Word64)
 import Herd.Core.Agent.Evolve (HostPopulation)
+import Herd.Core.Agent.Steal (HostSteals)
 import Herd.Core.Wire (ToWorker)
 import Herd.Core.Worker.Evolve (Finished, Held)
 import Herd.Core.Worker.Step (Batches, Outcome)
 import Herd.Node.Join (Joined)
 import Herd.Node.Store (Assembly)
 import Herd.Packet (Sender)
+import Herd.Simulate.ParWorker (Outbox, ParWorker)
 import Herd.Simulate.Wheel (Wheel)
 import Herd.Sys.Epoll (Epoll)
 import Herd.Task (Runner, TaskRef)
@@ -43,6 +45,7 @@ data Sim = Sim
   , sSender  :: !Sender               -- ^ gathers its answers into packets, flushed at the end of the round
   , sFedAt   :: !(IORef Double)     -- ^ when the master's latest message to it was read
   , sShares  :: !Assembly           -- ^ shared values arriving ("Herd.Node.Store")
+  , sPar     :: !ParWorker          -- ^ its thread, for Par computations others steal from
   }
 
 -- | A timer's event: a worker's evolve job or farm run is done.
@@ -78,5 +81,10 @@ data Host = Host
   , hHosted   :: !(IORef Bool)
     -- ^ the master spoke of a host call: the workers' evolve answers are
     -- the agent's, not the master's
+  , hOutbox   :: !Outbox
+    -- ^ what the workers' threads ("Herd.Simulate.ParWorker") say
+  , hSteals   :: !(IORef HostSteals)
+    -- ^ the host's broker of stolen Par children, as a real agent has
+    -- ("Herd.Core.Agent.Steal"): its workers steal from each other first
   }
 
