@@ -21,6 +21,9 @@ import TestTasks (givesUpTask)
 import Herd.Monitor
 import Herd.Par
 import Herd.Skeleton
+import Herd.Task (taskRef)
+import Herd.Task.Pool (Link (..), StolenChild (..), gotStolen, newOwnPool, usingPool)
+import Data.IORef
 import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec
 import Test.QuickCheck
@@ -112,6 +115,19 @@ stealing = describe "children other workers steal" $ do
       farm cluster nfibStealTask [(27, 10, 15)] `shouldReturn` [nfib 27]
       farm cluster sumEulerStealTask [(1, 3000)] `shouldReturn` [sumEuler (1, 3000)]
       farm cluster queensStealTask [(8, [])] `shouldReturn` [queens 8]
+  it "run a stolen child that waits here before the computation takes back its own" $ do
+    ran <- newIORef []
+    let link = Link { linkChildrenHeld = \_ -> pure (), linkWantWork = pure ()
+                    , linkRun = \(StolenChild n _ _) -> modifyIORef ran (n :)
+                    , linkCounts = \_ -> pure (), linkAbandon = \_ -> pure () }
+    pool <- newOwnPool link
+    got <- usingPool pool $ do
+      -- given before the computation's first idle point, as when it came
+      -- while the computation worked after an ask
+      gotStolen (StolenChild 7 (taskRef unitTask) (BC.pack "x"))
+      evaluate (runPar (spawnTask unitTask 41 >>= get))
+    got `shouldBe` 41
+    readIORef ran `shouldReturn` [7]
   it "are stolen by an idle worker, and counted where they went" $
     withTwo $ \cluster -> do
       -- 16 leaves sleeping 50 ms: the holder sleeps, so its link is served at once

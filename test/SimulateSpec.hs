@@ -243,14 +243,21 @@ spec = describe "simulated hosts" $ do
       -- the hosts' brokers served most thieves: the master brokered the rest
       statusStealsBrokered st `shouldSatisfy` (< stolen `div` 2)
 
-  it "a simulated host killed while its workers hold and run stolen children: the tree is exact" $ do
+  it "the simulated host of a tree's first worker killed mid-tree: the tree is exact" $ do
     let tweak c = c { configSimulatedWorkers = 12, configSimulatedHosts = 3 }
     withTestClusterConfig 0 tweak $ \_ cluster -> do
-      infos <- clusterWorkerInfo cluster
-      let victim = maximum [ infoPid i | i <- infos, infoGroup i == "simulated" ]
-      -- 3000 leaves of 2 ms on 12 workers: half a second; the kill comes halfway
-      got <- withAsync (threadDelay 250000 >> signalProcess sigKILL (fromIntegral victim)) $ \_ ->
-        farm cluster treeStealTask [(3000, 0.002, 4)]
+      -- 3000 leaves of 2 ms on 12 workers: half a second; the kill comes
+      -- once the worker running the farm's one task has been stolen from:
+      -- the host loses that task, the children it holds and runs, and its
+      -- other workers with what they stole
+      let rootHost = do
+            rows <- statusWorkers <$> clusterStatus cluster
+            pure [ infoPid i | r <- rows, rowInFlight r > 0, countStolen (rowSteals r) > 0, Just i <- [rowInfo r] ]
+          killRoot k = rootHost >>= \ps -> case ps of
+            p : _ -> signalProcess sigKILL (fromIntegral p)
+            [] | k > (250 :: Int) -> expectationFailure "no worker was stolen from"
+               | otherwise -> threadDelay 20000 >> killRoot (k + 1)
+      got <- withAsync (killRoot 0) $ \_ -> farm cluster treeStealTask [(3000, 0.002, 4)]
       got `shouldBe` [3000]
       after <- clusterWorkerInfo cluster
       length (nub [ infoPid i | i <- after, infoGroup i == "simulated" ]) `shouldBe` 2

@@ -142,27 +142,29 @@ schedule env = go
       case s of
         t : ts -> writeIORef stack ts >> go t
         [] -> idle
-    -- no local work: answers first, then the newest child still offered,
-    -- then wait for children away, running stolen ones meanwhile
+    -- no local work: answers first, then a stolen child given since this
+    -- computation last asked (another worker waits for it, so it comes
+    -- before this one's own), then the newest child still offered, then
+    -- wait for children away, running stolen ones meanwhile
     idle = do
       none <- M.null <$> readIORef (envHeld env)
       answers <- if none then pure [] else P.nextAnswers (envSession env)
-      if not (null answers) then mapM_ (answer env) answers >> next else do
-        own <- readIORef (envOwn env)
-        case own of
-          n : rest -> do
-            writeIORef (envOwn env) rest
-            mine <- P.takeBack n
-            if mine then runHeld env n >>= go else idle
-          [] -> do
-            held <- readIORef (envHeld env)
-            unless (M.null held) $ do
-              P.askForWork
-              w <- P.awaitWork (envSession env)
-              case w of
-                P.Answers as -> mapM_ (answer env) as >> next
-                P.Steal c -> P.runStolenHere c >> idle
-                P.Broken -> throwIO (ChildFailed "the link to the master broke while children ran on other workers")
+      stolen <- if none || not (null answers) then pure Nothing else P.takeStolen
+      own <- readIORef (envOwn env)
+      case (answers, stolen, own) of
+        (_ : _, _, _) -> mapM_ (answer env) answers >> next
+        (_, Just c, _) -> P.runStolenHere c >> idle
+        (_, _, n : rest) -> do
+          writeIORef (envOwn env) rest
+          mine <- P.takeBack n
+          if mine then runHeld env n >>= go else idle
+        _ -> unless none $ do
+          P.askForWork
+          w <- P.awaitWork (envSession env)
+          case w of
+            P.Answers as -> mapM_ (answer env) as >> next
+            P.Steal c -> P.runStolenHere c >> idle
+            P.Broken -> throwIO (ChildFailed "the link to the master broke while children ran on other workers")
 
 -- Offer a child to thieves, keeping it to run here.
 offerChild :: Env -> IVar b -> Child b -> IO ()

@@ -57,8 +57,11 @@ joinHost sh nextId hid conn hostInfo = do
           -- every host-scheduled call hears of the loss: its states here are gone
           calls <- readTVar (shHostCalls sh)
           mapM_ (\q -> writeTQueue q (hid, Left why)) (M.elems calls)
-        -- one event for the host: all its workers' work runs elsewhere
-        shellStep sh True [ LinkDown w (PeerLost ("its host agent's link was lost: " ++ why)) | w <- gone ]
+        -- one event for the host: all its workers' work runs elsewhere.
+        -- Held first, so that the work of the first lost is not handed to
+        -- the next, lost too (a task charged once per worker of the host)
+        shellStep sh True ([ WorkerHeld w True | w <- gone ]
+                           ++ [ LinkDown w (PeerLost ("its host agent's link was lost: " ++ why)) | w <- gone ])
   handle <- openLinkWith (hostLinkPolicy (configMaxFrameBytes cfg) (packetPolicyOf cfg)) cfg (shShared sh) conn loseAll
   let host = HostLink sh nextId hid conn hostInfo members handle reader
   let handle' = HostHandle { hostName = infoHost hostInfo, hostClose = closeHost host

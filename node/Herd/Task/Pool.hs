@@ -139,10 +139,11 @@ currentPool :: IO Pool
 currentPool = do
   own <- readIORef ownPools
   case own of
-    Nothing -> pure thePool
-    Just m -> do
+    Just m | not (M.null m) -> do
       me <- myThreadId
       maybe (throwIO NeedsOwnThread) pure (M.lookup me m)
+    -- no thread uses a pool of its own now: the process's
+    _ -> pure thePool
 
 -- | A pool of its own for one of the workers a simulated host plays
 -- ("Herd.Simulate.Host"), which many workers share a process.
@@ -156,8 +157,9 @@ data NeedsOwnThread = NeedsOwnThread
 
 instance Exception NeedsOwnThread
 
--- | A new pool with this link; from now on every pool operation in this
--- process acts on the pool its thread uses ('usingPool').
+-- | A new pool with this link; while any thread uses a pool of its own
+-- ('usingPool'), every pool operation in this process acts on the pool
+-- its thread uses.
 newOwnPool :: Link -> IO OwnPool
 newOwnPool l = do
   atomicModifyIORef' ownPools (\m -> (Just (maybe M.empty id m), ()))

@@ -29,6 +29,7 @@ module Herd.Simulate.Host
   , runSimulatedHost
   ) where
 
+import Control.Concurrent (runInUnboundThread)
 import Control.Exception
 import qualified Data.ByteString as B
 import Control.Monad (forM_, when)
@@ -69,7 +70,10 @@ import Herd.Core.Wire.HostCall (decodeHostCall, hostCallSlot)
 -- them all from this thread until the last is gone. Throws (naming the
 -- reason) if the host cannot join.
 runSimulatedHost :: SimulatedHost -> IO ()
-runSimulatedHost opts = do
+runSimulatedHost opts = runInUnboundThread $ do
+  -- unbound: the workers' threads ("Herd.Simulate.ParWorker") and the
+  -- loop hand the capability to each other at every message, which from
+  -- the bound main thread costs an OS thread switch each time
   beginSimulatedHost
   build <- buildIdentity
   let where_ = simHost opts ++ ":" ++ show (simPort opts)

@@ -49,9 +49,10 @@ foreign import ccall unsafe "herd_eventfd" c_eventfd :: IO CInt
 foreign import ccall unsafe "herd_eventfd_signal" c_signal :: CInt -> IO ()
 foreign import ccall unsafe "herd_eventfd_drain" c_drain :: CInt -> IO ()
 
--- | What the workers' threads give the host's loop, and the eventfd that
--- wakes the loop when they do.
-data Outbox = Outbox !(TQueue Posted) !CInt
+-- | What the workers' threads give the host's loop (newest first), and
+-- the eventfd that wakes the loop when they do: signalled once until the
+-- loop takes what was posted, not once a message.
+data Outbox = Outbox !(TVar [Posted]) !(TVar Bool) !CInt
 
 -- | What a worker's thread gives the loop.
 data Posted
@@ -65,20 +66,24 @@ newOutbox :: IO Outbox
 newOutbox = do
   fd <- c_eventfd
   when (fd < 0) $ ioError (userError "herd simulated host: no eventfd for the workers' threads")
-  Outbox <$> newTQueueIO <*> pure fd
+  Outbox <$> newTVarIO [] <*> newTVarIO False <*> pure fd
 
 -- | The eventfd that is readable when something was posted.
 outboxFd :: Outbox -> CInt
-outboxFd (Outbox _ fd) = fd
+outboxFd (Outbox _ _ fd) = fd
 
 -- | Everything posted so far, oldest first.
 takePosted :: Outbox -> IO [Posted]
-takePosted (Outbox q fd) = do
+takePosted (Outbox q signalled fd) = do
   c_drain fd
-  atomically (flushTQueue q)
+  reverse <$> atomically (writeTVar signalled False >> swapTVar q [])
 
 post :: Outbox -> Posted -> IO ()
-post (Outbox q fd) p = atomically (writeTQueue q p) >> c_signal fd
+post (Outbox q signalled fd) p = do
+  first <- atomically $ do
+    modifyTVar' q (p :)
+    not <$> swapTVar signalled True
+  when first (c_signal fd)
 
 -- | A simulated worker's thread.
 data ParWorker = ParWorker
