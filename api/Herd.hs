@@ -121,8 +121,8 @@ module Herd
     -- * Results that stay on the workers
     -- | 'farmRefs' leaves each result on the worker that made it, behind a
     -- 'Ref' ('putRefs' holds values as they are); 'mapRefs' runs a function
-    -- where each value lives and leaves its result there; 'queryRefs' brings
-    -- the result back; 'fetch' and 'fetchMany' bring values back; 'release'
+    -- where each value lives and leaves its result there ('mapRefsWith'
+    -- with an argument per value); 'queryRefs' brings the result back; 'fetch' and 'fetchMany' bring values back; 'release'
     -- and 'releaseMany' drop them. A value lost with its worker is
     -- recomputed from the task and input that made it. A 'Ref' belongs to
     -- the cluster that made it; another refuses it ('ForeignHandle').
@@ -133,6 +133,10 @@ module Herd
   , putRefs
   , farmRefs
   , mapRefs
+  , RefTaskWith
+  , RefWithCodecs
+  , refTaskWith
+  , mapRefsWith
   , RefQuery
   , QueryCodecs
   , refQuery

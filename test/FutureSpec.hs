@@ -21,7 +21,7 @@ import System.Posix.Signals (sigKILL, signalProcess)
 import Test.Hspec
 import Test.QuickCheck
 import Test.QuickCheck.Monadic (assert, monadicIO, run)
-import TestTasks (refSlowInc, refSquare)
+import TestTasks (refAddAll, refSlowInc, refSquare)
 
 -- A random graph: node i depends on some earlier nodes.
 graphGen :: Int -> Gen [(Int, [Int])]
@@ -104,6 +104,19 @@ spec = describe "futures from the caller" $ do
       signalProcess sigKILL (fromIntegral (infoPid victim))
       (await end >>= fetch cluster) `shouldReturn` 46
       statusLostTotal <$> clusterStatus cluster `shouldReturn` 1
+  it "runs a held task where the first of several held futures is, the others' values given to it" $
+    withCluster cfg $ \cluster -> do
+      True <- waitForWorkers cluster 2 30
+      [a, b, c] <- mapM (submitHeld cluster refSquare) [3, 4, 5]
+      d <- submitOnWith cluster refAddAll a [b, c]
+      (await d >>= fetch cluster) `shouldReturn` 50
+      (await a >>= fetch cluster) `shouldReturn` 9
+      -- every worker killed: the value is made again from its task, its
+      -- input's lineage and the values it was given
+      infos <- clusterWorkerInfo cluster
+      mapM_ (\i -> signalProcess sigKILL (fromIntegral (infoPid i))) infos
+      True <- waitForWorkers cluster 2 30
+      (await d >>= fetch cluster) `shouldReturn` 50
   where
     nfibOf :: Int -> Int
     nfibOf = nfib

@@ -35,6 +35,7 @@ module TestTasks
   , bigPartBytes
   , throwingKeyedReducer
   , refSquare
+  , refAddAll
   , rendezvousEvolver
   , rendezvousRef
   , refSlowInc
@@ -324,6 +325,10 @@ throwingKeyedReducer = static (keyedReducer (\x -> if x == 37 then error "no 37 
 -- | A square whose result stays on its worker.
 refSquare :: StaticPtr (RefTask Int Int)
 refSquare = static (named "refSquare" (refTask (\x -> x * x)))
+
+-- | The held value plus the others given with it.
+refAddAll :: StaticPtr (RefTaskWith Int [Int] Int)
+refAddAll = static (named "refAddAll" (refTaskWith (\x ys -> x + sum ys)))
 
 -- | One more, after 20 ms.
 refSlowInc :: StaticPtr (RefTask Int Int)

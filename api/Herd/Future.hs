@@ -26,6 +26,11 @@
 -- > a <- submitHeld cluster squareRef 3
 -- > b <- submitOn cluster squareRef a     -- where a's value is
 -- > await b >>= fetch cluster              -- 81
+-- > c <- submitOnWith cluster addAllRef b [a]  -- where b's value is, a's sent along
+-- > await c >>= fetch cluster              -- 90
+--
+-- 'submitOnWith' takes several held futures: the first stays where it is
+-- held and the task runs there, the others' values are brought to it.
 --
 -- Promises: 'await' gives the task's value or throws its 'HerdError'
 -- (the same each time it is awaited); 'cancel' stops a future that has
@@ -42,11 +47,13 @@ module Herd.Future
     -- * Values that stay on the workers
   , submitHeld
   , submitOn
+  , submitOnWith
   ) where
 
 import Control.Concurrent.Async (Async, async, wait)
 import qualified Control.Concurrent.Async as A
 import Control.Exception (SomeException, throwIO)
+import Data.Store (Store)
 import GHC.StaticPtr (StaticPtr)
 import Herd
 
@@ -96,6 +103,18 @@ submitHeld cluster t x = Future <$> async (one "submitHeld" =<< farmRefs cluster
 -- stays where it was made.
 submitOn :: Cluster -> StaticPtr (RefTask a b) -> Future (Ref a) -> IO (Future (Ref b))
 submitOn cluster t input = Future <$> async (await input >>= \r -> one "submitOn" =<< mapRefs cluster t [r])
+
+-- | Run a Ref task with an argument ('refTaskWith') on a held future's
+-- value, on the worker that holds it, once it and the other held futures
+-- are in: the others' values are fetched and given as the argument, in
+-- order. Give the largest input first: it stays where it is, and only
+-- the others travel (through the caller). The inputs stay held; the new
+-- value stays where it was made.
+submitOnWith :: Store c => Cluster -> StaticPtr (RefTaskWith a [c] b) -> Future (Ref a) -> [Future (Ref c)] -> IO (Future (Ref b))
+submitOnWith cluster t input others = Future <$> async (do
+  r <- await input
+  values <- mapM await others >>= fetchMany cluster
+  one "submitOnWith" =<< mapRefsWith cluster t [(r, values)])
 
 one :: String -> [x] -> IO x
 one _ [x] = pure x

@@ -37,6 +37,10 @@ module Herd.Master.Job.Refs
   , putRefs
   , farmRefs
   , mapRefs
+  , RefTaskWith
+  , RefWithCodecs
+  , refTaskWith
+  , mapRefsWith
   , RefQuery
   , QueryCodecs
   , refQuery
@@ -101,6 +105,31 @@ refTask f = Closure
       pure ([ (stateBytes, B.empty) | keep ] ++ [(made, B.empty)])
   }
 {-# INLINE refTask #-}
+
+-- | What the caller needs of a 'RefTaskWith': how to encode its arguments.
+newtype RefWithCodecs a c b = RefWithCodecs (c -> Encoder)
+
+-- | A function of a held value and an argument whose result stays on the
+-- worker beside the value. Build one with 'refTaskWith' inside a
+-- @static@ form.
+type RefTaskWith a c b = Closure (RefWithCodecs a c b) EvolveRunner
+
+-- | Wrap a function for 'mapRefsWith'.
+refTaskWith :: forall a c b. (Store a, Store c, Store b, Typeable a, Typeable c, Typeable b) => (a -> c -> b) -> RefTaskWith a c b
+refTaskWith f = Closure
+  { closureKind = EvolverClosure
+  , closureLabel = Nothing
+  , closureIn = typeRepFingerprint (typeRep (Proxy :: Proxy (a, c)))
+  , closureOut = typeRepFingerprint (typeRep (Proxy :: Proxy (a, b)))
+  , closureTypes = show (typeRep (Proxy :: Proxy a)) ++ " -> " ++ show (typeRep (Proxy :: Proxy c))
+                   ++ " -> " ++ show (typeRep (Proxy :: Proxy b))
+  , closureCodecs = RefWithCodecs valueEncoder
+  , closureRunner = decodedRunner $ \stateBytes (x :: a) (arg :: c) -> do
+      made <- evaluate (encode (f x arg))
+      -- the input stays, as the first child (its bytes as they are)
+      pure [(stateBytes, B.empty), (made, B.empty)]
+  }
+{-# INLINE refTaskWith #-}
 
 -- A held value's bytes, kept where they are and given back as the output.
 fetchStep :: StaticPtr (Closure () EvolveRunner)
@@ -172,13 +201,29 @@ mapRefs cluster f refs = do
   ids <- distinct (closureName f) =<< mapM (current cluster) refs
   (out, _) <- evolveRaw (clusterRefRegistry cluster) M.empty defaultEvolveOptions cluster (closureRef f) valueEncoder (\_ -> pure ())
                         (M.fromList [ (i, True) | i <- ids ])
-  -- each input now lives on as the first child of its step
-  forM_ (zip refs ids) $ \(Ref _ r, i) -> case M.lookup i out of
+  keptAndMade cluster (closureName f) (zip refs ids) out
+
+-- | Run the function on every referenced value with its argument, where
+-- the value is held, and leave each result there. The inputs stay held.
+-- A Ref may appear once per call.
+mapRefsWith :: Cluster -> StaticPtr (RefTaskWith a c b) -> [(Ref a, c)] -> IO [Ref b]
+mapRefsWith cluster f pairs = do
+  let RefWithCodecs enc = closureCodecs (deRefStaticPtr f)
+  ids <- distinct (closureName f) =<< mapM (current cluster . fst) pairs
+  (out, _) <- evolveRaw (clusterRefRegistry cluster) M.empty defaultEvolveOptions cluster (closureRef f) enc (\_ -> pure ())
+                        (M.fromList (zip ids (map snd pairs)))
+  keptAndMade cluster (closureName f) (zip (map fst pairs) ids) out
+
+-- Each input lives on as the first child of its step, and the second is
+-- the new value.
+keptAndMade :: Cluster -> String -> [(Ref a, StateId)] -> M.Map StateId [(StateId, ())] -> IO [Ref b]
+keptAndMade cluster name inputs out = do
+  forM_ inputs $ \(Ref _ r, i) -> case M.lookup i out of
     Just ((kept, ()) : _) -> writeIORef r (Just kept)
     _ -> pure ()
-  forM ids $ \i -> case M.lookup i out of
+  forM inputs $ \(_, i) -> case M.lookup i out of
     Just [_, (made, ())] -> newRef cluster made
-    _ -> throwIO (EvolveFailed (closureName f) (show i) "its step did not leave its input and one result")
+    _ -> throwIO (EvolveFailed name (show i) "its step did not leave its input and one result")
 
 -- | Bring one referenced value back; it stays held.
 fetch :: Store a => Cluster -> Ref a -> IO a
