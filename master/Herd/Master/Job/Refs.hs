@@ -116,19 +116,10 @@ type RefTaskWith a c b = Closure (RefWithCodecs a c b) EvolveRunner
 
 -- | Wrap a function for 'mapRefsWith'.
 refTaskWith :: forall a c b. (Store a, Store c, Store b, Typeable a, Typeable c, Typeable b) => (a -> c -> b) -> RefTaskWith a c b
-refTaskWith f = Closure
-  { closureKind = EvolverClosure
-  , closureLabel = Nothing
-  , closureIn = typeRepFingerprint (typeRep (Proxy :: Proxy (a, c)))
-  , closureOut = typeRepFingerprint (typeRep (Proxy :: Proxy (a, b)))
-  , closureTypes = show (typeRep (Proxy :: Proxy a)) ++ " -> " ++ show (typeRep (Proxy :: Proxy c))
-                   ++ " -> " ++ show (typeRep (Proxy :: Proxy b))
-  , closureCodecs = RefWithCodecs valueEncoder
-  , closureRunner = decodedRunner $ \stateBytes (x :: a) (arg :: c) -> do
-      made <- evaluate (encode (f x arg))
-      -- the input stays, as the first child (its bytes as they are)
-      pure [(stateBytes, B.empty), (made, B.empty)]
-  }
+refTaskWith f = withArgument (Proxy :: Proxy b) (RefWithCodecs valueEncoder) $ \stateBytes (x :: a) (arg :: c) -> do
+  made <- evaluate (encode (f x arg))
+  -- the input stays, as the first child (its bytes as they are)
+  pure [(stateBytes, B.empty), (made, B.empty)]
 {-# INLINE refTaskWith #-}
 
 -- A held value's bytes, kept where they are and given back as the output.
@@ -148,18 +139,25 @@ type RefQuery a c b = Closure (QueryCodecs a c b) EvolveRunner
 
 -- | Wrap a function for 'queryRefs'.
 refQuery :: forall a c b. (Store a, Store c, Store b, Typeable a, Typeable c, Typeable b) => (a -> c -> b) -> RefQuery a c b
-refQuery f = Closure
+refQuery f = withArgument (Proxy :: Proxy b) (QueryCodecs valueEncoder decodeValueIO) $ \stateBytes (x :: a) (arg :: c) -> do
+  answer <- evaluate (encode (f x arg))
+  pure [(stateBytes, answer)]
+
+-- A step of a held value of type @a@ and an argument of type @c@ that
+-- makes a @b@: its types, its caller's codecs and what it gives.
+withArgument :: forall a c b k. (Store a, Store c, Typeable a, Typeable c, Typeable b)
+             => Proxy b -> k -> (B.ByteString -> a -> c -> IO [(B.ByteString, B.ByteString)]) -> Closure k EvolveRunner
+withArgument _ codecs step = Closure
   { closureKind = EvolverClosure
   , closureLabel = Nothing
   , closureIn = typeRepFingerprint (typeRep (Proxy :: Proxy (a, c)))
   , closureOut = typeRepFingerprint (typeRep (Proxy :: Proxy (a, b)))
   , closureTypes = show (typeRep (Proxy :: Proxy a)) ++ " -> " ++ show (typeRep (Proxy :: Proxy c))
                    ++ " -> " ++ show (typeRep (Proxy :: Proxy b))
-  , closureCodecs = QueryCodecs valueEncoder decodeValueIO
-  , closureRunner = decodedRunner $ \stateBytes (x :: a) (arg :: c) -> do
-      answer <- evaluate (encode (f x arg))
-      pure [(stateBytes, answer)]
+  , closureCodecs = codecs
+  , closureRunner = decodedRunner step
   }
+{-# INLINE withArgument #-}
 {-# INLINE refQuery #-}
 
 -- | Hold these values on the workers, spread over them, without running
