@@ -30,15 +30,16 @@ module Herd.Simulate.ParWorker
   , needsOwnThread
   ) where
 
-import Control.Concurrent (ThreadId, forkIO, killThread)
+import Control.Concurrent (ThreadId, forkFinally, killThread)
 import Control.Concurrent.STM
-import Control.Exception (displayException)
+import Control.Exception (AsyncException (..), displayException, fromException)
 import Control.Monad (forever, unless, when)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M
 import Foreign.C.Types (CInt (..))
 import Herd.Core.Wire (FromWorker)
+import Herd.Sys.Log (logToStderr)
 import Herd.Node.Worker.Steal (stealLink)
 import qualified Herd.Task.Pool as P
 import Herd.Task (Runner (..), TaskRef)
@@ -131,7 +132,11 @@ startParWorker box tag = do
               post box (RunEnded tag sc outcome)
             Right c -> P.runStolenHere c
           idle
-  tid <- forkIO (P.usingPool pool (withOwnCost serve))
+  -- a thread that stops for any reason but its worker's drop says why
+  tid <- forkFinally (P.usingPool pool (withOwnCost serve)) $ \r -> case r of
+    Left e | Just ThreadKilled <- fromException e -> pure ()
+           | otherwise -> logToStderr ("herd simulated worker " ++ show tag ++ ": its thread stopped: " ++ displayException e)
+    Right () -> pure ()
   pure (ParWorker pool runs tid)
 
 -- | Hand the thread a farm run (the loop holds the worker's later
