@@ -163,9 +163,12 @@ simulatedRows o = do
     _ <- divideAndConquer cluster treeDivide treeTask (have, 0)
     _ <- stolen cluster treeStealTask (have, 0, 1)
     before <- stolenSoFar cluster
+    brokered0 <- statusStealsBrokered <$> clusterStatus cluster
     (s, e) <- measure ("stolen, cut " ++ show cut) (stolen cluster treeStealTask (leaves, optSimCost o, cut))
     steals <- subtract before <$> stolenSoFar cluster
-    putStrLn ("    children stolen: " ++ show steals)
+    brokered <- subtract brokered0 . statusStealsBrokered <$> clusterStatus cluster
+    putStrLn ("    children stolen: " ++ show steals ++ ", of them brokered by the master: " ++ show brokered
+              ++ " (the rest by the hosts' own brokers)")
     (d, de) <- measure "divided at the master" (divideAndConquer cluster treeDivide treeTask (leaves, optSimCost o))
     pure [(Row name "herd-sim" have s, e), (Row name "herd-sim-divided" have d, de)]
 
