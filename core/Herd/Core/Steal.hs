@@ -45,16 +45,18 @@ module Herd.Core.Steal
   ) where
 
 import Data.Foldable (toList)
-import Data.List (foldl')
+import Data.List (foldl', maximumBy)
 import qualified Data.Map.Strict as M
-import Data.Ord (Down (..))
+import Data.Maybe (isJust)
+import Data.Ord (Down (..), comparing)
 import qualified Data.Set as S
-import Data.Sequence (Seq, (|>))
+import Data.Sequence ((|>))
 import qualified Data.Sequence as Seq
 import qualified Data.ByteString as B
 import Data.Text (Text)
 import Data.Word (Word32, Word64)
 import Herd.Core.Base (TaskRef, WorkerId)
+import Herd.Core.Steal.Book
 import Herd.Core.Wire.Messages (FromWorker (..), ToWorker (..))
 
 -- | Whether a worker's message is about steals: its asks, holdings,
@@ -71,53 +73,6 @@ stealReport msg = case msg of
   ChildrenAbandoned _ -> True
   _ -> False
 
--- | What one worker's children went through, for watchers, as the worker
--- counts them (a host agent's own steals included).
-data StealCounts = StealCounts
-  { countSpawned :: !Int -- ^ stealable children this worker spawned, as it last said
-  , countStolen :: !Int  -- ^ children taken from this worker by others
-  , countRan    :: !Int  -- ^ children of others this worker ran
-  , countRerun  :: !Int  -- ^ its children it ran itself after their thief was lost
-  , countStopped :: !Int -- ^ stolen children it stopped because their holder no longer wanted them
-  } deriving (Eq, Show)
-
--- | Nothing stolen.
-noStealCounts :: StealCounts
-noStealCounts = StealCounts 0 0 0 0 0
-
--- A child handed to a thief.
-data Handed = Handed
-  { hThief  :: !WorkerId
-  , hHolder :: !WorkerId
-  , hChild  :: !Word64
-  } deriving (Eq, Show)
-
--- | The broker's state.
-data Steals = Steals
-  { stHolding :: !(M.Map WorkerId Int)   -- ^ children each holder has, as last said, less those asked for since
-  , stRanked  :: !(S.Set (Down Int, WorkerId))
-    -- ^ the same holders, most children first (the holder asked is the first that is not the thief)
-  , stIdle    :: !(Seq WorkerId)          -- ^ thieves waiting for a holder, oldest first
-  , stIdleSet :: !(S.Set WorkerId)        -- ^ the same thieves, to look one up
-  , stAsked   :: !(M.Map Word64 (Maybe WorkerId, WorkerId))
-    -- ^ steals asked of a holder: the thief ('Nothing' once it was lost) and the holder
-  , stHanded  :: !(M.Map Word64 Handed)  -- ^ steals whose child a thief runs
-  , stAway    :: !(M.Map WorkerId (M.Map Word64 WorkerId))
-    -- ^ the same by holder: each steal of its children and the thief running it
-  , stNext    :: !Word64
-  , stCounts  :: !(M.Map WorkerId StealCounts)
-  , stBrokered :: !Int                   -- ^ children handed to thieves so far
-  } deriving (Eq, Show)
-
--- | No holders, no thieves.
-emptySteals :: Steals
-emptySteals = emptyStealsFrom 1
-
--- | No holders, no thieves; steals numbered from this one on (a host
--- agent's own numbers are apart from the master's).
-emptyStealsFrom :: Word64 -> Steals
-emptyStealsFrom first = Steals M.empty S.empty Seq.empty S.empty M.empty M.empty M.empty first M.empty 0
-
 -- | The thieves waiting, oldest first, taken off the queue (a host agent
 -- sends them on to the master).
 takeIdle :: Steals -> ([WorkerId], Steals)
@@ -125,28 +80,7 @@ takeIdle st = (stealsIdle st, st { stIdle = Seq.empty, stIdleSet = S.empty })
 
 -- | Whether a holder other than this worker has children, as last said.
 hasHolderFor :: WorkerId -> Steals -> Bool
-hasHolderFor t st = case holderFor t st of
-  Just _ -> True
-  Nothing -> False
-
--- The holder with the most children (the lowest number among equals)
--- other than this thief.
-holderFor :: WorkerId -> Steals -> Maybe WorkerId
-holderFor t st = case S.lookupMin (stRanked st) of
-  Just first@(_, v)
-    | v /= t -> Just v
-    | otherwise -> snd <$> S.lookupGT first (stRanked st)
-  Nothing -> Nothing
-
--- Off the queue of waiting thieves.
-notIdle :: WorkerId -> Steals -> Steals
-notIdle t st
-  | S.member t (stIdleSet st) = st { stIdle = Seq.filter (/= t) (stIdle st), stIdleSet = S.delete t (stIdleSet st) }
-  | otherwise = st
-
--- At the end of the queue of waiting thieves.
-nowIdle :: WorkerId -> Steals -> Steals
-nowIdle t st = st { stIdle = stIdle st |> t, stIdleSet = S.insert t (stIdleSet st) }
+hasHolderFor t = isJust . holderFor t
 
 -- | Children handed to thieves so far.
 stealsBrokered :: Steals -> Int
@@ -248,17 +182,6 @@ stealLost w st0 = (st3, homes ++ retries)
     orphans = [ t | (Just t, holder) <- M.elems (stAsked st0), holder == w, t /= w ]
     (st3, retries) = foldl' (\(s, out) t -> let (s', out') = serve t s in (s', out ++ out')) (st1, []) orphans
 
--- A child handed to a thief, and one back from it.
-handOut, handBack :: Word64 -> Handed -> Steals -> Steals
-handOut n h st = st { stHanded = M.insert n h (stHanded st)
-                    , stAway = M.insertWith M.union (hHolder h) (M.singleton n (hThief h)) (stAway st) }
-handBack n h st = st { stHanded = M.delete n (stHanded st), stAway = M.update dropIt (hHolder h) (stAway st) }
-  where dropIt m = let m' = M.delete n m in if M.null m' then Nothing else Just m'
-
--- The steals by holder, made again from the steals.
-awayOf :: M.Map Word64 Handed -> M.Map WorkerId (M.Map Word64 WorkerId)
-awayOf handed = M.fromListWith M.union [ (hHolder h, M.singleton n (hThief h)) | (n, h) <- M.toList handed ]
-
 -- For a thief whose own children others run (it waits for them): the
 -- one of those thieves with the most children of its own to steal. What
 -- it steals is then part of what it waits for, so running it delays
@@ -269,8 +192,8 @@ leapfrog t st = case M.lookup t (stAway st) of
   Nothing -> Nothing
   Just away -> case [ (k, v) | v <- M.elems away, v /= t, Just k <- [M.lookup v (stHolding st)] ] of
     [] -> Nothing
-    ks -> Just (snd (maximum' ks))
-  where maximum' = foldr1 (\a b -> if fst a > fst b || (fst a == fst b && snd a < snd b) then a else b)
+    -- the most children, the lowest number among equals
+    ks -> Just (snd (maximumBy (comparing (\(k, v) -> (k, Down v))) ks))
 
 -- Ask for one child: a holder that runs children of this thief's first
 -- ('leapfrog'), else the holder with the most children (not the thief);
@@ -299,12 +222,3 @@ serveIdle st0 = go (st0 { stIdle = Seq.empty }, []) (stIdle st0)
             let (st', out') = serve t st
             in go (st' { stIdleSet = S.delete t (stIdleSet st') }, out' : out) rest
         | otherwise -> go (st { stIdle = stIdle st |> t }, out) rest
-
-setHolding :: WorkerId -> Int -> Steals -> Steals
-setHolding v k st = st { stHolding = holding', stRanked = ranked' }
-  where
-    old = M.lookup v (stHolding st)
-    unranked = maybe (stRanked st) (\k0 -> S.delete (Down k0, v) (stRanked st)) old
-    (holding', ranked')
-      | k > 0 = (M.insert v k (stHolding st), S.insert (Down k, v) unranked)
-      | otherwise = (M.delete v (stHolding st), unranked)

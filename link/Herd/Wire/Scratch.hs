@@ -13,6 +13,7 @@ module Herd.Wire.Scratch
   ( Scratch
   , newScratch
   , ChunkOutcome (..)
+  , chunkOutcome
   , runChunk
   , scratchCount
   , resultsFitting
@@ -36,6 +37,7 @@ import GHC.Exts (RealWorld)
 import Herd.Wire.Writer (Encoder)
 import Herd.Wire.Run
 import Herd.Core.Wire.Tags (tagResults)
+import Herd.Core.Worker.Step (Outcome (..))
 
 -- A growable pinned byte buffer and a growable array of end offsets.
 data Growing = Growing
@@ -89,6 +91,13 @@ data ChunkOutcome
   | ChunkUndecodable !Int String    -- ^ the argument at this position did not decode (results before it are kept)
   | ChunkThrew !Int String          -- ^ the function threw on the argument at this position (results before it are kept)
   deriving (Eq, Show)
+
+-- | A run's outcome as the worker's step ("Herd.Core.Worker.Step") takes it.
+chunkOutcome :: ChunkOutcome -> Outcome
+chunkOutcome ran = case ran of
+  ChunkDone -> Computed
+  ChunkUndecodable j why -> Undecodable j why
+  ChunkThrew j why -> Threw j why
 
 -- | Decode a run of @count@ arguments, apply the function to each, force
 -- and encode each result into the scratch buffer. Stops at the first

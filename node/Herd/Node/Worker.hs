@@ -35,7 +35,7 @@ import Herd.Packet
 import Herd.Core.Packet.Policy (PacketPolicy (..), Urgency (..))
 import Herd.Task.Process (ProcessRunner (..), lookupProcess)
 import Herd.Task (Runner (..), TaskRef (..), lookupRunner)
-import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, newScratch, resultsEncoder, resultsFitting, scratchCount)
+import Herd.Wire.Scratch (Scratch, chunkOutcome, newScratch, resultsEncoder, resultsFitting, scratchCount)
 import Herd.Transport
 import Herd.Core.Wire
 import Herd.Wire.Encode
@@ -93,9 +93,7 @@ serve conn wid maxFrame policy window = do
         ready <- (||) <$> hasBufferedFrame conn <*> hasQueued cancels
         busy <- readIORef (svBusy sv)
         when (not ready && busy == 0) $ do
-          stolen <- P.hasStolen
-          unless stolen P.askForWork
-          P.tellSpawns
+          P.nothingToDo
           flushIdle sender
       readNext = do
         -- frames the watch read while a run computed come first
@@ -236,9 +234,7 @@ farmMessage sv msg = case msg of
         deadline <- deadlineOf (svCancel sv)
         end <- lazyClock
         let outcome = case ran of
-              Right ChunkDone -> Computed
-              Right (ChunkUndecodable j why) -> Undecodable j why
-              Right (ChunkThrew j why) -> Threw j why
+              Right c -> chunkOutcome c
               Left Cancelled -> Stopped
               Left Overran -> Threw overran ("it ran past its deadline of " ++ show deadline ++ " s (configTaskDeadline) and was stopped")
         stepBatches (applied end outcome) >>= mapM_ plain

@@ -43,6 +43,7 @@ module Herd.Task.Pool
   , hasStolen
   , askForWork
   , tellSpawns
+  , nothingToDo
   , cancelStolen
   , stoppedStolen
   , ranStolen
@@ -345,6 +346,14 @@ tellSpawns = currentPool >>= \pl -> do
   c@(Counts s _ _ _ _) <- readIORef (plCounts pl)
   told <- readIORef (plTold pl)
   when (s /= told) $ writeIORef (plTold pl) s >> withLink (\l -> linkCounts l c)
+
+-- | The worker has nothing to do: it asks for a stolen child (unless one
+-- waits to run here) and tells the master its counts if they moved.
+nothingToDo :: IO ()
+nothingToDo = do
+  stolen <- hasStolen
+  unless stolen askForWork
+  tellSpawns
 
 -- | Run a stolen child inside a computation that waits, and answer it.
 runStolenHere :: StolenChild -> IO ()

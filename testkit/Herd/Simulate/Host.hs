@@ -97,7 +97,9 @@ runSimulatedHost opts = runInUnboundThread $ do
                  <*> newIORef emptyHostSteals
     fds <- connWaitFds conn
     forM_ fds $ \fd -> epollAdd ep fd linkTag False
-    _ <- epollAdd ep (outboxFd box) outboxTag False
+    -- unwatched, the workers' threads would never be heard
+    added <- epollAdd ep (outboxFd box) outboxTag False
+    when (added < 0) $ systemCallFailed "epoll_ctl" (negate added)
     forM_ [1 .. simWorkers opts] $ \token ->
       hostControl host (AddWorker (fromIntegral token) (fromIntegral (simHostPid opts)) noCpu)
     flushIdle sender

@@ -33,7 +33,7 @@ module Herd.Simulate.ParWorker
 import Control.Concurrent (ThreadId, forkFinally, killThread)
 import Control.Concurrent.STM
 import Control.Exception (AsyncException (..), displayException, fromException)
-import Control.Monad (forever, unless, when)
+import Control.Monad (forever, when)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M
@@ -116,10 +116,7 @@ startParWorker box tag = do
   let next = atomically ((Left <$> readTQueue runs) `orElse` (Right <$> P.stolenReady pool))
       idle = do
         none <- atomically (isEmptyTQueue runs)
-        when none $ do
-          stolen <- P.hasStolen
-          unless stolen P.askForWork
-          P.tellSpawns
+        when none P.nothingToDo
       serve = do
         idle
         forever $ do

@@ -51,7 +51,7 @@ import Herd.Core.Wire.Host
 import Herd.Wire.HostEntry (controlEncoder, hostCallEncoder)
 import Herd.Core.Agent.Evolve (HostEvent (..), HostOut (..), hostClaims, isEvolveAnswer, stepHost)
 import Herd.Wire.Encode
-import Herd.Wire.Scratch (ChunkOutcome (..), resultsEncoder, resultsFitting, scratchCount)
+import Herd.Wire.Scratch (ChunkOutcome (..), Scratch, chunkOutcome, resultsEncoder, resultsFitting, scratchCount)
 import Herd.Node.Join
 import Herd.Core.Worker.Step
 import Herd.Simulate.State
@@ -60,7 +60,6 @@ import Herd.Node.Worker.Steal (isStealMessage, stealMessage)
 import Herd.Core.Agent.Steal (HostStealOut (..), hostWorkerGone, hostWorkerSaid)
 import Herd.Core.Steal (stealReport)
 import qualified Herd.Task.Pool as P
-import Herd.Wire.Scratch (Scratch)
 
 -- | One step of the host's agent scheduler, carried out: its messages to
 -- the workers delivered, its reports queued on the host link.
@@ -113,7 +112,7 @@ posted host p = do
     Said tag m -> withSim host tag $ \s -> say host tag s m
     RunEnded tag sc ran -> withSim host tag $ \s -> do
       results <- resultsOf s sc
-      farmEnded host tag s now results (outcomeOf ran)
+      farmEnded host tag s now results (chunkOutcome ran)
 
 -- A worker's timer fired: what it does next starts when the timer was
 -- due, or when its next message came if that was later.
@@ -192,17 +191,11 @@ resultsOf s sc = do
                  (encodeBytes enc :) <$> cut (lo + k)
   cut 0
 
-outcomeOf :: ChunkOutcome -> Outcome
-outcomeOf ran = case ran of
-  ChunkDone -> Computed
-  ChunkUndecodable j why -> Undecodable j why
-  ChunkThrew j why -> Threw j why
-
 -- A run made in the loop: its results leave when its cost has passed.
 ranHere :: Host -> Int -> Sim -> Double -> ChunkOutcome -> IO ()
 ranHere host tag s cost ran = do
   results <- resultsOf s (hScratch host)
-  let outcome = outcomeOf ran
+  let outcome = chunkOutcome ran
   now <- monotonicSeconds
   start <- readIORef (hClock host)
   if cost <= 0
@@ -301,10 +294,3 @@ hostControl host c = do
 -- | Act on a simulated worker, if it is still there.
 withSim :: Host -> Int -> (Sim -> IO ()) -> IO ()
 withSim host tag act = IM.lookup tag <$> readIORef (hSims host) >>= mapM_ act
-
-stateRef :: IORef a -> (a -> (a, b)) -> IO b
-stateRef ref f = do
-  (a', b) <- f <$> readIORef ref
-  writeIORef ref $! a'
-  pure b
-

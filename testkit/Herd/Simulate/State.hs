@@ -6,6 +6,7 @@ module Herd.Simulate.State
   , Sim (..)
   , Farm (..)
   , Due (..)
+  , stateRef
   ) where
 
 import qualified Data.ByteString as B
@@ -88,3 +89,10 @@ data Host = Host
     -- ("Herd.Core.Agent.Steal"): its workers steal from each other first
   }
 
+-- | One step of a pure machine kept in a reference: its new state is
+-- written (evaluated) and what it decided returned.
+stateRef :: IORef a -> (a -> (a, b)) -> IO b
+stateRef ref f = do
+  (a', b) <- f <$> readIORef ref
+  writeIORef ref $! a'
+  pure b
