@@ -21,6 +21,7 @@ import qualified SharedSpec
 import qualified ReduceSpec
 import qualified DatasetSpec
 import qualified DatasetPlanSpec
+import qualified ShuffleRunnerSpec
 import qualified KMeansSpec
 import qualified ExchangeSpec
 import qualified AgentSpec
@@ -78,6 +79,7 @@ main = do
       SchedulerSpec.spec
       CoreSpec.spec
       SharedSpec.spec
+      ShuffleRunnerSpec.spec
       ReduceSpec.spec
       DatasetPlanSpec.spec
       DatasetSpec.spec

@@ -111,6 +111,7 @@ import Numeric (showHex)
 import System.Directory (doesDirectoryExist, getTemporaryDirectory, listDirectory, removeDirectoryRecursive)
 import Data.Char (isDigit)
 import Data.List (stripPrefix)
+import Herd.Sys.Scratch (handOverBases)
 import System.FilePath ((</>))
 import System.Posix.Process (getProcessID)
 import System.Environment (getEnvironment)
@@ -306,11 +307,12 @@ sweepStaleDirs :: IO ()
 sweepStaleDirs = do
   procs <- doesDirectoryExist "/proc/self"
   when procs $ do
-    tmp <- getTemporaryDirectory
-    names <- either (\(_ :: IOException) -> []) id <$> try (listDirectory tmp)
-    forM_ [ (n, pid) | n <- names, Just pid <- [ownerOf n] ] $ \(n, pid) -> do
-      alive <- doesDirectoryExist ("/proc/" ++ show pid)
-      unless alive $ void (try (removeDirectoryRecursive (tmp </> n)) :: IO (Either IOException ()))
+    bases <- handOverBases
+    forM_ bases $ \base -> do
+      names <- either (\(_ :: IOException) -> []) id <$> try (listDirectory base)
+      forM_ [ (n, pid) | n <- names, Just pid <- [ownerOf n] ] $ \(n, pid) -> do
+        alive <- doesDirectoryExist ("/proc/" ++ show pid)
+        unless alive $ void (try (removeDirectoryRecursive (base </> n)) :: IO (Either IOException ()))
   where
     ownerOf n = do
       rest <- maybe (stripPrefix "herd-datasets-" n) Just (stripPrefix "herd-parts-" n)

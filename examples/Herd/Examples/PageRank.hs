@@ -47,17 +47,23 @@ data Size = Size { sizeNodes :: !Int, sizeDegree :: !Int }
 
 instance Store Size
 
--- | The nodes of one range and their out-edges, sorted by target so that
--- spreading the ranks writes the sums in order (and reads only this
--- range's ranks at random): that keeps the step within the caches'
--- reach instead of adding at random all over the graph's sums.
+-- | The nodes of one range and their out-edges, in tiles: the edges
+-- into one tile of targets ('tileTargets' nodes) from one block of this
+-- range's nodes ('blockSources' nodes) are one run, sorted by target
+-- (sources ascending within a target), the runs ordered by tile, then
+-- block. Spreading the ranks a run at a time reads a block's ranks within
+-- a core's own cache and writes a tile's sums in order: the step is then
+-- bound by streaming the edges, not by misses two cores would fight over
+-- in the cache they share. Each target still adds its shares in the order
+-- of their sources.
 data GraphPart = GraphPart
   { gpTotal   :: !Int                  -- ^ nodes in the whole graph
   , gpDegree  :: !Int
   , gpFirst   :: !Int                  -- ^ the range's first node
   , gpCount   :: !Int                  -- ^ the range's nodes
-  , gpTargets :: !(VU.Vector Int32)    -- ^ each edge's target, ascending
+  , gpTargets :: !(VU.Vector Int32)    -- ^ each edge's target
   , gpSources :: !(VU.Vector Int32)    -- ^ each edge's source, from the range's first node
+  , gpRuns    :: !(VU.Vector Int)      -- ^ where each (tile, block) run starts, and the edges' count
   } deriving (Eq, Show, Generic)
 
 instance Store GraphPart
@@ -79,30 +85,46 @@ damping = 0.85
 rangeOf :: Int -> Int -> Int -> (Int, Int)
 rangeOf n p j = let lo = n * j `div` p; hi = n * (j + 1) `div` p in (lo, hi - lo)
 
+-- | Targets per tile and sources per block: a block's ranks, read at
+-- random, are 1 MiB (a core's own cache); a tile's sums, written in
+-- order, are 4 MiB (measured best of 2^15 to 2^20 each).
+tileTargets, blockSources :: Int
+tileTargets = 524288
+blockSources = 131072
+
 -- | The edges of range @j@ of @p@.
 makeGraphPart :: Size -> Int -> Int -> GraphPart
-makeGraphPart (Size n d) p j = GraphPart n d lo len targets sources
+makeGraphPart (Size n d) p j = GraphPart n d lo len targets sources runs
   where
     (lo, len) = rangeOf n p j
     edge i = let (u, k) = (lo + i `div` d, i `mod` d) in fromIntegral (mix (fromIntegral (u * 64 + k)) `mod` fromIntegral n) :: Int
-    unsorted = VU.generate (len * d) edge
-    -- a counting sort of the edges by target (stable: sources ascend within a target)
-    (targets, sources) = runST $ do
-      counts <- VUM.replicate (n + 1) (0 :: Int)
-      VU.forM_ unsorted $ \t -> VUM.unsafeModify counts (+ 1) (t + 1)
-      forM_ [1 .. n] $ \t -> VUM.unsafeRead counts (t - 1) >>= \c -> VUM.unsafeModify counts (+ c) t
-      ts <- VUM.new (len * d)
-      ss <- VUM.new (len * d)
-      VU.iforM_ unsorted $ \i t -> do
-        at <- VUM.unsafeRead counts t
-        VUM.unsafeWrite counts t (at + 1)
-        VUM.unsafeWrite ts at (fromIntegral t)
-        VUM.unsafeWrite ss at (fromIntegral (i `div` d))
-      (,) <$> VU.unsafeFreeze ts <*> VU.unsafeFreeze ss
+    blocks = (len + blockSources - 1) `div` blockSources
+    tiles = (n + tileTargets - 1) `div` tileTargets
+    runOf t s = (t `div` tileTargets) * blocks + s `div` blockSources
+    -- two stable counting sorts: by target, then by run
+    (byTarget, _) = countingSort n (\i -> edge i) (VU.generate (len * d) id)
+    (order, runs) = countingSort (tiles * blocks) (\i -> runOf (edge i) (i `div` d)) byTarget
+    targets = VU.map (fromIntegral . edge) order
+    sources = VU.map (\i -> fromIntegral (i `div` d)) order
     mix :: Word64 -> Word64
     mix x0 = let x1 = (x0 `xor` (x0 `shiftR` 30)) * 0xbf58476d1ce4e5b9
                  x2 = (x1 `xor` (x1 `shiftR` 27)) * 0x94d049bb133111eb
              in x2 `xor` (x2 `shiftR` 31)
+
+-- The elements in order of their keys (below @keys@), equal keys in the
+-- order given; and where each key's run starts, then the length.
+countingSort :: Int -> (Int -> Int) -> VU.Vector Int -> (VU.Vector Int, VU.Vector Int)
+countingSort keys key xs = runST $ do
+  counts <- VUM.replicate (keys + 1) (0 :: Int)
+  VU.forM_ xs $ \x -> VUM.unsafeModify counts (+ 1) (key x + 1)
+  forM_ [1 .. keys] $ \k -> VUM.unsafeRead counts (k - 1) >>= \c -> VUM.unsafeModify counts (+ c) k
+  starts <- VU.freeze counts
+  out <- VUM.new (VU.length xs)
+  VU.forM_ xs $ \x -> do
+    at <- VUM.unsafeRead counts (key x)
+    VUM.unsafeWrite counts (key x) (at + 1)
+    VUM.unsafeWrite out at x
+  (,) <$> VU.unsafeFreeze out <*> pure starts
 
 -- | Each range's edges, made on the worker that holds them.
 graphGen :: StaticPtr (DatasetGen Size GraphPart)
@@ -117,14 +139,38 @@ initialState = static (partitionMap (\g -> RankState g (VU.replicate (gpCount g)
 contributions :: StaticPtr (Shuffler RankState (VU.Vector Double) (VU.Vector Double))
 contributions = static (shuffler spread sumParts)
 
+-- Each range's sums are made on their own, from the runs of edges into
+-- the range's tiles, so the worker can send the others' sums on their way
+-- before it makes the sums it keeps.
 spread :: Int -> RankState -> [VU.Vector Double]
-spread p (RankState g ranks _) = [ VU.slice lo len acc | j <- [0 .. p - 1], let (lo, len) = rangeOf (gpTotal g) p j ]
-  where acc = VU.create (do v <- VUM.replicate (gpTotal g) 0; scatter g ranks v; pure v)
+spread p (RankState g ranks _) = [ sumsInto (rangeOf (gpTotal g) p j) | j <- [0 .. p - 1] ]
+  where
+    blocks = (gpCount g + blockSources - 1) `div` blockSources
+    sumsInto (lo, len) = VU.create $ do
+      acc <- VUM.replicate len 0
+      forM_ [lo `div` tileTargets .. (lo + len - 1) `div` tileTargets] $ \t ->
+        forM_ [t * blocks .. t * blocks + blocks - 1] $ \r -> do
+          let (from, to) = (VU.unsafeIndex (gpRuns g) r, VU.unsafeIndex (gpRuns g) (r + 1))
+          scatter g ranks lo (firstEdgeTo g lo from to) (firstEdgeTo g (lo + len) from to) acc
+      pure acc
 
-scatter :: GraphPart -> VU.Vector Double -> VUM.MVector s Double -> ST s ()
-scatter g ranks acc = forM_ [0 .. VU.length targets - 1] $ \e -> do
+-- The first edge of a run whose target is at least this node (the run's
+-- end if none is).
+firstEdgeTo :: GraphPart -> Int -> Int -> Int -> Int
+firstEdgeTo g t = go
+  where
+    targets = gpTargets g
+    go lo hi | lo >= hi = lo
+             | fromIntegral (VU.unsafeIndex targets mid) < t = go (mid + 1) hi
+             | otherwise = go lo mid
+      where mid = (lo + hi) `div` 2
+
+-- Add the shares of edges @from@ to @to@ (whose targets are from node
+-- @base@ on) into the sums.
+scatter :: GraphPart -> VU.Vector Double -> Int -> Int -> Int -> VUM.MVector s Double -> ST s ()
+scatter g ranks base from to acc = forM_ [from .. to - 1] $ \e -> do
   let !share = VU.unsafeIndex ranks (fromIntegral (VU.unsafeIndex sources e)) * inv
-  VUM.unsafeModify acc (+ share) (fromIntegral (VU.unsafeIndex targets e))
+  VUM.unsafeModify acc (+ share) (fromIntegral (VU.unsafeIndex targets e) - base)
   where
     inv = 1 / fromIntegral (gpDegree g) :: Double
     targets = gpTargets g

@@ -42,7 +42,8 @@ import Herd.Core.Wire.Host (HostControl)
 import Herd.Core.Wire.HostCall (HostCallMessage)
 import Control.Exception (IOException, try)
 import Herd.Sys.Clock (monotonicSeconds)
-import System.Directory (createDirectory, getTemporaryDirectory)
+import System.Directory (createDirectory)
+import Herd.Sys.Scratch (handOverBase)
 import System.FilePath ((</>))
 import System.Posix.Process (getProcessID)
 
@@ -189,11 +190,12 @@ bumpCounter :: Shell -> (ConnectionCounters -> ConnectionCounters) -> IO ()
 bumpCounter sh f = atomicModifyIORef' (shCounters sh) (\x -> (f x, ()))
 
 -- A fresh directory for the parts workers on this host hand each other,
--- in the temporary directory (a part stays there only until its receiver
--- takes it); 'Nothing' if it cannot be made (parts then go over the links).
+-- in memory where the host allows ("Herd.Sys.Scratch": a part stays there
+-- only until its receiver takes it); 'Nothing' if it cannot be made
+-- (parts then go over the links).
 newPartsDir :: IO (Maybe FilePath)
 newPartsDir = do
-  base <- getTemporaryDirectory
+  base <- handOverBase
   pid <- getProcessID
   salt <- (`mod` 1000000) . round . (* 1e6) <$> monotonicSeconds :: IO Int
   let dir = base </> ("herd-parts-" ++ show pid ++ "-" ++ show salt)

@@ -49,6 +49,7 @@ import qualified Data.IntMap.Strict as IM
 import Data.IORef
 import Data.List (foldl')
 import qualified Data.Map.Strict as M
+import qualified Data.Vector as V
 import Data.Store (PeekException, Store, decode, encode)
 import Data.Store.Internal (getSize)
 import Data.Typeable (Proxy (..), Typeable, typeRep, typeRepFingerprint)
@@ -219,9 +220,14 @@ lookupPartitionRunner ref = either (Left . describeClosureError) Right <$> looku
 -- | The workers' side of a shuffle: cut a held partition into this many
 -- parts (part @j@ goes to the output's partition @j@), and combine one
 -- output partition's parts, in input order, into the held partition.
+--
+-- A cut gives each part on its own, made (evaluated) when it is asked
+-- for, as a value that is encoded only if it must travel: the worker asks
+-- first for the parts other workers own, so they travel while it makes
+-- its own, and keeps its own as they are.
 data ShuffleRunner = ShuffleRunner
-  { shuffleSplit   :: Int -> Held -> IO (Either String [B.ByteString])
-  , shuffleCombine :: [B.ByteString] -> IO (Either String Held)
+  { shuffleSplit   :: Int -> Held -> IO (Either String (Int -> IO (Either String Held)))
+  , shuffleCombine :: [Held] -> IO (Either String Held)
   }
 
 -- | The caller's side of a shuffle: only its types.
@@ -250,13 +256,18 @@ shuffler split combine = Closure
   }
   where
     splitRun n h = withHeld h $ \(x :: p) -> tryUser $ do
-      parts <- evaluate (map encode (split n x))
-      mapM_ evaluate parts
-      if length parts == n then pure parts
-        else evaluate (error ("the shuffle's split gave " ++ show (length parts) ++ " parts, not " ++ show n))
-    combineRun bs = case mapM (\b -> decode b :: Either PeekException part) bs of
-      Left _ -> pure (Left "a shuffle's part does not decode as its type")
-      Right parts -> tryUser (heldOf (combine parts))
+      let parts = split n x
+      count <- evaluate (length parts)
+      if count == n then pure (partOf (V.fromListN n parts))
+        else evaluate (error ("the shuffle's split gave " ++ show count ++ " parts, not " ++ show n))
+    partOf parts j = case parts V.!? j of
+      Just part -> tryUser (heldOf part)
+      Nothing -> pure (Left ("a shuffle has no part " ++ show j ++ " of " ++ show (V.length parts)))
+    combineRun hs = do
+      decoded <- mapM (\h -> heldAs h :: IO (Either String part)) hs
+      case sequence decoded of
+        Left _ -> pure (Left "a shuffle's part does not decode as its type")
+        Right parts -> tryUser (heldOf (combine parts))
 {-# INLINE shuffler #-}
 
 -- | Each input partition's elements mapped to (key, value) pairs and

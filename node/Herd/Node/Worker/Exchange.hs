@@ -20,6 +20,7 @@ module Herd.Node.Worker.Exchange
   ) where
 
 import Control.Monad (forM_, unless, void, when)
+import Data.List (partition)
 import qualified Data.ByteString as B
 import Data.IORef
 import qualified Data.Map.Strict as M
@@ -33,7 +34,7 @@ import Herd.Core.Wire (FromWorker (..), ToWorker (..), inPartsDirectory, partFil
 import Herd.Task.Reducer (KeyedRunner (..), lookupKeyedRunner)
 import Herd.Node.Store (holdOther, memoryRoom, spillPath)
 import Herd.Node.Worker.Datasets (DatasetStore, keepHeld, lookupHeld)
-import Herd.Task.Partition (ShuffleRunner (..), lookupShuffleRunner)
+import Herd.Task.Partition (Held, ShuffleRunner (..), heldBytes, heldSize, lookupShuffleRunner, newHeld)
 import Control.Exception (IOException, try)
 import System.Directory (removeFile)
 import System.FilePath ((</>))
@@ -52,8 +53,9 @@ data ExchangeTable = ExchangeTable
   , xtFiles   :: !(IORef Int)     -- ^ parts written there so far (for their names)
   }
 
--- A part held: in memory, or in a file of this many bytes.
-data Part = InMemory !B.ByteString | OnDisk !FilePath !Int
+-- A part held: in memory (its bytes as they came, or the value this
+-- worker made for its own partition), or in a file of this many bytes.
+data Part = InMemory !Held | OnDisk !FilePath !Int
 
 -- | Nothing held, for the worker of this number, whose held partitions
 -- are in this store.
@@ -85,7 +87,9 @@ exchangeMessage xt send msg = case msg of
     made <- either (pure . Left) (\r -> runGroup r (max 1 (fromIntegral parts)) inputs) runner
     case made of
       Left why -> send Urgent (GroupThrew xid g (T.pack why))
-      Right cut -> sendParts xid g parts targets cut
+      Right cut -> sendParts xid g targets $ \j -> case drop (if parts == 0 then 0 else fromIntegral j) cut of
+        p : _ -> Right . Just <$> newHeld p
+        [] -> pure (Right Nothing)
   GroupRunHeld xid g ref parts targets did -> do
     input <- lookupHeld (xtStore xt) did g
     runner <- cachedLookup (xtShuffles xt) lookupShuffleRunner ref
@@ -93,14 +97,14 @@ exchangeMessage xt send msg = case msg of
       (Nothing, _) -> send Urgent (GroupMissing xid g)
       (_, Left why) -> send Urgent (GroupThrew xid g (T.pack why))
       (Just h, Right r) -> shuffleSplit r (max 1 (fromIntegral parts)) h
-        >>= either (send Urgent . GroupThrew xid g . T.pack) (sendParts xid g parts targets)
+        >>= either (send Urgent . GroupThrew xid g . T.pack) (\partOf -> sendParts xid g targets (fmap (fmap Just) . partOf . fromIntegral))
   PartitionKeep xid j ref groups did -> do
     runner <- cachedLookup (xtShuffles xt) lookupShuffleRunner ref
     outcome <- withParts xid j groups $ \bs -> either (pure . Left) (\r -> shuffleCombine r bs) runner
     case outcome of
       Left why -> send Urgent (PartitionThrew xid j (T.pack why))
       Right h -> keepHeld (xtStore xt) did j h >> send Urgent (PartitionDone xid j B.empty)
-  PartIn xid g j part -> hold xid g j (B.copy part)
+  PartIn xid g j part -> newHeld (B.copy part) >>= hold xid g j
   PartsDirectory dir -> writeIORef (xtPartsDir xt) (Just (T.unpack dir))
   -- (the size it says is for the master's count; the file's own is held)
   PartInFile xid g j _ path -> do
@@ -110,20 +114,25 @@ exchangeMessage xt send msg = case msg of
     when ours $ holdFile xid g j (T.unpack path)
   PartitionCombine xid j ref groups -> do
     runner <- cachedLookup (xtRunners xt) lookupKeyedRunner ref
-    outcome <- withParts xid j groups $ \bs -> either (pure . Left) (\r -> combineParts r bs) runner
+    outcome <- withParts xid j groups $ \hs -> either (pure . Left) (\r -> combineParts r (map heldBytes hs)) runner
     send Urgent (either (PartitionThrew xid j . T.pack) (PartitionDone xid j) outcome)
   ExchangeEnd xid -> do
     forget (\(x, _) -> x == xid)
     modifyIORef' (xtEnded xt) (S.insert xid)
   _ -> pure ()
   where
-    -- a group's parts to their owners, then word that it ran
-    sendParts xid g parts targets cut = do
-      forM_ targets $ \(j, dest) -> case drop (if parts == 0 then 0 else fromIntegral j) cut of
-        p : _ | dest == xtSelf xt -> hold xid g j p   -- its own partition: no trip through the master
-              | otherwise -> forward dest xid g j p
-        [] -> pure ()
-      send Urgent (GroupSent xid g)
+    -- a group's parts to their owners, then word that it ran: the parts
+    -- of other workers are made first, so they travel while this one makes
+    -- its own, and its own are held as they are (no trip through the master)
+    sendParts xid g targets partOf = go (others ++ own)
+      where
+        (own, others) = partition ((== xtSelf xt) . snd) targets
+        go [] = send Urgent (GroupSent xid g)
+        go ((j, dest) : rest) = partOf j >>= \made -> case made of
+          Left why -> send Urgent (GroupThrew xid g (T.pack why))
+          Right Nothing -> go rest
+          Right (Just h) | dest == xtSelf xt -> hold xid g j h >> go rest
+                         | otherwise -> forward dest xid g j (heldBytes h) >> go rest
     -- a partition's parts, one from each group in group order, to combine;
     -- they are forgotten after
     withParts xid j groups combine = do
@@ -131,10 +140,10 @@ exchangeMessage xt send msg = case msg of
       outcome <- if M.size held /= fromIntegral groups
         then pure (Left ("partition " ++ show j ++ " holds " ++ show (M.size held) ++ " of " ++ show groups ++ " groups' parts"))
         else do
-          bytes <- try (mapM partBytes (M.elems held))
-          case bytes of
+          parts <- try (mapM partHeld (M.elems held))
+          case parts of
             Left (e :: IOException) -> pure (Left ("a part kept on disk could not be read back: " ++ show e))
-            Right bs -> combine bs
+            Right hs -> combine hs
       forget (\(x, p) -> x == xid && p == j)
       pure outcome
     -- a large part for a worker on this host as a file in the parts
@@ -148,7 +157,10 @@ exchangeMessage xt send msg = case msg of
           written <- try (B.writeFile path p)
           case written of
             Right () -> send Urgent (ForwardFile dest xid g j (fromIntegral (B.length p)) (T.pack path))
-            Left (_ :: IOException) -> send Bulk (Forward dest xid g j p)
+            Left (_ :: IOException) -> do
+              -- (a directory in memory may be full: what was written goes)
+              void (try (removeFile path) :: IO (Either IOException ()))
+              send Bulk (Forward dest xid g j p)
         _ -> send Bulk (Forward dest xid g j p)
     -- a part handed over in a file is held as one that came on the link
     -- ('hold': in memory within the budget, else in the spill directory),
@@ -157,26 +169,26 @@ exchangeMessage xt send msg = case msg of
     holdFile xid g j path = do
       bytes <- try (B.readFile path)
       void (try (removeFile path) :: IO (Either IOException ()))
-      either (\(_ :: IOException) -> pure ()) (hold xid g j) bytes
-    hold xid g j bytes = do
+      either (\(_ :: IOException) -> pure ()) (\b -> newHeld b >>= hold xid g j) bytes
+    hold xid g j part = do
       ended <- S.member xid <$> readIORef (xtEnded xt)
       already <- maybe False (M.member g) . M.lookup (xid, j) <$> readIORef (xtParts xt)
       unless (ended || already) $ do
         room <- memoryRoom
         part <- case room of
-          Just r | B.length bytes > r -> do
+          Just r | heldSize part > r -> do
             path <- spillPath ("part-" ++ show xid ++ "-" ++ show j ++ "-" ++ show g)
-            B.writeFile path bytes
-            pure (OnDisk path (B.length bytes))
-          _ -> InMemory bytes <$ holdOther (B.length bytes)
+            B.writeFile path (heldBytes part)
+            pure (OnDisk path (heldSize part))
+          _ -> InMemory part <$ holdOther (heldSize part)
         modifyIORef' (xtParts xt) (M.insertWith M.union (xid, j) (M.singleton g part))
       unless ended $ send Bulk (PartHeld xid g j)
     -- drop the parts of these (reduction, partition)s, files and budget too
     forget which = do
       gone <- atomicModifyIORef' (xtParts xt) (\m -> let (out, kept) = M.partitionWithKey (\k _ -> which k) m in (kept, out))
       forM_ (concatMap M.elems (M.elems gone)) $ \p -> case p of
-        InMemory b -> holdOther (negate (B.length b))
+        InMemory h -> holdOther (negate (heldSize h))
         OnDisk path _ -> void (try (removeFile path) :: IO (Either IOException ()))
-    partBytes p = case p of
-      InMemory b -> pure b
-      OnDisk path _ -> B.readFile path
+    partHeld p = case p of
+      InMemory h -> pure h
+      OnDisk path _ -> B.readFile path >>= newHeld
