@@ -1,8 +1,10 @@
 {-# LANGUAGE ScopedTypeVariables #-}
 -- | A worker's side of keyed reductions ("Herd.Core.Exchange"): it runs
 -- the groups it is sent and sends each part to its partition's owner
--- (through the master's link layer), keeps the parts it owns, one per
--- group, and combines a partition when asked. Parts count against the
+-- (through the master's link layer; the parts for other workers made and
+-- sent first, its own kept as they are made, a shuffle's as values),
+-- keeps the parts it owns, one per group, and combines a partition when
+-- asked. Parts count against the
 -- worker's budget for held values with its shared values
 -- ("Herd.Node.Store"): one that would not fit is kept on the worker's
 -- local disk and read back to be combined.
