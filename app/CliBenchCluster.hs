@@ -21,6 +21,7 @@ import qualified Bench.Pfilter as Pfilter
 import qualified Bench.Skew as Skew
 import qualified Bench.WordCount as WordCount
 import Herd.Settings (MasterLoop (..), parseMasterLoop)
+import Herd.Sys.HeapReserve (heapReserveMostMiB)
 import Herd.Transport (parseTransportKind)
 import Options.Applicative
 import CliArgs
@@ -129,6 +130,8 @@ pageRankOptions = PageRank.Options
                           <> help "local workers")
   <*> option (positiveInt "a round count" 20) (long "rounds" <> metavar "N" <> value 2 <> showDefault
                           <> help "rounds of both, in turn; each row is its best round")
+  <*> option (countArg "a heap reserve in MiB" heapReserveMostMiB) (long "worker-heap-reserve" <> metavar "MIB" <> value 256
+                          <> showDefault <> help "heap each worker touches before it joins (configWorkerHeapReserve; 0: none)")
   <*> switch (long "json" <> help "end with one line of JSON")
 
 -- | The flags of @herd bench par@.
