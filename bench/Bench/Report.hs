@@ -71,7 +71,7 @@ entries =
       ["kmeans", "--points", "2000000", "--iterations", "20"] ["kmeans", "--points", "20000", "--iterations", "3"] Nothing
   , Entry "Reductions: word count" "Word counts summed on the workers (reduceByKey), as a dataset's shuffle (datasets), and by collecting every (word, 1) pair at the master; seconds and bytes through the master's links."
       ["wordcount"] ["wordcount", "--docs", "10", "--words", "1000"] Nothing
-  , Entry "Datasets: PageRank" "PageRank on a generated graph of 2,000,000 nodes and 10 edges each, 10 iterations: in one process, and as datasets held on two workers (the graph made and kept on the workers, each iteration's sums shuffled worker to worker); the best of the runs, and bytes per iteration through the master's links and from worker to worker."
+  , Entry "Datasets: PageRank" "PageRank on a generated graph of 2,000,000 nodes and 10 edges each, 10 iterations: in one process, and as datasets held on two workers (the graph made and kept on the workers, each iteration's sums shuffled worker to worker; the workers with a 256 MiB heap reserve); the best of the runs, and bytes per iteration through the master's links and from worker to worker."
       ["pagerank"] ["pagerank", "--nodes", "20000", "--iterations", "3", "--rounds", "1"] Nothing
   , Entry "Latency" "Round trip of one small message between the master and one worker, per transport (TCP also under TLS), beside a C floor over the same transport."
       ["latency", "--transport", "tcp,unix,shm", "--tls"] ["latency", "--rounds", "2000"] (Just "latency.svg")
