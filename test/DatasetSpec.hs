@@ -13,7 +13,7 @@ import qualified Data.ByteString.Char8 as BC
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
 import Data.List (isInfixOf)
-import System.Directory (createDirectoryIfMissing, doesDirectoryExist, getTemporaryDirectory)
+import System.Directory (createDirectoryIfMissing, doesDirectoryExist, getTemporaryDirectory, removeDirectoryRecursive)
 import System.FilePath ((</>))
 import Herd
 import Herd.Config
@@ -139,6 +139,31 @@ spec = describe "datasets held on the workers" $ do
       after <- linkBytes
       sums `shouldBe` [ sum [ fromIntegral (i + j) | i <- [0 .. 499999 :: Int] ] | j <- [0 .. 3] ]
       after - before `shouldSatisfy` (< 64 * 1024)
+  it "read a dataset from files on the workers, never through the master, and read a lost partition again" $
+    withTwo $ \cluster -> do
+      tmp <- getTemporaryDirectory
+      let dir = tmp </> "herd-dataset-spec-files"
+          paths = [ dir </> ("numbers-" ++ show j) | j <- [0 .. 3 :: Int] ]
+          numbers j = [ j * 100000 .. j * 100000 + 99999 ] :: [Int]
+          expected = [ fromIntegral (sum (numbers j)) | j <- [0 .. 3] ] :: [Double]
+          linkBytes = do
+            s <- clusterStatus cluster
+            pure (sum [ bytesSent p + bytesReceived p | r <- statusWorkers s, Just p <- [rowLink r] ])
+      createDirectoryIfMissing True dir
+      mapM_ (\(j, path) -> writeFile path (unlines (map show (numbers j)))) (zip [0 ..] paths)
+      before <- linkBytes
+      blocks <- readDataset cluster numbersFile paths   -- 2.6 MB of text, read on the workers
+      sums <- queryDataset cluster blockSum () blocks
+      after <- linkBytes
+      sums `shouldBe` expected
+      after - before `shouldSatisfy` (< 64 * 1024)
+      killOne cluster
+      queryDataset cluster blockSum () blocks `shouldReturn` expected
+      missing <- try (readDataset cluster numbersFile [dir </> "no-such-file"])
+      case missing of
+        Left (TaskFailed _ _ why) -> why `shouldSatisfy` ("no-such-file" `isInfixOf`)
+        other -> expectationFailure ("expected the unreadable file named, got " ++ show (fmap (const ()) other))
+      removeDirectoryRecursive dir
   where
     withTwo act = do
       let cfg = defaultConfig { configWorkers = Just 2, configSecret = SecretValue (BC.pack "dataset-spec-secret-0123456789") }

@@ -9,6 +9,7 @@ module DatasetTasks
   , slowTripled
   , blockGen
   , blockSum
+  , numbersFile
   , mapSize
   , numbersOf
   , residues
@@ -18,6 +19,7 @@ module DatasetTasks
   ) where
 
 import Control.Concurrent (threadDelay)
+import qualified Data.ByteString.Char8 as BC
 import qualified Data.Map.Strict as M
 import qualified Data.Vector.Unboxed as VU
 import GHC.StaticPtr (StaticPtr)
@@ -64,6 +66,11 @@ mapSize = static (partitionQuery (\m () -> M.size (m :: M.Map Int Int)))
 -- | Blocks of this many doubles, made where they are held.
 blockGen :: StaticPtr (DatasetGen Int (VU.Vector Double))
 blockGen = static (partitionGen (\len _ j -> VU.generate len (\i -> fromIntegral (i + j) :: Double)))
+
+-- | A file of whole numbers, one per line, read where its partition is
+-- held, as a block of doubles.
+numbersFile :: StaticPtr (DatasetGen [FilePath] (VU.Vector Double))
+numbersFile = static (partitionRead (\_ bytes -> VU.fromList [ fromIntegral n :: Double | l <- BC.lines bytes, Just (n, _) <- [BC.readInt l] ]))
 
 -- | A block's sum.
 blockSum :: StaticPtr (DatasetQuery (VU.Vector Double) () Double)

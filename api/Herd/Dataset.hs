@@ -24,6 +24,8 @@ module Herd.Dataset
   , generateDataset
   , DatasetGen
   , partitionGen
+  , readDataset
+  , partitionRead
     -- * Narrow steps: where the partitions are
   , mapDataset
   , DatasetMap

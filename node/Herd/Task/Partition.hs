@@ -28,6 +28,7 @@ module Herd.Task.Partition
   , partitionMap
   , partitionZip
   , partitionGen
+  , partitionRead
   , partitionQuery
   , putPartition
   , collectPartition
@@ -43,7 +44,7 @@ module Herd.Task.Partition
   , lookupShuffleRunner
   ) where
 
-import Control.Exception (evaluate)
+import Control.Exception (IOException, evaluate, try)
 import qualified Data.ByteString as B
 import qualified Data.IntMap.Strict as IM
 import Data.IORef
@@ -152,6 +153,21 @@ partitionGen f = partitionClosure (Proxy :: Proxy (c, Int, p)) (PartCodecs encod
   case decode arg :: Either PeekException (c, Int) of
     Left _ -> pure (Left "a generator's argument does not decode")
     Right (c, n) -> kept (f c n j)
+
+-- | Make partition @j@ from the bytes of the @j@-th file named, read on
+-- the worker that holds it (every host must have the files: a shared
+-- file system, or copies in the same place), so its bytes never pass
+-- through the master; the function is given the file's name too. A
+-- file that cannot be read fails the step naming the file.
+partitionRead :: forall p. (Store p, Typeable p) => (FilePath -> B.ByteString -> p) -> DatasetGen [FilePath] p
+partitionRead parse = partitionClosure (Proxy :: Proxy ([FilePath], Int, p)) (PartCodecs encode (const (Right ()))) $ \j _ arg ->
+  case decode arg :: Either PeekException ([FilePath], Int) of
+    Left _ -> pure (Left "a reader's argument does not decode")
+    Right (paths, _) -> case drop j paths of
+      path : _ -> try (B.readFile path) >>= \read' -> case read' of
+        Left (e :: IOException) -> pure (Left ("cannot read " ++ path ++ " on this worker: " ++ show e))
+        Right bytes -> kept (parse path bytes)
+      [] -> pure (Left ("no file for partition " ++ show j ++ " of " ++ show (length paths)))
 
 -- | Apply the function to each partition with the argument; the results
 -- come back, the partitions stay.

@@ -39,6 +39,7 @@ module Herd.Master.Job.Dataset
   , datasetPartitions
   , fromPartitions
   , generateDataset
+  , readDataset
   , mapDataset
   , zipDatasets
   , shuffleDataset
@@ -138,6 +139,14 @@ generateDataset :: Cluster -> StaticPtr (DatasetGen c p) -> c -> Int -> IO (Data
 generateDataset cluster gen c n = do
   when (n < 1) $ throwIO (ArgumentError 0 (refName (closureRef gen)) ("a dataset needs at least one partition, not " ++ show n))
   build cluster n (Generated (closureRef gen) (encodeArgument (closureCodecs (deRefStaticPtr gen)) (c, n)))
+
+-- | One partition per file named, each read by the reader
+-- ('Herd.Task.Partition.partitionRead') on the worker that holds it, so
+-- the master never holds the bytes; a lost partition is read again.
+readDataset :: Cluster -> StaticPtr (DatasetGen [FilePath] p) -> [FilePath] -> IO (Dataset p)
+readDataset cluster reader paths = do
+  when (null paths) $ throwIO (ArgumentError 0 (refName (closureRef reader)) "a dataset read from files needs at least one file")
+  generateDataset cluster reader paths (length paths)
 
 -- | Each partition mapped where it is held; the results stay there.
 mapDataset :: Cluster -> StaticPtr (DatasetMap p q) -> Dataset p -> IO (Dataset q)
