@@ -113,6 +113,8 @@ wordCountOptions = WordCount.Options
                           <> help "distinct words to draw from")
   <*> option (positiveInt "a worker count" 4096) (long "workers" <> metavar "N" <> value 2 <> showDefault
                           <> help "local workers")
+  <*> option (positiveInt "a round count" 100) (long "rounds" <> metavar "N" <> value 5 <> showDefault
+                          <> help "rounds, each running every way once in turn; a row is its way's median")
   <*> switch (long "json" <> help "end with one line of JSON")
 
 -- | The flags of @herd bench pagerank@.
