@@ -43,7 +43,7 @@ spec = describe "two-level evolve when a whole host is lost (pure)" $ do
       let lostDuring = any ((== victim) . fst) (hostCallLosses call1)
           worlds1' = M.delete victim worlds1
           placement1 = placementAfter call1 placement0
-          origins1 = originsAfter stepRef (SM.fromList inputs1) call1 origins0
+          origins1 = originsAfter call1 origins0
           unanswered = hostCallUnanswered call1
       -- the lost host's states go to the others, then its unanswered states are evolved there
       (worlds2, placement2) <- either (error . show) pure (adopt 6 worlds1' placement1 origins1)

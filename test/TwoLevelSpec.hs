@@ -33,12 +33,10 @@ spec = describe "two-level evolve under a real host agent" $ do
   it "recovers the states of a worker SIGKILLed mid-call on the host, with the exact results" $
     withCluster config $ \cluster -> withHandAgent cluster secret 2 $ \agent -> do
       waitForWorkers cluster 2 60 `shouldReturn` True
-      -- steps of about 50 ms a particle: a call lasts seconds
-      let setup = defaultSetup { setupParticles = 60, setupSteps = 3, setupWork = 400000 }
+      let setup = defaultSetup { setupParticles = 60, setupSteps = 3, setupWork = 1200000 }
       [victim, _] <- clusterWorkerInfo cluster
       ids <- resetStates cluster particleStep (initialParticles setup)
-      _ <- forkIO (threadDelay 700000 >> signalProcess sigKILL (fromIntegral (infoPid victim)))
-      (run, stats) <- runWithStats setup cluster ids
+      (run, stats) <- runWithStats setup cluster ids (signalProcess sigKILL (fromIntegral (infoPid victim)))
       run `shouldBe` runSequential setup
       -- the agent recomputed the lost worker's states itself: the master
       -- sent one message per call to its one host, and rehomed nothing
@@ -50,11 +48,10 @@ spec = describe "two-level evolve under a real host agent" $ do
   it "an agent SIGKILLed mid-call is one loss: the other agent remakes its states from the master's lineage, exactly" $
     withCluster config $ \cluster -> withHandAgent cluster secret 2 $ \first -> withHandAgent cluster secret 2 $ \second -> do
       waitForWorkers cluster 4 60 `shouldReturn` True
-      let setup = defaultSetup { setupParticles = 60, setupSteps = 3, setupWork = 400000 }
+      let setup = defaultSetup { setupParticles = 60, setupSteps = 3, setupWork = 1200000 }
       ids <- resetStates cluster particleStep (initialParticles setup)
       Just victim <- getPid first
-      _ <- forkIO (threadDelay 700000 >> signalProcess sigKILL victim)
-      (run, stats) <- runWithStats setup cluster ids
+      (run, stats) <- runWithStats setup cluster ids (signalProcess sigKILL victim)
       run `shouldBe` runSequential setup
       sum (map esRecovered stats) `shouldSatisfy` (> 0)
       -- one event: the dead host's states went to the other host in one message
@@ -64,13 +61,20 @@ spec = describe "two-level evolve under a real host agent" $ do
       length <$> clusterWorkerInfo cluster `shouldReturn` 2
       terminateProcess second
   where
-    runWithStats setup cluster ids = do
+    -- The kill lands in the second call, a quarter of the first call's
+    -- time after it starts: mid-call however fast or contended the
+    -- machine is, since the calls are alike.
+    runWithStats setup cluster ids kill = do
       calls <- newIORefList
       run <- runFilter setup (\inputs -> do
+                before <- readIORefList calls
+                case before of
+                  [first] -> () <$ forkIO (threadDelay (round (esSeconds first * 250000)) >> kill)
+                  _ -> pure ()
                 (out, s) <- evolveManyWith defaultEvolveOptions cluster particleStep inputs
                 appendIORef calls s
                 pure out) ids
-      (,) run <$> readIORefList calls
+      (,) run . reverse <$> readIORefList calls
     newIORefList = newIORef []
     appendIORef r x = modifyIORef' r (x :)
     readIORefList = readIORef

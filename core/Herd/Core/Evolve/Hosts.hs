@@ -75,7 +75,11 @@ data HostCall = HostCall
   , hcPlacement :: !HostPlacement                        -- ^ where they were at the start
   , hcLeft     :: !(M.Map HostId Int)                    -- ^ states each host has not reported yet
   , hcOutputs  :: !(StateMap [(StateId, B.ByteString)])  -- ^ reported: each state's children
-  , hcMade     :: ![(HostId, [StateId])]                 -- ^ children made, a batch at a time
+  , hcMade     :: !(StateMap Placed)                     -- ^ children made, on their parents' hosts
+  , hcRef      :: !TaskRef
+  , hcOrigins  :: !(StateMap Origin)                     -- ^ the children's origins
+    -- (the made and the origins grow as reports come, while the hosts
+    -- still work, so that the end of a call has little left to do)
   , hcOpen     :: !(M.Map HostId ())                     -- ^ hosts whose part has not ended
   , hcSummaries :: ![(HostId, CallSummary)]
   , hcLost     :: !(M.Map HostId String)                 -- ^ hosts lost before ending their part, and why
@@ -89,7 +93,7 @@ startHostCall n name ref deaths placement inputs = case [ s | s <- SM.keys input
   unknown@(_ : _) -> Left unknown
   [] ->
     let byHost = M.fromListWith (++) [ (h, [(k, i)]) | (s@(StateId k), i) <- reverse (SM.toList inputs), Just h <- [hostOf placement s] ]
-        call = HostCall n name inputs placement (M.map length byHost) SM.empty [] (M.map (const ()) byHost) [] M.empty
+        call = HostCall n name inputs placement (M.map length byHost) SM.empty SM.empty ref SM.empty (M.map (const ()) byHost) [] M.empty
     in Right (call, [ (h, HostEvolve n ref (fromIntegral deaths) states) | (h, states) <- M.toList byHost ])
 
 -- | A host's message about the call: 'Left' ends the call with an error.
@@ -106,10 +110,13 @@ hostCallReport h msg call = case msg of
   where
     -- asked of this host (a state of the call on it) and not reported before
     evolved (k, kids) c
-      | SM.member s (hcInputs c), hostOf (hcPlacement c) s == Just h, not (SM.member s (hcOutputs c)) =
+      | Just input <- SM.lookup s (hcInputs c), hostOf (hcPlacement c) s == Just h, not (SM.member s (hcOutputs c)) =
           let children = [ (StateId ck, o) | (ck, o) <- kids ]
+              placed = Placed (fromIntegral h) 0
           in Right c { hcOutputs = SM.insert s children (hcOutputs c)
-                     , hcMade = (h, map fst children) : hcMade c }
+                     , hcMade = foldl' (\m (ch, _) -> SM.insert ch placed m) (hcMade c) children
+                     , hcOrigins = foldl' (\m (j, (ch, _)) -> SM.insert ch (ChildOf s (hcRef c) input j) m) (hcOrigins c)
+                                          (zip [0 ..] children) }
       | otherwise = Left (EvolveFailed (hcName c) (show s)
                             ("host " ++ show h ++ " reported it, which it was not asked to evolve or reported before"))
       where s = StateId k
@@ -151,21 +158,15 @@ hostCallSummaries = hcSummaries
 placementAfter :: HostCall -> HostPlacement -> HostPlacement
 placementAfter call (HostPlacement m)
   -- every live state was evolved (a filter's every step): the children are all
-  | SM.size (hcOutputs call) == SM.size m = HostPlacement (SM.fromList [ (c, Placed (fromIntegral h) 0) | (h, kids) <- hcMade call, c <- kids ])
-  | otherwise =
-      let without = foldl' (flip SM.delete) m (SM.keys (hcOutputs call))
-      in foldl' (\p (h, kids) -> placeOn h kids p) (HostPlacement without) (reverse (hcMade call))
+  | SM.size (hcOutputs call) == SM.size m = HostPlacement (hcMade call)
+  | otherwise = HostPlacement (SM.union (hcMade call) (SM.withoutKeys m (hcOutputs call)))
 
 -- | The lineage a call adds: each reported child was made of its parent
 -- by the call's function, with the parent's input (the same record a
 -- one-level call keeps, "Herd.Core.Evolve.Call"), so that a lost host's
 -- states can be made again elsewhere.
-originsAfter :: TaskRef -> StateMap B.ByteString -> HostCall -> StateMap Origin -> StateMap Origin
-originsAfter ref inputs call origins0 = SM.foldlWithKey' add origins0 (hcOutputs call)
-  where
-    add acc parent kids = case SM.lookup parent inputs of
-      Just input -> foldl' (\m (k, (c, _)) -> SM.insert c (ChildOf parent ref input k) m) acc (zip [0 ..] kids)
-      Nothing -> acc
+originsAfter :: HostCall -> StateMap Origin -> StateMap Origin
+originsAfter call origins0 = SM.union (hcOrigins call) origins0
 
 -- | What one live host is to take over from lost ones: the states, and
 -- the origins of every state their lineages pass through.

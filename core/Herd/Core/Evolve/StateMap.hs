@@ -31,6 +31,8 @@ module Herd.Core.Evolve.StateMap
   , filter
   , filterWithKey
   , foldlWithKey'
+  , union
+  , withoutKeys
   ) where
 
 import Prelude hiding (filter, lookup, null)
@@ -151,3 +153,11 @@ filterWithKey p (StateMap m) = StateMap (IM.filterWithKey (p . unkey) m)
 -- | A strict left fold in the order of the ids.
 foldlWithKey' :: (b -> StateId -> a -> b) -> b -> StateMap a -> b
 foldlWithKey' f z (StateMap m) = IM.foldlWithKey' (\acc k x -> f acc (unkey k) x) z m
+
+-- | Both maps' states; where both have one, the left's value.
+union :: StateMap a -> StateMap a -> StateMap a
+union (StateMap a) (StateMap b) = StateMap (IM.union a b)
+
+-- | Without the states of the other map.
+withoutKeys :: StateMap a -> StateMap b -> StateMap a
+withoutKeys (StateMap a) (StateMap b) = StateMap (IM.difference a b)

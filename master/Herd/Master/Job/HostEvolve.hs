@@ -141,13 +141,15 @@ hostedRound cluster traffic ref reg inputs = withCall cluster $ \n q -> do
                       Left _ -> S.delete h open
                       Right (HostCallEnded n' _) | n' == n -> S.delete h open
                       _ -> open
-                -- the first error stands; the hosts' parts still end first
-                loop open' (state >>= either (\why -> Right . hostCallLost h why) (hostCallReport h) said)
+                -- the first error stands; the hosts' parts still end first.
+                -- Each report is taken in now, while the hosts still work,
+                -- not all after the last one came
+                loop open' $! (state >>= either (\why -> Right . hostCallLost h why) (hostCallReport h) said)
       final <- loop (S.difference (S.fromList (map fst opening)) (S.fromList absent)) call1
       pure $ case final of
         Left err -> (reg, Left err)
         Right call ->
           let placement' = placementAfter call placement
-              origins = originsAfter ref inputs call (regOrigin reg)
+              origins = originsAfter call (regOrigin reg)
           in ( keepOrigins (placementStates placement') origins reg { regStates = placementStates placement' }
              , Right (call, hostCallUnanswered call) )
