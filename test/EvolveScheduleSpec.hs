@@ -375,6 +375,26 @@ spec = describe "the evolve scheduler (pure, against a model of the workers)" $ 
     releases 0.5 `shouldBe` Right [(1, StateId 14)]
     releases 2 `shouldBe` Right []
 
+  it "asks a worker for no state again once it kept one: those before it are started too" $ do
+    -- worker 1 is asked for three 1 s states; worker 2 joins idle, asks
+    -- for the last back, and worker 1 answers that it kept it (it had
+    -- started it). Asking again would hear "kept" again: on a host whose
+    -- workers answer at once that ping-pong ran for seconds at 2048
+    -- workers a host
+    let holdings = M.fromList [(1 :: WorkerId, [ (StateId k, 1) | k <- [1 .. 3] ])]
+        settings = defaultPlanSettings { settingsLead = 4, settingsMeanCost = Just 1 }
+        (plan00, cmds0) = startPlan 0 settings holdings
+        Right (plan0, cmdsCame) = stepPlan 0 (WorkerCame 2) plan00
+    [ (w, ss) | Ask w ss <- cmds0 ] `shouldBe` [(1, map StateId [1, 2, 3])]
+    [ (w, s) | Release w s <- cmdsCame ] `shouldBe` [(1, StateId 3)]
+    case stepPlan 0.1 (Kept 1 (StateId 3)) plan0 of
+      Left why -> expectationFailure why
+      Right (plan1, cmds1) -> do
+        [ c | c@Release {} <- cmds1 ] `shouldBe` []
+        -- and the three are answered where they are
+        let answer p s = either error fst (stepPlan 1 (Evolved 1 (StateId s) 1) p)
+        planDone (foldl' answer plan1 [1, 2, 3]) `shouldBe` True
+
   it "fills a worker's queue again only once it is down to half, in one ask" $ do
     -- one worker, twenty 1 s states, 4 s of lead: a queue of five (the
     -- running state and four behind it), filled again at two. Asking for

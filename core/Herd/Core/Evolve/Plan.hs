@@ -24,6 +24,8 @@ module Herd.Core.Evolve.Plan
   , unstarted
   , likelyUnstarted
   , dequeue
+  , keptQueued
+  , leftQueue
   , isQueued
   , adjust
   , putWorker
@@ -74,6 +76,11 @@ data WorkerPlan = WorkerPlan
     -- 'settingsMaxQueue' states, and a list copied it on every answer
   , wpIncoming :: !Int                  -- ^ states being moved to it
   , wpLeaving  :: !Int                  -- ^ its states being asked back
+  , wpStarted  :: !Int
+    -- ^ queued states behind the first that it is known to have started:
+    -- it kept one asked back, so that one and those before it run or
+    -- ran. A thief asking for them again would hear "kept" again, and on
+    -- a host whose workers answer at once that ping-pong ran for seconds
   , wpHeard    :: !Double
     -- ^ when it last answered, or was last given work while it had none
     -- (the master's clock): its running state started then at the latest
@@ -162,7 +169,7 @@ planIsMoving s p = SM.member s (plMoving p)
 -- | A worker's states that have not started: held, or queued behind the
 -- one that may be running, less those being asked back.
 unstarted :: WorkerPlan -> Int
-unstarted wp = heldSize (wpHeld wp) + max 0 (Seq.length (wpQueued wp) - 1) - wpLeaving wp
+unstarted wp = heldSize (wpHeld wp) + max 0 (Seq.length (wpQueued wp) - 1 - wpStarted wp) - wpLeaving wp
 
 -- | A worker's unstarted states less those it has probably started since
 -- the master last heard from it: one per mean step time gone by, at most
@@ -174,10 +181,28 @@ unstarted wp = heldSize (wpHeld wp) + max 0 (Seq.length (wpQueued wp) - 1) - wpL
 likelyUnstarted :: Double -> Plan -> WorkerPlan -> Int
 likelyUnstarted now p wp = unstarted wp - min queuedBehind started
   where
-    queuedBehind = max 0 (Seq.length (wpQueued wp) - 1 - wpLeaving wp)
+    queuedBehind = max 0 (Seq.length (wpQueued wp) - 1 - wpStarted wp - wpLeaving wp)
     started = case meanCost p of
       Just c | c > 0 && now > wpHeard wp -> floor ((now - wpHeard wp) / c)
       _ -> 0
+
+-- | A worker's entry after it kept this state, asked back from its queue:
+-- the state and those before it are started.
+keptQueued :: StateId -> WorkerPlan -> WorkerPlan
+keptQueued s wp = case Seq.elemIndexL s (wpQueued wp) of
+  Just i -> wp { wpStarted = max (wpStarted wp) i }
+  Nothing -> wp
+
+-- | A worker's entry after this state left its queue (answered or given
+-- back): one fewer known started when it was one of them, and never more
+-- than the queue holds behind its first.
+leftQueue :: StateId -> WorkerPlan -> WorkerPlan
+leftQueue s wp =
+  let q = wpQueued wp
+      inStarted = maybe False (<= wpStarted wp) (Seq.elemIndexL s q)
+      q' = dequeue s q
+      k = if inStarted then wpStarted wp - 1 else wpStarted wp
+  in wp { wpQueued = q', wpStarted = max 0 (min k (Seq.length q' - 1)) }
 
 -- | A queue without this state: the first one, at once, in the common
 -- case (a worker answers its states in order); else searched for.

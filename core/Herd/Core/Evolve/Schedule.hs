@@ -112,7 +112,7 @@ startPlan now settings holdings0 = (planAfter, releases ++ asks ++ stealCmds)
     -- each, thousands of times, and was most of a start's cost)
     target = queueTarget shell
     workerPlans =
-      [ (w, WorkerPlan (heldFromList kept) (Seq.fromList asked) (M.findWithDefault 0 w coming) 0 now 0)
+      [ (w, WorkerPlan (heldFromList kept) (Seq.fromList asked) (M.findWithDefault 0 w coming) 0 0 now 0)
       | (w, ss) <- M.toAscList held0
       , let mine = maybe ss (\gone -> filter (\(_, s) -> not (S.member s gone)) ss) (M.lookup w leaving)
             (taken, kept) = splitAt target mine
@@ -151,7 +151,7 @@ stepPlan now ev p = case ev of
       then Left ("it reported evolving " ++ show s ++ ", which it was not asked to evolve")
       -- the worker's entry is changed once, by its refill: a put here and
       -- another there rebuilt its paths in the plan's map and index twice
-      else pure $ settleWorker now w wp { wpQueued = dequeue s (wpQueued wp), wpHeard = now, wpBusy = wpBusy wp + secs }
+      else pure $ settleWorker now w (leftQueue s wp) { wpHeard = now, wpBusy = wpBusy wp + secs }
         p { plLeft = plLeft p - 1
           , plCostSum = plCostSum p + secs
           , plCostN = plCostN p + 1 }
@@ -159,7 +159,7 @@ stepPlan now ev p = case ev of
     Just mv | moveFrom mv == w -> do
       wp <- worker w
       let wp' = if moveQueued mv
-                  then wp { wpQueued = dequeue s (wpQueued wp), wpLeaving = wpLeaving wp - 1 }
+                  then (leftQueue s wp) { wpLeaving = wpLeaving wp - 1 }
                   else wp
           p1 = noteRoundTrip (moveAsked mv) now (putWorker w wp' p { plMoving = SM.delete s (plMoving p) })
           to = moveTo mv
@@ -173,7 +173,7 @@ stepPlan now ev p = case ev of
   Kept w s -> case SM.lookup s (plMoving p) of
     Just mv | moveFrom mv == w ->
       -- it stays where it is and is answered from there
-      let back v | moveQueued mv = v { wpLeaving = wpLeaving v - 1 }
+      let back v | moveQueued mv = (keptQueued s v) { wpLeaving = wpLeaving v - 1 }
                  | otherwise = v { wpHeld = heldInsert (moveCost mv) s (wpHeld v) }
           p1 = adjust (moveTo mv) (\t -> t { wpIncoming = wpIncoming t - 1 })
              $ adjust w back (noteRoundTrip (moveAsked mv) now p { plMoving = SM.delete s (plMoving p) })
@@ -196,7 +196,7 @@ stepPlan now ev p = case ev of
   WorkerCame w
     | M.member w (plWorkers p) -> Right (p, [])
     -- it starts idle, and takes states from the busiest as any idle worker
-    | otherwise -> pure (settleIdle now (putWorker w (WorkerPlan (heldFromList []) Seq.empty 0 0 now 0) p { plIdle = S.insert w (plIdle p) }, []))
+    | otherwise -> pure (settleIdle now (putWorker w (WorkerPlan (heldFromList []) Seq.empty 0 0 0 now 0) p { plIdle = S.insert w (plIdle p) }, []))
   Adopted w ss -> case M.lookup w (plWorkers p) of
     Nothing -> Left ("worker " ++ show w ++ " is not part of this call")
     Just _ ->

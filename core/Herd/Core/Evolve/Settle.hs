@@ -109,7 +109,7 @@ steal now thief p = case victimOf of
         count = takeOf n
         (fromHeld, heldLeft) = heldTake count (wpHeld vp)
         fromQueue = take (count - length fromHeld)
-                      [ s | s <- toList (Seq.reverse (Seq.drop 1 (wpQueued vp))), not (SM.member s (plMoving p)) ]
+                      [ s | s <- toList (Seq.reverse (Seq.drop (1 + wpStarted vp) (wpQueued vp))), not (SM.member s (plMoving p)) ]
         moves = [ (s, Move victim thief c False now) | (c, s) <- fromHeld ]
              ++ [ (s, Move victim thief fallback True now) | s <- fromQueue ]
         p' = p { plMoving = foldl' (\m (s, mv) -> SM.insert s mv m) (plMoving p) moves }
