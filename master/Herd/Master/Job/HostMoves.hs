@@ -116,8 +116,8 @@ data Traffic = Traffic
 -- | Move some of the call's states from hosts that would run long to
 -- hosts that would idle ('hostMoves'): each giving host answers with the
 -- bytes of those it could give, each receiving host holds them. The slack
--- is the registry's last move round trip over its mean step
--- ('moveSlack'); the round trip of this move is kept for the next.
+-- is the whole steps of the registry's last move round trip over its mean
+-- step ('moveSlack'); the round trip of this move is kept for the next.
 balanced :: Cluster -> IORef Traffic -> [StateId] -> Registry -> IO Registry
 balanced cluster traffic callStates reg = do
   hosts <- liveHosts cluster
