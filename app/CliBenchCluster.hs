@@ -50,7 +50,10 @@ pfilterOptions = Pfilter.Options
                           <> help "how the workers are linked (default: shm)"))
   <*> switch (long "json" <> help "end with one line of JSON")
   <*> dashboardOption
-  <*> switch (long "two-level" <> help "each simulated host's agent schedules its workers (configHostScheduling); a cluster per worker count")
+  <*> optional (flag' Pfilter.TwoLevel (long "two-level" <> help ("each host's agent schedules its workers, the master balances "
+                                                                   ++ "the hosts (configHostScheduling; a cluster per worker count); "
+                                                                   ++ "the default with simulated hosts"))
+                <|> flag' Pfilter.OneLevel (long "one-level" <> help "the master schedules every worker itself; the default without simulated hosts"))
   <*> optional (strOption (long "answer-to" <> metavar "FILE" <> internal
                           <> help "measure only and write the rows here (used when the bench starts itself per loop)"))
 

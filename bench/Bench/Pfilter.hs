@@ -10,7 +10,12 @@
 -- simulated-host processes ("Herd.Simulate.Host"): each worker has its own
 -- TCP link and runs the real step, and the sleep becomes a timer, so
 -- thousands of workers fit where a process each would swamp the
--- scheduler. @--sim-hosts 0@ keeps one real process per worker.
+-- scheduler. @--sim-hosts 0@ keeps one real process per worker. With
+-- simulated hosts the evolve calls run in two levels by default (each
+-- host's agent schedules its workers, the master balances the hosts:
+-- 'Herd.Config.configHostScheduling'), so the bench measures the real
+-- scheduler at both levels; @--one-level@ has the master schedule every
+-- worker itself, as without hosts.
 --
 -- Ideal time: the particle steps evolved times the cost, over the workers
 -- (with real computation: the measured step time in place of the cost).
@@ -25,6 +30,7 @@
 -- "Herd.Sys.HeapReserve").
 module Bench.Pfilter
   ( Options (..)
+  , Levels (..)
   , run
   ) where
 
@@ -64,13 +70,25 @@ data Options = Options
   , optTransport :: Maybe TransportKind
   , optJson     :: Bool
   , optDashboard :: Maybe String  -- ^ serve the live dashboard at this HOST:PORT
-  , optTwoLevel :: Bool
-    -- ^ two-level evolve ('Herd.Config.configHostScheduling'): each host
-    -- schedules its workers; one cluster per worker count
+  , optLevels :: Maybe Levels
+    -- ^ who schedules the workers ('Nothing': two levels when there are
+    -- simulated hosts, else one)
   , optAnswerTo :: Maybe FilePath
     -- ^ measure only, and write the rows to this file for the process that
     -- started this one ("Bench.Apart"); a hidden option
   }
+
+-- | Who schedules an evolve call's workers.
+data Levels
+  = OneLevel   -- ^ the master, every worker
+  | TwoLevel
+    -- ^ each host's agent its own workers, the master the hosts
+    -- ('Herd.Config.configHostScheduling'); one cluster per worker count
+  deriving (Eq, Show)
+
+-- The levels a run uses: as asked, else two with simulated hosts.
+levelsFor :: Options -> Int -> Levels
+levelsFor o hosts = maybe (if hosts > 0 then TwoLevel else OneLevel) id (optLevels o)
 
 data Row = Row
   { rowLoop    :: MasterLoop
@@ -148,7 +166,7 @@ childArgs o hosts loop answerFile =
   , "--steps", show (optSteps o), "--cost", printf "%.9f" (optCost o), "--sim-hosts", show hosts
   , "--master", masterLoopName loop ]
   ++ [ "--simulate" | optSimulate o ]
-  ++ [ "--two-level" | optTwoLevel o ]
+  ++ [ case levelsFor o hosts of { TwoLevel -> "--two-level"; OneLevel -> "--one-level" } ]
   ++ maybe [] (\t -> ["--transport", transportName t]) (optTransport o)
   ++ maybe [] (\d -> ["--dashboard", d]) (optDashboard o)
 
@@ -165,7 +183,7 @@ measure o cfg setup hosts = do
   -- one cluster per master loop: the loop drives every API of its cluster
   -- two levels: a cluster of each worker count, every worker scheduled by its host
   let clusters
-        | optTwoLevel o = [ (cfg { configSimulatedWorkers = w, configHostScheduling = True }, [w]) | w <- optWorkers o ]
+        | levelsFor o hosts == TwoLevel = [ (cfg { configSimulatedWorkers = w, configHostScheduling = True }, [w]) | w <- optWorkers o ]
         | otherwise = [(cfg, optWorkers o)]
   fmap concat $ forM [ (l, c) | l <- optLoops o, c <- clusters ] $ \(loop, (cfg', counts)) -> withCluster cfg' { configMasterLoop = loop } $ \cluster -> do
     have <- clusterWorkerCount cluster
@@ -264,6 +282,7 @@ report o hosts rows = do
               ++ fixed 3 (rowIdeal r / rowSeconds r))
   when (optJson o) $ putStrLn $ renderJson $ JObject
     [ ("bench", JString "pfilter")
+    , ("levels", JInt (case levelsFor o hosts of { TwoLevel -> 2; OneLevel -> 1 }))
     , ("rows", JArray [ JObject [ ("master", JString (masterLoopName (rowLoop r))), ("workers", JInt (fromIntegral (rowWorkers r)))
                                 , ("seconds", JNumber (rowSeconds r)), ("ideal", JNumber (rowIdeal r))
                                 , ("efficiency", JNumber (rowIdeal r / rowSeconds r))

@@ -64,7 +64,7 @@ entries =
       ["mandelbrot"] ["mandelbrot", "--size", "64", "--iterations", "200"] Nothing
   , Entry "Particle filter, 2000 states" "FP Complete's particle filter on the evolve API with simulated step costs (30 ms a state), over worker counts and both master loops."
       ["pfilter", "--simulate", "--cost", "30ms", "--states", "2000"] ["pfilter", "--simulate", "--cost", "30ms", "--workers", "2,4", "--states", "40", "--steps", "2"] (Just "pfilter.svg")
-  , Entry "Particle filter, thousands of workers" "The same on 512, 2048 and 8192 simulated workers played by four simulated hosts, each with one host link to the master: how the master scales."
+  , Entry "Particle filter, thousands of workers" "The same on 512, 2048 and 8192 simulated workers played by four simulated hosts, each with one host link to the master, in two levels (each host's agent schedules its workers, the master balances the hosts): how the master scales."
       ["pfilter", "--simulate", "--cost", "30ms", "--states", "8192", "--workers", "512,2048,8192", "--sim-hosts", "4"]
       ["pfilter", "--simulate", "--cost", "30ms", "--workers", "16", "--states", "64", "--steps", "2", "--sim-hosts", "2", "--master", "epoll"] (Just "pfilter-sim.svg")
   , Entry "Shared points: k-means" "k-means on points in the plane: the points shared once (held), held as slices on the workers and stepped where they are (refs), or resent to each task at every iteration; seconds and bytes through the master's links."
