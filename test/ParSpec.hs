@@ -147,7 +147,7 @@ stealing = describe "children other workers steal" $ do
       map (countRan . rowSteals) (statusWorkers st) `shouldSatisfy` all (>= 2)
       map (countStolen . rowSteals) (statusWorkers st) `shouldSatisfy` all (>= 2)
       statusStealsBrokered st `shouldSatisfy` (>= 4)
-  it "pass between a host agent's workers on the host, the master on the path at most once" $ do
+  it "pass between a host agent's workers on the host, most steals never reaching the master" $ do
     let secret = "steal-spec-agent-secret-0123456789"
         cfg = defaultConfig { configWorkers = Just 0, configSecret = SecretValue (BC.pack secret) }
     withCluster cfg $ \cluster ->
@@ -156,11 +156,16 @@ stealing = describe "children other workers steal" $ do
         farm cluster relayTask [(6, 0.15)] `shouldReturn` [6]
         st <- clusterStatus cluster
         map (countRan . rowSteals) (statusWorkers st) `shouldSatisfy` all (>= 2)
-        -- an idle worker's first ask may reach the master before a worker
-        -- of its host holds children, and the master then serves it once;
-        -- every later steal stays on the host (6 in all)
-        sum (map (countStolen . rowSteals) (statusWorkers st)) `shouldSatisfy` (>= 4)
-        statusStealsBrokered st `shouldSatisfy` (<= 1)
+        -- an idle worker's ask goes on to the master when no worker of its
+        -- host holds children yet, or when the holder it was sent to had
+        -- nothing left by then (the agent's broker relays it as the
+        -- thief's own); how often either happens is a matter of timing
+        -- (once in most runs, twice under load), but most steals stay on
+        -- the host (6 in all): with the host's broker bypassed, the
+        -- master would serve every one
+        let stolen = sum (map (countStolen . rowSteals) (statusWorkers st))
+        stolen `shouldSatisfy` (>= 4)
+        (2 * statusStealsBrokered st) `shouldSatisfy` (<= stolen)
   it "are stopped on their thief when the computation that spawned them throws" $
     withTwo $ \cluster -> do
       [Left (TaskFailed _ _ why)] <- farmEither cluster givesUpTask [(30, 0.5)]
