@@ -56,8 +56,10 @@ adaptive_log() { grep adaptive "$WORK/grow.err" | tail -20; }
 grep -q "adaptive: cancelling job" "$WORK/grow.err" || fail "no cancellation was logged"
 
 log "jobs reaching their walltime mid-farm retire and are replaced"
-# a 1-minute walltime retiring 48-50 s early: each job works for about 10 s
-run_demo wall --fib 31 --tasks 2000 --slurm-adapt 2..2 --slurm-time 1 --slurm-lead 50
+# a 1-minute walltime retiring 54 s early: each job works for about 6 s, and
+# the farm lasts several of those (2000 tasks ended before the first
+# retirement on a faster machine)
+run_demo wall --fib 31 --tasks 5000 --slurm-adapt 2..2 --slurm-time 1 --slurm-lead 54
 finish "$PID"
 [ "$rc" = 0 ] || { cat "$WORK/wall.err"; fail "the walltime run failed (exit $rc)"; }
 grep -q "complete and correct" "$WORK/wall.out" || fail "results incomplete across walltimes: $(cat "$WORK/wall.out")"
