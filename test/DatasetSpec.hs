@@ -12,6 +12,7 @@ import Control.Exception (try)
 import qualified Data.ByteString.Char8 as BC
 import qualified Data.Map.Strict as M
 import qualified Data.Set as S
+import qualified Data.Vector.Unboxed as VU
 import Data.List (isInfixOf)
 import System.Directory (createDirectoryIfMissing, doesDirectoryExist, getTemporaryDirectory, removeDirectoryRecursive)
 import System.FilePath ((</>))
@@ -72,6 +73,15 @@ spec = describe "datasets held on the workers" $ do
       -- the cluster and the input are as they were
       M.unions <$> (collectDataset cluster =<< shuffleDataset cluster countByResidue 3 nums)
         `shouldReturn` M.fromListWith (+) [ (residues x, 1) | x <- [0 .. 100] ]
+
+  it "hold made partitions compacted where the runtime can, and as they are where it cannot" $
+    withTwo $ \cluster -> do
+      -- unboxed doubles go in a compact region; pinned bytes cannot
+      blocks <- generateDataset cluster blockGen 1000 3
+      map (VU.sum :: VU.Vector Double -> Double) <$> collectDataset cluster blocks
+        `shouldReturn` [ sum [ fromIntegral (i + j) | i <- [0 .. 999 :: Int] ] | j <- [0 .. 2] ]
+      labels <- generateDataset cluster labelsGen 2 3
+      collectDataset cluster labels `shouldReturn` [ BC.pack (concat (replicate 2 ("part " ++ show j ++ ";"))) | j <- [0 .. 2 :: Int] ]
 
   it "use the partition count asked for" $
     withTwo $ \cluster -> do

@@ -8,6 +8,7 @@ module DatasetTasks
   , joined
   , slowTripled
   , blockGen
+  , labelsGen
   , blockSum
   , numbersFile
   , mapSize
@@ -66,6 +67,11 @@ mapSize = static (partitionQuery (\m () -> M.size (m :: M.Map Int Int)))
 -- | Blocks of this many doubles, made where they are held.
 blockGen :: StaticPtr (DatasetGen Int (VU.Vector Double))
 blockGen = static (partitionGen (\len _ j -> VU.generate len (\i -> fromIntegral (i + j) :: Double)))
+
+-- | Partition @j@ as a byte string naming it: pinned bytes, which the
+-- runtime cannot put in a compact region.
+labelsGen :: StaticPtr (DatasetGen Int BC.ByteString)
+labelsGen = static (partitionGen (\k _ j -> BC.pack (concat (replicate k ("part " ++ show j ++ ";")))))
 
 -- | A file of whole numbers, one per line, read where its partition is
 -- held, as a block of doubles.
