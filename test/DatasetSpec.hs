@@ -74,7 +74,7 @@ spec = describe "datasets held on the workers" $ do
       M.unions <$> (collectDataset cluster =<< shuffleDataset cluster countByResidue 3 nums)
         `shouldReturn` M.fromListWith (+) [ (residues x, 1) | x <- [0 .. 100] ]
 
-  it "hold made partitions compacted where the runtime can, and as they are where it cannot" $
+  it "give the partitions made, whether the runtime can compact them or not" $
     withTwo $ \cluster -> do
       -- unboxed doubles go in a compact region; pinned bytes cannot
       blocks <- generateDataset cluster blockGen 1000 3

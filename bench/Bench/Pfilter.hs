@@ -41,6 +41,7 @@ import qualified Data.Map.Strict as M
 import Bench.Apart (answerApart, runApart)
 import Bench.Common (ownUsage, processUsage, timed)
 import Data.List (intercalate)
+import Data.Maybe (fromMaybe)
 import Text.Printf (printf)
 import Bench.Plot
 import Herd
@@ -88,7 +89,7 @@ data Levels
 
 -- The levels a run uses: as asked, else two with simulated hosts.
 levelsFor :: Options -> Int -> Levels
-levelsFor o hosts = maybe (if hosts > 0 then TwoLevel else OneLevel) id (optLevels o)
+levelsFor o hosts = fromMaybe (if hosts > 0 then TwoLevel else OneLevel) (optLevels o)
 
 data Row = Row
   { rowLoop    :: MasterLoop

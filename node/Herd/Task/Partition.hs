@@ -156,11 +156,11 @@ partitionGen f = partitionClosure (Proxy :: Proxy (c, Int, p)) (PartCodecs encod
     Right (c, n) -> compacted (f c n j) >>= kept
 
 -- A made partition in a compact region of its own, where it can be: the
--- collector then neither copies nor traces it, where a generated graph of
--- 100 MB a worker was copied by each major collection (one PageRank
--- iteration in four took 2-3x as long; with the region, the whole run
--- 10-15% less). A partition the runtime cannot compact (one holding
--- functions, mutable or pinned data) is held as it is.
+-- collector then neither copies nor traces it, where PageRank's graph of
+-- about 100 MB a worker was copied by each major collection (now and then
+-- an iteration took 2-3x as long as the others). A partition the runtime
+-- cannot compact (one holding functions, mutable or pinned data) is held
+-- as it is.
 compacted :: p -> IO p
 compacted x = do
   r <- try (compact x)

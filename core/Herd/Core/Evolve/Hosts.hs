@@ -76,7 +76,7 @@ data HostCall = HostCall
   , hcLeft     :: !(M.Map HostId Int)                    -- ^ states each host has not reported yet
   , hcOutputs  :: !(StateMap [(StateId, B.ByteString)])  -- ^ reported: each state's children
   , hcMade     :: !(StateMap Placed)                     -- ^ children made, on their parents' hosts
-  , hcRef      :: !TaskRef
+  , hcRef      :: !TaskRef                             -- ^ the call's function, for the children's origins
   , hcOrigins  :: !(StateMap Origin)                     -- ^ the children's origins
     -- (the made and the origins grow as reports come, while the hosts
     -- still work, so that the end of a call has little left to do)

@@ -23,10 +23,9 @@ module Herd.Core.Evolve.Plan
   , isIdle
   , unstarted
   , likelyUnstarted
-  , dequeue
+  , module Herd.Core.Evolve.Queued
   , keptQueued
   , leftQueue
-  , isQueued
   , adjust
   , putWorker
   , removeWorker
@@ -47,6 +46,7 @@ import qualified Data.Sequence as Seq
 import qualified Data.Set as S
 import Herd.Core.Base (WorkerId)
 import Herd.Core.Evolve.Unstarted
+import Herd.Core.Evolve.Queued
 import Herd.Core.Evolve.StateMap (StateId, StateMap)
 import qualified Herd.Core.Evolve.StateMap as SM
 
@@ -186,36 +186,13 @@ likelyUnstarted now p wp = unstarted wp - min queuedBehind started
       Just c | c > 0 && now > wpHeard wp -> floor ((now - wpHeard wp) / c)
       _ -> 0
 
--- | A worker's entry after it kept this state, asked back from its queue:
--- the state and those before it are started.
+-- | A worker's entry after it kept this state, asked back from its queue.
 keptQueued :: StateId -> WorkerPlan -> WorkerPlan
-keptQueued s wp = case Seq.elemIndexL s (wpQueued wp) of
-  Just i -> wp { wpStarted = max (wpStarted wp) i }
-  Nothing -> wp
+keptQueued s wp = wp { wpStarted = keptAt s (wpQueued wp) (wpStarted wp) }
 
--- | A worker's entry after this state left its queue (answered or given
--- back): one fewer known started when it was one of them, and never more
--- than the queue holds behind its first.
+-- | A worker's entry after this state left its queue (answered or given back).
 leftQueue :: StateId -> WorkerPlan -> WorkerPlan
-leftQueue s wp =
-  let q = wpQueued wp
-      inStarted = maybe False (<= wpStarted wp) (Seq.elemIndexL s q)
-      q' = dequeue s q
-      k = if inStarted then wpStarted wp - 1 else wpStarted wp
-  in wp { wpQueued = q', wpStarted = max 0 (min k (Seq.length q' - 1)) }
-
--- | A queue without this state: the first one, at once, in the common
--- case (a worker answers its states in order); else searched for.
-dequeue :: StateId -> Seq StateId -> Seq StateId
-dequeue s q = case viewl q of
-  x :< rest | x == s -> rest
-  _ -> Seq.filter (/= s) q
-
--- | Whether a state is in a queue, looking at its first one first.
-isQueued :: StateId -> Seq StateId -> Bool
-isQueued s q = case viewl q of
-  x :< _ | x == s -> True
-  _ -> s `elem` q
+leftQueue s wp = let (q, k) = leaving s (wpQueued wp) (wpStarted wp) in wp { wpQueued = q, wpStarted = k }
 
 -- | Change one worker's entry, if the plan has it ('putWorker').
 adjust :: WorkerId -> (WorkerPlan -> WorkerPlan) -> Plan -> Plan
